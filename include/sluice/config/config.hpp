@@ -1,0 +1,143 @@
+#pragma once
+// config: TOML file + flags -> one validated, immutable snapshot. Cold path
+// only (start-up and SIGHUP); exceptions are allowed here and stop at main().
+//
+// Layout and defaults: DESIGN.md §6 and README "Configuration". Every limit
+// and timeout has a default so that `sluice` with no arguments runs.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::config {
+
+// A parse or validation failure; what() reads "FILE:LINE: what is wrong and
+// what is allowed" (or "--flag: ..." for flags).
+struct config_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A resolved socket address plus the text it came from ("127.0.0.1:8080").
+struct socket_address {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  std::string text;
+  int family() const { return storage.ss_family; }
+  uint16_t port() const;
+};
+socket_address parse_socket_address(std::string_view text);  // throws config_error
+
+struct server_config {
+  socket_address listen;                 // default 127.0.0.1:8080
+  socket_address admin;                  // default 127.0.0.1:9090
+  std::vector<int> cpus;                 // empty = the process's affinity mask
+  uint64_t max_body_bytes = 8u << 20;
+  uint32_t max_head_bytes = 32u << 10;   // 431 beyond
+  uint32_t max_line_bytes = 8u << 10;    // 431 (414 for the request line)
+  uint32_t max_header_count = 100;       // 431 beyond
+  uint32_t header_timeout_ms = 10000;    // total, not per read: 408
+  uint32_t body_timeout_ms = 10000;      // then a minimum rate of body_min_rate_bytes_per_s
+  uint32_t body_min_rate_bytes_per_s = 1024;
+  uint32_t idle_timeout_ms = 60000;      // keep-alive idle close
+  uint32_t drain_timeout_ms = 30000;     // SIGTERM: finish in-flight up to this
+  uint32_t connections_max = 16384;      // per shard; beyond: 503 + close
+  uint32_t inflight_max = 4096;          // per shard requests in flight; beyond: 503
+  bool splice = true;                    // SSE body by splice; false = copy path
+};
+
+struct upstream_config {
+  uint32_t connect_timeout_ms = 2000;
+  uint32_t first_byte_timeout_ms = 120000;
+  uint32_t stream_idle_timeout_ms = 30000;
+  uint32_t total_timeout_ms = 0;          // 0 = none
+  uint32_t max_retries = 1;               // only before any response byte reached the client
+  uint32_t pool_idle_max = 64;            // idle keep-alive connections per backend per shard
+};
+
+struct quota_config {
+  uint32_t input_weight = 1;
+  uint32_t output_weight = 2;
+  uint32_t default_max_tokens = 4096;
+};
+
+struct audit_config {
+  std::string path = "sluice-audit.jsonl";  // "" = off
+};
+
+struct backend_config {
+  std::string url;          // as written: "http://127.0.0.1:8000"
+  std::string host_header;  // "127.0.0.1:8000"
+  socket_address address;   // resolved at load
+};
+
+struct group_config {
+  std::string name;
+  std::vector<std::string> models;   // exact names and glob patterns ("*", "qwen-*")
+  std::string backend_model;         // "" = forward the client's model unchanged
+  std::string balance = "session";   // session | prefix | least-loaded | round-robin
+  std::vector<uint32_t> backends;    // indices into config::backends
+  uint32_t default_max_tokens = 0;   // 0 = quota.default_max_tokens
+  upstream_config upstream;          // [upstream] with this group's overrides
+};
+
+struct key_config {
+  std::string id;                          // appears in audit/metrics; never the key itself
+  std::array<uint8_t, 32> key_sha256{};    // SHA-256 of the bearer key
+  uint64_t tokens_per_minute = 0;          // 0 = unlimited
+  uint64_t requests_per_minute = 0;        // 0 = unlimited
+  uint32_t max_concurrent = 0;             // 0 = unlimited
+  std::vector<std::string> groups{"*"};    // group names or globs
+};
+
+struct config {
+  std::string source;  // file path, or "<embedded default>"
+  server_config server;
+  upstream_config upstream;
+  quota_config quota;
+  audit_config audit;
+  std::vector<backend_config> backends;  // distinct backend URLs of all groups
+  std::vector<group_config> groups;
+  std::vector<key_config> keys;
+};
+
+// Command-line flags as parsed; empty optionals mean "not given".
+struct flags {
+  std::optional<std::string> config_path;
+  std::optional<std::string> listen;
+  std::optional<std::string> admin;
+  std::vector<std::string> backends;   // --backend URL (repeatable): replaces every group's backends
+  std::optional<std::string> cpus;     // "0-3,8"
+  std::optional<int> numa_node;
+  std::optional<std::string> log_level;
+  bool check_config = false;
+  bool version = false;
+  bool help = false;
+};
+
+// Parses argv. Throws config_error naming the flag on bad input.
+flags parse_flags(int argc, const char* const* argv);
+std::string_view usage_text();
+
+// The TOML text used when no --config is given (DESIGN.md §6).
+std::string_view embedded_default_toml();
+
+// Loads TOML text (`source` names it in messages), validates, applies flags.
+// Throws config_error("source:line: ...") on any problem.
+std::shared_ptr<const config> load(std::string_view toml_text, std::string_view source, const flags& f);
+// Reads f.config_path (or the embedded default) and calls load().
+std::shared_ptr<const config> load_from_flags(const flags& f);
+
+// "0-3,8" -> {0,1,2,3,8}. Throws config_error on bad syntax.
+std::vector<int> parse_cpu_list(std::string_view text);
+
+// SHA-256 of `key` (OpenSSL).
+std::array<uint8_t, 32> sha256(std::string_view key);
+
+}  // namespace sluice::config

@@ -1,0 +1,123 @@
+#pragma once
+// http: downstream request parsing. llhttp in strict mode (no lenient flags)
+// plus the checks llhttp 8.1 leaves out: space before the colon, obs-fold
+// continuation lines, bare CR / bare LF, NUL and CTL bytes in values, and
+// the size limits of DESIGN.md §9. Nothing is ever repaired and forwarded.
+//
+// Views in request_head point into the caller's buffer: the buffer must hold
+// the whole head and must not move while the views are used (see rebase()).
+#include <llhttp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "sluice/core/result.hpp"
+
+namespace sluice::http {
+
+struct limits {
+  uint32_t head_bytes_max = 32u << 10;   // whole head: 431
+  uint32_t line_bytes_max = 8u << 10;    // one header line: 431; request line: 414
+  uint16_t header_count_max = 100;       // 431
+  uint64_t body_bytes_max = 8u << 20;    // 413 (Content-Length known up front, or chunked running total)
+};
+
+enum class method : uint8_t { other, get, head, post, put, delete_, options, patch, connect, trace };
+
+struct header {
+  std::string_view name;
+  std::string_view value;  // leading/trailing whitespace removed
+};
+
+inline constexpr uint16_t k_headers_max = 128;
+
+// Shard-local, one per downstream connection (inside request_parser).
+struct request_head {
+  method meth = method::other;
+  std::string_view method_name;
+  std::string_view target;        // as sent: "/v1/chat/completions?x=1"
+  std::string_view path;          // target up to '?' or '#'
+  uint8_t version_major = 1;
+  uint8_t version_minor = 1;
+  bool keep_alive = true;         // from the version and Connection
+  bool chunked = false;           // Transfer-Encoding: chunked (the only coding accepted)
+  bool has_content_length = false;
+  uint64_t content_length = 0;
+  bool expect_continue = false;   // Expect: 100-continue (any other expectation: 417)
+  uint32_t head_bytes = 0;        // bytes up to and including the empty line
+  // Well-known fields, empty when absent. A second Authorization, Host,
+  // Content-Length or X-Session-ID is rejected by the parser (400).
+  std::string_view authorization;
+  std::string_view host;
+  std::string_view session_id;    // X-Session-ID
+  std::string_view request_id;    // X-Request-ID
+  std::string_view content_type;
+  std::string_view connection;
+  std::string_view upgrade;
+  uint16_t header_count = 0;
+  header headers[k_headers_max];
+
+  // Moves every view from a buffer at old_base to the same offsets at
+  // new_base (after the caller grew and moved its buffer).
+  void rebase(const char* old_base, const char* new_base) noexcept;
+};
+
+// The outcome of a parse step. `status` is the HTTP status to answer with
+// when `error` is set (400, 408, 413, 414, 417, 431, 501, 505); `message` is a
+// static, human-readable reason for the OpenAI-shaped error body. An error
+// always means: answer, then close the connection.
+struct parse_status {
+  errc error = errc::ok;          // ok, need_more, or the failure
+  uint16_t status = 0;
+  std::string_view message;
+  bool ok() const noexcept { return error == errc::ok; }
+  bool need_more() const noexcept { return error == errc::need_more; }
+};
+
+// Shard-local, one per downstream connection; reset() between requests.
+class request_parser {
+ public:
+  explicit request_parser(const limits& l) noexcept;
+  request_parser(const request_parser&) = delete;
+  request_parser& operator=(const request_parser&) = delete;
+
+  void reset() noexcept;
+
+  // `data`/`len`: every byte buffered so far for this request, starting at
+  // its first byte. Returns need_more until the head is complete (and checks
+  // the limits on what is there so far, so an oversize head fails early),
+  // then ok with `out` filled, or an error.
+  parse_status parse_head(const char* data, size_t len, request_head& out) noexcept;
+
+  // Chunked bodies only, after parse_head() returned ok. Decodes in place:
+  // reads `len` raw bytes at `in` (the first not yet consumed) and writes the
+  // payload to `out` (out <= in; the caller keeps decoded bytes contiguous).
+  // Sets `consumed` (raw bytes used) and `produced` (payload bytes written).
+  // Returns need_more until the last chunk and trailer section are consumed,
+  // then ok; 413 when the running total passes limits.body_bytes_max.
+  parse_status decode_chunked(char* in, size_t len, char* out, size_t& consumed,
+                              size_t& produced) noexcept;
+
+ private:
+  static int on_header_field(llhttp_t*, const char*, size_t);
+  static int on_header_value(llhttp_t*, const char*, size_t);
+  static int on_headers_complete(llhttp_t*);
+  static int on_body(llhttp_t*, const char*, size_t);
+  static int on_message_complete(llhttp_t*);
+  static int on_url(llhttp_t*, const char*, size_t);
+
+  limits _limits;
+  llhttp_settings_t _settings;
+  llhttp_t _parser;
+  request_head* _head = nullptr;
+  char* _body_out = nullptr;
+  uint64_t _body_total = 0;
+  bool _head_done = false;
+  bool _message_done = false;
+  bool _in_value = false;
+  uint32_t _scan_offset = 0;      // pre-scan progress across need_more calls
+  parse_status _pending{};
+};
+
+}  // namespace sluice::http

@@ -1,0 +1,90 @@
+#pragma once
+// http: upstream (backend) response parsing with llhttp in response mode.
+// The proxy forwards the backend's body bytes unchanged (chunk framing
+// included); this parser only finds where the head ends, where the message
+// ends, and hands the de-chunked payload to a sink for scanning (SSE events,
+// usage). A malformed backend reply is an error (502), never passed through.
+#include <llhttp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "sluice/core/result.hpp"
+#include "sluice/http/request.hpp"
+
+namespace sluice::http {
+
+inline constexpr uint16_t k_response_headers_max = 64;
+
+struct response_head {
+  uint16_t status = 0;
+  uint8_t version_minor = 1;
+  bool keep_alive = true;          // the backend connection may be reused
+  bool chunked = false;
+  bool has_content_length = false;
+  uint64_t content_length = 0;
+  bool event_stream = false;       // Content-Type: text/event-stream
+  uint32_t head_bytes = 0;         // bytes up to and including the empty line
+  std::string_view reason;
+  std::string_view content_type;
+  uint16_t header_count = 0;
+  header headers[k_response_headers_max];
+};
+
+// Receives the de-chunked body payload, piece by piece, in order.
+struct body_sink {
+  void (*on_data)(void* ctx, const char* data, size_t len) = nullptr;
+  void* ctx = nullptr;
+};
+
+struct body_status {
+  errc error = errc::ok;   // ok, or upstream_protocol
+  size_t consumed = 0;     // raw bytes used; when complete, the end of the message
+  bool complete = false;   // the terminal chunk (or Content-Length end) was reached
+};
+
+// Shard-local, one per upstream exchange; reset() before each response.
+class response_parser {
+ public:
+  response_parser() noexcept;
+  response_parser(const response_parser&) = delete;
+  response_parser& operator=(const response_parser&) = delete;
+
+  // `head_request`: the request was HEAD (no body follows).
+  void reset(bool head_request = false) noexcept;
+
+  // Like request_parser::parse_head, for a status line + headers; 1xx
+  // interim responses are an error here (sluice never sends Expect upstream).
+  // Errors carry errc::upstream_protocol. Limit: 64 KiB head, 64 headers.
+  parse_status parse_head(const char* data, size_t len, response_head& out) noexcept;
+
+  // After parse_head() returned ok: feed raw body bytes in order, as they
+  // arrive. Stops at the end of the message (`complete`, `consumed` = the
+  // offset just past it). Bytes past the end are not consumed.
+  body_status feed_body(const char* data, size_t len, const body_sink& sink) noexcept;
+
+  // A body delimited by the connection close (no length, not chunked) is
+  // complete at EOF; any other body is truncated at EOF. Returns: whether
+  // the message was complete.
+  bool finish_at_eof() noexcept;
+
+ private:
+  static int on_status(llhttp_t*, const char*, size_t);
+  static int on_header_field(llhttp_t*, const char*, size_t);
+  static int on_header_value(llhttp_t*, const char*, size_t);
+  static int on_headers_complete(llhttp_t*);
+  static int on_body(llhttp_t*, const char*, size_t);
+  static int on_message_complete(llhttp_t*);
+
+  llhttp_settings_t _settings;
+  llhttp_t _parser;
+  response_head* _head = nullptr;
+  const body_sink* _sink = nullptr;
+  bool _head_request = false;
+  bool _head_done = false;
+  bool _message_done = false;
+  bool _in_value = false;
+};
+
+}  // namespace sluice::http
