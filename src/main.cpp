@@ -1,1 +1,182 @@
-int main() { return 0; }
+// sluice: flags, config, shards, signals. Nothing else lives here.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "sluice/config/config.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/net/socket.hpp"
+#include "sluice/proxy/admin.hpp"
+#include "sluice/proxy/gateway.hpp"
+#include "sluice/shard/cpuset.hpp"
+#include "sluice/shard/reactor.hpp"
+
+namespace {
+
+using namespace sluice;
+
+std::vector<int> choose_cpus(const config::flags& f, const config::config& c) {
+  if (f.numa_node) {
+    auto r = shard::numa_node_cpus(*f.numa_node);
+    if (!r.ok() || r.value().empty()) {
+      throw config::config_error(fmt::format("--numa-node {}: no such NUMA node (or it has no CPUs)", *f.numa_node));
+    }
+    return r.value();
+  }
+  if (!c.server.cpus.empty()) return c.server.cpus;
+  std::vector<int> cpus = shard::affinity_cpus();
+  if (cpus.empty()) cpus.push_back(-1);
+  return cpus;
+}
+
+// Control-thread state for the signal handler completion.
+struct control {
+  shard::reactor* r = nullptr;
+  proxy::gateway* g = nullptr;
+  proxy::admin_server* admin = nullptr;
+  const config::config* cfg = nullptr;
+  int sig_fd = -1;
+  signalfd_siginfo info{};
+  struct sig_op : shard::completion {
+    control* self = nullptr;
+  } op;
+  bool draining = false;
+
+  void arm() {
+    io_uring_sqe* s = r->sqe(&op);
+    io_uring_prep_read(s, sig_fd, &info, sizeof info, 0);
+  }
+
+  static void on_signal(shard::completion* c, const io_uring_cqe* cqe) {
+    control* self = static_cast<sig_op*>(c)->self;
+    if (cqe->res == static_cast<int>(sizeof(signalfd_siginfo))) self->handle(static_cast<int>(self->info.ssi_signo));
+    self->arm();
+  }
+
+  void handle(int sig) {
+    switch (sig) {
+      case SIGTERM:
+      case SIGINT:
+        if (draining) {
+          log::warn("second signal: stopping now");
+          g->drain(0);
+          return;
+        }
+        draining = true;
+        log::info("signal {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->server.drain_timeout_ms);
+        admin->set_draining(true);
+        g->drain(cfg->server.drain_timeout_ms);
+        return;
+      case SIGHUP:
+        log::warn("SIGHUP: live reload is not available yet; the running config stays");
+        return;
+      case SIGUSR1:
+        return;  // audit reopen: nothing to reopen yet
+      default:
+        return;
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  config::flags f;
+  std::shared_ptr<const config::config> cfg;
+  try {
+    f = config::parse_flags(argc, argv);
+    if (f.help) {
+      std::fputs(config::usage_text().data(), stdout);
+      return 0;
+    }
+    if (f.version) {
+      std::printf("sluice %s\n", SLUICE_VERSION);
+      return 0;
+    }
+    if (f.log_level) {
+      const std::string& l = *f.log_level;
+      log::set_level(l == "debug" ? log::level::debug : l == "warn" ? log::level::warn
+                     : l == "error" ? log::level::error : log::level::info);
+    }
+    cfg = config::load_from_flags(f);
+    if (f.check_config) {
+      std::printf("%s: ok (%zu groups, %zu backends, %zu keys)\n", cfg->source.c_str(), cfg->groups.size(),
+                  cfg->backends.size(), cfg->keys.size());
+      return 0;
+    }
+  } catch (const config::config_error& e) {
+    std::fprintf(stderr, "sluice: %s\n", e.what());
+    if (f.check_config) return 1;
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: %s\n", e.what());
+    return 1;
+  }
+
+  // Signals go to the control thread's signalfd only: block them before any
+  // shard thread exists so every thread inherits the mask.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  sigaddset(&mask, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  try {
+    std::vector<int> cpus = choose_cpus(f, *cfg);
+    if (cpus.size() == 1 && cpus[0] < 0) cpus.clear();
+    auto g = proxy::gateway::start(cfg, cpus);
+
+    const config::socket_address& aa = cfg->server.admin;
+    int admin_fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&aa.storage), aa.length, false, 64);
+    if (admin_fd < 0) throw std::runtime_error(fmt::format("cannot listen on admin {}: {}", aa.text, std::strerror(-admin_fd)));
+    const uint16_t admin_port = net::local_port(admin_fd);
+
+    shard::reactor::options ro;
+    ro.entries = 256;
+    ro.tick_ms = 50;
+    auto r = shard::reactor::create(ro);
+    if (!r) return 1;
+    proxy::admin_server admin(*r, *g, admin_fd);
+    admin.start();
+
+    control ctl;
+    ctl.r = r.get();
+    ctl.g = g.get();
+    ctl.admin = &admin;
+    ctl.cfg = cfg.get();
+    ctl.sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC);
+    ctl.op.self = &ctl;
+    ctl.op.fn = &control::on_signal;
+    ctl.arm();
+
+    auto host_of = [](const config::socket_address& a) {
+      std::string t = a.text;
+      size_t colon = t.rfind(':');
+      return colon == std::string::npos ? t : t.substr(0, colon);
+    };
+    log::info("sluice listening on http://{}:{} ({} shard{}, splice {})", host_of(cfg->server.listen), g->port(),
+              g->shard_count(), g->shard_count() == 1 ? "" : "s", cfg->server.splice ? "on" : "off");
+    log::info("sluice admin on http://{}:{}", host_of(aa), admin_port);
+
+    shard::reactor::hooks h;
+    h.ctx = &ctl;
+    h.on_iteration = [](void* p, uint64_t) {
+      auto* c = static_cast<control*>(p);
+      if (c->g->stopped()) c->r->stop();
+    };
+    r->run(h);
+    g->join();
+    log::info("stopped");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,48 @@
+#pragma once
+// proxy: the admin listener, served by the control thread's reactor:
+// GET /healthz and GET /metrics (Prometheus text, shard counters summed at
+// scrape time). One request per connection; never on a shard's core path.
+#include <cstdint>
+
+#include "sluice/proxy/gateway.hpp"
+#include "sluice/shard/reactor.hpp"
+
+namespace sluice::proxy {
+
+class admin_server {
+ public:
+  // Takes ownership of listen_fd.
+  admin_server(shard::reactor& r, const gateway& g, int listen_fd) noexcept;
+  ~admin_server();
+  admin_server(const admin_server&) = delete;
+  admin_server& operator=(const admin_server&) = delete;
+
+  void start() noexcept;
+  void stop_accepting() noexcept;
+  void set_draining(bool d) noexcept { _draining = d; }
+
+  struct conn;
+
+ private:
+  struct accept_op : shard::completion {
+    admin_server* self = nullptr;
+  };
+  static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_send(shard::completion* c, const io_uring_cqe* cqe);
+  void submit_recv(conn* c) noexcept;
+  void submit_send(conn* c) noexcept;
+  void respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept;
+  void handle(conn* c) noexcept;
+  void close_conn(conn* c) noexcept;
+
+  shard::reactor& _r;
+  const gateway& _g;
+  int _listen_fd;
+  accept_op _accept_op;
+  bool _draining = false;
+  bool _accepting = false;
+  uint32_t _open = 0;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,43 @@
+#pragma once
+// proxy: starts and stops the shards. One shard per CPU: a pinned thread with
+// its own reactor, listener (SO_REUSEPORT), buffer ring, pools and counters.
+// The control thread (main) talks to shards only through SPSC queues.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sluice/config/config.hpp"
+#include "sluice/proxy/stats.hpp"
+
+namespace sluice::proxy {
+
+class gateway {
+ public:
+  // Binds the listeners (resolving port 0 once, so every shard shares the
+  // port), starts one shard thread per cpu and waits until each has its
+  // reactor running. Throws std::runtime_error with the cause on failure
+  // (start-up is the config/main boundary).
+  static std::unique_ptr<gateway> start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus);
+  ~gateway();
+  gateway(const gateway&) = delete;
+  gateway& operator=(const gateway&) = delete;
+
+  uint16_t port() const noexcept { return _port; }
+  size_t shard_count() const noexcept { return _shards.size(); }
+  const shard_stats& stats(size_t shard) const noexcept;
+
+  // Stop accepting, finish in-flight requests up to drain_ms, then stop.
+  void drain(uint32_t drain_ms) noexcept;
+  // Returns: whether every shard thread has left its loop.
+  bool stopped() const noexcept;
+  void join() noexcept;
+
+  struct shard_slot;
+
+ private:
+  gateway() = default;
+  std::vector<std::unique_ptr<shard_slot>> _shards;
+  uint16_t _port = 0;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,90 @@
+#pragma once
+// shard: the per-core event loop. One io_uring per shard thread (or the
+// control thread), created and driven only by that thread.
+//
+// Every SQE carries a `completion*` as user_data; the object that owns the
+// operation embeds the completion and stays alive until its CQE arrives
+// (multishot operations: until a CQE without IORING_CQE_F_MORE).
+#include <liburing.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "sluice/core/result.hpp"
+
+namespace sluice::shard {
+
+struct completion {
+  void (*fn)(completion* self, const io_uring_cqe* cqe) = nullptr;
+};
+
+// Shard-local. Lives as long as its thread's loop.
+class reactor {
+ public:
+  struct options {
+    unsigned entries = 4096;
+    bool single_issuer = true;   // IORING_SETUP_SINGLE_ISSUER: Linux 6.0
+    bool defer_taskrun = true;   // IORING_SETUP_DEFER_TASKRUN: Linux 6.1
+    uint32_t tick_ms = 20;       // the loop wakes at least this often for timers
+  };
+
+  struct hooks {
+    // Called once per loop iteration, after the CQEs of that iteration, with
+    // the iteration's clock reading.
+    void (*on_iteration)(void* ctx, uint64_t now_ms) = nullptr;
+    void* ctx = nullptr;
+  };
+
+  // Creates the ring, trying SINGLE_ISSUER | DEFER_TASKRUN first and falling
+  // back to plain flags on kernels without them. Returns: the reactor, or
+  // errc::internal with a log line naming the likely cause (ENOMEM: memlock
+  // limit; ENOSYS/EPERM: io_uring disabled by kernel.io_uring_disabled or a
+  // seccomp filter).
+  static std::unique_ptr<reactor> create(const options& o);
+  ~reactor();
+  reactor(const reactor&) = delete;
+  reactor& operator=(const reactor&) = delete;
+
+  io_uring* ring() noexcept { return &_ring; }
+  const char* setup_mode() const noexcept { return _setup_mode; }
+
+  // Returns a zeroed SQE with user_data = c. Submits pending SQEs first when
+  // the submission queue is full (never fails after that).
+  io_uring_sqe* sqe(completion* c) noexcept;
+  // An SQE whose CQE nobody waits for (user_data 0).
+  io_uring_sqe* sqe_untracked() noexcept;
+
+  // Runs until stop() or a hook asks. Returns after draining the iteration.
+  void run(const hooks& h) noexcept;
+  void stop() noexcept { _stopping = true; }
+  bool stopping() const noexcept { return _stopping; }
+
+  // Any thread: wakes the loop (eventfd write). Cheap enough per message batch.
+  void wake() noexcept;
+
+  uint64_t now_ms() const noexcept { return _now_ms; }
+  uint64_t iterations() const noexcept { return _iterations; }
+  uint64_t cqes() const noexcept { return _cqes; }
+
+ private:
+  reactor() = default;
+  static void on_wake(completion* c, const io_uring_cqe* cqe);
+  void arm_wake() noexcept;
+
+  io_uring _ring{};
+  int _event_fd = -1;
+  uint64_t _event_value = 0;
+  struct wake_completion : completion {
+    reactor* owner = nullptr;
+  };
+  wake_completion _wake_completion{};
+  const char* _setup_mode = "";
+  uint32_t _tick_ms = 20;
+  uint64_t _now_ms = 0;
+  uint64_t _iterations = 0;
+  uint64_t _cqes = 0;
+  bool _stopping = false;
+  bool _ring_ready = false;
+};
+
+}  // namespace sluice::shard

@@ -1,0 +1,221 @@
+#include "sluice/proxy/admin.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "sluice/core/log.hpp"
+#include "sluice/http/request.hpp"
+#include "sluice/openai/error.hpp"
+
+namespace sluice::proxy {
+
+// Control-thread-local. One per admin connection: one request, then close.
+struct admin_server::conn {
+  struct io : shard::completion {
+    conn* self = nullptr;
+  };
+  io recv_op, send_op;
+  admin_server* srv = nullptr;
+  int fd = -1;
+  uint32_t len = 0;
+  std::string reply;
+  size_t sent = 0;
+  http::request_parser parser{http::limits{}};
+  http::request_head head;
+  char buf[8192];
+};
+
+admin_server::admin_server(shard::reactor& r, const gateway& g, int listen_fd) noexcept
+    : _r(r), _g(g), _listen_fd(listen_fd) {
+  _accept_op.self = this;
+  _accept_op.fn = &admin_server::on_accept;
+}
+
+admin_server::~admin_server() {
+  if (_listen_fd >= 0) ::close(_listen_fd);
+}
+
+void admin_server::start() noexcept {
+  io_uring_sqe* s = _r.sqe(&_accept_op);
+  io_uring_prep_multishot_accept(s, _listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  _accepting = true;
+}
+
+void admin_server::stop_accepting() noexcept {
+  if (!_accepting) return;
+  _accepting = false;
+  io_uring_sqe* s = _r.sqe_untracked();
+  io_uring_prep_cancel(s, &_accept_op, 0);
+}
+
+void admin_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
+  admin_server* self = static_cast<accept_op*>(c)->self;
+  if ((cqe->flags & IORING_CQE_F_MORE) == 0 && self->_accepting && cqe->res != -ECANCELED) self->start();
+  if (cqe->res < 0) return;
+  if (self->_open >= 64) {  // the admin port is for scrapes and probes, not load
+    ::close(cqe->res);
+    return;
+  }
+  auto* k = new (std::nothrow) conn();
+  if (k == nullptr) {
+    ::close(cqe->res);
+    return;
+  }
+  ++self->_open;
+  k->srv = self;
+  k->fd = cqe->res;
+  k->recv_op.self = k->send_op.self = k;
+  k->recv_op.fn = &admin_server::on_recv;
+  k->send_op.fn = &admin_server::on_send;
+  self->submit_recv(k);
+}
+
+void admin_server::submit_recv(conn* c) noexcept {
+  io_uring_sqe* s = _r.sqe(&c->recv_op);
+  io_uring_prep_recv(s, c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
+}
+
+void admin_server::submit_send(conn* c) noexcept {
+  io_uring_sqe* s = _r.sqe(&c->send_op);
+  io_uring_prep_send(s, c->fd, c->reply.data() + c->sent, c->reply.size() - c->sent, MSG_NOSIGNAL);
+}
+
+void admin_server::close_conn(conn* c) noexcept {
+  ::close(c->fd);
+  --_open;
+  delete c;
+}
+
+void admin_server::on_recv(shard::completion* op, const io_uring_cqe* cqe) {
+  conn* c = static_cast<conn::io*>(op)->self;
+  admin_server* self = c->srv;
+  if (cqe->res <= 0) {
+    self->close_conn(c);
+    return;
+  }
+  c->len += static_cast<uint32_t>(cqe->res);
+  http::parse_status st = c->parser.parse_head(c->buf, c->len, c->head);
+  if (st.need_more()) {
+    if (c->len >= sizeof c->buf) {
+      self->respond(c, 431, "application/json", R"({"error":{"message":"Request header too large.","type":"invalid_request_error","param":null,"code":null}})");
+      return;
+    }
+    self->submit_recv(c);
+    return;
+  }
+  if (!st.ok()) {
+    char body[512];
+    openai::error_fields e;
+    e.message = st.message;
+    size_t n = openai::write_error_body(body, sizeof body, e);
+    self->respond(c, st.status, "application/json", std::string_view(body, n));
+    return;
+  }
+  self->handle(c);
+}
+
+void admin_server::on_send(shard::completion* op, const io_uring_cqe* cqe) {
+  conn* c = static_cast<conn::io*>(op)->self;
+  admin_server* self = c->srv;
+  if (cqe->res <= 0) {
+    self->close_conn(c);
+    return;
+  }
+  c->sent += static_cast<size_t>(cqe->res);
+  if (c->sent < c->reply.size()) {
+    self->submit_send(c);
+    return;
+  }
+  self->close_conn(c);
+}
+
+void admin_server::respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept {
+  const char* reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
+                                            : status == 503 ? "Service Unavailable" : "Bad Request";
+  c->reply = fmt::format("HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                         status, reason, content_type, body.size());
+  c->reply.append(body);
+  c->sent = 0;
+  submit_send(c);
+}
+
+void admin_server::handle(conn* c) noexcept {
+  const std::string_view path = c->head.path;
+  if (c->head.meth != http::method::get) {
+    respond(c, 405, "text/plain", "method not allowed\n");
+    return;
+  }
+  if (path == "/healthz") {
+    if (_draining) {
+      respond(c, 503, "text/plain", "draining\n");
+    } else {
+      respond(c, 200, "text/plain", "ok\n");
+    }
+    return;
+  }
+  if (path == "/metrics") {
+    std::string m;
+    m.reserve(4096);
+    auto sum = [&](auto field) {
+      uint64_t t = 0;
+      for (size_t i = 0; i < _g.shard_count(); ++i) t += (_g.stats(i).*field).get();
+      return t;
+    };
+    auto counter = [&](const char* name, const char* help, const char* type, auto field) {
+      fmt::format_to(std::back_inserter(m), "# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name,
+                     sum(field));
+    };
+    counter("sluice_connections_accepted_total", "Downstream connections accepted.", "counter",
+            &shard_stats::connections_accepted);
+    counter("sluice_connections_open", "Downstream connections open.", "gauge", &shard_stats::connections_open);
+    counter("sluice_requests_received_total", "Requests received (all endpoints).", "counter",
+            &shard_stats::requests_total);
+    counter("sluice_inflight_requests", "Requests in flight.", "gauge", &shard_stats::requests_inflight);
+    fmt::format_to(std::back_inserter(m),
+                   "# HELP sluice_responses_total Responses by status class.\n# TYPE sluice_responses_total counter\n"
+                   "sluice_responses_total{{class=\"2xx\"}} {}\nsluice_responses_total{{class=\"4xx\"}} {}\n"
+                   "sluice_responses_total{{class=\"5xx\"}} {}\n",
+                   sum(&shard_stats::responses_2xx), sum(&shard_stats::responses_4xx),
+                   sum(&shard_stats::responses_5xx));
+    counter("sluice_local_errors_total", "Answers sluice made itself (errors before any backend).", "counter",
+            &shard_stats::local_errors);
+    counter("sluice_upstream_requests_total", "Requests sent to backends (attempts).", "counter",
+            &shard_stats::upstream_requests);
+    counter("sluice_upstream_connect_errors_total", "Backend connect failures.", "counter",
+            &shard_stats::upstream_connect_errors);
+    counter("sluice_upstream_retries_total", "Retries on another attempt before any byte reached the client.",
+            "counter", &shard_stats::upstream_retries);
+    counter("sluice_upstream_timeouts_total", "Backend connect/first-byte/idle timeouts.", "counter",
+            &shard_stats::upstream_timeouts);
+    counter("sluice_upstream_truncated_total", "Responses cut because the backend failed mid-response.", "counter",
+            &shard_stats::upstream_truncated);
+    counter("sluice_downstream_aborts_total", "Exchanges cancelled because the client went away.", "counter",
+            &shard_stats::downstream_aborts);
+    counter("sluice_streams_spliced_total", "Response bodies relayed by splice.", "counter",
+            &shard_stats::streams_spliced);
+    counter("sluice_streams_copied_total", "Response bodies relayed by copy.", "counter",
+            &shard_stats::streams_copied);
+    counter("sluice_shed_connections_total", "Connections refused over server.connections_max.", "counter",
+            &shard_stats::shed_connections);
+    m += "# HELP sluice_loop_iterations_total Reactor loop iterations per shard.\n"
+         "# TYPE sluice_loop_iterations_total counter\n";
+    for (size_t i = 0; i < _g.shard_count(); ++i) {
+      fmt::format_to(std::back_inserter(m), "sluice_loop_iterations_total{{shard=\"{}\"}} {}\n", i,
+                     _g.stats(i).loop_iterations.get());
+    }
+    m += "# HELP sluice_loop_cqes_total Completions handled per shard.\n# TYPE sluice_loop_cqes_total counter\n";
+    for (size_t i = 0; i < _g.shard_count(); ++i) {
+      fmt::format_to(std::back_inserter(m), "sluice_loop_cqes_total{{shard=\"{}\"}} {}\n", i,
+                     _g.stats(i).loop_cqes.get());
+    }
+    respond(c, 200, "text/plain; version=0.0.4", m);
+    return;
+  }
+  respond(c, 404, "text/plain", "not found\n");
+}
+
+}  // namespace sluice::proxy

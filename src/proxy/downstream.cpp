@@ -1,0 +1,637 @@
+// The downstream (client) side: receive, parse, authenticate, answer locally
+// or hand the request to the upstream side, send, keep-alive, close.
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fnmatch.h>
+
+#include "shard_server.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/openai/error.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+// Bytes of pipelined input held while a response is in flight before the
+// connection stops reading (and so stops the client) until it catches up.
+constexpr uint32_t k_pipeline_bytes_max = 64u << 10;
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
+    if (x != y) return false;
+  }
+  return true;
+}
+
+std::string_view reason_phrase(uint16_t status) noexcept {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+  }
+}
+
+bool busy(conn_state s) noexcept {
+  return s == conn_state::upstream || s == conn_state::streaming || s == conn_state::local;
+}
+
+}  // namespace
+
+void shard_server::submit_recv(downstream_conn* d) noexcept {
+  io_uring_sqe* s = _r.sqe(&d->recv_op);
+  io_uring_prep_recv_multishot(s, d->fd, nullptr, 0, 0);
+  s->flags |= IOSQE_BUFFER_SELECT;
+  s->buf_group = _bufs->group_id();
+  d->recv_armed = true;
+  ++d->ops;
+}
+
+void shard_server::on_recv(shard::completion* c, const io_uring_cqe* cqe) {
+  auto* d = static_cast<op<downstream_conn>*>(c)->owner;
+  d->srv->on_recv_cqe(d, cqe);
+}
+
+void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
+  const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+  const int res = cqe->res;
+  if (!more) {
+    d->recv_armed = false;
+    --d->ops;
+  }
+  if (res > 0 && (cqe->flags & IORING_CQE_F_BUFFER) != 0) {
+    const auto bid = static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+    const char* src = _bufs->buffer(bid);
+    bool ok = true;
+    if (d->state != conn_state::closing) {
+      // While a response is in flight the request buffer may be referenced
+      // by an upstream send: it must not move. Pipelined bytes wait in the
+      // stash until the exchange ends.
+      byte_buf& dst = busy(d->state) ? d->stash : d->in;
+      const char* old = dst.data;
+      ok = dst.reserve(static_cast<size_t>(dst.len) + static_cast<size_t>(res) + simdjson::SIMDJSON_PADDING);
+      if (ok) {
+        std::memcpy(dst.data + dst.len, src, static_cast<size_t>(res));
+        dst.len += static_cast<uint32_t>(res);
+        if (&dst == &d->in && old != nullptr && old != d->in.data &&
+            (d->state == conn_state::body)) {
+          d->head.rebase(old, d->in.data);
+        }
+      }
+    }
+    _bufs->recycle(bid);
+    if (!ok) {
+      close_downstream(d);
+      return;
+    }
+  }
+  if (d->state == conn_state::closing) {
+    maybe_free(d);
+    return;
+  }
+  if (res == 0 || (res < 0 && res != -ENOBUFS && res != -ECANCELED)) {
+    // The client closed (or reset). Mid-exchange this cancels the backend
+    // request at once: vLLM stops generating when its socket closes.
+    d->peer_eof = true;
+    if (d->state == conn_state::upstream || d->state == conn_state::streaming) {
+      abort_exchange(d);
+    } else {
+      close_downstream(d);
+    }
+    return;
+  }
+  if (res == -ECANCELED) {
+    // Our own cancel (pipelining backpressure); re-armed in next_request().
+    return;
+  }
+  if (busy(d->state) && d->stash.len > k_pipeline_bytes_max && d->recv_armed && !d->recv_paused) {
+    d->recv_paused = true;
+    io_uring_sqe* s = _r.sqe_untracked();
+    io_uring_prep_cancel(s, &d->recv_op, 0);
+  }
+  // A multishot receive ends on its own when the buffer ring runs dry
+  // (-ENOBUFS) or the kernel decides so: re-arm.
+  if (!d->recv_armed && !d->recv_paused) submit_recv(d);
+  if (res > 0) process_input(d);
+}
+
+void shard_server::start_request(downstream_conn* d) noexcept {
+  d->state = conn_state::head;
+  d->request_start_ms = now_ms();
+  d->parser.reset();
+  d->expect_sent = false;
+  set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
+}
+
+void shard_server::process_input(downstream_conn* d) noexcept {
+  for (;;) {
+    switch (d->state) {
+      case conn_state::idle:
+        if (d->in.len <= d->req_start) return;
+        start_request(d);
+        [[fallthrough]];
+      case conn_state::head: {
+        http::parse_status st = d->parser.parse_head(d->in.data + d->req_start, d->in.len - d->req_start, d->head);
+        if (st.need_more()) return;
+        if (!st.ok()) {
+          answer_error(d, st.status, st.message, "invalid_request_error", {}, {}, true);
+          return;
+        }
+        make_request_id(d);
+        d->body_begin = d->req_start + d->head.head_bytes;
+        d->body_len = 0;
+        d->chunk_raw_pos = d->body_begin;
+        const bool has_body = d->head.chunked || d->head.content_length > 0;
+        // Route by path and method before reading the body, so a request
+        // sluice will refuse never makes it send 100 Continue or buffer 8 MiB.
+        const std::string_view path = d->head.path;
+        bool known = true;
+        bool method_ok = true;
+        if (path == "/v1/chat/completions") {
+          d->endpoint = openai::endpoint::chat_completions;
+          method_ok = d->head.meth == http::method::post;
+        } else if (path == "/v1/completions") {
+          d->endpoint = openai::endpoint::completions;
+          method_ok = d->head.meth == http::method::post;
+        } else if (path == "/v1/embeddings") {
+          d->endpoint = openai::endpoint::embeddings;
+          method_ok = d->head.meth == http::method::post;
+        } else if (path == "/v1/models") {
+          method_ok = d->head.meth == http::method::get;
+          d->is_models = true;
+        } else {
+          known = false;
+        }
+        if (!known) {
+          answer_error(d, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error", {},
+                       "unknown_url", has_body);
+          return;
+        }
+        if (!method_ok) {
+          answer_error(d, 405, "Method not allowed for this URL.", "invalid_request_error", {},
+                       "method_not_allowed", has_body);
+          return;
+        }
+        if (!authenticate(d->head)) {
+          answer_error(d, 401,
+                       d->head.authorization.empty()
+                           ? "You didn't provide an API key. You need to provide your API key in an Authorization "
+                             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+                           : "Incorrect API key provided.",
+                       "invalid_request_error", {}, "invalid_api_key", has_body);
+          return;
+        }
+        if (!has_body) {
+          d->raw_end = d->body_begin;
+          dispatch(d);
+          return;
+        }
+        d->state = conn_state::body;
+        set_deadline(d, deadline_kind::body, _cfg->server.body_timeout_ms);
+        if (d->head.expect_continue && d->in.len < d->body_begin + 1 && !d->send_busy) {
+          static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+          d->send_iov[0] = {const_cast<char*>(k_continue.data()), k_continue.size()};
+          d->send_iov_count = 1;
+          d->expect_sent = true;
+          submit_send(d);
+        }
+        [[fallthrough]];
+      }
+      case conn_state::body: {
+        if (d->send_busy) return;  // 100 Continue still going out
+        if (!d->head.chunked) {
+          const uint64_t have = d->in.len - d->body_begin;
+          if (have < d->head.content_length) return;
+          d->body_len = static_cast<uint32_t>(d->head.content_length);
+          d->raw_end = d->body_begin + d->body_len;
+        } else {
+          size_t consumed = 0, produced = 0;
+          http::parse_status st =
+              d->parser.decode_chunked(d->in.data + d->chunk_raw_pos, d->in.len - d->chunk_raw_pos,
+                                       d->in.data + d->body_begin + d->body_len, consumed, produced);
+          d->chunk_raw_pos += static_cast<uint32_t>(consumed);
+          d->body_len += static_cast<uint32_t>(produced);
+          if (st.need_more()) return;
+          if (!st.ok()) {
+            answer_error(d, st.status, st.message, "invalid_request_error", {}, {}, true);
+            return;
+          }
+          d->raw_end = d->chunk_raw_pos;
+        }
+        dispatch(d);
+        return;
+      }
+      default:
+        return;  // a response is in flight: pipelined bytes wait
+    }
+  }
+}
+
+void shard_server::make_request_id(downstream_conn* d) noexcept {
+  // Keep a client's X-Request-ID when it is a plain token (it reaches logs
+  // and the backend); otherwise make one: shard-unique, not guessable.
+  std::string_view rid = d->head.request_id;
+  bool ok = !rid.empty() && rid.size() < sizeof d->request_id;
+  for (char c : rid) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '_' ||
+          c == '.' || c == ':')) {
+      ok = false;
+      break;
+    }
+  }
+  if (ok) {
+    std::memcpy(d->request_id, rid.data(), rid.size());
+    d->request_id_len = static_cast<uint8_t>(rid.size());
+    return;
+  }
+  uint64_t x = _id_seed + (++_request_seq) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  auto r = fmt::format_to_n(d->request_id, sizeof d->request_id, "{:02x}{:016x}{:08x}", _index, x,
+                            static_cast<uint32_t>(_request_seq));
+  d->request_id_len = static_cast<uint8_t>(r.size);
+}
+
+bool shard_server::authenticate(const http::request_head& h) const noexcept {
+  std::string_view a = h.authorization;
+  if (a.size() < 7 || !iequals(a.substr(0, 7), "bearer ")) return false;
+  std::string_view key = a.substr(7);
+  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+  if (key.empty()) return false;
+  const std::array<uint8_t, 32> digest = config::sha256(key);
+  // Compare against every key, in constant time each, so timing says
+  // nothing about which (or whether a) key matched.
+  bool found = false;
+  for (const config::key_config& k : _cfg->keys) {
+    found |= CRYPTO_memcmp(k.key_sha256.data(), digest.data(), digest.size()) == 0;
+  }
+  return found;
+}
+
+void shard_server::dispatch(downstream_conn* d) noexcept {
+  set_deadline(d, deadline_kind::none, 0);
+  _stats.requests_total.add();
+  _stats.requests_inflight.add();
+  d->inflight_counted = true;
+  if (d->is_models) {
+    answer_models(d);
+    return;
+  }
+  openai::request_fields f;
+  openai::request_error e;
+  const int64_t cap = 1 << 30;
+  if (!_reader.read(d->endpoint, d->in.data + d->body_begin, d->body_len, cap, f, e)) {
+    answer_error(d, 400, e.message, "invalid_request_error", e.param, e.code, false);
+    return;
+  }
+  // Model -> group: the first group whose names or patterns match.
+  char model[256];
+  if (f.model.size() >= sizeof model) {
+    answer_error(d, 404, "The model does not exist or you do not have access to it.", "invalid_request_error",
+                 "model", "model_not_found", false);
+    return;
+  }
+  std::memcpy(model, f.model.data(), f.model.size());
+  model[f.model.size()] = '\0';
+  int found = -1;
+  for (size_t g = 0; g < _cfg->groups.size() && found < 0; ++g) {
+    for (const std::string& pat : _cfg->groups[g].models) {
+      if (::fnmatch(pat.c_str(), model, 0) == 0) {
+        found = static_cast<int>(g);
+        break;
+      }
+    }
+  }
+  if (found < 0) {
+    auto msg = fmt::format_to_n(d->scratch, sizeof d->scratch, "The model `{}` does not exist or you do not have access to it.",
+                                std::string_view(model, f.model.size() > 128 ? 128 : f.model.size()));
+    answer_error(d, 404, std::string_view(d->scratch, msg.size < sizeof d->scratch ? msg.size : sizeof d->scratch),
+                 "invalid_request_error", "model", "model_not_found", false);
+    return;
+  }
+  const config::group_config& grp = _cfg->groups[static_cast<size_t>(found)];
+  const int64_t max_cap = grp.default_max_tokens != 0 ? grp.default_max_tokens : _cfg->quota.default_max_tokens;
+  (void)max_cap;
+  d->group = static_cast<uint32_t>(found);
+  d->state = conn_state::upstream;
+  forward(d, f);
+}
+
+void shard_server::answer_models(downstream_conn* d) noexcept {
+  // The groups' exact model names (patterns are not names a client can list).
+  byte_buf& o = d->out;
+  size_t need = 256;
+  for (const auto& g : _cfg->groups) {
+    need += g.name.size() + 96;
+    for (const auto& m : g.models) need += m.size() + 96;
+  }
+  char body_start_marker = 0;
+  (void)body_start_marker;
+  if (!o.reserve(need + 512)) {
+    close_downstream(d);
+    return;
+  }
+  // Body first at offset 512, head written in front of it afterwards.
+  char* body = o.data + 512;
+  size_t n = 0;
+  auto put = [&](std::string_view s) {
+    std::memcpy(body + n, s.data(), s.size());
+    n += s.size();
+  };
+  put("{\"object\":\"list\",\"data\":[");
+  bool first = true;
+  auto add_model = [&](std::string_view id) {
+    if (!first) put(",");
+    first = false;
+    put("{\"id\":\"");
+    n += openai::json_escape(body + n, id.size() * 6, id);
+    put("\",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"}");
+  };
+  for (const auto& g : _cfg->groups) {
+    bool listed_name = false;
+    for (const auto& m : g.models) {
+      if (m.find_first_of("*?[") != std::string::npos) continue;
+      add_model(m);
+      if (m == g.name) listed_name = true;
+    }
+    if (!listed_name) add_model(g.name);
+  }
+  put("]}");
+  char head[512];
+  auto h = fmt::format_to_n(head, sizeof head,
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
+                            "x-request-id: {}\r\n{}\r\n",
+                            n, std::string_view(d->request_id, d->request_id_len),
+                            d->head.keep_alive && !_draining ? "" : "connection: close\r\n");
+  const size_t hl = h.size;
+  std::memcpy(o.data + 512 - hl, head, hl);
+  d->status = 200;
+  d->close_after_send = !d->head.keep_alive || _draining;
+  d->state = conn_state::local;
+  d->send_iov[0] = {o.data + 512 - hl, hl + n};
+  d->send_iov_count = 1;
+  submit_send(d);
+}
+
+void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
+                                std::string_view param, std::string_view code, bool close) noexcept {
+  if (d->request_id_len == 0) make_request_id(d);
+  char body[1024];
+  openai::error_fields e;
+  e.message = message;
+  e.type = type;
+  e.param = param;
+  e.code = code;
+  const size_t bl = openai::write_error_body(body, sizeof body, e);
+  close = close || !d->head.keep_alive || _draining || d->state == conn_state::idle;
+  if (!d->out.reserve(bl + 512)) {
+    close_downstream(d);
+    return;
+  }
+  auto r = fmt::format_to_n(d->out.data, 512,
+                            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
+                            "x-request-id: {}\r\n{}\r\n",
+                            status, reason_phrase(status), bl, std::string_view(d->request_id, d->request_id_len),
+                            close ? "connection: close\r\n" : "");
+  std::memcpy(d->out.data + r.size, body, bl);
+  d->out.len = static_cast<uint32_t>(r.size + bl);
+  d->status = status;
+  d->close_after_send = close;
+  if (!d->inflight_counted) {
+    _stats.requests_total.add();
+    _stats.requests_inflight.add();
+    d->inflight_counted = true;
+  }
+  _stats.local_errors.add();
+  d->state = conn_state::local;
+  set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
+  d->send_iov[0] = {d->out.data, d->out.len};
+  d->send_iov_count = 1;
+  if (!d->send_busy) submit_send(d);
+}
+
+void shard_server::submit_send(downstream_conn* d) noexcept {
+  d->send_busy = true;
+  d->down_msg = msghdr{};
+  d->down_msg.msg_iov = d->send_iov;
+  d->down_msg.msg_iovlen = d->send_iov_count;
+  io_uring_sqe* s = _r.sqe(&d->send_op);
+  io_uring_prep_sendmsg(s, d->fd, &d->down_msg, MSG_NOSIGNAL);
+  ++d->ops;
+}
+
+void shard_server::on_send(shard::completion* c, const io_uring_cqe* cqe) {
+  auto* d = static_cast<op<downstream_conn>*>(c)->owner;
+  d->srv->on_send_cqe(d, cqe);
+}
+
+void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
+  --d->ops;
+  d->send_busy = false;
+  if (d->state == conn_state::closing) {
+    maybe_free(d);
+    return;
+  }
+  int res = cqe->res;
+  if (res < 0) {
+    // EPIPE/ECONNRESET: the client is gone.
+    d->peer_eof = true;
+    if (d->state == conn_state::upstream || d->state == conn_state::streaming) {
+      abort_exchange(d);
+    } else {
+      close_downstream(d);
+    }
+    return;
+  }
+  // Advance over what went out; a short send resubmits the rest.
+  size_t n = static_cast<size_t>(res);
+  uint8_t i = 0;
+  while (i < d->send_iov_count && n >= d->send_iov[i].iov_len) {
+    n -= d->send_iov[i].iov_len;
+    ++i;
+  }
+  if (i < d->send_iov_count) {
+    uint8_t k = 0;
+    for (uint8_t j = i; j < d->send_iov_count; ++j) d->send_iov[k++] = d->send_iov[j];
+    d->send_iov[0].iov_base = static_cast<char*>(d->send_iov[0].iov_base) + n;
+    d->send_iov[0].iov_len -= n;
+    d->send_iov_count = k;
+    submit_send(d);
+    return;
+  }
+  d->send_iov_count = 0;
+  switch (d->state) {
+    case conn_state::body:
+      process_input(d);  // 100 Continue is out; read on
+      return;
+    case conn_state::local:
+      on_response_sent(d);
+      return;
+    case conn_state::streaming:
+      after_body_sent(d);
+      return;
+    default:
+      return;
+  }
+}
+
+void shard_server::on_response_sent(downstream_conn* d) noexcept {
+  if (d->inflight_counted) {
+    _stats.requests_inflight.sub();
+    d->inflight_counted = false;
+  }
+  if (d->status < 300) {
+    _stats.responses_2xx.add();
+  } else if (d->status < 500) {
+    _stats.responses_4xx.add();
+  } else {
+    _stats.responses_5xx.add();
+  }
+  if (d->close_after_send) {
+    close_downstream(d);
+    return;
+  }
+  next_request(d);
+}
+
+void shard_server::next_request(downstream_conn* d) noexcept {
+  d->req_start = d->raw_end;
+  compact_input(d);
+  if (d->stash.len != 0) {
+    if (!d->in.reserve(static_cast<size_t>(d->in.len) + d->stash.len + simdjson::SIMDJSON_PADDING)) {
+      close_downstream(d);
+      return;
+    }
+    std::memcpy(d->in.data + d->in.len, d->stash.data, d->stash.len);
+    d->in.len += d->stash.len;
+    d->stash.len = 0;
+  }
+  d->state = conn_state::idle;
+  d->status = 0;
+  d->is_models = false;
+  d->request_id_len = 0;
+  d->response_started = false;
+  d->response_complete = false;
+  d->attempts = 0;
+  d->raw_end = d->body_begin = d->body_len = 0;
+  if (_draining && d->in.len == 0) {
+    close_downstream(d);
+    return;
+  }
+  set_deadline(d, deadline_kind::idle, _cfg->server.idle_timeout_ms);
+  if (d->recv_paused) {
+    d->recv_paused = false;
+    if (!d->recv_armed) submit_recv(d);
+  }
+  if (d->in.len > 0) process_input(d);
+}
+
+void shard_server::compact_input(downstream_conn* d) noexcept {
+  if (d->req_start == 0) return;
+  const uint32_t left = d->in.len - d->req_start;
+  if (left != 0) std::memmove(d->in.data, d->in.data + d->req_start, left);
+  d->in.len = left;
+  d->req_start = 0;
+  // A connection that once carried a large body gives the memory back.
+  if (left == 0 && d->in.cap > (256u << 10)) d->in.release();
+}
+
+void shard_server::close_downstream(downstream_conn* d) noexcept {
+  if (d->state == conn_state::closing) return;
+  if (d->inflight_counted) {
+    _stats.requests_inflight.sub();
+    d->inflight_counted = false;
+  }
+  d->state = conn_state::closing;
+  d->deadline = deadline_kind::none;
+  if (d->up != nullptr) {
+    upstream_conn* u = d->up;
+    d->up = nullptr;
+    u->owner = nullptr;
+    _backends[u->backend].inflight--;
+    close_upstream(u);
+  }
+  // shutdown() completes the pending receive (and any send) at once; the
+  // fd is closed when the last operation has come back.
+  ::shutdown(d->fd, SHUT_RDWR);
+  maybe_free(d);
+}
+
+void shard_server::maybe_free(downstream_conn* d) noexcept {
+  if (d->state != conn_state::closing || d->ops > 0) return;
+  if (d->pipe.valid()) {
+    _pipes.release(d->pipe, false);
+    d->pipe = {};
+  }
+  if (d->tee_pipe.valid()) {
+    _pipes.release(d->tee_pipe, false);
+    d->tee_pipe = {};
+  }
+  ::close(d->fd);
+  d->fd = -1;
+  if (d->all_hook.prev != nullptr) {
+    d->all_hook.prev->all_hook.next = d->all_hook.next;
+  } else {
+    _conns = d->all_hook.next;
+  }
+  if (d->all_hook.next != nullptr) d->all_hook.next->all_hook.prev = d->all_hook.prev;
+  --_conn_count;
+  _stats.connections_open.sub();
+  delete d;
+}
+
+void shard_server::on_deadline(downstream_conn* d) noexcept {
+  const deadline_kind k = d->deadline;
+  d->deadline = deadline_kind::none;
+  switch (k) {
+    case deadline_kind::header:
+      if (d->state == conn_state::idle && d->in.len == d->req_start) {
+        close_downstream(d);  // connected, said nothing
+      } else {
+        answer_error(d, 408, "Request header timeout.", "invalid_request_error", {}, "request_timeout", true);
+      }
+      return;
+    case deadline_kind::body:
+      answer_error(d, 408, "Request body timeout.", "invalid_request_error", {}, "request_timeout", true);
+      return;
+    case deadline_kind::idle:
+    case deadline_kind::send:
+      close_downstream(d);
+      return;
+    case deadline_kind::upstream_connect:
+    case deadline_kind::upstream_first_byte:
+    case deadline_kind::upstream_idle:
+      _stats.upstream_timeouts.add();
+      upstream_failed(d, errc::upstream_timeout);
+      return;
+    case deadline_kind::none:
+      return;
+  }
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,181 @@
+// Shard threads: start, pin, run, drain. The control thread reaches a shard
+// only through its SPSC queue plus a ring wake-up.
+#include "sluice/proxy/gateway.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "shard_server.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/net/socket.hpp"
+#include "sluice/shard/cpuset.hpp"
+#include "sluice/shard/spsc_queue.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+// Control -> shard. Small and trivially copyable (spsc_queue's rule).
+struct control_message {
+  enum class kind : uint8_t { drain } what = kind::drain;
+  uint32_t drain_ms = 0;
+};
+
+}  // namespace
+
+struct gateway::shard_slot {
+  uint32_t index = 0;
+  int cpu = -1;
+  int listen_fd = -1;
+  std::shared_ptr<const config::config> cfg;
+  shard_stats stats;
+  shard::spsc_queue<control_message, 64> inbox;
+  std::thread thread;
+  shard::reactor* reactor = nullptr;  // set by the shard thread before `ready`
+  std::atomic<bool> ready{false};
+  std::atomic<bool> failed{false};
+  std::atomic<bool> stopped{false};
+
+  void run() noexcept;
+};
+
+void gateway::shard_slot::run() noexcept {
+  char name[16];
+  auto r = fmt::format_to_n(name, sizeof name - 1, "sluice-shard{}", index);
+  name[r.size] = '\0';
+  shard::name_current_thread(name);
+  if (cpu >= 0 && !shard::pin_current_thread(cpu)) log::warn("shard {}: could not pin to cpu {}", index, cpu);
+
+  shard::reactor::options ro;
+  auto rx = shard::reactor::create(ro);
+  if (!rx) {
+    failed = true;
+    ready = true;
+    ready.notify_all();
+    stopped = true;
+    return;
+  }
+  shard_server srv(index, cfg, *rx, listen_fd, stats);
+  listen_fd = -1;  // owned by srv now
+  if (!srv.init()) {
+    failed = true;
+    ready = true;
+    ready.notify_all();
+    stopped = true;
+    return;
+  }
+  log::debug("shard {} on cpu {}: io_uring {}", index, cpu, rx->setup_mode());
+  reactor = rx.get();
+  ready = true;
+  ready.notify_all();
+
+  struct ctx_t {
+    shard_slot* slot;
+    shard_server* srv;
+    shard::reactor* r;
+  } ctx{this, &srv, rx.get()};
+  shard::reactor::hooks h;
+  h.ctx = &ctx;
+  h.on_iteration = [](void* p, uint64_t now) {
+    auto* c = static_cast<ctx_t*>(p);
+    control_message m;
+    while (c->slot->inbox.try_pop(m)) {
+      if (m.what == control_message::kind::drain) c->srv->begin_drain(now + m.drain_ms);
+    }
+    c->srv->on_iteration(now);
+    if (c->srv->drained()) c->r->stop();
+  };
+  rx->run(h);
+  stopped = true;
+}
+
+std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus) {
+  std::unique_ptr<gateway> g(new gateway());
+  net::raise_fd_limit();
+  const config::socket_address& la = cfg->server.listen;
+  // Bind the first listener; with port 0 its port is then the one every
+  // other shard binds, so they share one SO_REUSEPORT group.
+  sockaddr_storage addr = la.storage;
+  const size_t n = cpus.empty() ? 1 : cpus.size();
+  std::vector<int> fds;
+  for (size_t i = 0; i < n; ++i) {
+    int fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&addr), la.length, true);
+    if (fd < 0) {
+      for (int f : fds) ::close(f);
+      throw std::runtime_error(fmt::format("cannot listen on {}: {}", la.text, std::strerror(-fd)));
+    }
+    if (i == 0) {
+      g->_port = net::local_port(fd);
+      if (addr.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(&addr)->sin_port = htons(g->_port);
+      } else {
+        reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = htons(g->_port);
+      }
+    }
+    fds.push_back(fd);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto s = std::make_unique<shard_slot>();
+    s->index = static_cast<uint32_t>(i);
+    s->cpu = cpus.empty() ? -1 : cpus[i];
+    s->listen_fd = fds[i];
+    s->cfg = cfg;
+    g->_shards.push_back(std::move(s));
+  }
+  for (auto& s : g->_shards) {
+    shard_slot* p = s.get();
+    s->thread = std::thread([p] { p->run(); });
+  }
+  bool failed = false;
+  for (auto& s : g->_shards) {
+    s->ready.wait(false);
+    failed |= s->failed.load();
+  }
+  if (failed) {
+    g->drain(0);
+    g->join();
+    throw std::runtime_error("a shard failed to start (see the log above)");
+  }
+  return g;
+}
+
+gateway::~gateway() {
+  drain(0);
+  join();
+}
+
+const shard_stats& gateway::stats(size_t shard) const noexcept { return _shards[shard]->stats; }
+
+void gateway::drain(uint32_t drain_ms) noexcept {
+  for (auto& s : _shards) {
+    if (s->stopped) continue;
+    control_message m;
+    m.what = control_message::kind::drain;
+    m.drain_ms = drain_ms;
+    while (!s->inbox.try_push(m)) std::this_thread::yield();
+    if (s->reactor != nullptr) s->reactor->wake();
+  }
+}
+
+bool gateway::stopped() const noexcept {
+  for (auto& s : _shards) {
+    if (!s->stopped) return false;
+  }
+  return true;
+}
+
+void gateway::join() noexcept {
+  for (auto& s : _shards) {
+    if (s->thread.joinable()) s->thread.join();
+  }
+}
+
+}  // namespace sluice::proxy

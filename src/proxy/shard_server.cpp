@@ -1,0 +1,208 @@
+// Shard lifecycle: accept, the connection list, deadlines, drain.
+#include "shard_server.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "sluice/core/clock.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/net/socket.hpp"
+
+namespace sluice::proxy {
+
+byte_buf::~byte_buf() { release(); }
+
+bool byte_buf::reserve(size_t n) noexcept {
+  if (n <= cap) return true;
+  if (n > (1u << 30)) return false;
+  size_t next = cap == 0 ? 4096 : cap;
+  while (next < n) next *= 2;
+  void* p = std::realloc(data, next);
+  if (p == nullptr) return false;
+  data = static_cast<char*>(p);
+  cap = static_cast<uint32_t>(next);
+  return true;
+}
+
+void byte_buf::release() noexcept {
+  std::free(data);
+  data = nullptr;
+  len = cap = 0;
+}
+
+namespace {
+http::limits limits_from(const config::server_config& s) {
+  http::limits l;
+  l.head_bytes_max = s.max_head_bytes;
+  l.line_bytes_max = s.max_line_bytes;
+  l.header_count_max = static_cast<uint16_t>(s.max_header_count);
+  l.body_bytes_max = s.max_body_bytes;
+  return l;
+}
+}  // namespace
+
+shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r,
+                           int listen_fd, shard_stats& stats)
+    : _index(index),
+      _cfg(std::move(cfg)),
+      _r(r),
+      _stats(stats),
+      _listen_fd(listen_fd),
+      _limits(limits_from(_cfg->server)),
+      _pipes(_cfg->server.connections_max * 2),
+      _reader(_cfg->server.max_body_bytes) {
+  _accept_op.owner = this;
+  _accept_op.fn = &shard_server::on_accept;
+  _backends = std::make_unique<backend_state[]>(_cfg->backends.size());
+  for (size_t i = 0; i < _cfg->backends.size(); ++i) _backends[i].cfg = &_cfg->backends[i];
+  _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
+}
+
+shard_server::~shard_server() {
+  while (_conns != nullptr) {
+    downstream_conn* d = _conns;
+    _conns = d->all_hook.next;
+    if (d->fd >= 0) ::close(d->fd);
+    delete d;
+  }
+  for (size_t i = 0; i < _cfg->backends.size(); ++i) {
+    while (upstream_conn* u = _backends[i].idle_head) {
+      _backends[i].idle_head = u->pool_hook.next;
+      if (u->fd >= 0) ::close(u->fd);
+      delete u;
+    }
+  }
+  if (_listen_fd >= 0) ::close(_listen_fd);
+}
+
+bool shard_server::init() noexcept {
+  // 512 x 16 KiB provided buffers per shard: a receive lands in one buffer
+  // and is copied into the connection's request buffer at once, so buffers
+  // turn over quickly; 8 MiB per shard bounds what the kernel may fill.
+  _bufs = net::buffer_ring::create(_r.ring(), 0, 512, 16 * 1024);
+  if (!_bufs) return false;
+  submit_accept();
+  return true;
+}
+
+void shard_server::submit_accept() noexcept {
+  io_uring_sqe* s = _r.sqe(&_accept_op);
+  io_uring_prep_multishot_accept(s, _listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  _accept_armed = true;
+}
+
+void shard_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
+  static_cast<op<shard_server>*>(c)->owner->on_accept_cqe(cqe);
+}
+
+void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
+  const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+  if (!more) _accept_armed = false;
+  if (cqe->res >= 0) {
+    int fd = cqe->res;
+    if (_draining) {
+      ::close(fd);
+    } else if (_conn_count >= _cfg->server.connections_max) {
+      // Over the per-shard cap: shed at once rather than degrade everyone.
+      _stats.shed_connections.add();
+      ::close(fd);
+    } else {
+      auto* d = new (std::nothrow) downstream_conn(_limits);
+      if (d == nullptr) {
+        ::close(fd);
+      } else {
+        d->srv = this;
+        d->fd = fd;
+        d->recv_op.owner = d->send_op.owner = d->splice_op.owner = d->poll_op.owner = d;
+        d->recv_op.fn = &shard_server::on_recv;
+        d->send_op.fn = &shard_server::on_send;
+        net::set_nodelay(fd);
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+          d->peer_ip_len = static_cast<uint8_t>(net::format_ip(ss, d->peer_ip, sizeof d->peer_ip));
+        }
+        d->all_hook.next = _conns;
+        if (_conns != nullptr) _conns->all_hook.prev = d;
+        _conns = d;
+        ++_conn_count;
+        _stats.connections_accepted.add();
+        _stats.connections_open.add();
+        d->state = conn_state::idle;
+        set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
+        submit_recv(d);
+      }
+    }
+  } else if (cqe->res != -ECANCELED) {
+    // EMFILE/ENFILE/ENOMEM: out of resources; the multishot ends. Re-arm on
+    // the next tick rather than spin.
+    log::warn("shard {}: accept: {}", _index, std::strerror(-cqe->res));
+  }
+  if (!more && !_draining && cqe->res != -ECANCELED) {
+    // Re-armed from on_iteration (a tick later) to avoid a hot loop on EMFILE.
+  }
+}
+
+void shard_server::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept {
+  d->deadline = k;
+  d->deadline_ms = k == deadline_kind::none || ms == 0 ? 0 : now_ms() + ms;
+  if (ms == 0) d->deadline = deadline_kind::none;
+}
+
+void shard_server::on_iteration(uint64_t now) noexcept {
+  _bufs->publish();
+  if (!_accept_armed && !_draining) submit_accept();
+  // Deadlines are swept every tick: timeouts are seconds long, so a tick's
+  // precision is plenty, and a sweep costs one compare per connection.
+  if (now - _last_sweep_ms >= 10) {
+    _last_sweep_ms = now;
+    downstream_conn* d = _conns;
+    while (d != nullptr) {
+      downstream_conn* next = d->all_hook.next;
+      if (d->deadline != deadline_kind::none && now >= d->deadline_ms) on_deadline(d);
+      d = next;
+    }
+  }
+  if (_draining && _drain_deadline_ms != 0 && now >= _drain_deadline_ms) {
+    // Drain time is up: cut whatever is left.
+    downstream_conn* d = _conns;
+    while (d != nullptr) {
+      downstream_conn* next = d->all_hook.next;
+      if (d->state != conn_state::closing) close_downstream(d);
+      d = next;
+    }
+    _drain_deadline_ms = 0;
+  }
+  _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
+  _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);
+  _bufs->publish();
+}
+
+void shard_server::begin_drain(uint64_t deadline_ms) noexcept {
+  if (_draining) return;
+  _draining = true;
+  _drain_deadline_ms = deadline_ms;
+  if (_accept_armed) {
+    io_uring_sqe* s = _r.sqe_untracked();
+    io_uring_prep_cancel(s, &_accept_op, 0);
+  }
+  if (_listen_fd >= 0) {
+    // Connections still in this listener's queue are reset; with
+    // SO_REUSEPORT the kernel stops routing new ones here at once.
+    ::shutdown(_listen_fd, SHUT_RDWR);
+  }
+  // Idle keep-alive connections close now; busy ones after their response.
+  downstream_conn* d = _conns;
+  while (d != nullptr) {
+    downstream_conn* next = d->all_hook.next;
+    if (d->state == conn_state::idle && d->in.len == d->req_start) close_downstream(d);
+    d = next;
+  }
+}
+
+}  // namespace sluice::proxy

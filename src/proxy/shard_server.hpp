@@ -1,0 +1,319 @@
+#pragma once
+// proxy (private): one shard's server. Owns the listener, the downstream
+// connections, the upstream pools and the request path between them.
+//
+// Lifetimes: a connection object lives from accept (or connect) until its fd
+// is closed AND every io_uring operation on it has completed (`_ops` counts
+// them); only then is it freed. Closing starts with shutdown(2), which makes
+// pending receives complete at once and, on the upstream side, tells the
+// backend (vLLM aborts the generation and frees its KV cache on that).
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "sluice/config/config.hpp"
+#include "sluice/http/request.hpp"
+#include "sluice/http/response.hpp"
+#include "sluice/http/sse.hpp"
+#include "sluice/net/buffer_ring.hpp"
+#include "sluice/net/pipe_pool.hpp"
+#include "sluice/openai/request.hpp"
+#include "sluice/proxy/stats.hpp"
+#include "sluice/shard/reactor.hpp"
+
+namespace sluice::proxy {
+
+class shard_server;
+struct downstream_conn;
+struct upstream_conn;
+
+// A growable byte buffer owned by one connection. Grows (rarely: bodies
+// larger than the first size) and is kept across keep-alive requests.
+struct byte_buf {
+  char* data = nullptr;
+  uint32_t len = 0;
+  uint32_t cap = 0;
+  ~byte_buf();
+  // Returns: false when `n` exceeds what may be allocated.
+  bool reserve(size_t n) noexcept;
+  void release() noexcept;
+};
+
+// An io_uring operation owned by a connection.
+template <class Owner>
+struct op : shard::completion {
+  Owner* owner = nullptr;
+};
+
+// Intrusive doubly linked list hook.
+template <class T>
+struct list_hook {
+  T* prev = nullptr;
+  T* next = nullptr;
+};
+
+enum class deadline_kind : uint8_t {
+  none,
+  header,          // 408: the head did not arrive in header_timeout_ms (total)
+  body,            // 408: the body is too slow
+  idle,            // keep-alive idle: close quietly
+  upstream_connect,
+  upstream_first_byte,
+  upstream_idle,   // stream idle: no byte from the backend for stream_idle_timeout_ms
+  send,            // the client takes no bytes: close
+};
+
+// Shard-local. One per backend connection; pooled between requests.
+struct upstream_conn {
+  shard_server* srv = nullptr;
+  int fd = -1;
+  uint32_t backend = 0;
+  int ops = 0;
+  bool connected = false;
+  bool in_pool = false;
+  bool closing = false;
+  bool reused = false;          // taken from the pool (a stale socket may fail: retry)
+  bool watch_armed = false;     // POLLIN watch while idle in the pool
+  downstream_conn* owner = nullptr;
+  op<upstream_conn> connect_op, send_op, recv_op, watch_op, splice_op, tee_op;
+  list_hook<upstream_conn> pool_hook;
+  byte_buf buf;                 // response bytes (head, and body on the copy path)
+};
+
+// What the scan of a streamed response saw (for billing and audit).
+struct stream_facts {
+  uint32_t events = 0;
+  uint32_t content_events = 0;
+  int64_t prompt_tokens = -1;
+  int64_t completion_tokens = -1;
+  bool done = false;     // data: [DONE]
+  bool error = false;    // data: {"error": ...}
+  uint8_t finish_reason_len = 0;
+  char finish_reason[23] = {};
+};
+
+enum class conn_state : uint8_t {
+  idle,          // keep-alive, waiting for the next request's first byte
+  head,          // reading the request head
+  body,          // reading the request body
+  upstream,      // request forwarded, waiting for the response head
+  streaming,     // response body flowing upstream -> downstream
+  local,         // sending an answer sluice made itself
+  closing,
+};
+
+// Shard-local. One per downstream connection; from accept until both sides close.
+struct downstream_conn {
+  shard_server* srv = nullptr;
+  int fd = -1;
+  int ops = 0;
+  conn_state state = conn_state::idle;
+  bool recv_armed = false;
+  bool recv_paused = false;
+  bool peer_eof = false;
+  bool close_after_send = false;
+  bool send_busy = false;
+  bool expect_sent = false;
+  bool response_started = false;   // a byte of the response reached the socket
+  bool is_models = false;          // GET /v1/models: answered by sluice
+  bool inflight_counted = false;
+  bool stream_copy = true;         // body by copy (else splice)
+  deadline_kind deadline = deadline_kind::none;
+  uint64_t deadline_ms = 0;
+  uint64_t request_start_ms = 0;
+  op<downstream_conn> recv_op, send_op, splice_op, poll_op;
+  list_hook<downstream_conn> all_hook;
+
+  char peer_ip[48] = {};
+  uint8_t peer_ip_len = 0;
+
+  // Request bytes: [req_start, in.len) is the current request and anything
+  // pipelined after it. Decoded chunked bodies are compacted in place.
+  byte_buf in;
+  byte_buf stash;                // pipelined bytes that arrived while busy
+  uint32_t req_start = 0;
+  uint32_t body_begin = 0;       // offset of the body (after the head)
+  uint32_t body_len = 0;         // body bytes ready at body_begin
+  uint32_t raw_end = 0;          // offset just past the request's raw bytes
+  uint32_t chunk_raw_pos = 0;    // chunked: first raw byte not yet decoded
+  http::request_parser parser;
+  http::request_head head;
+
+  // The exchange in flight.
+  openai::endpoint endpoint = openai::endpoint::chat_completions;
+  uint32_t group = 0;
+  upstream_conn* up = nullptr;
+  uint8_t attempts = 0;
+  uint16_t status = 0;
+  char request_id[64] = {};
+  char scratch[256] = {};
+  uint8_t request_id_len = 0;
+  uint32_t backend_cursor = 0;
+
+  // Outgoing bytes: `out` holds heads and local answers; iov points at out
+  // and/or upstream buffer bytes. Nothing else touches those while send_busy.
+  byte_buf out;        // downstream response head / local answers
+  byte_buf up_head;    // upstream request head
+  iovec send_iov[3] = {};
+  uint8_t send_iov_count = 0;
+  iovec up_iov[4] = {};          // [1..]: the body, with the model edit
+  uint8_t up_iov_count = 0;
+  iovec up_msg_iov[6] = {};      // what the upstream sendmsg sends (advanced on short sends)
+  uint8_t up_msg_iov_count = 0;
+  uint32_t host_offset = 0;      // where the backend's host goes in up_head
+  uint64_t up_body_len = 0;
+  msghdr up_msg = {};
+  msghdr down_msg = {};
+
+  // Response scanning.
+  http::response_parser rparser;
+  http::response_head rhead;
+  bool response_complete = false;
+  bool up_reusable = false;
+  bool counted_stream = false;
+  std::unique_ptr<http::sse_scanner> sse;
+  stream_facts facts;
+  uint32_t pending_send_end = 0;  // copy path: bytes of up->buf being sent
+
+  // Splice path.
+  net::pipe_fds pipe;             // backend socket -> pipe -> client socket
+  net::pipe_fds tee_pipe;         // tee'd copy of `pipe`, read for scanning
+  uint32_t pipe_bytes = 0;        // bytes in `pipe` not yet spliced out
+  uint32_t pipe_forward = 0;      // of those, bytes that belong to the response
+  uint32_t tee_expected = 0;
+  bool splice_out_wait = false;   // the client socket was full: poll POLLOUT first
+  op<downstream_conn> tee_op, read_op;
+
+  explicit downstream_conn(const http::limits& l) : parser(l) {}
+};
+
+struct backend_state {
+  const config::backend_config* cfg = nullptr;
+  upstream_conn* idle_head = nullptr;
+  uint32_t idle_count = 0;
+  uint32_t inflight = 0;
+};
+
+// Shard-local; created and run by the shard thread.
+class shard_server {
+ public:
+  shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r, int listen_fd,
+               shard_stats& stats);
+  ~shard_server();
+  shard_server(const shard_server&) = delete;
+  shard_server& operator=(const shard_server&) = delete;
+
+  bool init() noexcept;
+  void on_iteration(uint64_t now_ms) noexcept;
+  void begin_drain(uint64_t deadline_ms) noexcept;
+  bool drained() const noexcept { return _draining && _conn_count == 0; }
+  bool draining() const noexcept { return _draining; }
+
+  // --- used by the connection code (downstream.cpp, upstream.cpp) ---
+  shard::reactor& ring() noexcept { return _r; }
+  const config::config& cfg() const noexcept { return *_cfg; }
+  shard_stats& stats() noexcept { return _stats; }
+  uint64_t now_ms() const noexcept { return _r.now_ms(); }
+
+ private:
+  friend struct downstream_ops;
+  friend struct upstream_ops;
+
+  // accept
+  void submit_accept() noexcept;
+  static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
+  void on_accept_cqe(const io_uring_cqe* cqe) noexcept;
+
+  // downstream (downstream.cpp)
+  void submit_recv(downstream_conn* d) noexcept;
+  static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
+  void on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
+  void process_input(downstream_conn* d) noexcept;
+  void start_request(downstream_conn* d) noexcept;
+  void dispatch(downstream_conn* d) noexcept;
+  void answer_models(downstream_conn* d) noexcept;
+  void answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
+                    std::string_view param, std::string_view code, bool close) noexcept;
+  void send_out(downstream_conn* d) noexcept;
+  void submit_send(downstream_conn* d) noexcept;
+  static void on_send(shard::completion* c, const io_uring_cqe* cqe);
+  void on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
+  void on_response_sent(downstream_conn* d) noexcept;
+  void finish_exchange(downstream_conn* d) noexcept;
+  void next_request(downstream_conn* d) noexcept;
+  void close_downstream(downstream_conn* d) noexcept;
+  void maybe_free(downstream_conn* d) noexcept;
+  void compact_input(downstream_conn* d) noexcept;
+  void set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept;
+  void on_deadline(downstream_conn* d) noexcept;
+  bool authenticate(const http::request_head& h) const noexcept;
+  void make_request_id(downstream_conn* d) noexcept;
+
+  // upstream (upstream.cpp)
+  void forward(downstream_conn* d, const openai::request_fields& f) noexcept;
+  void start_attempt(downstream_conn* d) noexcept;
+  bool build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept;
+  upstream_conn* acquire_upstream(uint32_t backend) noexcept;
+  void release_upstream(upstream_conn* u, bool reusable) noexcept;
+  void close_upstream(upstream_conn* u) noexcept;
+  void maybe_free(upstream_conn* u) noexcept;
+  void submit_connect(upstream_conn* u) noexcept;
+  void submit_upstream_send(downstream_conn* d) noexcept;
+  void submit_upstream_recv(downstream_conn* d) noexcept;
+  void submit_watch(upstream_conn* u) noexcept;
+  static void on_up_connect(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_up_send(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_up_recv(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_up_watch(shard::completion* c, const io_uring_cqe* cqe);
+  void on_up_connect_cqe(upstream_conn* u, int res) noexcept;
+  void on_up_send_cqe(upstream_conn* u, int res) noexcept;
+  void on_up_recv_cqe(upstream_conn* u, int res) noexcept;
+  void upstream_failed(downstream_conn* d, errc why) noexcept;
+  void on_response_head(downstream_conn* d) noexcept;
+  void relay_body(downstream_conn* d, uint32_t from, uint32_t to) noexcept;
+  void after_body_sent(downstream_conn* d) noexcept;
+  void abort_exchange(downstream_conn* d) noexcept;
+  // splice path (splice.cpp)
+  bool start_splice(downstream_conn* d) noexcept;
+  void splice_step(downstream_conn* d) noexcept;
+  static void on_splice_in(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_tee_read(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_splice_out(shard::completion* c, const io_uring_cqe* cqe);
+  void on_splice_in_cqe(downstream_conn* d, int res) noexcept;
+  void on_tee_read_cqe(downstream_conn* d, int res) noexcept;
+  void on_splice_out_cqe(downstream_conn* d, int res) noexcept;
+  void end_splice(downstream_conn* d, bool pipe_empty) noexcept;
+  void submit_splice_out(downstream_conn* d) noexcept;
+
+ public:
+  void free_if_closing(downstream_conn* d) noexcept;
+
+ private:
+  static void on_body_data(void* ctx, const char* data, size_t len);
+  static void on_sse_event(void* ctx, const http::sse_event& ev);
+
+  uint32_t _index;
+  std::shared_ptr<const config::config> _cfg;
+  shard::reactor& _r;
+  shard_stats& _stats;
+  int _listen_fd;
+  http::limits _limits;
+  op<shard_server> _accept_op;
+  bool _accept_armed = false;
+  std::unique_ptr<net::buffer_ring> _bufs;
+  net::pipe_pool _pipes;
+  openai::request_reader _reader;
+  std::unique_ptr<backend_state[]> _backends;
+  downstream_conn* _conns = nullptr;   // every live downstream connection
+  uint32_t _conn_count = 0;
+  uint32_t _rr_cursor = 0;
+  uint64_t _request_seq = 0;
+  uint64_t _id_seed = 0;
+  uint64_t _last_sweep_ms = 0;
+  bool _draining = false;
+  uint64_t _drain_deadline_ms = 0;
+};
+
+}  // namespace sluice::proxy

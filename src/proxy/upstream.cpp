@@ -1,0 +1,611 @@
+// The upstream (backend) side: pooled keep-alive connections per backend,
+// the forwarded request, the response head, and the copy path for bodies.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "shard_server.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/net/socket.hpp"
+#include "sluice/openai/error.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+constexpr uint32_t k_upstream_buf_bytes = 64u << 10;
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// Hop-by-hop fields (RFC 9110 §7.6.1) and the fields sluice sets itself.
+bool drop_request_header(std::string_view name) noexcept {
+  static constexpr std::string_view k_drop[] = {
+      "host",          "authorization",   "content-length", "transfer-encoding", "expect",
+      "connection",    "keep-alive",      "proxy-connection", "te",              "trailer",
+      "upgrade",       "proxy-authorization", "http2-settings", "x-request-id",  "x-forwarded-for",
+  };
+  for (std::string_view d : k_drop) {
+    if (iequals(name, d)) return true;
+  }
+  return false;
+}
+
+bool drop_response_header(std::string_view name) noexcept {
+  static constexpr std::string_view k_drop[] = {
+      "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "x-request-id",
+  };
+  for (std::string_view d : k_drop) {
+    if (iequals(name, d)) return true;
+  }
+  return false;
+}
+
+// Returns: whether `name` is listed in a Connection header value (those
+// fields are hop-by-hop too).
+bool named_in_connection(std::string_view connection, std::string_view name) noexcept {
+  while (!connection.empty()) {
+    size_t comma = connection.find(',');
+    std::string_view tok = connection.substr(0, comma);
+    while (!tok.empty() && (tok.front() == ' ' || tok.front() == '\t')) tok.remove_prefix(1);
+    while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\t')) tok.remove_suffix(1);
+    if (iequals(tok, name)) return true;
+    if (comma == std::string_view::npos) break;
+    connection.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+void append(byte_buf& b, std::string_view s) noexcept {
+  std::memcpy(b.data + b.len, s.data(), s.size());
+  b.len += static_cast<uint32_t>(s.size());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The forwarded request
+
+bool shard_server::build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept {
+  const config::group_config& g = _cfg->groups[d->group];
+  const http::request_head& h = d->head;
+  const char* body = d->in.data + d->body_begin;
+
+  // Body: the client's bytes, with `model` replaced by a byte edit when the
+  // group names its backend model. Nothing else is re-encoded.
+  uint64_t body_len = d->body_len;
+  d->up_iov_count = 1;  // [0] is the head
+  if (!g.backend_model.empty() && f.model_token_end > f.model_token_begin) {
+    size_t n = 0;
+    d->scratch[n++] = '"';
+    n += openai::json_escape(d->scratch + n, sizeof d->scratch - 2, g.backend_model);
+    d->scratch[n++] = '"';
+    d->up_iov[1] = {const_cast<char*>(body), f.model_token_begin};
+    d->up_iov[2] = {d->scratch, n};
+    d->up_iov[3] = {const_cast<char*>(body) + f.model_token_end, d->body_len - f.model_token_end};
+    d->up_iov_count = 4;
+    body_len = d->body_len - (f.model_token_end - f.model_token_begin) + n;
+  } else if (d->body_len != 0) {
+    d->up_iov[1] = {const_cast<char*>(body), d->body_len};
+    d->up_iov_count = 2;
+  }
+
+  size_t need = h.head_bytes + 512 + d->peer_ip_len;
+  if (!d->up_head.reserve(need)) return false;
+  byte_buf& o = d->up_head;
+  o.len = 0;
+  append(o, h.method_name);
+  append(o, " ");
+  append(o, h.target);
+  append(o, " HTTP/1.1\r\nhost: ");
+  d->host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
+  append(o, "\r\n");
+  std::string_view xff_prior;
+  for (uint16_t i = 0; i < h.header_count; ++i) {
+    const http::header& hd = h.headers[i];
+    if (iequals(hd.name, "x-forwarded-for")) xff_prior = hd.value;
+    if (drop_request_header(hd.name)) continue;
+    if (!h.connection.empty() && named_in_connection(h.connection, hd.name)) continue;
+    append(o, hd.name);
+    append(o, ": ");
+    append(o, hd.value);
+    append(o, "\r\n");
+  }
+  char line[256];
+  auto r = fmt::format_to_n(line, sizeof line, "content-length: {}\r\nx-request-id: {}\r\nx-forwarded-for: ", body_len,
+                            std::string_view(d->request_id, d->request_id_len));
+  append(o, std::string_view(line, r.size));
+  if (!xff_prior.empty() && xff_prior.size() < 1024) {
+    if (!o.reserve(static_cast<size_t>(o.len) + xff_prior.size() + 128)) return false;
+    append(o, xff_prior);
+    append(o, ", ");
+  }
+  append(o, std::string_view(d->peer_ip, d->peer_ip_len));
+  append(o, "\r\n\r\n");
+  d->up_body_len = body_len;
+  return true;
+}
+
+void shard_server::forward(downstream_conn* d, const openai::request_fields& f) noexcept {
+  if (!build_upstream_request(d, f)) {
+    answer_error(d, 500, "Internal error.", "server_error", {}, {}, true);
+    return;
+  }
+  d->attempts = 0;
+  start_attempt(d);
+}
+
+void shard_server::start_attempt(downstream_conn* d) noexcept {
+  const config::group_config& g = _cfg->groups[d->group];
+  if (g.backends.empty()) {
+    answer_error(d, 503, "No backend is available for this model.", "server_error", {}, "no_backend", false);
+    return;
+  }
+  // Round-robin within the group (routing by hash ring comes with route/).
+  const uint32_t backend = g.backends[(_rr_cursor++) % g.backends.size()];
+  // The head has an empty host value at host_offset: this attempt's
+  // backend goes in through the iov, so a retry rebuilds nothing.
+  const std::string_view host = _cfg->backends[backend].host_header;
+  d->up_msg_iov[0] = {d->up_head.data, d->host_offset};
+  d->up_msg_iov[1] = {const_cast<char*>(host.data()), host.size()};
+  d->up_msg_iov[2] = {d->up_head.data + d->host_offset, d->up_head.len - d->host_offset};
+  uint8_t n = 3;
+  for (uint8_t i = 1; i < d->up_iov_count; ++i) d->up_msg_iov[n++] = d->up_iov[i];
+  d->up_msg_iov_count = n;
+
+  upstream_conn* u = acquire_upstream(backend);
+  if (u == nullptr) {
+    answer_error(d, 503, "Too many connections to the backend.", "server_error", {}, "overloaded", false);
+    return;
+  }
+  u->owner = d;
+  d->up = u;
+  _backends[backend].inflight++;
+  _stats.upstream_requests.add();
+  d->state = conn_state::upstream;
+  d->rparser.reset(false);
+  d->response_complete = false;
+  u->buf.len = 0;
+  if (u->connected) {
+    set_deadline(d, deadline_kind::upstream_first_byte, g.upstream.first_byte_timeout_ms);
+    submit_upstream_send(d);
+  } else {
+    set_deadline(d, deadline_kind::upstream_connect, g.upstream.connect_timeout_ms);
+    submit_connect(u);
+  }
+}
+
+upstream_conn* shard_server::acquire_upstream(uint32_t backend) noexcept {
+  backend_state& bs = _backends[backend];
+  while (upstream_conn* u = bs.idle_head) {
+    bs.idle_head = u->pool_hook.next;
+    if (bs.idle_head != nullptr) bs.idle_head->pool_hook.prev = nullptr;
+    u->pool_hook = {};
+    u->in_pool = false;
+    --bs.idle_count;
+    if (u->watch_armed) {
+      io_uring_sqe* s = _r.sqe_untracked();
+      io_uring_prep_poll_remove(s, reinterpret_cast<uint64_t>(&u->watch_op));
+    }
+    u->reused = true;
+    return u;
+  }
+  auto* u = new (std::nothrow) upstream_conn();
+  if (u == nullptr) return nullptr;
+  const config::backend_config& b = _cfg->backends[backend];
+  u->fd = net::stream_socket(b.address.family());
+  if (u->fd < 0) {
+    delete u;
+    return nullptr;
+  }
+  u->srv = this;
+  u->backend = backend;
+  u->connect_op.owner = u->send_op.owner = u->recv_op.owner = u->watch_op.owner = u;
+  u->connect_op.fn = &shard_server::on_up_connect;
+  u->send_op.fn = &shard_server::on_up_send;
+  u->recv_op.fn = &shard_server::on_up_recv;
+  u->watch_op.fn = &shard_server::on_up_watch;
+  if (!u->buf.reserve(k_upstream_buf_bytes)) {
+    ::close(u->fd);
+    delete u;
+    return nullptr;
+  }
+  return u;
+}
+
+void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
+  u->owner = nullptr;
+  backend_state& bs = _backends[u->backend];
+  const uint32_t pool_max = _cfg->upstream.pool_idle_max;
+  if (!reusable || _draining || bs.idle_count >= pool_max || u->closing) {
+    close_upstream(u);
+    return;
+  }
+  u->in_pool = true;
+  u->reused = false;
+  u->pool_hook.prev = nullptr;
+  u->pool_hook.next = bs.idle_head;
+  if (bs.idle_head != nullptr) bs.idle_head->pool_hook.prev = u;
+  bs.idle_head = u;
+  ++bs.idle_count;
+  submit_watch(u);
+}
+
+void shard_server::submit_watch(upstream_conn* u) noexcept {
+  // An idle pooled connection watches for the backend closing it (uvicorn
+  // closes idle keep-alive connections after 5 s): such a socket leaves the
+  // pool at once instead of failing the next request.
+  if (u->watch_armed) return;
+  io_uring_sqe* s = _r.sqe(&u->watch_op);
+  io_uring_prep_poll_add(s, u->fd, POLLIN | POLLRDHUP);
+  u->watch_armed = true;
+  ++u->ops;
+}
+
+void shard_server::on_up_watch(shard::completion* c, const io_uring_cqe* cqe) {
+  auto* u = static_cast<op<upstream_conn>*>(c)->owner;
+  --u->ops;
+  u->watch_armed = false;
+  shard_server* srv = u->srv;
+  if (u->closing) {
+    srv->maybe_free(u);
+    return;
+  }
+  if (cqe->res == -ECANCELED || cqe->res == -ENOENT) return;  // taken from the pool
+  if (u->in_pool) {
+    // Readable while idle: EOF or bytes nobody asked for. Either way the
+    // connection cannot carry another request.
+    srv->close_upstream(u);
+  }
+}
+
+void shard_server::close_upstream(upstream_conn* u) noexcept {
+  if (u->closing) return;
+  u->closing = true;
+  if (u->in_pool) {
+    backend_state& bs = _backends[u->backend];
+    if (u->pool_hook.prev != nullptr) {
+      u->pool_hook.prev->pool_hook.next = u->pool_hook.next;
+    } else {
+      bs.idle_head = u->pool_hook.next;
+    }
+    if (u->pool_hook.next != nullptr) u->pool_hook.next->pool_hook.prev = u->pool_hook.prev;
+    u->in_pool = false;
+    --bs.idle_count;
+  }
+  // shutdown() sends the FIN now even while io_uring operations still hold
+  // the file: the backend sees the close at once (vLLM aborts the request).
+  ::shutdown(u->fd, SHUT_RDWR);
+  if (u->watch_armed) {
+    io_uring_sqe* s = _r.sqe_untracked();
+    io_uring_prep_poll_remove(s, reinterpret_cast<uint64_t>(&u->watch_op));
+  }
+  maybe_free(u);
+}
+
+void shard_server::maybe_free(upstream_conn* u) noexcept {
+  if (!u->closing || u->ops > 0) return;
+  ::close(u->fd);
+  delete u;
+}
+
+void shard_server::submit_connect(upstream_conn* u) noexcept {
+  const config::backend_config& b = _cfg->backends[u->backend];
+  io_uring_sqe* s = _r.sqe(&u->connect_op);
+  io_uring_prep_connect(s, u->fd, reinterpret_cast<const sockaddr*>(&b.address.storage), b.address.length);
+  ++u->ops;
+}
+
+void shard_server::on_up_connect(shard::completion* c, const io_uring_cqe* cqe) {
+  auto* u = static_cast<op<upstream_conn>*>(c)->owner;
+  u->srv->on_up_connect_cqe(u, cqe->res);
+}
+
+void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
+  --u->ops;
+  if (u->closing || u->owner == nullptr) {
+    if (!u->closing) close_upstream(u);
+    maybe_free(u);
+    return;
+  }
+  downstream_conn* d = u->owner;
+  if (res < 0) {
+    _stats.upstream_connect_errors.add();
+    upstream_failed(d, errc::upstream_connect);
+    return;
+  }
+  u->connected = true;
+  set_deadline(d, deadline_kind::upstream_first_byte, _cfg->groups[d->group].upstream.first_byte_timeout_ms);
+  submit_upstream_send(d);
+}
+
+void shard_server::submit_upstream_send(downstream_conn* d) noexcept {
+  upstream_conn* u = d->up;
+  d->up_msg = msghdr{};
+  d->up_msg.msg_iov = d->up_msg_iov;
+  d->up_msg.msg_iovlen = d->up_msg_iov_count;
+  io_uring_sqe* s = _r.sqe(&u->send_op);
+  io_uring_prep_sendmsg(s, u->fd, &d->up_msg, MSG_NOSIGNAL);
+  ++u->ops;
+}
+
+void shard_server::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
+  auto* u = static_cast<op<upstream_conn>*>(c)->owner;
+  u->srv->on_up_send_cqe(u, cqe->res);
+}
+
+void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
+  --u->ops;
+  if (u->closing || u->owner == nullptr) {
+    if (!u->closing) close_upstream(u);
+    maybe_free(u);
+    return;
+  }
+  downstream_conn* d = u->owner;
+  if (res < 0) {
+    upstream_failed(d, errc::upstream_connect);  // nothing was answered yet: safe to retry
+    return;
+  }
+  size_t n = static_cast<size_t>(res);
+  uint8_t i = 0;
+  while (i < d->up_msg_iov_count && n >= d->up_msg_iov[i].iov_len) {
+    n -= d->up_msg_iov[i].iov_len;
+    ++i;
+  }
+  if (i < d->up_msg_iov_count) {
+    uint8_t k = 0;
+    for (uint8_t j = i; j < d->up_msg_iov_count; ++j) d->up_msg_iov[k++] = d->up_msg_iov[j];
+    d->up_msg_iov[0].iov_base = static_cast<char*>(d->up_msg_iov[0].iov_base) + n;
+    d->up_msg_iov[0].iov_len -= n;
+    d->up_msg_iov_count = k;
+    submit_upstream_send(d);
+    return;
+  }
+  submit_upstream_recv(d);
+}
+
+void shard_server::submit_upstream_recv(downstream_conn* d) noexcept {
+  upstream_conn* u = d->up;
+  io_uring_sqe* s = _r.sqe(&u->recv_op);
+  io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
+  ++u->ops;
+}
+
+void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
+  auto* u = static_cast<op<upstream_conn>*>(c)->owner;
+  u->srv->on_up_recv_cqe(u, cqe->res);
+}
+
+void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
+  --u->ops;
+  if (u->closing || u->owner == nullptr) {
+    if (!u->closing) close_upstream(u);
+    maybe_free(u);
+    return;
+  }
+  downstream_conn* d = u->owner;
+  if (res <= 0) {
+    if (d->state == conn_state::streaming && res == 0 && d->rparser.finish_at_eof()) {
+      // A body delimited by the close: complete.
+      d->response_complete = true;
+      d->up_reusable = false;
+      after_body_sent(d);
+      return;
+    }
+    upstream_failed(d, d->state == conn_state::upstream && u->buf.len == 0 ? errc::upstream_connect
+                                                                            : errc::upstream_closed);
+    return;
+  }
+  u->buf.len += static_cast<uint32_t>(res);
+  if (d->state == conn_state::upstream) {
+    http::parse_status st = d->rparser.parse_head(u->buf.data, u->buf.len, d->rhead);
+    if (st.need_more()) {
+      if (u->buf.len >= u->buf.cap) {
+        upstream_failed(d, errc::upstream_protocol);
+        return;
+      }
+      submit_upstream_recv(d);
+      return;
+    }
+    if (!st.ok()) {
+      upstream_failed(d, errc::upstream_protocol);
+      return;
+    }
+    on_response_head(d);
+    return;
+  }
+  // Copy path: relay what arrived.
+  relay_body(d, 0, u->buf.len);
+}
+
+void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
+  auto* d = static_cast<downstream_conn*>(ctx);
+  if (d->sse) d->sse->feed(data, len);
+}
+
+void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
+  auto* d = static_cast<downstream_conn*>(ctx);
+  const openai::stream_event_info info = openai::scan_stream_event(ev.data);
+  stream_facts& s = d->facts;
+  ++s.events;
+  if (info.done) s.done = true;
+  if (info.error) s.error = true;
+  if (info.has_content) ++s.content_events;
+  if (info.has_usage) {
+    s.prompt_tokens = info.prompt_tokens;
+    s.completion_tokens = info.completion_tokens;
+  }
+  if (!info.finish_reason.empty()) {
+    const size_t n = info.finish_reason.size() < sizeof s.finish_reason ? info.finish_reason.size()
+                                                                       : sizeof s.finish_reason;
+    std::memcpy(s.finish_reason, info.finish_reason.data(), n);
+    s.finish_reason_len = static_cast<uint8_t>(n);
+  }
+}
+
+void shard_server::on_response_head(downstream_conn* d) noexcept {
+  upstream_conn* u = d->up;
+  const http::response_head& rh = d->rhead;
+  const config::group_config& g = _cfg->groups[d->group];
+  d->state = conn_state::streaming;
+  d->up_reusable = rh.keep_alive;
+  d->facts = stream_facts{};
+  if (rh.event_stream) {
+    // One scanner per connection, made on its first stream and kept.
+    if (!d->sse) d->sse.reset(new (std::nothrow) http::sse_scanner(&shard_server::on_sse_event, d));
+    if (d->sse) d->sse->reset();
+  }
+  set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);
+
+  // The client's head: the backend's status and end-to-end fields, plus
+  // x-request-id; framing (Content-Length / chunked) passes through as is,
+  // and so do the body bytes.
+  const bool close = !d->head.keep_alive || _draining;
+  d->close_after_send = close;
+  size_t need = rh.head_bytes + 256;
+  if (!d->out.reserve(need)) {
+    upstream_failed(d, errc::internal);
+    return;
+  }
+  byte_buf& o = d->out;
+  o.len = 0;
+  char line[160];
+  auto r = fmt::format_to_n(line, sizeof line, "HTTP/1.1 {} ", rh.status);
+  append(o, std::string_view(line, r.size));
+  append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
+  append(o, "\r\n");
+  for (uint16_t i = 0; i < rh.header_count; ++i) {
+    const http::header& hd = rh.headers[i];
+    if (drop_response_header(hd.name)) continue;
+    append(o, hd.name);
+    append(o, ": ");
+    append(o, hd.value);
+    append(o, "\r\n");
+  }
+  r = fmt::format_to_n(line, sizeof line, "x-request-id: {}\r\n{}\r\n", std::string_view(d->request_id, d->request_id_len),
+                       close ? "connection: close\r\n" : "");
+  append(o, std::string_view(line, r.size));
+  d->status = rh.status;
+
+  // Body bytes that came with the head.
+  const uint32_t from = rh.head_bytes;
+  http::body_sink sink{&shard_server::on_body_data, d};
+  http::body_status bs{};
+  if (from < u->buf.len || (rh.has_content_length && rh.content_length == 0) || !rh.chunked) {
+    bs = d->rparser.feed_body(u->buf.data + from, u->buf.len - from, sink);
+  }
+  if (bs.error != errc::ok) {
+    upstream_failed(d, errc::upstream_protocol);
+    return;
+  }
+  d->response_complete = bs.complete;
+  if (bs.complete && from + bs.consumed != u->buf.len) d->up_reusable = false;  // bytes past the end
+  d->send_iov[0] = {o.data, o.len};
+  d->send_iov[1] = {u->buf.data + from, bs.consumed};
+  d->send_iov_count = bs.consumed != 0 ? 2 : 1;
+  d->response_started = true;
+  submit_send(d);
+}
+
+void shard_server::relay_body(downstream_conn* d, uint32_t from, uint32_t to) noexcept {
+  upstream_conn* u = d->up;
+  http::body_sink sink{&shard_server::on_body_data, d};
+  http::body_status bs = d->rparser.feed_body(u->buf.data + from, to - from, sink);
+  if (bs.error != errc::ok) {
+    upstream_failed(d, errc::upstream_protocol);
+    return;
+  }
+  set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+  d->response_complete = bs.complete;
+  if (bs.complete && from + bs.consumed != to) d->up_reusable = false;
+  if (bs.consumed == 0) {
+    after_body_sent(d);
+    return;
+  }
+  d->send_iov[0] = {u->buf.data + from, bs.consumed};
+  d->send_iov_count = 1;
+  submit_send(d);
+}
+
+void shard_server::after_body_sent(downstream_conn* d) noexcept {
+  if (d->response_complete) {
+    finish_exchange(d);
+    return;
+  }
+  upstream_conn* u = d->up;
+  u->buf.len = 0;
+  if (_cfg->server.splice && start_splice(d)) return;
+  _stats.streams_copied.add(d->counted_stream ? 0 : 1);
+  d->counted_stream = true;
+  submit_upstream_recv(d);
+}
+
+void shard_server::finish_exchange(downstream_conn* d) noexcept {
+  upstream_conn* u = d->up;
+  d->up = nullptr;
+  if (u != nullptr) {
+    _backends[u->backend].inflight--;
+    release_upstream(u, d->up_reusable && (!d->pipe.valid() || d->pipe_bytes == 0));
+  }
+  if (d->pipe.valid()) end_splice(d, d->pipe_bytes == 0);
+  d->counted_stream = false;
+  d->state = conn_state::local;  // so on_response_sent() counts it like any answer
+  on_response_sent(d);
+}
+
+void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
+  upstream_conn* u = d->up;
+  bool stale = false;
+  if (u != nullptr) {
+    stale = u->reused;
+    d->up = nullptr;
+    u->owner = nullptr;
+    _backends[u->backend].inflight--;
+    close_upstream(u);
+  }
+  if (d->pipe.valid()) end_splice(d, false);
+  if (d->response_started) {
+    // Something already reached the client: never retry, never fake an end.
+    // Closing without the terminal chunk tells the client it was cut.
+    _stats.upstream_truncated.add();
+    d->counted_stream = false;
+    close_downstream(d);
+    return;
+  }
+  const config::group_config& g = _cfg->groups[d->group];
+  const bool retryable = why == errc::upstream_connect;
+  // A pooled connection the backend had just closed does not count as an
+  // attempt: nothing was wrong with the backend.
+  if (retryable && (stale || d->attempts < g.upstream.max_retries)) {
+    if (!stale) ++d->attempts;
+    _stats.upstream_retries.add();
+    start_attempt(d);
+    return;
+  }
+  if (why == errc::upstream_timeout) {
+    answer_error(d, 504, "The backend did not answer in time.", "server_error", {}, "upstream_timeout", false);
+  } else if (why == errc::upstream_protocol) {
+    answer_error(d, 502, "The backend sent an invalid response.", "server_error", {}, "bad_gateway", false);
+  } else {
+    answer_error(d, 502, "The backend is unavailable.", "server_error", {}, "bad_gateway", false);
+  }
+}
+
+void shard_server::abort_exchange(downstream_conn* d) noexcept {
+  _stats.downstream_aborts.add();
+  close_downstream(d);  // closes the upstream connection too
+}
+
+}  // namespace sluice::proxy

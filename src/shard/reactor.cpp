@@ -1,0 +1,134 @@
+#include "sluice/shard/reactor.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sluice/core/clock.hpp"
+#include "sluice/core/log.hpp"
+
+namespace sluice::shard {
+
+std::unique_ptr<reactor> reactor::create(const options& o) {
+  std::unique_ptr<reactor> r(new reactor());
+  r->_tick_ms = o.tick_ms;
+  io_uring_params p{};
+  int rc = -EINVAL;
+  // Preferred: one issuer thread, task work run only when we wait
+  // (IORING_SETUP_SINGLE_ISSUER: Linux 6.0, IORING_SETUP_DEFER_TASKRUN: 6.1).
+  // COOP_TASKRUN (5.19) avoids IPIs when DEFER_TASKRUN is not available.
+  struct attempt {
+    unsigned flags;
+    const char* name;
+  };
+  const attempt attempts[] = {
+      {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, "single_issuer+defer_taskrun"},
+      {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN, "single_issuer+coop_taskrun"},
+      {IORING_SETUP_COOP_TASKRUN, "coop_taskrun"},
+      {0, "plain"},
+  };
+  for (const attempt& a : attempts) {
+    if ((a.flags & IORING_SETUP_SINGLE_ISSUER) && !o.single_issuer) continue;
+    if ((a.flags & IORING_SETUP_DEFER_TASKRUN) && !o.defer_taskrun) continue;
+    p = io_uring_params{};
+    p.flags = a.flags | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE;
+    p.cq_entries = o.entries * 4;
+    rc = io_uring_queue_init_params(o.entries, &r->_ring, &p);
+    if (rc == -EINVAL) {  // SUBMIT_ALL (5.18) missing: try without it
+      p = io_uring_params{};
+      p.flags = a.flags | IORING_SETUP_CQSIZE;
+      p.cq_entries = o.entries * 4;
+      rc = io_uring_queue_init_params(o.entries, &r->_ring, &p);
+    }
+    if (rc == 0) {
+      r->_setup_mode = a.name;
+      break;
+    }
+    if (rc != -EINVAL) break;  // a real failure, not a missing flag
+  }
+  if (rc != 0) {
+    const char* cause = rc == -ENOMEM   ? "the locked-memory limit (ulimit -l) is too low for the ring"
+                        : rc == -EPERM  ? "io_uring is disabled (sysctl kernel.io_uring_disabled) or blocked by seccomp"
+                        : rc == -ENOSYS ? "this kernel has no io_uring"
+                                        : "unexpected error";
+    log::error("io_uring_queue_init failed: {} ({})", std::strerror(-rc), cause);
+    return nullptr;
+  }
+  r->_ring_ready = true;
+  if ((p.features & IORING_FEAT_EXT_ARG) == 0) {
+    log::error("io_uring lacks IORING_FEAT_EXT_ARG (Linux 5.11): kernel too old");
+    return nullptr;
+  }
+  r->_event_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (r->_event_fd < 0) {
+    log::error("eventfd failed: {}", std::strerror(errno));
+    return nullptr;
+  }
+  r->_wake_completion.fn = &reactor::on_wake;
+  r->_wake_completion.owner = r.get();
+  r->arm_wake();
+  r->_now_ms = monotonic_ms();
+  return r;
+}
+
+reactor::~reactor() {
+  if (_ring_ready) io_uring_queue_exit(&_ring);
+  if (_event_fd >= 0) ::close(_event_fd);
+}
+
+io_uring_sqe* reactor::sqe(completion* c) noexcept {
+  io_uring_sqe* s = io_uring_get_sqe(&_ring);
+  while (s == nullptr) {
+    io_uring_submit(&_ring);
+    s = io_uring_get_sqe(&_ring);
+  }
+  io_uring_sqe_set_data(s, c);
+  return s;
+}
+
+io_uring_sqe* reactor::sqe_untracked() noexcept { return sqe(nullptr); }
+
+void reactor::arm_wake() noexcept {
+  io_uring_sqe* s = sqe(&_wake_completion);
+  io_uring_prep_read(s, _event_fd, &_event_value, sizeof _event_value, 0);
+}
+
+void reactor::on_wake(completion* c, const io_uring_cqe*) {
+  static_cast<wake_completion*>(c)->owner->arm_wake();
+}
+
+void reactor::wake() noexcept {
+  uint64_t one = 1;
+  ssize_t n = ::write(_event_fd, &one, sizeof one);
+  (void)n;  // EAGAIN: the counter is saturated, the loop is awake anyway
+}
+
+void reactor::run(const hooks& h) noexcept {
+  __kernel_timespec ts{};
+  ts.tv_sec = _tick_ms / 1000;
+  ts.tv_nsec = static_cast<long long>(_tick_ms % 1000) * 1'000'000;
+  while (!_stopping) {
+    io_uring_cqe* cqe = nullptr;
+    int rc = io_uring_submit_and_wait_timeout(&_ring, &cqe, 1, &ts, nullptr);
+    if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY) {
+      log::error("io_uring_submit_and_wait_timeout: {}", std::strerror(-rc));
+    }
+    _now_ms = monotonic_ms();
+    unsigned head;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(&_ring, head, cqe) {
+      ++seen;
+      auto* c = static_cast<completion*>(io_uring_cqe_get_data(cqe));
+      if (c != nullptr) c->fn(c, cqe);
+    }
+    io_uring_cq_advance(&_ring, seen);
+    _cqes += seen;
+    ++_iterations;
+    if (h.on_iteration != nullptr) h.on_iteration(h.ctx, _now_ms);
+  }
+  io_uring_submit(&_ring);
+}
+
+}  // namespace sluice::shard
