@@ -1,1 +1,498 @@
-// placeholder: being written
+// Downstream request heads and chunked request bodies. Two passes over a
+// head: the pre-scan (head_scan.cpp) finds its end while enforcing the limits
+// and the line grammar llhttp 8.1 is lenient about, then llhttp (strict)
+// parses the one complete head and pauses at headers-complete so no body
+// byte is touched. Chunked bodies use a hand-written decoder: it must be
+// resumable at any byte, stricter than llhttp about bare LF, and it writes
+// the payload in place.
+#include "sluice/http/request.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "head_scan.hpp"
+
+namespace sluice::http {
+
+namespace {
+
+using detail::iequals;
+
+constexpr uint32_t k_chunk_ext_bytes_max = 4096;
+
+parse_status error_status(uint16_t status, std::string_view message) noexcept {
+  errc e = errc::bad_request;  // also 417 and 501: errc has no code for those
+  switch (status) {
+    case 413: e = errc::body_too_large; break;
+    case 414: e = errc::uri_too_long; break;
+    case 431: e = errc::header_too_large; break;
+    case 505: e = errc::version_not_supported; break;
+    default: break;
+  }
+  return parse_status{e, status, message};
+}
+
+parse_status scan_failure(detail::scan_error e) noexcept {
+  using detail::scan_error;
+  switch (e) {
+    case scan_error::start_line_too_long: return error_status(414, "request line too long");
+    case scan_error::head_too_large:
+    case scan_error::field_line_too_long:
+    case scan_error::too_many_fields: return error_status(431, detail::scan_message(e));
+    default: return error_status(400, detail::scan_message(e));
+  }
+}
+
+method method_of(uint8_t m) noexcept {
+  switch (m) {
+    case HTTP_GET: return method::get;
+    case HTTP_HEAD: return method::head;
+    case HTTP_POST: return method::post;
+    case HTTP_PUT: return method::put;
+    case HTTP_DELETE: return method::delete_;
+    case HTTP_OPTIONS: return method::options;
+    case HTTP_PATCH: return method::patch;
+    case HTTP_CONNECT: return method::connect;
+    case HTTP_TRACE: return method::trace;
+    default: return method::other;
+  }
+}
+
+void clear_head(request_head& h) noexcept {
+  // Not `h = request_head{}`: that would also rewrite the 4 KiB header array.
+  h.meth = method::other;
+  h.method_name = h.target = h.path = {};
+  h.version_major = 1;
+  h.version_minor = 1;
+  h.keep_alive = true;
+  h.chunked = false;
+  h.has_content_length = false;
+  h.content_length = 0;
+  h.expect_continue = false;
+  h.head_bytes = 0;
+  h.authorization = h.host = h.session_id = h.request_id = {};
+  h.content_type = h.connection = h.upgrade = {};
+  h.header_count = 0;
+}
+
+bool is_hex(unsigned char c, unsigned& v) noexcept {
+  if (c >= '0' && c <= '9') { v = c - '0'; return true; }
+  const unsigned lc = c | 0x20u;
+  if (lc >= 'a' && lc <= 'f') { v = lc - 'a' + 10; return true; }
+  return false;
+}
+
+bool is_field_ctl(unsigned char c) noexcept { return (c < 0x20 && c != '\t') || c == 0x7f; }
+
+// One well-known field: remembers the first value, rejects a second.
+bool take_once(std::string_view& slot, bool& seen, std::string_view value) noexcept {
+  if (seen) return false;
+  seen = true;
+  slot = value;
+  return true;
+}
+
+}  // namespace
+
+void request_head::rebase(const char* old_base, const char* new_base) noexcept {
+  const auto move = [old_base, new_base](std::string_view& v) noexcept {
+    if (v.data() == nullptr) return;
+    v = std::string_view(new_base + (v.data() - old_base), v.size());
+  };
+  move(method_name);
+  move(target);
+  move(path);
+  move(authorization);
+  move(host);
+  move(session_id);
+  move(request_id);
+  move(content_type);
+  move(connection);
+  move(upgrade);
+  for (uint16_t i = 0; i < header_count; ++i) {
+    move(headers[i].name);
+    move(headers[i].value);
+  }
+}
+
+request_parser::request_parser(const limits& l) noexcept : _limits(l) {
+  // The head array is fixed: more fields than it holds cannot be accepted.
+  _limits.header_count_max = std::min(_limits.header_count_max, k_headers_max);
+  llhttp_settings_init(&_settings);
+  _settings.on_header_field = on_header_field;
+  _settings.on_header_value = on_header_value;
+  _settings.on_headers_complete = on_headers_complete;
+  reset();
+}
+
+void request_parser::reset() noexcept {
+  llhttp_init(&_parser, HTTP_REQUEST, &_settings);
+  _parser.data = this;
+  _scan = detail::head_scan_state{};
+  _head = nullptr;
+  _in_value = false;
+  _pending = parse_status{errc::need_more, 0, {}};
+  _chunk = chunk_state::size_first;
+  _chunk_digits = 0;
+  _trailer_fields = 0;
+  _chunk_ext_bytes = 0;
+  _trailer_bytes = 0;
+  _chunk_size = 0;
+  _body_total = 0;
+  _body_status = parse_status{errc::need_more, 0, {}};
+}
+
+int request_parser::on_header_field(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<request_parser*>(p->data);
+  request_head& h = *self->_head;
+  if (self->_in_value || h.header_count == 0) {
+    // The pre-scan bounded the count; llhttp agreeing is checked anyway.
+    if (h.header_count == k_headers_max) return -1;
+    h.headers[h.header_count++] = header{std::string_view(at, len), {}};
+    self->_in_value = false;
+    return 0;
+  }
+  // A name split across llhttp spans: the pieces are adjacent in the buffer.
+  std::string_view& name = h.headers[h.header_count - 1].name;
+  name = std::string_view(name.data(), static_cast<size_t>(at + len - name.data()));
+  return 0;
+}
+
+int request_parser::on_header_value(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<request_parser*>(p->data);
+  request_head& h = *self->_head;
+  if (h.header_count == 0) return -1;
+  std::string_view& value = h.headers[h.header_count - 1].value;
+  value = value.data() == nullptr
+              ? std::string_view(at, len)
+              : std::string_view(value.data(), static_cast<size_t>(at + len - value.data()));
+  self->_in_value = true;
+  return 0;
+}
+
+int request_parser::on_headers_complete(llhttp_t* p) {
+  auto* self = static_cast<request_parser*>(p->data);
+  self->_pending = self->check_fields();
+  // Pausing leaves the body alone: parse_head() must not consume it.
+  return self->_pending.ok() ? HPE_PAUSED : -1;
+}
+
+parse_status request_parser::parse_request_line(const char* data) noexcept {
+  request_head& h = *_head;
+  const std::string_view line(data + _scan.start_begin, _scan.start_end - _scan.start_begin);
+  constexpr std::string_view k_malformed = "malformed request line";
+  // request-line = method SP request-target SP HTTP-version, single spaces.
+  const size_t sp1 = line.find(' ');
+  if (sp1 == 0 || sp1 == std::string_view::npos) return error_status(400, k_malformed);
+  const size_t sp2 = line.find(' ', sp1 + 1);
+  if (sp2 == sp1 + 1 || sp2 == std::string_view::npos) return error_status(400, k_malformed);
+  h.method_name = line.substr(0, sp1);
+  for (char c : h.method_name) {
+    if (!detail::is_tchar(static_cast<unsigned char>(c))) return error_status(400, k_malformed);
+  }
+  h.target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' ||
+      version[5] < '0' || version[5] > '9' || version[7] < '0' || version[7] > '9') {
+    return error_status(400, "malformed HTTP version");
+  }
+  h.version_major = static_cast<uint8_t>(version[5] - '0');
+  h.version_minor = static_cast<uint8_t>(version[7] - '0');
+  if (h.version_major != 1 || h.version_minor > 1) {
+    return error_status(505, "HTTP version not supported (HTTP/1.1 and HTTP/1.0 are)");
+  }
+  // Only origin-form: sluice is the origin for its clients, not a forward
+  // proxy, and a second authority in the target is a routing ambiguity.
+  if (h.target.front() != '/') {
+    return error_status(400, "request target must be a path starting with '/'");
+  }
+  if (h.target.find('#') != std::string_view::npos) {
+    return error_status(400, "fragment ('#') in the request target");
+  }
+  h.path = h.target.substr(0, h.target.find('?'));
+  return parse_status{};
+}
+
+parse_status request_parser::check_fields() noexcept {
+  request_head& h = *_head;
+  bool seen_host = false, seen_auth = false, seen_cl = false, seen_te = false;
+  bool seen_sid = false, seen_rid = false, seen_ctype = false;
+  bool http10 = h.version_minor == 0;
+  std::string_view te;
+  for (uint16_t i = 0; i < h.header_count; ++i) {
+    header& f = h.headers[i];
+    f.value = detail::trim_ows(f.value);
+    const std::string_view n = f.name, v = f.value;
+    // Dispatch on the length first: most fields are not well-known.
+    switch (n.size()) {
+      case 4:
+        if (iequals(n, "host") && !take_once(h.host, seen_host, v)) {
+          return error_status(400, "duplicate Host header");
+        }
+        break;
+      case 6:
+        if (iequals(n, "expect")) {
+          if (!iequals(v, "100-continue")) return error_status(417, "unsupported Expect value");
+          // RFC 9110 §10.1.1: an HTTP/1.0 client cannot take a 100; ignore it.
+          h.expect_continue = !http10;
+        }
+        break;
+      case 7:
+        if (iequals(n, "upgrade") && h.upgrade.data() == nullptr) h.upgrade = v;
+        break;
+      case 10:
+        if (iequals(n, "connection") && h.connection.data() == nullptr) h.connection = v;
+        break;
+      case 12:
+        if (iequals(n, "content-type")) {
+          if (!take_once(h.content_type, seen_ctype, v)) {
+            return error_status(400, "duplicate Content-Type header");
+          }
+        } else if (iequals(n, "x-session-id")) {
+          if (!take_once(h.session_id, seen_sid, v)) {
+            return error_status(400, "duplicate X-Session-ID header");
+          }
+        } else if (iequals(n, "x-request-id")) {
+          if (!take_once(h.request_id, seen_rid, v)) {
+            return error_status(400, "duplicate X-Request-ID header");
+          }
+        }
+        break;
+      case 13:
+        if (iequals(n, "authorization") && !take_once(h.authorization, seen_auth, v)) {
+          return error_status(400, "duplicate Authorization header");
+        }
+        break;
+      case 14:
+        if (iequals(n, "content-length")) {
+          if (seen_cl) return error_status(400, "duplicate Content-Length header");
+          seen_cl = true;
+          if (!detail::parse_content_length(v, h.content_length)) {
+            return error_status(400, "invalid Content-Length");
+          }
+          h.has_content_length = true;
+        }
+        break;
+      case 17:
+        if (iequals(n, "transfer-encoding")) {
+          if (seen_te) return error_status(400, "duplicate Transfer-Encoding header");
+          seen_te = true;
+          te = v;
+        }
+        break;
+      default: break;
+    }
+  }
+  if (seen_te) {
+    // RFC 9112 §6.1/§6.3: TE in HTTP/1.0 means faulty framing; chunked not
+    // last means the length cannot be known (400); another coding before
+    // chunked is valid but not implemented here (501). Never forwarded.
+    if (http10) return error_status(400, "Transfer-Encoding in an HTTP/1.0 request");
+    if (seen_cl) return error_status(400, "both Content-Length and Transfer-Encoding");
+    if (!iequals(te, "chunked")) {
+      // A list: chunked must come last, once.
+      bool chunked_last = false;
+      for (std::string_view rest = te; !rest.empty();) {
+        const size_t comma = rest.find(',');
+        const std::string_view coding = detail::trim_ows(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+        chunked_last = iequals(coding, "chunked");
+        if (chunked_last && comma != std::string_view::npos) {
+          return error_status(400, "invalid Transfer-Encoding (chunked must be the final coding)");
+        }
+      }
+      if (!chunked_last) {
+        return error_status(400, "invalid Transfer-Encoding (chunked must be the final coding)");
+      }
+      return error_status(501, "transfer coding not implemented (only chunked is)");
+    }
+    h.chunked = true;
+  }
+  // llhttp framed the message the same way, or something is off.
+  if (h.chunked != ((_parser.flags & F_CHUNKED) != 0)) {
+    return error_status(400, "ambiguous message framing");
+  }
+  if (!http10 && !seen_host) return error_status(400, "missing Host header");
+  if (h.has_content_length && h.content_length > _limits.body_bytes_max) {
+    return error_status(413, "request body too large");
+  }
+  h.meth = method_of(llhttp_get_method(&_parser));
+  h.keep_alive = llhttp_should_keep_alive(&_parser) != 0;
+  return parse_status{};
+}
+
+parse_status request_parser::parse_head(const char* data, size_t len, request_head& out) noexcept {
+  if (!_pending.need_more()) return _pending;
+  const detail::scan_limits sl{_limits.head_bytes_max, _limits.line_bytes_max,
+                               _limits.line_bytes_max, _limits.header_count_max, false};
+  switch (detail::scan_head(_scan, data, len, sl)) {
+    case detail::scan_state::need_more: return _pending;
+    case detail::scan_state::failed: return _pending = scan_failure(detail::error_of(_scan));
+    case detail::scan_state::complete: break;
+  }
+  _head = &out;
+  clear_head(out);
+  out.head_bytes = _scan.head_bytes;
+  if (parse_status s = parse_request_line(data); !s.ok()) return _pending = s;
+
+  // llhttp sees exactly the head, from the request line on.
+  const char* begin = data + _scan.start_begin;
+  const llhttp_errno_t e = llhttp_execute(&_parser, begin, _scan.head_bytes - _scan.start_begin);
+  if (e == HPE_PAUSED && _pending.ok()) return _pending;
+  if (!_pending.need_more()) return _pending;  // set by check_fields()
+  switch (e) {
+    case HPE_INVALID_METHOD: return _pending = error_status(501, "unknown request method");
+    case HPE_INVALID_VERSION: return _pending = error_status(505, "HTTP version not supported");
+    case HPE_OK: return _pending = error_status(400, "incomplete request head");
+    default: {
+      // llhttp's reasons are string literals, so the view stays valid.
+      const char* reason = llhttp_get_error_reason(&_parser);
+      return _pending = error_status(400, reason != nullptr ? reason : "malformed request head");
+    }
+  }
+}
+
+parse_status request_parser::chunk_fail(uint16_t status, std::string_view message) noexcept {
+  return _body_status = error_status(status, message);
+}
+
+parse_status request_parser::decode_chunked(char* in, size_t len, char* out, size_t& consumed,
+                                            size_t& produced) noexcept {
+  consumed = 0;
+  produced = 0;
+  if (!_body_status.need_more()) return _body_status;
+  size_t i = 0;
+  while (i < len) {
+    if (_chunk == chunk_state::data) {
+      // The payload: the one part that is not per byte. out <= in, and
+      // every byte written lies before the next byte read: memmove is safe.
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(_chunk_size, len - i));
+      std::memmove(out + produced, in + i, n);
+      produced += n;
+      i += n;
+      _chunk_size -= n;
+      if (_chunk_size == 0) _chunk = chunk_state::data_cr;
+      continue;
+    }
+    const auto c = static_cast<unsigned char>(in[i++]);
+    switch (_chunk) {
+      case chunk_state::size_first:
+      case chunk_state::size: {
+        unsigned digit = 0;
+        if (is_hex(c, digit)) {
+          // 16 hex digits fill a uint64_t: the value below cannot wrap.
+          if (++_chunk_digits > 16) return chunk_fail(400, "chunk size has too many digits");
+          _chunk_size = (_chunk_size << 4) | digit;
+          if (_chunk_size > _limits.body_bytes_max - _body_total) {
+            return chunk_fail(413, "request body too large");
+          }
+          _chunk = chunk_state::size;
+        } else if (_chunk == chunk_state::size_first) {
+          return chunk_fail(400, "invalid chunk size");
+        } else if (c == '\r') {
+          _chunk = chunk_state::size_lf;
+        } else if (c == ';') {
+          _chunk = chunk_state::ext;
+        } else if (c == ' ' || c == '\t') {
+          _chunk = chunk_state::size_ws;  // BWS before ';' (RFC 9112 §7.1.1)
+        } else if (c == '\n') {
+          return chunk_fail(400, "bare LF in chunk size line");
+        } else {
+          return chunk_fail(400, "invalid chunk size");
+        }
+        break;
+      }
+      case chunk_state::size_ws:
+        if (c == ';') {
+          _chunk = chunk_state::ext;
+        } else if (c != ' ' && c != '\t') {
+          return chunk_fail(400, "invalid chunk size");
+        }
+        break;
+      case chunk_state::ext:
+        // Extensions mean nothing to sluice: skip them, bounded.
+        if (c == '\r') {
+          _chunk = chunk_state::size_lf;
+        } else if (c == '\n') {
+          return chunk_fail(400, "bare LF in chunk extension");
+        } else if (is_field_ctl(c)) {
+          return chunk_fail(400, "control character in chunk extension");
+        } else if (++_chunk_ext_bytes > k_chunk_ext_bytes_max) {
+          return chunk_fail(400, "chunk extension too long");
+        }
+        break;
+      case chunk_state::size_lf:
+        if (c != '\n') return chunk_fail(400, "bare CR in chunk size line");
+        if (_chunk_size == 0) {
+          _chunk = chunk_state::trailer_start;
+        } else {
+          _body_total += _chunk_size;
+          _chunk = chunk_state::data;
+        }
+        break;
+      case chunk_state::data_cr:
+        if (c != '\r') return chunk_fail(400, "chunk data not followed by CRLF");
+        _chunk = chunk_state::data_lf;
+        break;
+      case chunk_state::data_lf:
+        if (c != '\n') return chunk_fail(400, "chunk data not followed by CRLF");
+        _chunk = chunk_state::size_first;
+        _chunk_size = 0;
+        _chunk_digits = 0;
+        _chunk_ext_bytes = 0;
+        break;
+      case chunk_state::trailer_start:
+      case chunk_state::trailer_name:
+      case chunk_state::trailer_value:
+      case chunk_state::trailer_lf:
+        // Trailer fields are checked like header lines, then dropped.
+        if (++_trailer_bytes > _limits.head_bytes_max) {
+          return chunk_fail(431, "trailer section too large");
+        }
+        if (_chunk == chunk_state::trailer_start) {
+          if (c == '\r') {
+            _chunk = chunk_state::end_lf;
+          } else if (c == ' ' || c == '\t') {
+            return chunk_fail(400, "obsolete line folding in trailer section");
+          } else if (!detail::is_tchar(c)) {
+            return chunk_fail(400, "invalid trailer field");
+          } else if (++_trailer_fields > _limits.header_count_max) {
+            return chunk_fail(431, "too many trailer fields");
+          } else {
+            _chunk = chunk_state::trailer_name;
+          }
+        } else if (_chunk == chunk_state::trailer_name) {
+          if (c == ':') {
+            _chunk = chunk_state::trailer_value;
+          } else if (c == ' ' || c == '\t') {
+            return chunk_fail(400, "whitespace between trailer field name and colon");
+          } else if (!detail::is_tchar(c)) {
+            return chunk_fail(400, "invalid trailer field");
+          }
+        } else if (_chunk == chunk_state::trailer_value) {
+          if (c == '\r') {
+            _chunk = chunk_state::trailer_lf;
+          } else if (c == '\n') {
+            return chunk_fail(400, "bare LF in trailer section");
+          } else if (is_field_ctl(c)) {
+            return chunk_fail(400, "control character in trailer field");
+          }
+        } else {
+          if (c != '\n') return chunk_fail(400, "bare CR in trailer section");
+          _chunk = chunk_state::trailer_start;
+        }
+        break;
+      case chunk_state::end_lf:
+        if (c != '\n') return chunk_fail(400, "bare CR after the last chunk");
+        _chunk = chunk_state::done;
+        consumed = i;
+        return _body_status = parse_status{};
+      case chunk_state::data:
+      case chunk_state::done: break;  // handled above / unreachable
+    }
+  }
+  consumed = i;
+  return _body_status;
+}
+
+}  // namespace sluice::http

@@ -1,1 +1,115 @@
-// placeholder: being written
+// SSE scanning of the tee'd, de-chunked copy of a streaming response. Runs
+// per body piece on the hot path: data values are copied with memcpy and
+// line ends found with memchr, never a byte-by-byte loop over the payload.
+#include "sluice/http/sse.hpp"
+
+#include <cstring>
+
+namespace sluice::http {
+
+namespace {
+
+// The first CR or LF in [p, end), or end.
+const char* find_eol(const char* p, const char* end) noexcept {
+  const auto* lf = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+  const char* limit = lf != nullptr ? lf : end;
+  const auto* cr = static_cast<const char*>(std::memchr(p, '\r', static_cast<size_t>(limit - p)));
+  return cr != nullptr ? cr : limit;
+}
+
+}  // namespace
+
+void sse_scanner::reset() noexcept {
+  _events = 0;
+  _len = 0;
+  _truncated = false;
+  _has_data = false;
+  _after_cr = false;
+  _state = line_state::start;
+  _name_len = 0;
+}
+
+void sse_scanner::end_line(char eol) noexcept {
+  _after_cr = eol == '\r';
+  _state = line_state::start;
+}
+
+void sse_scanner::begin_data_line() noexcept {
+  if (_has_data) append("\n", 1);
+  _has_data = true;
+}
+
+void sse_scanner::append(const char* data, size_t len) noexcept {
+  const size_t room = k_event_bytes_max - _len;
+  const size_t n = len < room ? len : room;
+  std::memcpy(_buf + _len, data, n);
+  _len += n;
+  if (n < len) _truncated = true;
+}
+
+void sse_scanner::dispatch() noexcept {
+  if (_has_data) {
+    ++_events;
+    if (_cb != nullptr) _cb(_ctx, sse_event{std::string_view(_buf, _len), _truncated});
+  }
+  _len = 0;
+  _truncated = false;
+  _has_data = false;
+}
+
+void sse_scanner::feed(const char* data, size_t len) noexcept {
+  const char* p = data;
+  const char* const end = data + len;
+  while (p < end) {
+    if (_after_cr) {
+      // The LF of a CRLF (possibly in the next piece): the line already ended.
+      _after_cr = false;
+      if (*p == '\n') {
+        ++p;
+        continue;
+      }
+    }
+    switch (_state) {
+      case line_state::start:
+        if (*p == '\r' || *p == '\n') {
+          dispatch();  // an empty line ends the event
+          end_line(*p++);
+        } else if (*p == ':') {
+          _state = line_state::skip;  // a comment
+          ++p;
+        } else {
+          _name_len = 0;
+          _state = line_state::name;
+        }
+        break;
+      case line_state::name: {
+        const char c = *p++;
+        const bool is_data = _name_len == 4 && std::memcmp(_name, "data", 4) == 0;
+        if (c == ':') {
+          _state = is_data ? line_state::value_first : line_state::skip;
+        } else if (c == '\r' || c == '\n') {
+          if (is_data) begin_data_line();  // "data" alone: an empty data line
+          end_line(c);
+        } else if (_name_len < sizeof(_name)) {
+          _name[_name_len++] = c;
+        }
+        break;
+      }
+      case line_state::value_first:
+        begin_data_line();
+        if (*p == ' ') ++p;
+        _state = line_state::value;
+        break;
+      case line_state::value:
+      case line_state::skip: {
+        const char* eol = find_eol(p, end);
+        if (_state == line_state::value) append(p, static_cast<size_t>(eol - p));
+        p = eol;
+        if (p < end) end_line(*p++);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace sluice::http

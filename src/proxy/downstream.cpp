@@ -304,7 +304,9 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   }
   openai::request_fields f;
   openai::request_error e;
-  const int64_t cap = 1 << 30;
+  // max_tokens above this is refused (400); the real bound is the model's
+  // context, which the backend enforces.
+  const int64_t cap = 1 << 20;
   if (!_reader.read(d->endpoint, d->in.data + d->body_begin, d->body_len, cap, f, e)) {
     answer_error(d, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return;
@@ -430,9 +432,15 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
   _stats.local_errors.add();
   d->state = conn_state::local;
   set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
+  if (d->send_busy) {
+    // A 100 Continue is still going out and owns send_iov until its CQE:
+    // the answer follows it (on_send_cqe).
+    d->local_pending = true;
+    return;
+  }
   d->send_iov[0] = {d->out.data, d->out.len};
   d->send_iov_count = 1;
-  if (!d->send_busy) submit_send(d);
+  submit_send(d);
 }
 
 void shard_server::submit_send(downstream_conn* d) noexcept {
@@ -490,6 +498,13 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
       process_input(d);  // 100 Continue is out; read on
       return;
     case conn_state::local:
+      if (d->local_pending) {
+        d->local_pending = false;
+        d->send_iov[0] = {d->out.data, d->out.len};
+        d->send_iov_count = 1;
+        submit_send(d);
+        return;
+      }
       on_response_sent(d);
       return;
     case conn_state::streaming:

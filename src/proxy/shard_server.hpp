@@ -118,6 +118,7 @@ struct downstream_conn {
   bool expect_sent = false;
   bool response_started = false;   // a byte of the response reached the socket
   bool is_models = false;          // GET /v1/models: answered by sluice
+  bool local_pending = false;      // a local answer waits for the send in flight
   bool inflight_counted = false;
   bool stream_copy = true;         // body by copy (else splice)
   deadline_kind deadline = deadline_kind::none;

@@ -105,27 +105,32 @@ void reactor::wake() noexcept {
   (void)n;  // EAGAIN: the counter is saturated, the loop is awake anyway
 }
 
-void reactor::run(const hooks& h) noexcept {
+unsigned reactor::run_once(uint32_t wait_ms) noexcept {
   __kernel_timespec ts{};
-  ts.tv_sec = _tick_ms / 1000;
-  ts.tv_nsec = static_cast<long long>(_tick_ms % 1000) * 1'000'000;
+  ts.tv_sec = wait_ms / 1000;
+  ts.tv_nsec = static_cast<long long>(wait_ms % 1000) * 1'000'000;
+  io_uring_cqe* cqe = nullptr;
+  int rc = io_uring_submit_and_wait_timeout(&_ring, &cqe, 1, &ts, nullptr);
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY) {
+    log::error("io_uring_submit_and_wait_timeout: {}", std::strerror(-rc));
+  }
+  _now_ms = monotonic_ms();
+  unsigned head;
+  unsigned seen = 0;
+  io_uring_for_each_cqe(&_ring, head, cqe) {
+    ++seen;
+    auto* c = static_cast<completion*>(io_uring_cqe_get_data(cqe));
+    if (c != nullptr) c->fn(c, cqe);
+  }
+  io_uring_cq_advance(&_ring, seen);
+  _cqes += seen;
+  ++_iterations;
+  return seen;
+}
+
+void reactor::run(const hooks& h) noexcept {
   while (!_stopping) {
-    io_uring_cqe* cqe = nullptr;
-    int rc = io_uring_submit_and_wait_timeout(&_ring, &cqe, 1, &ts, nullptr);
-    if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY) {
-      log::error("io_uring_submit_and_wait_timeout: {}", std::strerror(-rc));
-    }
-    _now_ms = monotonic_ms();
-    unsigned head;
-    unsigned seen = 0;
-    io_uring_for_each_cqe(&_ring, head, cqe) {
-      ++seen;
-      auto* c = static_cast<completion*>(io_uring_cqe_get_data(cqe));
-      if (c != nullptr) c->fn(c, cqe);
-    }
-    io_uring_cq_advance(&_ring, seen);
-    _cqes += seen;
-    ++_iterations;
+    run_once(_tick_ms);
     if (h.on_iteration != nullptr) h.on_iteration(h.ctx, _now_ms);
   }
   io_uring_submit(&_ring);

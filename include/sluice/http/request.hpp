@@ -41,13 +41,17 @@ struct request_head {
   uint8_t version_major = 1;
   uint8_t version_minor = 1;
   bool keep_alive = true;         // from the version and Connection
-  bool chunked = false;           // Transfer-Encoding: chunked (the only coding accepted)
+  bool chunked = false;           // Transfer-Encoding: chunked (the only coding accepted:
+                                  // "gzip, chunked" is 501, chunked not last is 400,
+                                  // any Transfer-Encoding in HTTP/1.0 is 400)
   bool has_content_length = false;
   uint64_t content_length = 0;
   bool expect_continue = false;   // Expect: 100-continue (any other expectation: 417)
   uint32_t head_bytes = 0;        // bytes up to and including the empty line
   // Well-known fields, empty when absent. A second Authorization, Host,
-  // Content-Length or X-Session-ID is rejected by the parser (400).
+  // Content-Length, Transfer-Encoding, Content-Type, X-Session-ID or
+  // X-Request-ID is rejected by the parser (400). Connection and Upgrade are
+  // lists that may repeat: the view is the first one.
   std::string_view authorization;
   std::string_view host;
   std::string_view session_id;    // X-Session-ID
@@ -66,7 +70,8 @@ struct request_head {
 // The outcome of a parse step. `status` is the HTTP status to answer with
 // when `error` is set (400, 408, 413, 414, 417, 431, 501, 505); `message` is a
 // static, human-readable reason for the OpenAI-shaped error body. An error
-// always means: answer, then close the connection.
+// always means: answer, then close the connection. core's errc has no code
+// for 417 and 501: those carry errc::bad_request; `status` is what counts.
 struct parse_status {
   errc error = errc::ok;          // ok, need_more, or the failure
   uint16_t status = 0;
@@ -74,6 +79,21 @@ struct parse_status {
   bool ok() const noexcept { return error == errc::ok; }
   bool need_more() const noexcept { return error == errc::need_more; }
 };
+
+namespace detail {
+// Progress of the head pre-scan across need_more calls (src/http/head_scan.hpp).
+// Offsets only, so the caller may move its buffer between calls.
+struct head_scan_state {
+  uint32_t line_begin = 0;   // first byte of the line being scanned
+  uint32_t pos = 0;          // where the LF search resumes
+  uint32_t start_begin = 0;  // the request/status line
+  uint32_t start_end = 0;    // at its CR
+  uint32_t head_bytes = 0;   // set when complete
+  uint16_t fields = 0;
+  bool have_start_line = false;
+  uint8_t error = 0;         // a detail::scan_error
+};
+}  // namespace detail
 
 // Shard-local, one per downstream connection; reset() between requests.
 class request_parser {
@@ -87,7 +107,10 @@ class request_parser {
   // `data`/`len`: every byte buffered so far for this request, starting at
   // its first byte. Returns need_more until the head is complete (and checks
   // the limits on what is there so far, so an oversize head fails early),
-  // then ok with `out` filled, or an error.
+  // then ok with `out` filled, or an error. Only offsets are kept between
+  // need_more calls, so the buffer may move; `out`'s views are written on
+  // ok only. Never reads past the end of the head: the body and any
+  // pipelined request after it are left alone. Errors are sticky until reset().
   parse_status parse_head(const char* data, size_t len, request_head& out) noexcept;
 
   // Chunked bodies only, after parse_head() returned ok. Decodes in place:
@@ -95,7 +118,11 @@ class request_parser {
   // payload to `out` (out <= in; the caller keeps decoded bytes contiguous).
   // Sets `consumed` (raw bytes used) and `produced` (payload bytes written).
   // Returns need_more until the last chunk and trailer section are consumed,
-  // then ok; 413 when the running total passes limits.body_bytes_max.
+  // then ok (`consumed` then ends just past the final CRLF: later bytes are
+  // the next request); 413 when the running total passes
+  // limits.body_bytes_max. Strict: hex sizes of at most 16 digits, CRLF
+  // everywhere, extensions ignored (at most 4 KiB per chunk), trailers
+  // validated like header lines and dropped.
   parse_status decode_chunked(char* in, size_t len, char* out, size_t& consumed,
                               size_t& produced) noexcept;
 
@@ -103,21 +130,32 @@ class request_parser {
   static int on_header_field(llhttp_t*, const char*, size_t);
   static int on_header_value(llhttp_t*, const char*, size_t);
   static int on_headers_complete(llhttp_t*);
-  static int on_body(llhttp_t*, const char*, size_t);
-  static int on_message_complete(llhttp_t*);
-  static int on_url(llhttp_t*, const char*, size_t);
+  parse_status parse_request_line(const char* data) noexcept;
+  parse_status check_fields() noexcept;
+  parse_status chunk_fail(uint16_t status, std::string_view message) noexcept;
+
+  // Chunked body decoder states (RFC 9112 §7.1); see decode_chunked().
+  enum class chunk_state : uint8_t {
+    size_first, size, size_ws, ext, size_lf, data, data_cr, data_lf,
+    trailer_start, trailer_name, trailer_value, trailer_lf, end_lf, done,
+  };
 
   limits _limits;
   llhttp_settings_t _settings;
   llhttp_t _parser;
+  detail::head_scan_state _scan;
   request_head* _head = nullptr;
-  char* _body_out = nullptr;
-  uint64_t _body_total = 0;
-  bool _head_done = false;
-  bool _message_done = false;
   bool _in_value = false;
-  uint32_t _scan_offset = 0;      // pre-scan progress across need_more calls
-  parse_status _pending{};
+  parse_status _pending{errc::need_more, 0, {}};    // sticky once ok or failed
+  // Chunked decoder, resumable at any byte.
+  chunk_state _chunk = chunk_state::size_first;
+  uint8_t _chunk_digits = 0;
+  uint16_t _trailer_fields = 0;
+  uint32_t _chunk_ext_bytes = 0;
+  uint32_t _trailer_bytes = 0;
+  uint64_t _chunk_size = 0;       // the size being read, then the bytes left in the chunk
+  uint64_t _body_total = 0;
+  parse_status _body_status{errc::need_more, 0, {}};
 };
 
 }  // namespace sluice::http

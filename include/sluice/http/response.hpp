@@ -60,8 +60,12 @@ class response_parser {
   parse_status parse_head(const char* data, size_t len, response_head& out) noexcept;
 
   // After parse_head() returned ok: feed raw body bytes in order, as they
-  // arrive. Stops at the end of the message (`complete`, `consumed` = the
-  // offset just past it). Bytes past the end are not consumed.
+  // arrive, starting with the first not yet consumed. Stops at the end of
+  // the message (`complete`, `consumed` = the offset just past the terminal
+  // chunk and trailers, or the Content-Length end). Bytes past the end are
+  // not consumed. A HEAD answer, 204, 304 or Content-Length: 0 is complete
+  // at once with consumed 0. Malformed framing (including a terminal chunk
+  // not ending in CRLF CRLF) is upstream_protocol and sticky.
   body_status feed_body(const char* data, size_t len, const body_sink& sink) noexcept;
 
   // A body delimited by the connection close (no length, not chunked) is
@@ -76,15 +80,28 @@ class response_parser {
   static int on_headers_complete(llhttp_t*);
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
+  parse_status check_fields() noexcept;
+  bool ends_with_crlfcrlf(const char* data, size_t consumed) const noexcept;
+  void keep_tail(const char* data, size_t len) noexcept;
 
   llhttp_settings_t _settings;
   llhttp_t _parser;
+  detail::head_scan_state _scan;
   response_head* _head = nullptr;
   const body_sink* _sink = nullptr;
+  parse_status _pending{errc::need_more, 0, {}};  // sticky once ok or failed
   bool _head_request = false;
   bool _head_done = false;
   bool _message_done = false;
   bool _in_value = false;
+  bool _failed = false;
+  bool _paused_at_head = false;    // llhttp paused in on_headers_complete: resume first
+  bool _chunked = false;
+  bool _until_close = false;       // body delimited by the connection close
+  // The last body bytes fed before the current call: the terminal chunk's
+  // final CRLF may arrive split from the rest of it.
+  uint8_t _tail_len = 0;
+  char _tail[3] = {};
 };
 
 }  // namespace sluice::http

@@ -25,17 +25,37 @@ class sse_scanner {
   void reset() noexcept;
   // Feeds body bytes in any split; calls back once per complete event
   // (an event ends at an empty line: "\n\n", "\r\n\r\n" or "\r\r").
+  // As the WHATWG EventSource parser does: several data lines are joined with
+  // '\n', one space after "data:" is dropped, comments (":...") and the
+  // event/id/retry fields are skipped, and an event without data is not
+  // reported. `ev.data` is valid during the callback only.
   void feed(const char* data, size_t len) noexcept;
   uint64_t events() const noexcept { return _events; }
 
  private:
+  // Where the scan stands within the current line.
+  enum class line_state : uint8_t {
+    start,        // first byte of a line
+    name,         // reading the field name
+    value_first,  // just after "data:": one optional space
+    value,        // inside a data value
+    skip,         // a comment or a field sluice ignores (event, id, retry, ...)
+  };
+  void end_line(char eol) noexcept;
+  void begin_data_line() noexcept;
+  void append(const char* data, size_t len) noexcept;
+  void dispatch() noexcept;
+
   callback _cb;
   void* _ctx;
   uint64_t _events = 0;
-  size_t _len = 0;
+  size_t _len = 0;            // bytes of _buf holding the event's data
   bool _truncated = false;
-  char _line_state = 0;     // tracks CR/LF across feeds
-  bool _line_start = true;
+  bool _has_data = false;     // the event has a data line (else nothing is dispatched)
+  bool _after_cr = false;     // the last byte was CR: an LF right after it ends nothing
+  line_state _state = line_state::start;
+  uint8_t _name_len = 0;
+  char _name[5] = {};         // enough to tell "data" from anything else
   char _buf[k_event_bytes_max];
 };
 

@@ -56,6 +56,9 @@ class reactor {
 
   // Runs until stop() or a hook asks. Returns after draining the iteration.
   void run(const hooks& h) noexcept;
+  // One iteration: submit, wait up to `wait_ms` for a completion, dispatch
+  // what is there. Returns: the number of completions handled.
+  unsigned run_once(uint32_t wait_ms) noexcept;
   void stop() noexcept { _stopping = true; }
   bool stopping() const noexcept { return _stopping; }
 

@@ -1,0 +1,186 @@
+#include "head_scan.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace sluice::http::detail {
+
+namespace {
+
+constexpr std::array<bool, 256> make_tchar_table() noexcept {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<size_t>(c)] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<size_t>(c)] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<size_t>(c)] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}
+constexpr std::array<bool, 256> k_tchar = make_tchar_table();
+
+// The byte that made a line invalid, classified for the error message.
+scan_error classify_ctl(unsigned char c, scan_error otherwise) noexcept {
+  if (c == '\r') return scan_error::bare_cr;
+  if (c == '\0') return scan_error::nul;
+  return otherwise;
+}
+
+// Whether [p, p+n) holds a byte that a field value (or a start line) may not
+// hold: a CTL other than HTAB (or any CTL when `htab_ok` is false) or DEL.
+// Written as a branch-free reduction so the compiler can vectorise it: a
+// head is a few hundred bytes and every request pays for this pass.
+bool has_ctl(const char* p, size_t n, bool htab_ok) noexcept {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  const unsigned char tab = htab_ok ? '\t' : 0xff;
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = u[i];
+    bad |= static_cast<unsigned>(c < 0x20 && c != tab) | static_cast<unsigned>(c == 0x7f);
+  }
+  return bad != 0;
+}
+
+// Whether [p, p+n) holds SP or HTAB; branch-free like has_ctl().
+bool has_ws(const char* p, size_t n) noexcept {
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= static_cast<unsigned>(p[i] == ' ') | static_cast<unsigned>(p[i] == '\t');
+  return bad != 0;
+}
+
+// Slow path after has_ctl() said yes: which byte, for the message.
+scan_error first_ctl(const char* p, size_t n, bool htab_ok, scan_error otherwise) noexcept {
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(p[i]);
+    if ((c < 0x20 && !(htab_ok && c == '\t')) || c == 0x7f) return classify_ctl(c, otherwise);
+  }
+  return otherwise;
+}
+
+}  // namespace
+
+std::string_view scan_message(scan_error e) noexcept {
+  switch (e) {
+    case scan_error::none: return "ok";
+    case scan_error::head_too_large: return "header section too large";
+    case scan_error::start_line_too_long: return "start line too long";
+    case scan_error::field_line_too_long: return "header field line too long";
+    case scan_error::too_many_fields: return "too many header fields";
+    case scan_error::bare_lf: return "bare LF in the head (lines must end with CRLF)";
+    case scan_error::bare_cr: return "bare CR in the head";
+    case scan_error::nul: return "NUL byte in the head";
+    case scan_error::ctl_in_start_line: return "control character in the start line";
+    case scan_error::ctl_in_value: return "control character in a header field";
+    case scan_error::obs_fold: return "obsolete line folding (a header line starts with whitespace)";
+    case scan_error::space_before_colon: return "whitespace between header field name and colon";
+    case scan_error::empty_name: return "empty header field name";
+    case scan_error::missing_colon: return "header field line without a colon";
+  }
+  return "malformed head";
+}
+
+bool is_tchar(unsigned char c) noexcept { return k_tchar[c]; }
+
+bool iequals(std::string_view s, std::string_view lower) noexcept {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 'A' && c <= 'Z') c = static_cast<unsigned char>(c | 0x20);
+    if (c != static_cast<unsigned char>(lower[i])) return false;
+  }
+  return true;
+}
+
+bool istarts_with(std::string_view s, std::string_view lower) noexcept {
+  return s.size() >= lower.size() && iequals(s.substr(0, lower.size()), lower);
+}
+
+std::string_view trim_ows(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_content_length(std::string_view s, uint64_t& out) noexcept {
+  // 19 digits hold every value below 2^63; more digits (even leading zeros)
+  // are no length a client needs to send.
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  if (v >= (uint64_t{1} << 63)) return false;
+  out = v;
+  return true;
+}
+
+static scan_error check_field_line(const char* p, size_t n) noexcept {
+  // obs-fold (RFC 9112 §5.2): a line starting with whitespace continues the
+  // previous field. Other hops may join it differently: reject.
+  if (p[0] == ' ' || p[0] == '\t') return scan_error::obs_fold;
+  // One pass over the whole line for CTLs (HTAB aside); the name's HTAB and
+  // SP are caught below.
+  if (has_ctl(p, n, true)) return first_ctl(p, n, true, scan_error::ctl_in_value);
+  const auto* colon = static_cast<const char*>(std::memchr(p, ':', n));
+  if (colon == nullptr) return scan_error::missing_colon;
+  if (colon == p) return scan_error::empty_name;
+  // "Name : value" (RFC 9112 §5.1: MUST be rejected with 400). Any other
+  // byte outside the token set is llhttp's to reject: strict mode checks it.
+  if (has_ws(p, static_cast<size_t>(colon - p))) return scan_error::space_before_colon;
+  return scan_error::none;
+}
+
+scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l) noexcept {
+  const auto fail = [&s](scan_error e) noexcept {
+    s.error = static_cast<uint8_t>(e);
+    return scan_state::failed;
+  };
+  if (s.error != 0) return scan_state::failed;
+  if (s.head_bytes != 0) return scan_state::complete;
+  // A complete head ends within head_bytes_max: never look further.
+  const size_t limit = std::min<size_t>(len, l.head_bytes_max);
+  for (;;) {
+    const void* hit = s.pos < limit ? std::memchr(data + s.pos, '\n', limit - s.pos) : nullptr;
+    if (hit == nullptr) {
+      s.pos = static_cast<uint32_t>(limit);
+      // The open line, CR included, may be one byte longer than its limit.
+      const size_t open = limit - s.line_begin;
+      if (!s.have_start_line && open > size_t{l.start_line_bytes_max} + 1) {
+        return fail(scan_error::start_line_too_long);
+      }
+      if (s.have_start_line && open > size_t{l.field_line_bytes_max} + 1) {
+        return fail(scan_error::field_line_too_long);
+      }
+      if (len >= l.head_bytes_max) return fail(scan_error::head_too_large);
+      return scan_state::need_more;
+    }
+    const auto end = static_cast<uint32_t>(static_cast<const char*>(hit) - data);
+    if (end == s.line_begin || data[end - 1] != '\r') return fail(scan_error::bare_lf);
+    const char* p = data + s.line_begin;
+    const size_t n = end - 1 - s.line_begin;
+    if (!s.have_start_line) {
+      // Empty lines before the start line are skipped (RFC 9112 §2.2: a
+      // client may send a CRLF after a POST body).
+      if (n != 0) {
+        if (n > l.start_line_bytes_max) return fail(scan_error::start_line_too_long);
+        if (has_ctl(p, n, l.start_line_htab)) {
+          return fail(first_ctl(p, n, l.start_line_htab, scan_error::ctl_in_start_line));
+        }
+        s.start_begin = s.line_begin;
+        s.start_end = end - 1;
+        s.have_start_line = true;
+      }
+    } else if (n == 0) {
+      s.head_bytes = end + 1;
+      return scan_state::complete;
+    } else {
+      if (n > l.field_line_bytes_max) return fail(scan_error::field_line_too_long);
+      if (++s.fields > l.fields_max) return fail(scan_error::too_many_fields);
+      const scan_error e = check_field_line(p, n);
+      if (e != scan_error::none) return fail(e);
+    }
+    s.line_begin = s.pos = end + 1;
+  }
+}
+
+}  // namespace sluice::http::detail

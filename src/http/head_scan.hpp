@@ -1,0 +1,70 @@
+#pragma once
+// http (private): the pre-scan that runs before llhttp over a message head.
+// llhttp 8.1 in strict mode still accepts a space before the header colon,
+// obs-fold continuation lines and a bare LF in places; this scan rejects
+// those, enforces the size limits while the head is still arriving (so an
+// oversize head fails early instead of being buffered), and finds the end of
+// the head so llhttp only ever sees one complete head.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "sluice/http/request.hpp"
+
+namespace sluice::http::detail {
+
+struct scan_limits {
+  uint32_t head_bytes_max;        // including the empty line
+  uint32_t start_line_bytes_max;  // excluding CRLF
+  uint32_t field_line_bytes_max;  // excluding CRLF
+  uint16_t fields_max;
+  bool start_line_htab;           // a status line's reason phrase may hold HTAB
+};
+
+enum class scan_error : uint8_t {
+  none,
+  head_too_large,
+  start_line_too_long,
+  field_line_too_long,
+  too_many_fields,
+  bare_lf,
+  bare_cr,
+  nul,
+  ctl_in_start_line,
+  ctl_in_value,
+  obs_fold,
+  space_before_colon,
+  empty_name,
+  missing_colon,
+};
+
+enum class scan_state : uint8_t { need_more, complete, failed };
+
+// Scans what previous calls on `s` have not seen of `data`/`len` (every
+// byte of the message received so far, from its first byte). `s` holds
+// offsets only, so the caller may move its buffer between calls.
+// Returns: complete (then s.head_bytes, s.start_begin/start_end are set),
+// need_more, or failed (then error_of(s) says why). Calling again after
+// complete or failed returns the same answer.
+scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l) noexcept;
+
+inline scan_error error_of(const head_scan_state& s) noexcept { return static_cast<scan_error>(s.error); }
+
+// A static, human-readable reason for the error body or the log.
+std::string_view scan_message(scan_error e) noexcept;
+
+// Field names are tokens (RFC 9110 §5.6.2).
+bool is_tchar(unsigned char c) noexcept;
+
+// Case-insensitive ASCII comparison; `lower` must be lower case.
+bool iequals(std::string_view s, std::string_view lower) noexcept;
+bool istarts_with(std::string_view s, std::string_view lower) noexcept;
+
+// Strips SP/HTAB on both ends.
+std::string_view trim_ows(std::string_view s) noexcept;
+
+// Content-Length: 1*DIGIT, below 2^63 (a list or a sign is not a number).
+// Returns: whether `s` is such a value; `out` is set when it is.
+bool parse_content_length(std::string_view s, uint64_t& out) noexcept;
+
+}  // namespace sluice::http::detail

@@ -1,0 +1,278 @@
+// Smoke test of mock-vllm on its own: the vLLM wire format it speaks (byte
+// for byte, with a fixed `created` and X-Request-Id), its deterministic token
+// counts, aborts, deliberate failures and the test hooks the other
+// integration tests rely on. Self-contained: it starts its own processes.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const repo_root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const build_dir = path.resolve(process.env.SLUICE_BUILD_DIR ?? path.join(repo_root, 'build'));
+const binary = [path.join(build_dir, 'mock-vllm'), path.join(build_dir, 'tools/mock-vllm/mock-vllm')]
+  .find((p) => fs.existsSync(p)) ?? path.join(build_dir, 'mock-vllm');
+
+const CREATED = 1700000000;
+const started = [];
+
+// Starts mock-vllm on an ephemeral port; resolves once it printed its line.
+function start_mock(args = []) {
+  const child = spawn(binary, ['--port', '0', '--created', String(CREATED), ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  started.push(child);
+  const mock = { child, lines: [], waiters: [] };
+  let partial = '';
+  child.stdout.setEncoding('utf8');
+  child.stdout.on('data', (text) => {
+    partial += text;
+    let nl;
+    while ((nl = partial.indexOf('\n')) >= 0) {
+      mock.lines.push(partial.slice(0, nl));
+      partial = partial.slice(nl + 1);
+    }
+    for (const w of [...mock.waiters]) w();
+  });
+  mock.wait_line = (re, timeout_ms = 5000) => new Promise((resolve, reject) => {
+    const check = () => {
+      const line = mock.lines.find((l) => re.test(l));
+      if (line === undefined) return false;
+      clearTimeout(timer);
+      mock.waiters = mock.waiters.filter((w) => w !== check);
+      resolve(line);
+      return true;
+    };
+    const timer = setTimeout(() => reject(new Error(`no line ${re} in ${JSON.stringify(mock.lines)}`)), timeout_ms);
+    if (!check()) mock.waiters.push(check);
+  });
+  return mock.wait_line(/^mock-vllm listening on /).then((line) => {
+    assert.match(line, /^mock-vllm listening on http:\/\/127\.0\.0\.1:\d+$/);
+    mock.port = Number(line.split(':').at(-1));
+    mock.url = `http://127.0.0.1:${mock.port}`;
+    return mock;
+  });
+}
+
+after(() => { for (const c of started) c.kill('SIGKILL'); });
+
+// A raw HTTP/1.1 exchange: returns everything the server sent until it
+// closed, or until `until(bytes)` holds.
+function exchange(port, request, { until, close_after_ms } = {}) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let data = Buffer.alloc(0);
+    const timer = setTimeout(() => { socket.destroy(); reject(new Error(`timeout; got ${data}`)); }, 5000);
+    socket.on('data', (d) => {
+      data = Buffer.concat([data, d]);
+      if (until && until(data.toString('latin1'))) { clearTimeout(timer); socket.destroy(); resolve(data.toString('latin1')); }
+    });
+    socket.on('close', () => { clearTimeout(timer); resolve(data.toString('latin1')); });
+    socket.on('error', () => {});
+    socket.write(request);
+    if (close_after_ms !== undefined) setTimeout(() => socket.destroy(), close_after_ms);
+  });
+}
+
+function post(target, body, headers = {}) {
+  const text = JSON.stringify(body);
+  const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  return `POST ${target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${extra}Content-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`;
+}
+
+// Splits a chunked body into its chunks; checks the framing on the way.
+function dechunk(body) {
+  const chunks = [];
+  let at = 0;
+  for (;;) {
+    const eol = body.indexOf('\r\n', at);
+    assert.ok(eol > at, `chunk size line at ${at}`);
+    const size = parseInt(body.slice(at, eol), 16);
+    const start = eol + 2;
+    if (size === 0) { assert.equal(body.slice(start), '\r\n'); return chunks; }
+    chunks.push(body.slice(start, start + size));
+    assert.equal(body.slice(start + size, start + size + 2), '\r\n');
+    at = start + size + 2;
+  }
+}
+
+const chunk_head = (id, object) => `{"id":"${id}","object":"${object}","created":${CREATED},"model":"mock-model","choices":[`;
+const ended = (s) => s.endsWith('\r\n0\r\n\r\n');
+
+test('a chat stream is vLLM\'s: head, role chunk, tokens, finish, usage chunk, [DONE], terminal chunk', async () => {
+  const mock = await start_mock(['--reply-tokens', '3']);
+  const raw = await exchange(mock.port, post('/v1/chat/completions', {
+    model: 'anything', stream: true, stream_options: { include_usage: true },
+    messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hello  there\nworld' }],
+  }, { 'X-Request-Id': 'req-1' }), { until: ended });
+  const [head, body] = [raw.slice(0, raw.indexOf('\r\n\r\n')), raw.slice(raw.indexOf('\r\n\r\n') + 4)];
+  assert.match(head, /^HTTP\/1\.1 200 OK\r\ndate: [A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT\r\nserver: uvicorn\r\ncontent-type: text\/event-stream; charset=utf-8\r\ntransfer-encoding: chunked$/);
+  const h = chunk_head('chatcmpl-req-1', 'chat.completion.chunk');
+  assert.deepEqual(dechunk(body), [
+    `data: ${h}{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`,
+    `data: ${h}{"index":0,"delta":{"content":"tok0"},"logprobs":null,"finish_reason":null}]}\n\n`,
+    `data: ${h}{"index":0,"delta":{"content":" tok1"},"logprobs":null,"finish_reason":null}]}\n\n`,
+    `data: ${h}{"index":0,"delta":{"content":" tok2"},"logprobs":null,"finish_reason":null}]}\n\n`,
+    `data: ${h}{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}\n\n`,
+    // 2 messages × 4 + 2 + 3 words
+    `data: ${h}],"usage":{"prompt_tokens":13,"total_tokens":16,"completion_tokens":3}}\n\n`,
+    'data: [DONE]\n\n',
+  ]);
+});
+
+test('without include_usage there is no usage chunk, and max_tokens cuts the reply with "length" on the last token', async () => {
+  const mock = await start_mock();
+  const raw = await exchange(mock.port, post('/v1/chat/completions', {
+    stream: true, max_completion_tokens: 2, messages: [{ role: 'user', content: [{ type: 'text', text: 'a b' }] }],
+  }, { 'X-Request-Id': 'r2' }), { until: ended });
+  const events = dechunk(raw.slice(raw.indexOf('\r\n\r\n') + 4));
+  const h = chunk_head('chatcmpl-r2', 'chat.completion.chunk');
+  assert.equal(events.length, 4);
+  assert.equal(events[2], `data: ${h}{"index":0,"delta":{"content":" tok1"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n`);
+  assert.equal(events[3], 'data: [DONE]\n\n');
+});
+
+test('a non-stream chat answer is byte-identical for the same X-Request-Id and carries usage', async () => {
+  const mock = await start_mock(['--reply-tokens', '4']);
+  const request = { messages: [{ role: 'user', content: 'one two three' }], max_tokens: 100 };
+  const fetch_body = () => fetch(`${mock.url}/v1/chat/completions`, {
+    method: 'POST', body: JSON.stringify(request), headers: { 'content-type': 'application/json', 'x-request-id': 'same' },
+  }).then(async (r) => {
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('content-type'), 'application/json');
+    assert.equal(r.headers.get('server'), 'uvicorn');
+    return r.text();
+  });
+  const [a, b] = [await fetch_body(), await fetch_body()];
+  assert.equal(a, b);
+  assert.equal(a, `{"id":"chatcmpl-same","object":"chat.completion","created":${CREATED},"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"tok0 tok1 tok2 tok3","refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"service_tier":null,"system_fingerprint":null,"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4,"prompt_tokens_details":null},"prompt_logprobs":null,"kv_transfer_params":null}`);
+});
+
+test('completions, embeddings, models, health and metrics answer in vLLM\'s shapes', async () => {
+  const mock = await start_mock();
+  const cmpl = await (await fetch(`${mock.url}/v1/completions`, {
+    method: 'POST', body: JSON.stringify({ prompt: 'x y', max_tokens: 1 }), headers: { 'x-request-id': 'c1' },
+  })).text();
+  assert.equal(cmpl, `{"id":"cmpl-c1","object":"text_completion","created":${CREATED},"model":"mock-model","choices":[{"index":0,"text":"tok0","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":null}],"service_tier":null,"system_fingerprint":null,"usage":{"prompt_tokens":2,"total_tokens":3,"completion_tokens":1,"prompt_tokens_details":null},"kv_transfer_params":null}`);
+
+  const emb = await (await fetch(`${mock.url}/v1/embeddings`, { method: 'POST', body: JSON.stringify({ input: ['a b', 'c'] }) })).json();
+  assert.equal(emb.object, 'list');
+  assert.match(emb.id, /^embd-[0-9a-f]{32}$/);
+  assert.deepEqual(emb.data.map((d) => [d.index, d.object, d.embedding.length]), [[0, 'embedding', 8], [1, 'embedding', 8]]);
+  assert.deepEqual(emb.usage, { prompt_tokens: 3, total_tokens: 3, completion_tokens: 0, prompt_tokens_details: null });
+
+  const models = await (await fetch(`${mock.url}/v1/models`)).json();
+  assert.equal(models.data[0].id, 'mock-model');
+  assert.equal(models.data[0].owned_by, 'vllm');
+
+  const health = await fetch(`${mock.url}/health`);
+  assert.equal(health.status, 200);
+  assert.equal(await health.text(), '');
+
+  const metrics = await (await fetch(`${mock.url}/metrics`)).text();
+  for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']) {
+    assert.match(metrics, new RegExp(`^${name}\\{model_name="mock-model"\\} 0\\.0$`, 'm'));
+  }
+  assert.match(metrics, /^mock_requests_total 5\.0$/m);
+});
+
+test('bad input gets vLLM\'s and FastAPI\'s errors', async () => {
+  const mock = await start_mock();
+  const bad = await fetch(`${mock.url}/v1/chat/completions`, { method: 'POST', body: '{"messages": [' });
+  assert.equal(bad.status, 400);
+  const err = await bad.json();
+  assert.deepEqual([err.object, err.type, err.param, err.code], ['error', 'BadRequestError', null, 400]);
+  const zero = await fetch(`${mock.url}/v1/chat/completions`, { method: 'POST', body: '{"messages":[],"max_tokens":0}' });
+  assert.equal(zero.status, 400);
+  await zero.arrayBuffer();
+  const missing = await fetch(`${mock.url}/v1/nothing`);
+  assert.equal(missing.status, 404);
+  assert.equal(await missing.text(), '{"detail":"Not Found"}');
+  const garbage = await exchange(mock.port, 'NOT HTTP\r\n\r\n');
+  assert.match(garbage, /^HTTP\/1\.1 400 Bad Request\r\n/);
+});
+
+test('--api-key guards /v1 like vLLM and leaves /health open', async () => {
+  const mock = await start_mock(['--api-key', 'sk-test']);
+  const denied = await fetch(`${mock.url}/v1/models`, { headers: { authorization: 'Bearer wrong' } });
+  assert.equal(denied.status, 401);
+  assert.equal(await denied.text(), '{"error":"Unauthorized"}');
+  const ok = await fetch(`${mock.url}/v1/models`, { headers: { authorization: 'Bearer sk-test' } });
+  assert.equal(ok.status, 200);
+  await ok.arrayBuffer();
+  assert.equal((await fetch(`${mock.url}/health`)).status, 200);
+});
+
+test('pipelined requests are answered in order on one connection', async () => {
+  const mock = await start_mock(['--reply-tokens', '1']);
+  const raw = await exchange(mock.port,
+    'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' +
+    post('/v1/completions', { prompt: 'p', stream: true }, { 'X-Request-Id': 'p1' }) +
+    'GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  const statuses = [...raw.matchAll(/HTTP\/1\.1 (\d+)/g)].map((m) => m[1]);
+  assert.deepEqual(statuses, ['200', '200', '404']);
+  assert.ok(raw.indexOf('cmpl-p1') < raw.indexOf('{"detail":"Not Found"}'));
+  assert.match(raw, /connection: close\r\n\r\n\{"detail":"Not Found"\}$/);
+});
+
+test('the request record shows what arrived, and DELETE clears it', async () => {
+  const mock = await start_mock();
+  await (await fetch(`${mock.url}/v1/completions`, { method: 'POST', body: '{"prompt":"r"}', headers: { 'x-custom': 'yes' } })).arrayBuffer();
+  const log = await (await fetch(`${mock.url}/debug/requests`)).json();
+  assert.equal(log.length, 1);
+  assert.equal(log[0].method, 'POST');
+  assert.equal(log[0].target, '/v1/completions');
+  assert.equal(log[0].body, '{"prompt":"r"}');
+  assert.ok(log[0].headers.some(([k, v]) => k.toLowerCase() === 'x-custom' && v === 'yes'));
+  assert.equal((await fetch(`${mock.url}/debug/requests`, { method: 'DELETE' })).status, 200);
+  assert.deepEqual(await (await fetch(`${mock.url}/debug/requests`)).json(), []);
+  assert.match(await (await fetch(`${mock.url}/metrics`)).text(), /^mock_requests_total 1\.0$/m);
+});
+
+test('a client that leaves mid-stream is logged as an abort with the tokens sent', async () => {
+  // 1000 tokens at 200/s: the client leaves after the first data chunk,
+  // long before the reply could be complete.
+  const mock = await start_mock(['--tokens-per-sec', '200', '--reply-tokens', '1000']);
+  await exchange(mock.port, post('/v1/chat/completions', { stream: true, messages: [] }, { 'X-Request-Id': 'gone' }),
+    { until: (s) => s.includes('tok0') });
+  const line = await mock.wait_line(/^abort request_id=chatcmpl-gone /);
+  assert.match(line, /^abort request_id=chatcmpl-gone tokens=\d+$/);
+  assert.ok(Number(line.split('=').at(-1)) < 1000);
+  assert.match(await (await fetch(`${mock.url}/metrics`)).text(), /^mock_aborts_total 1\.0$/m);
+});
+
+test('a client that leaves during the time to first token is logged with zero tokens', async () => {
+  const mock = await start_mock(['--ttft-ms', '60000']);
+  const raw = await exchange(mock.port, post('/v1/chat/completions', { stream: true, messages: [] }, { 'X-Request-Id': 'early' }),
+    { until: (s) => s.includes('\r\n\r\n') });
+  assert.match(raw, /^HTTP\/1\.1 200 OK/);  // the head goes out before prefill, as vLLM's
+  assert.equal(await mock.wait_line(/^abort /), 'abort request_id=chatcmpl-early tokens=0');
+});
+
+test('--fail-after-tokens drops the connection with no terminal chunk', async () => {
+  const mock = await start_mock(['--fail-after-tokens', '2']);
+  const raw = await exchange(mock.port, post('/v1/chat/completions', { stream: true, messages: [] }));
+  assert.ok(raw.includes('" tok1"'));
+  assert.ok(!raw.includes('tok2'));
+  assert.ok(!raw.includes('[DONE]'));
+  assert.ok(!ended(raw));
+  assert.equal(mock.lines.filter((l) => l.startsWith('abort')).length, 0);
+});
+
+test('500 concurrent streams on two loops all complete', async () => {
+  const mock = await start_mock(['--threads', '2', '--tokens-per-sec', '100', '--reply-tokens', '5']);
+  const results = await Promise.all(Array.from({ length: 500 }, (_, i) =>
+    exchange(mock.port, post('/v1/chat/completions', { stream: true, messages: [] }, { 'X-Request-Id': `c${i}` }), { until: ended })));
+  results.forEach((raw, i) => {
+    assert.ok(raw.includes(`chatcmpl-c${i}"`));
+    assert.ok(raw.includes('" tok4"'));
+    assert.ok(raw.includes('data: [DONE]\n\n'));
+  });
+});
+
+test('SIGTERM ends it with exit code 0', async () => {
+  const mock = await start_mock();
+  const exited = new Promise((resolve) => mock.child.on('exit', (code, signal) => resolve({ code, signal })));
+  mock.child.kill('SIGTERM');
+  assert.deepEqual(await exited, { code: 0, signal: null });
+});

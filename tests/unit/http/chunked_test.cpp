@@ -1,0 +1,205 @@
+// Spec-style cases for chunked request bodies: raw body bytes, the expected
+// status (0 = complete, need_more = incomplete) and payload. Every row runs
+// whole, one byte at a time and in pseudo-random splits, decoding in place
+// the way the downstream connection does.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/http/request.hpp"
+
+using namespace std::literals;
+using sluice::errc;
+using sluice::http::limits;
+using sluice::http::parse_status;
+using sluice::http::request_head;
+using sluice::http::request_parser;
+
+namespace {
+
+constexpr limits k_limits{.head_bytes_max = 256, .line_bytes_max = 128,
+                          .header_count_max = 4, .body_bytes_max = 64};
+constexpr std::string_view k_head = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+constexpr uint16_t k_incomplete = 1;  // the body needs more bytes
+
+struct chunk_case {
+  std::string_view name;
+  std::string body;
+  uint16_t status = 0;          // 0: complete; k_incomplete; or the error status
+  std::string_view payload = {};
+  size_t rest = 0;              // bytes after the message that must stay unconsumed
+};
+
+const std::vector<chunk_case>& cases() {
+  static const std::vector<chunk_case> k = {
+      {"one chunk", "5\r\nhello\r\n0\r\n\r\n", 0, "hello"},
+      {"two chunks", "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", 0, "hello world"},
+      {"empty body", "0\r\n\r\n", 0, ""},
+      {"upper-case hex", "A\r\n0123456789\r\n0\r\n\r\n", 0, "0123456789"},
+      {"lower-case hex", "a\r\n0123456789\r\n0\r\n\r\n", 0, "0123456789"},
+      {"leading zeros", "0005\r\nhello\r\n0000\r\n\r\n", 0, "hello"},
+      {"payload holding CRLF", "4\r\n\r\n\r\n\r\n0\r\n\r\n", 0, "\r\n\r\n"},
+      {"extensions are ignored", "5;name=value\r\nhello\r\n0;last\r\n\r\n", 0, "hello"},
+      {"quoted extension", "5;a=\"b; c\"\r\nhello\r\n0\r\n\r\n", 0, "hello"},
+      {"whitespace before the extension", "5 \t;x\r\nhello\r\n0\r\n\r\n", 0, "hello"},
+      {"trailers are consumed", "5\r\nhello\r\n0\r\nX-Checksum: abc\r\nX-B:\tc d\r\n\r\n", 0, "hello"},
+      {"bytes after the message stay", "5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n", 0, "hello", 16},
+      {"body at its limit", "40\r\n" + std::string(64, 'x') + "\r\n0\r\n\r\n", 0, {}},
+
+      {"truncated in the data", "5\r\nhel", k_incomplete},
+      {"truncated before the last chunk", "5\r\nhello\r\n", k_incomplete},
+      {"truncated before the final CRLF", "5\r\nhello\r\n0\r\n", k_incomplete},
+
+      {"non-hex size", "g\r\nhello\r\n0\r\n\r\n", 400},
+      {"empty size", "\r\nhello\r\n0\r\n\r\n", 400},
+      {"signed size", "+5\r\nhello\r\n0\r\n\r\n", 400},
+      {"0x prefix", "0x5\r\nhello\r\n0\r\n\r\n", 400},
+      {"whitespace before the size", " 5\r\nhello\r\n0\r\n\r\n", 400},
+      {"whitespace after the size without extension", "5 \r\nhello\r\n0\r\n\r\n", 400},
+      {"bare LF after the size", "5\nhello\r\n0\r\n\r\n", 400},
+      {"bare CR after the size", "5\rhello\r\n0\r\n\r\n", 400},
+      {"bare LF after the data", "5\r\nhello\n0\r\n\r\n", 400},
+      {"data longer than its size", "5\r\nhelloX\r\n0\r\n\r\n", 400},
+      {"missing CRLF after the data", "5\r\nhello0\r\n\r\n", 400},
+      {"bare LF ends the body", "5\r\nhello\r\n0\r\n\n", 400},
+      {"CR CR ends the body", "5\r\nhello\r\n0\r\n\r\r", 400},
+      {"bare LF in the extension", "5;a\nhello\r\n0\r\n\r\n", 400},
+      {"CTL in the extension", "5;a\x01\r\nhello\r\n0\r\n\r\n", 400},
+      {"NUL in the extension", "5;a\0\r\nhello\r\n0\r\n\r\n"s, 400},
+      {"overlong extension", "5;" + std::string(5000, 'e') + "\r\nhello\r\n0\r\n\r\n", 400},
+      {"obs-fold in the trailers", "0\r\nX: a\r\n b\r\n\r\n", 400},
+      {"space before the colon in a trailer", "0\r\nX : a\r\n\r\n", 400},
+      {"bare LF in a trailer", "0\r\nX: a\n\r\n", 400},
+      {"CTL in a trailer", "0\r\nX: a\x01\r\n\r\n", 400},
+      {"trailer without a colon", "0\r\nX\r\n\r\n", 400},
+      {"17 zero digits", "00000000000000000\r\n\r\n", 400},
+
+      {"size above the body limit", "41\r\n", 413},
+      {"sizes adding up above the body limit", "20\r\n" + std::string(32, 'x') + "\r\n21\r\n", 413},
+      {"size overflowing 64 bits", "FFFFFFFFFFFFFFFFF\r\n", 413},
+      {"size of 2^64", "10000000000000000\r\n", 413},
+      {"trailer section over the head limit", "0\r\nX: " + std::string(300, 'v') + "\r\n\r\n", 431},
+      {"too many trailer fields", "0\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\n\r\n", 431},
+  };
+  return k;
+}
+
+struct outcome {
+  uint16_t status = 0;
+  std::string payload;
+  size_t consumed = 0;  // raw body bytes used in total
+};
+
+// Decodes `body` delivered in pieces of the sizes `split` returns, in place,
+// as the connection does: [decoded payload][raw bytes not yet consumed].
+template <class Split>
+outcome decode(const std::string& body, Split split) {
+  request_parser p(k_limits);
+  request_head h;
+  REQUIRE(p.parse_head(k_head.data(), k_head.size(), h).ok());
+  REQUIRE(h.chunked);
+  std::string buf(body.size(), '\0');
+  size_t payload = 0, raw_begin = 0, raw_end = 0, arrived = 0, consumed = 0;
+  parse_status s{errc::need_more, 0, {}};
+  while (s.need_more() && arrived < body.size()) {
+    const size_t n = std::min(split(), body.size() - arrived);
+    // New bytes land after the unconsumed raw bytes.
+    body.copy(buf.data() + raw_end, n, arrived);
+    arrived += n;
+    raw_end += n;
+    size_t used = 0, produced = 0;
+    s = p.decode_chunked(buf.data() + raw_begin, raw_end - raw_begin, buf.data() + payload, used, produced);
+    if (s.ok() || s.need_more()) REQUIRE(payload + produced <= raw_begin + used);
+    payload += produced;
+    raw_begin += used;
+    consumed += used;
+    if (s.need_more()) {
+      REQUIRE(raw_begin == raw_end);  // need_more consumes everything
+      raw_begin = raw_end = payload;
+    }
+  }
+  outcome o;
+  o.status = s.ok() ? 0 : (s.need_more() ? k_incomplete : s.status);
+  o.payload.assign(buf.data(), payload);
+  o.consumed = consumed;
+  return o;
+}
+
+void check(const chunk_case& c, const outcome& o) {
+  CHECK(o.status == c.status);
+  if (c.status == 0) {
+    if (!c.payload.empty() || c.name == "empty body") CHECK(o.payload == c.payload);
+    CHECK(o.consumed == c.body.size() - c.rest);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("http::request_parser::decode_chunked") {
+  TEST_CASE("every spec row decodes fed whole") {
+    for (const chunk_case& c : cases()) {
+      CAPTURE(c.name);
+      check(c, decode(c.body, [&] { return c.body.size(); }));
+    }
+  }
+
+  TEST_CASE("every spec row decodes the same fed one byte at a time") {
+    for (const chunk_case& c : cases()) {
+      CAPTURE(c.name);
+      check(c, decode(c.body, [] { return size_t{1}; }));
+    }
+  }
+
+  TEST_CASE("every spec row decodes the same in pseudo-random splits") {
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+      for (const chunk_case& c : cases()) {
+        CAPTURE(c.name);
+        CAPTURE(seed);
+        uint32_t x = seed * 2654435761u;
+        check(c, decode(c.body, [&] {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                return size_t{1} + x % 7;
+              }));
+      }
+    }
+  }
+
+  TEST_CASE("a body at the limit is accepted in full") {
+    const std::string body = "40\r\n" + std::string(64, 'x') + "\r\n0\r\n\r\n";
+    const outcome o = decode(body, [] { return size_t{3}; });
+    CHECK(o.status == 0);
+    CHECK(o.payload == std::string(64, 'x'));
+  }
+
+  TEST_CASE("after completion further calls consume nothing") {
+    request_parser p(k_limits);
+    request_head h;
+    REQUIRE(p.parse_head(k_head.data(), k_head.size(), h).ok());
+    std::string b = "0\r\n\r\nGET";
+    size_t used = 0, produced = 0;
+    REQUIRE(p.decode_chunked(b.data(), b.size(), b.data(), used, produced).ok());
+    CHECK(used == 5);
+    CHECK(p.decode_chunked(b.data() + 5, 3, b.data(), used, produced).ok());
+    CHECK(used == 0);
+    CHECK(produced == 0);
+  }
+
+  TEST_CASE("the decoder state is cleared by reset") {
+    request_parser p(k_limits);
+    request_head h;
+    REQUIRE(p.parse_head(k_head.data(), k_head.size(), h).ok());
+    std::string b = "5\r\nhe";
+    size_t used = 0, produced = 0;
+    CHECK(p.decode_chunked(b.data(), b.size(), b.data(), used, produced).need_more());
+    p.reset();
+    REQUIRE(p.parse_head(k_head.data(), k_head.size(), h).ok());
+    std::string c = "2\r\nok\r\n0\r\n\r\n";
+    CHECK(p.decode_chunked(c.data(), c.size(), c.data(), used, produced).ok());
+    CHECK(std::string_view(c.data(), produced) == "ok");
+  }
+}

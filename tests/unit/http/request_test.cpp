@@ -1,0 +1,373 @@
+// Spec-style cases for the downstream request head: one row per input, the
+// expected status (0 = accepted) and, for accepted heads, the fields. A new
+// edge case is a new row. Every row also runs fed one byte at a time, from
+// a buffer that moves between calls.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/http/request.hpp"
+
+using namespace std::literals;
+using sluice::errc;
+using sluice::http::limits;
+using sluice::http::method;
+using sluice::http::parse_status;
+using sluice::http::request_head;
+using sluice::http::request_parser;
+
+namespace {
+
+// Small limits so the oversize rows stay readable.
+constexpr limits k_limits{.head_bytes_max = 1024, .line_bytes_max = 128,
+                          .header_count_max = 8, .body_bytes_max = 1000};
+
+std::string big(char c, size_t n) { return std::string(n, c); }
+
+struct accepted {
+  method meth = method::get;
+  std::string_view path = "/";
+  bool keep_alive = true;
+  bool chunked = false;
+  int64_t content_length = -1;  // -1: no Content-Length
+  bool expect_continue = false;
+};
+
+struct head_case {
+  std::string_view name;
+  std::string input;
+  uint16_t status = 0;  // 0: accepted, with `want`
+  accepted want = {};
+};
+
+const std::vector<head_case>& cases() {
+  static const std::vector<head_case> k = {
+      // Accepted.
+      {"minimal GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n"},
+      {"POST with Content-Length", "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+       0, {.meth = method::post, .path = "/v1/chat/completions", .content_length = 5}},
+      {"POST chunked", "POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+       0, {.meth = method::post, .path = "/v1/completions", .chunked = true}},
+      {"chunked in upper case", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n",
+       0, {.meth = method::post, .chunked = true}},
+      {"chunked with extra OWS", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:  \tchunked \r\n\r\n",
+       0, {.meth = method::post, .chunked = true}},
+      {"query is not part of the path", "GET /v1/models?limit=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+       0, {.path = "/v1/models"}},
+      {"HTTP/1.1 Connection: close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+       0, {.keep_alive = false}},
+      {"HTTP/1.0 closes by default, Host optional", "GET / HTTP/1.0\r\n\r\n", 0, {.keep_alive = false}},
+      {"HTTP/1.0 Connection: keep-alive", "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", 0, {}},
+      {"Expect: 100-continue", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n",
+       0, {.meth = method::post, .content_length = 3, .expect_continue = true}},
+      {"Expect: 100-continue ignored in HTTP/1.0", "POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+       0, {.meth = method::post, .keep_alive = false, .content_length = 3}},
+      {"Content-Length: 0", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+       0, {.meth = method::post, .content_length = 0}},
+      {"Content-Length at the body limit", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n",
+       0, {.meth = method::post, .content_length = 1000}},
+      {"Content-Length with leading zeros", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 007\r\n\r\n",
+       0, {.meth = method::post, .content_length = 7}},
+      {"empty line before the request line", "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"},
+      {"HTAB and obs-text in a value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\tb\xff\r\n\r\n"},
+      {"empty value", "GET / HTTP/1.1\r\nHost: a\r\nX-Empty:\r\n\r\n"},
+      {"DELETE", "DELETE /x HTTP/1.1\r\nHost: a\r\n\r\n", 0, {.meth = method::delete_, .path = "/x"}},
+      {"PATCH", "PATCH / HTTP/1.1\r\nHost: a\r\n\r\n", 0, {.meth = method::patch}},
+      {"a known method sluice has no name for", "PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n", 0, {.meth = method::other}},
+      {"request line at its limit", "GET /" + big('a', 128 - 14) + " HTTP/1.1\r\nHost: a\r\n\r\n", 0,
+       {.path = ""}},
+      {"header line at its limit", "GET / HTTP/1.1\r\nHost: a\r\nX: " + big('v', 125) + "\r\n\r\n"},
+      {"header count at its limit", "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\n\r\n"},
+
+      // Smuggling shapes: framing that two hops could read differently.
+      {"CL.TE", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"TE.CL", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 6\r\n\r\n", 400},
+      {"TE xchunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n", 400},
+      {"TE chunked, identity", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400},
+      {"TE identity", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n", 400},
+      {"TE chunked twice in one field", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400},
+      {"TE gzip, chunked is not implemented", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+      {"TE twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"TE in HTTP/1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"TE behind obs-fold", "POST / HTTP/1.1\r\nHost: a\r\nX: y\r\n Transfer-Encoding: chunked\r\n\r\n", 400},
+      {"TE with space before colon", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\n\r\n", 400},
+      {"duplicate Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400},
+      {"list Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400},
+      {"signed Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400},
+      {"negative Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400},
+      {"hex Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n", 400},
+      {"empty Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", 400},
+      {"Content-Length 2^63", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9223372036854775808\r\n\r\n", 400},
+      {"Content-Length 2^64", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551616\r\n\r\n", 400},
+      {"Content-Length above the body limit", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1001\r\n\r\n", 413},
+
+      // Line grammar llhttp 8.1 lets through.
+      {"space before colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400},
+      {"tab before colon", "GET / HTTP/1.1\r\nHost\t: a\r\n\r\n", 400},
+      {"obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n  c\r\n\r\n", 400},
+      {"first header line starts with a space", "GET / HTTP/1.1\r\n Host: a\r\n\r\n", 400},
+      {"bare LF ends a header line", "GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", 400},
+      {"bare LF ends the request line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 400},
+      {"bare LF ends the head", "GET / HTTP/1.1\r\nHost: a\r\n\n", 400},
+      {"bare CR in a value", "GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", 400},
+      {"bare CR in a name", "GET / HTTP/1.1\r\nHo\rst: a\r\n\r\n", 400},
+      {"NUL in a value", "GET / HTTP/1.1\r\nHost: a\0b\r\n\r\n"s, 400},
+      {"NUL in the request line", "GET /\0 HTTP/1.1\r\nHost: a\r\n\r\n"s, 400},
+      {"HTAB in the request line", "GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"CTL in a value", "GET / HTTP/1.1\r\nHost: a\x01\r\n\r\n", 400},
+      {"DEL in a value", "GET / HTTP/1.1\r\nHost: a\x7f\r\n\r\n", 400},
+      {"empty field name", "GET / HTTP/1.1\r\nHost: a\r\n: b\r\n\r\n", 400},
+      {"field line without a colon", "GET / HTTP/1.1\r\nHost: a\r\nX-A\r\n\r\n", 400},
+      {"invalid character in a name", "GET / HTTP/1.1\r\nHost: a\r\nX(A): b\r\n\r\n", 400},
+
+      // Fields sluice reads: exactly one each.
+      {"duplicate Host", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+      {"duplicate Authorization", "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer x\r\nauthorization: Bearer y\r\n\r\n", 400},
+      {"duplicate X-Session-ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Session-ID: 1\r\nX-Session-Id: 2\r\n\r\n", 400},
+      {"duplicate X-Request-ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-ID: 1\r\nX-Request-ID: 1\r\n\r\n", 400},
+      {"duplicate Content-Type", "GET / HTTP/1.1\r\nHost: a\r\nContent-Type: a/b\r\nContent-Type: c/d\r\n\r\n", 400},
+      {"HTTP/1.1 without Host", "GET / HTTP/1.1\r\nX: y\r\n\r\n", 400},
+      {"unknown expectation", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417},
+
+      // Request line.
+      {"HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", 505},
+      {"HTTP/1.2", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505},
+      {"HTTP/0.9 version", "GET / HTTP/0.9\r\n\r\n", 505},
+      {"h2 prior-knowledge preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505},
+      {"version without minor", "GET / HTTP/1\r\nHost: a\r\n\r\n", 400},
+      {"two-digit minor", "GET / HTTP/1.10\r\nHost: a\r\n\r\n", 400},
+      {"lower-case protocol", "GET / http/1.1\r\nHost: a\r\n\r\n", 400},
+      {"no version (HTTP/0.9 shape)", "GET /\r\nHost: a\r\n\r\n", 400},
+      {"two spaces after the method", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"trailing space after the version", "GET / HTTP/1.1 \r\nHost: a\r\n\r\n", 400},
+      {"absolute-form target", "GET http://backend/v1/models HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"asterisk-form target", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"authority-form target", "CONNECT backend:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"fragment in the target", "GET /v1/models#x HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"unknown method", "FOO / HTTP/1.1\r\nHost: a\r\n\r\n", 501},
+      {"lower-case method", "get / HTTP/1.1\r\nHost: a\r\n\r\n", 501},
+      {"method with a separator", "GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+
+      // Limits.
+      {"request line over its limit", "GET /" + big('a', 128 - 13) + " HTTP/1.1\r\nHost: a\r\n\r\n", 414},
+      {"request line over its limit, never ending", "GET /" + big('a', 600), 414},
+      {"header line over its limit", "GET / HTTP/1.1\r\nHost: a\r\nX: " + big('v', 126) + "\r\n\r\n", 431},
+      {"too many header fields", "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\n\r\n", 431},
+      {"head over its limit", [] {
+         std::string s = "GET / HTTP/1.1\r\nHost: a\r\n";
+         while (s.size() < 1100) s += "X: " + big('v', 100) + "\r\n";
+         return s + "\r\n";
+       }(), 431},
+      {"endless empty lines", [] {
+         std::string s;
+         while (s.size() < 1100) s += "\r\n";
+         return s;
+       }(), 431},
+  };
+  return k;
+}
+
+// Feeds `input` whole. Returns the status; fills `head`.
+parse_status parse_whole(request_parser& p, std::string_view input, request_head& head) {
+  return p.parse_head(input.data(), input.size(), head);
+}
+
+uint16_t status_of(const parse_status& s) { return s.ok() ? 0 : s.status; }
+
+void check_accepted(const head_case& c, const request_head& h, std::string_view input) {
+  CHECK(h.meth == c.want.meth);
+  if (!c.want.path.empty()) CHECK(h.path == c.want.path);
+  CHECK(h.keep_alive == c.want.keep_alive);
+  CHECK(h.chunked == c.want.chunked);
+  CHECK(h.has_content_length == (c.want.content_length >= 0));
+  if (c.want.content_length >= 0) CHECK(h.content_length == static_cast<uint64_t>(c.want.content_length));
+  CHECK(h.expect_continue == c.want.expect_continue);
+  // Every view lies inside the head.
+  CHECK(h.head_bytes <= input.size());
+  CHECK(input.substr(0, h.head_bytes).ends_with("\r\n\r\n"));
+  for (uint16_t i = 0; i < h.header_count; ++i) {
+    CHECK(h.headers[i].name.data() >= input.data());
+    CHECK(h.headers[i].name.data() + h.headers[i].name.size() <= input.data() + h.head_bytes);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("http::request_parser") {
+  TEST_CASE("every spec row gets its status and fields when fed whole") {
+    for (const head_case& c : cases()) {
+      CAPTURE(c.name);
+      request_parser p(k_limits);
+      request_head h;
+      const parse_status s = parse_whole(p, c.input, h);
+      CHECK(status_of(s) == c.status);
+      if (c.status == 0) {
+        check_accepted(c, h, c.input);
+      } else {
+        CHECK(!s.message.empty());
+        CHECK(!s.need_more());
+      }
+    }
+  }
+
+  TEST_CASE("every spec row gets the same answer fed one byte at a time from a moving buffer") {
+    for (const head_case& c : cases()) {
+      CAPTURE(c.name);
+      request_parser p(k_limits);
+      request_head h;
+      // Two buffers used in turn: the data moves between every call.
+      std::string buf[2] = {std::string(c.input.size() + 1, '\0'), std::string(c.input.size() + 1, '\0')};
+      parse_status s{errc::need_more, 0, {}};
+      size_t n = 0;
+      while (s.need_more() && n < c.input.size()) {
+        ++n;
+        std::string& b = buf[n % 2];
+        b.replace(0, n, c.input, 0, n);
+        s = p.parse_head(b.data(), n, h);
+      }
+      CHECK(status_of(s) == c.status);
+      if (c.status == 0) check_accepted(c, h, std::string_view(buf[n % 2].data(), n));
+    }
+  }
+
+  TEST_CASE("the well-known fields are found whatever the case of their names") {
+    const std::string in =
+        "POST /v1/chat/completions HTTP/1.1\r\nHOST: gw\r\nauthorization: Bearer k1\r\n"
+        "X-SESSION-ID:  s-1 \r\nx-request-id: r-9\r\nContent-TYPE: application/json\r\n"
+        "connection: keep-alive\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}";
+    request_parser p(k_limits);
+    request_head h;
+    REQUIRE(parse_whole(p, in, h).ok());
+    CHECK(h.method_name == "POST");
+    CHECK(h.target == "/v1/chat/completions");
+    CHECK(h.host == "gw");
+    CHECK(h.authorization == "Bearer k1");
+    CHECK(h.session_id == "s-1");
+    CHECK(h.request_id == "r-9");
+    CHECK(h.content_type == "application/json");
+    CHECK(h.connection == "keep-alive");
+    CHECK(h.upgrade == "h2c");
+    CHECK(h.header_count == 8);
+    CHECK(h.headers[2].name == "X-SESSION-ID");
+    CHECK(h.headers[2].value == "s-1");
+    CHECK(h.head_bytes == in.size() - 2);
+  }
+
+  TEST_CASE("a pipelined second request is left untouched and parses after reset") {
+    const std::string first = "POST /v1/embeddings HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nbody";
+    const std::string second = "GET /v1/models HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n";
+    std::string buf = first + second;
+    const std::string copy = buf;
+    request_parser p(k_limits);
+    request_head h;
+    REQUIRE(p.parse_head(buf.data(), buf.size(), h).ok());
+    CHECK(h.head_bytes == first.size() - 4);
+    CHECK(h.content_length == 4);
+    CHECK(buf == copy);  // parse_head never writes into the buffer
+
+    p.reset();
+    const size_t next = h.head_bytes + h.content_length;
+    REQUIRE(p.parse_head(buf.data() + next, buf.size() - next, h).ok());
+    CHECK(h.path == "/v1/models");
+    CHECK(h.host == "b");
+    CHECK_FALSE(h.keep_alive);
+    CHECK(h.head_bytes == second.size());
+  }
+
+  TEST_CASE("every prefix of a valid head asks for more") {
+    const std::string in = "GET / HTTP/1.1\r\nHost: a\r\nX-Session-ID: s\r\n\r\n";
+    for (size_t n = 0; n < in.size(); ++n) {
+      request_parser p(k_limits);
+      request_head h;
+      CAPTURE(n);
+      CHECK(p.parse_head(in.data(), n, h).need_more());
+    }
+  }
+
+  TEST_CASE("an oversize head fails as soon as the limit is reached, without its end") {
+    limits l = k_limits;
+    l.header_count_max = 100;
+    request_parser p(l);
+    request_head h;
+    std::string in = "GET / HTTP/1.1\r\nHost: a\r\n";
+    while (in.size() < 2000) in += "X: 12345678\r\n";
+    CHECK(p.parse_head(in.data(), 1023, h).need_more());
+    const parse_status s = p.parse_head(in.data(), 1024, h);
+    CHECK(s.status == 431);
+    CHECK(s.error == errc::header_too_large);
+  }
+
+  TEST_CASE("an overlong request line fails with 414 before its end arrives") {
+    request_parser p(k_limits);
+    request_head h;
+    const std::string in = "GET /" + big('a', 300);
+    const parse_status s = p.parse_head(in.data(), 200, h);
+    CHECK(s.status == 414);
+    CHECK(s.error == errc::uri_too_long);
+  }
+
+  TEST_CASE("an error is sticky until reset") {
+    request_parser p(k_limits);
+    request_head h;
+    const std::string bad = "GET / HTTP/1.1\r\nHost : a\r\n\r\n";
+    const std::string good = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    CHECK(p.parse_head(bad.data(), bad.size(), h).status == 400);
+    CHECK(p.parse_head(good.data(), good.size(), h).status == 400);
+    p.reset();
+    CHECK(p.parse_head(good.data(), good.size(), h).ok());
+  }
+
+  TEST_CASE("errors map to the matching errc") {
+    const struct {
+      std::string_view in;
+      errc e;
+    } rows[] = {
+        {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", errc::bad_request},
+        {"GET / HTTP/2.0\r\n\r\n", errc::version_not_supported},
+        {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n", errc::body_too_large},
+        {"POST / HTTP/1.1\r\nHost: a\r\nExpect: x\r\n\r\n", errc::bad_request},
+    };
+    for (const auto& r : rows) {
+      CAPTURE(r.in);
+      request_parser p(k_limits);
+      request_head h;
+      CHECK(p.parse_head(r.in.data(), r.in.size(), h).error == r.e);
+    }
+  }
+
+  TEST_CASE("rebase moves every view to the new buffer") {
+    std::string a = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer k\r\n"
+                    "X-Session-ID: s\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n";
+    request_parser p(k_limits);
+    request_head h;
+    REQUIRE(p.parse_head(a.data(), a.size(), h).ok());
+    std::string b = a;
+    h.rebase(a.data(), b.data());
+    a.assign(a.size(), '#');  // the old bytes are gone
+    CHECK(h.method_name == "POST");
+    CHECK(h.target == "/v1/chat/completions?x=1");
+    CHECK(h.path == "/v1/chat/completions");
+    CHECK(h.host == "gw");
+    CHECK(h.authorization == "Bearer k");
+    CHECK(h.session_id == "s");
+    CHECK(h.content_type == "application/json");
+    CHECK(h.request_id.empty());
+    CHECK(h.headers[4].name == "Content-Length");
+    CHECK(h.headers[4].value == "0");
+    CHECK(h.headers[0].name.data() >= b.data());
+  }
+
+  TEST_CASE("header_count_max above the head array is clamped to it") {
+    limits l = k_limits;
+    l.header_count_max = 60000;
+    l.head_bytes_max = 1u << 20;
+    std::string in = "GET / HTTP/1.1\r\nHost: a\r\n";
+    for (int i = 0; i < sluice::http::k_headers_max; ++i) in += "X: 1\r\n";
+    in += "\r\n";
+    request_parser p(l);
+    request_head h;
+    CHECK(p.parse_head(in.data(), in.size(), h).status == 431);
+  }
+}

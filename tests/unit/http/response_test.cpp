@@ -1,0 +1,307 @@
+// Spec-style cases for upstream responses: heads (accepted with their
+// fields, or rejected as upstream_protocol) and bodies (payload handed to
+// the sink, and exactly where the message ends).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/http/response.hpp"
+
+using namespace std::literals;
+using sluice::errc;
+using sluice::http::body_sink;
+using sluice::http::body_status;
+using sluice::http::parse_status;
+using sluice::http::response_head;
+using sluice::http::response_parser;
+
+namespace {
+
+struct head_case {
+  std::string_view name;
+  std::string input;
+  bool ok = true;
+  uint16_t status = 200;
+  bool keep_alive = true;
+  bool chunked = false;
+  int64_t content_length = -1;
+  bool event_stream = false;
+};
+
+const std::vector<head_case>& head_cases() {
+  static const std::vector<head_case> k = {
+      {"Content-Length", "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", true, 200, true, false, 5},
+      {"vLLM stream head",
+       "HTTP/1.1 200 OK\r\ndate: x\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+       "transfer-encoding: chunked\r\n\r\n",
+       true, 200, true, true, -1, true},
+      {"event stream in upper case", "HTTP/1.1 200 OK\r\nContent-Type: Text/Event-Stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+       true, 200, true, true, -1, true},
+      {"JSON is no event stream", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+       true, 200, true, false, 2, false},
+      {"HTTP/1.0 closes", "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n", true, 200, false, false, 2},
+      {"HTTP/1.0 keep-alive", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n", true, 200, true, false, 2},
+      {"Connection: close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n", true, 200, false, false, 2},
+      {"body until close", "HTTP/1.1 200 OK\r\n\r\n", true, 200, false},
+      {"error status", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n", true, 503, true, false, 0},
+      {"no reason phrase", "HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n", true, 404, true, false, 0},
+      {"204 has no body", "HTTP/1.1 204 No Content\r\n\r\n", true, 204, true},
+
+      {"100 Continue", "HTTP/1.1 100 Continue\r\n\r\n", false},
+      {"101 Switching Protocols", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", false},
+      {"status with letters", "HTTP/1.1 2OO OK\r\n\r\n", false},
+      {"status of two digits", "HTTP/1.1 20 OK\r\n\r\n", false},
+      {"status above 599", "HTTP/1.1 600 Odd\r\nContent-Length: 0\r\n\r\n", false},
+      {"no space after the version", "HTTP/1.1200 OK\r\n\r\n", false},
+      {"misspelt protocol", "HTP/1.1 200 OK\r\n\r\n", false},
+      {"HTTP/2.0", "HTTP/2.0 200 OK\r\n\r\n", false},
+      {"not HTTP at all", "SSH-2.0-OpenSSH\r\n\r\n", false},
+      {"CL and TE", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+      {"TE gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false},
+      {"TE chunked twice", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+      {"duplicate Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", false},
+      {"list Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", false},
+      {"Content-Length 2^63", "HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n", false},
+      {"space before colon", "HTTP/1.1 200 OK\r\nContent-Length : 5\r\n\r\n", false},
+      {"obs-fold", "HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n", false},
+      {"bare LF", "HTTP/1.1 200 OK\nContent-Length: 0\r\n\r\n", false},
+      {"NUL in a value", "HTTP/1.1 200 OK\r\nX: a\0\r\nContent-Length: 0\r\n\r\n"s, false},
+      {"too many fields", [] {
+         std::string s = "HTTP/1.1 200 OK\r\n";
+         for (int i = 0; i < 65; ++i) s += "X: 1\r\n";
+         return s + "\r\n";
+       }(), false},
+      {"head over 64 KiB", "HTTP/1.1 200 OK\r\nX: " + std::string(70000, 'v') + "\r\n\r\n", false},
+  };
+  return k;
+}
+
+// Collects what the sink receives.
+struct collector {
+  std::string data;
+  size_t calls = 0;
+  body_sink sink() {
+    return body_sink{[](void* ctx, const char* d, size_t n) {
+                       auto* self = static_cast<collector*>(ctx);
+                       self->data.append(d, n);
+                       ++self->calls;
+                     },
+                     this};
+  }
+};
+
+// One chunk of a chunked body.
+std::string chunk(std::string_view payload) {
+  char size[20];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", payload.size());
+  return std::string(size, static_cast<size_t>(n)) + std::string(payload) + "\r\n";
+}
+
+struct body_case {
+  std::string_view name;
+  std::string head;
+  std::string message;        // the body bytes of this response
+  std::string_view payload;   // what the sink must see
+  std::string_view extra;     // bytes after the message: never consumed
+  bool head_request = false;
+};
+
+const std::vector<body_case>& body_cases() {
+  static const std::vector<body_case> k = {
+      {"Content-Length body", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", "abc", "abc", "XYZ"},
+      {"chunked SSE ends exactly at the terminal chunk",
+       "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+       chunk("data: {\"a\":1}\n\n") + chunk("data: [DONE]\n\n") + "0\r\n\r\n",
+       "data: {\"a\":1}\n\ndata: [DONE]\n\n", "HTTP/1.1 200 OK\r\n"},
+      {"terminal chunk with trailers and extensions",
+       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "3;x=y\r\nabc\r\n0;z\r\nX-T: 1\r\n\r\n", "abc",
+       "more"},
+      {"chunk sizes in hex", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+       chunk(std::string(26, 'q')) + "0\r\n\r\n", "qqqqqqqqqqqqqqqqqqqqqqqqqq", ""},
+      {"Content-Length 0 ends at the head", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "", "", "next"},
+      {"204 ends at the head", "HTTP/1.1 204 No Content\r\n\r\n", "", "", "next"},
+      {"304 ends at the head", "HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n", "", "", "next"},
+      {"HEAD response ends at the head", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", "", "", "next", true},
+  };
+  return k;
+}
+
+// Feeds `body` in pieces of `step` bytes, as the connection would (bytes not
+// consumed are offered again with the next piece).
+body_status feed(response_parser& p, const std::string& body, size_t step, collector& c, size_t& consumed) {
+  body_status st{};
+  consumed = 0;
+  size_t avail = 0;
+  while (!st.complete && st.error == errc::ok) {
+    if (avail == body.size() && consumed == avail) break;
+    avail = std::min(body.size(), avail + step);
+    const body_sink s = c.sink();
+    st = p.feed_body(body.data() + consumed, avail - consumed, s);
+    consumed += st.consumed;
+  }
+  return st;
+}
+
+}  // namespace
+
+TEST_SUITE("http::response_parser") {
+  TEST_CASE("every head row is accepted with its fields or rejected as upstream_protocol") {
+    for (const head_case& c : head_cases()) {
+      CAPTURE(c.name);
+      for (size_t step : {c.input.size(), size_t{1}}) {
+        CAPTURE(step);
+        response_parser p;
+        response_head h;
+        parse_status s{errc::need_more, 0, {}};
+        for (size_t n = std::min(step, c.input.size()); s.need_more(); n = std::min(n + step, c.input.size())) {
+          s = p.parse_head(c.input.data(), n, h);
+          if (n == c.input.size()) break;
+        }
+        if (!c.ok) {
+          CHECK(s.error == errc::upstream_protocol);
+          CHECK(s.status == 502);
+          CHECK(!s.message.empty());
+          continue;
+        }
+        REQUIRE(s.ok());
+        CHECK(h.status == c.status);
+        CHECK(h.keep_alive == c.keep_alive);
+        CHECK(h.chunked == c.chunked);
+        CHECK(h.has_content_length == (c.content_length >= 0));
+        if (c.content_length >= 0) CHECK(h.content_length == static_cast<uint64_t>(c.content_length));
+        CHECK(h.event_stream == c.event_stream);
+        CHECK(h.head_bytes == c.input.size());
+      }
+    }
+  }
+
+  TEST_CASE("the reason phrase and headers are views into the head") {
+    const std::string in = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Type: application/json  \r\nContent-Length: 2\r\n\r\n{}";
+    response_parser p;
+    response_head h;
+    REQUIRE(p.parse_head(in.data(), in.size(), h).ok());
+    CHECK(h.reason == "Too Many Requests");
+    CHECK(h.header_count == 3);
+    CHECK(h.headers[0].name == "Retry-After");
+    CHECK(h.headers[0].value == "2");
+    CHECK(h.content_type == "application/json");
+    CHECK(h.head_bytes == in.size() - 2);
+  }
+
+  TEST_CASE("every body row hands the payload to the sink and stops at the end of the message") {
+    for (const body_case& c : body_cases()) {
+      CAPTURE(c.name);
+      const std::string body = c.message + std::string(c.extra);
+      for (size_t step : {body.size(), size_t{1}, size_t{2}, size_t{5}}) {
+        CAPTURE(step);
+        response_parser p;
+        p.reset(c.head_request);
+        response_head h;
+        REQUIRE(p.parse_head(c.head.data(), c.head.size(), h).ok());
+        collector col;
+        size_t consumed = 0;
+        const body_status st = feed(p, body, std::max<size_t>(step, 1), col, consumed);
+        CHECK(st.error == errc::ok);
+        CHECK(st.complete);
+        CHECK(consumed == c.message.size());
+        CHECK(col.data == c.payload);
+        CHECK(p.finish_at_eof());
+        // Once complete, nothing more is taken.
+        const body_status again = p.feed_body(body.data() + consumed, body.size() - consumed, col.sink());
+        CHECK(again.complete);
+        CHECK(again.consumed == 0);
+      }
+    }
+  }
+
+  TEST_CASE("a body delimited by the close completes only at EOF") {
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n";
+    response_parser p;
+    response_head h;
+    REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
+    CHECK_FALSE(h.keep_alive);
+    collector col;
+    const body_status st = p.feed_body("abc", 3, col.sink());
+    CHECK(st.error == errc::ok);
+    CHECK(st.consumed == 3);
+    CHECK_FALSE(st.complete);
+    CHECK(col.data == "abc");
+    CHECK(p.finish_at_eof());
+  }
+
+  TEST_CASE("a body cut short is not complete at EOF") {
+    const struct {
+      std::string_view head, body;
+    } rows[] = {
+        {"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", "abc"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhello\r\n"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhel"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhello\r\n0\r\n\r"},
+    };
+    for (const auto& r : rows) {
+      CAPTURE(r.body);
+      response_parser p;
+      response_head h;
+      REQUIRE(p.parse_head(r.head.data(), r.head.size(), h).ok());
+      collector col;
+      const body_status st = p.feed_body(r.body.data(), r.body.size(), col.sink());
+      CHECK(st.error == errc::ok);
+      CHECK_FALSE(st.complete);
+      CHECK_FALSE(p.finish_at_eof());
+    }
+  }
+
+  TEST_CASE("a head cut short is not complete at EOF") {
+    response_parser p;
+    response_head h;
+    const std::string_view in = "HTTP/1.1 200 OK\r\nContent-Le";
+    CHECK(p.parse_head(in.data(), in.size(), h).need_more());
+    CHECK_FALSE(p.finish_at_eof());
+  }
+
+  TEST_CASE("malformed chunk framing from the backend is upstream_protocol") {
+    const std::string_view rows[] = {
+        "x\r\nabc\r\n0\r\n\r\n",
+        "3\nabc\r\n0\r\n\r\n",
+        "3\r\nabc\n0\r\n\r\n",
+        "3\r\nabcd\r\n0\r\n\r\n",
+        "3\r\nabc\r\n0\r\n\n",             // llhttp 8.1 alone would take this
+        "FFFFFFFFFFFFFFFFF\r\n",
+    };
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (std::string_view body : rows) {
+      for (size_t step : {body.size(), size_t{1}}) {
+        CAPTURE(body);
+        CAPTURE(step);
+        response_parser p;
+        response_head h;
+        REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
+        collector col;
+        size_t consumed = 0;
+        const body_status st = feed(p, std::string(body), step, col, consumed);
+        CHECK(st.error == errc::upstream_protocol);
+        CHECK_FALSE(st.complete);
+        CHECK_FALSE(p.finish_at_eof());
+      }
+    }
+  }
+
+  TEST_CASE("reset makes the parser ready for the next response on the connection") {
+    response_parser p;
+    response_head h;
+    const std::string a = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    REQUIRE(p.parse_head(a.data(), a.size(), h).ok());
+    collector col;
+    CHECK(p.feed_body(a.data() + h.head_bytes, 2, col.sink()).complete);
+    p.reset();
+    const std::string b = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 1\r\n\r\nx";
+    REQUIRE(p.parse_head(b.data(), b.size(), h).ok());
+    CHECK(h.status == 500);
+    CHECK(p.feed_body(b.data() + h.head_bytes, 1, col.sink()).complete);
+    CHECK(col.data == "okx");
+  }
+}

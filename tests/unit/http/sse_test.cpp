@@ -1,0 +1,143 @@
+// Spec-style cases for the SSE scanner: a de-chunked body and the events it
+// must yield. Every row runs whole, one byte at a time and split in two at
+// every position.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/http/sse.hpp"
+
+using namespace std::literals;
+using sluice::http::sse_event;
+using sluice::http::sse_scanner;
+
+namespace {
+
+struct sse_case {
+  std::string_view name;
+  std::string input;
+  std::vector<std::string> events;
+};
+
+const std::vector<sse_case>& cases() {
+  static const std::vector<sse_case> k = {
+      {"one event", "data: a\n\n", {"a"}},
+      {"no space after the colon", "data:a\n\n", {"a"}},
+      {"only one space is stripped", "data:  a \n\n", {" a "}},
+      {"data lines are joined with LF", "data: a\ndata: b\ndata: c\n\n", {"a\nb\nc"}},
+      {"CRLF line ends", "data: a\r\ndata: b\r\n\r\n", {"a\nb"}},
+      {"CR line ends", "data: a\rdata: b\r\r", {"a\nb"}},
+      {"mixed line ends", "data: a\r\n\ndata: b\n\r\ndata: c\r\r", {"a", "b", "c"}},
+      {"comments are ignored", ": keep-alive\n\n: ping\ndata: x\n\n", {"x"}},
+      {"event, id and retry are ignored", "event: message\nid: 7\nretry: 100\ndata: x\n\n", {"x"}},
+      {"unknown fields are ignored", "foo: bar\ndatax: y\ndat: z\ndata: x\n\n", {"x"}},
+      {"an event without data is not reported", "event: ping\n\n", {}},
+      {"data without a colon is an empty line", "data\n\n", {""}},
+      {"empty data value", "data:\n\n", {""}},
+      {"empty data lines join", "data\ndata\n\n", {"\n"}},
+      {"colons inside the value stay", "data: {\"a\":\"b:c\"}\n\n", {"{\"a\":\"b:c\"}"}},
+      {"extra blank lines dispatch nothing", "\n\n\ndata: a\n\n\n\n", {"a"}},
+      {"an unterminated event is not reported", "data: a\n\ndata: b\n", {"a"}},
+      {"vLLM stream",
+       "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+       "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+       "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n"
+       "data: [DONE]\n\n",
+       {"{\"id\":\"c\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}",
+        "{\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}",
+        "{\"id\":\"c\",\"choices\":[],\"usage\":{\"total_tokens\":3}}", "[DONE]"}},
+      {"a NUL byte is data", "data: a\0b\n\n"s, {"a\0b"s}},
+  };
+  return k;
+}
+
+struct recorder {
+  std::vector<std::string> events;
+  std::vector<bool> truncated;
+  static void on_event(void* ctx, const sse_event& ev) {
+    auto* self = static_cast<recorder*>(ctx);
+    self->events.emplace_back(ev.data);
+    self->truncated.push_back(ev.truncated);
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("http::sse_scanner") {
+  TEST_CASE("every spec row yields its events fed whole") {
+    for (const sse_case& c : cases()) {
+      CAPTURE(c.name);
+      recorder r;
+      sse_scanner s(recorder::on_event, &r);
+      s.feed(c.input.data(), c.input.size());
+      CHECK(r.events == c.events);
+      CHECK(s.events() == c.events.size());
+    }
+  }
+
+  TEST_CASE("every spec row yields the same events fed one byte at a time") {
+    for (const sse_case& c : cases()) {
+      CAPTURE(c.name);
+      recorder r;
+      sse_scanner s(recorder::on_event, &r);
+      for (char ch : c.input) s.feed(&ch, 1);
+      CHECK(r.events == c.events);
+    }
+  }
+
+  TEST_CASE("every spec row yields the same events split in two anywhere") {
+    for (const sse_case& c : cases()) {
+      for (size_t at = 0; at <= c.input.size(); ++at) {
+        CAPTURE(c.name);
+        CAPTURE(at);
+        recorder r;
+        sse_scanner s(recorder::on_event, &r);
+        s.feed(c.input.data(), at);
+        s.feed(c.input.data() + at, c.input.size() - at);
+        CHECK(r.events == c.events);
+      }
+    }
+  }
+
+  TEST_CASE("an event longer than the buffer is reported truncated and the next one is whole") {
+    const std::string big(sse_scanner::k_event_bytes_max + 100, 'x');
+    const std::string in = "data: " + big + "\n\ndata: next\n\n";
+    recorder r;
+    auto s = std::make_unique<sse_scanner>(recorder::on_event, &r);
+    s->feed(in.data(), in.size());
+    REQUIRE(r.events.size() == 2);
+    CHECK(r.truncated[0]);
+    CHECK(r.events[0].size() == sse_scanner::k_event_bytes_max);
+    CHECK(r.events[0] == big.substr(0, sse_scanner::k_event_bytes_max));
+    CHECK_FALSE(r.truncated[1]);
+    CHECK(r.events[1] == "next");
+  }
+
+  TEST_CASE("an event that fills the buffer exactly is not truncated") {
+    const std::string full(sse_scanner::k_event_bytes_max, 'y');
+    const std::string in = "data: " + full + "\n\n";
+    recorder r;
+    auto s = std::make_unique<sse_scanner>(recorder::on_event, &r);
+    for (size_t i = 0; i < in.size(); i += 1000) s->feed(in.data() + i, std::min<size_t>(1000, in.size() - i));
+    REQUIRE(r.events.size() == 1);
+    CHECK_FALSE(r.truncated[0]);
+    CHECK(r.events[0] == full);
+  }
+
+  TEST_CASE("reset drops a partial event and the count") {
+    recorder r;
+    sse_scanner s(recorder::on_event, &r);
+    const std::string_view a = "data: a\n\ndata: partial";
+    s.feed(a.data(), a.size());
+    CHECK(s.events() == 1);
+    s.reset();
+    CHECK(s.events() == 0);
+    const std::string_view b = "\n\ndata: b\n\n";
+    s.feed(b.data(), b.size());
+    CHECK(r.events == std::vector<std::string>{"a", "b"});
+  }
+}

@@ -1,0 +1,154 @@
+#include "options.hpp"
+
+#include <charconv>
+#include <limits>
+
+namespace mock_vllm {
+
+namespace {
+
+constexpr std::string_view k_help = R"(usage: mock-vllm [flags]
+
+A fast stand-in for vLLM's OpenAI-compatible server (wire format of vLLM
+0.10.x behind uvicorn) for tests and benchmarks of the gateway.
+
+flags:
+  --port N               listen port; 0 = ephemeral (default 8000)
+  --host ADDR            listen address (default 127.0.0.1)
+  --model NAME           served model name (default mock-model); every answer
+                         names this model, whatever the request asked for
+  --ttft-ms N            time to first token in ms (default 0)
+  --tokens-per-sec N     tokens per second per stream; 0 = at once (default 0)
+  --reply-tokens N       reply length in tokens (default 16)
+  --fail-after-tokens N  drop the connection after N content tokens (0 = never)
+  --threads N            event loops, one SO_REUSEPORT listener each (default 1)
+  --api-key KEY          require "Authorization: Bearer KEY" on /v1/* (401
+                         {"error":"Unauthorized"} otherwise, as vLLM)
+  --created UNIX         fixed "created" timestamp (default: current time)
+  --max-model-len N      max_model_len reported by /v1/models (default 32768)
+  --kv-capacity N        requests in flight that make kv_cache_usage_perc 1.0
+                         (default 1000)
+  --error-format F       flat (vLLM < 0.10.1, default) or nested (>= 0.10.1)
+  --no-record            do not record requests for /debug/requests
+  --help                 this text
+
+reply: token i (0-based) is "tok<i>", preceded by one space for i > 0, so the
+  text is "tok0 tok1 ... tok<n-1>". n = min(--reply-tokens, max_tokens) where
+  max_tokens is max_completion_tokens, else max_tokens, of the request.
+  finish_reason is "length" when max_tokens < --reply-tokens, else "stop".
+  completion_tokens = n.
+prompt_tokens (deterministic, no tokenizer):
+  words(s) = number of maximal runs of non-whitespace bytes in s
+             (whitespace: space, \t, \n, \v, \f, \r)
+  chat:        sum over messages of 4 + words(content), where an array content
+               counts the words of each part's "text"; null content counts 0
+  completions: words(prompt) for a string; the sum for an array of strings;
+               the number of ids for an array of token ids (or of arrays)
+  embeddings:  as completions, on "input"; 8 floats per input
+stdout: one line "mock-vllm listening on http://HOST:PORT" at start, and
+  "abort request_id=<id> tokens=<n>" when a client leaves before its reply is
+  complete (<id> is the response id, e.g. chatcmpl-<X-Request-Id>).
+
+mock-only endpoints (not in vLLM):
+  GET /debug/requests     the last 1000 requests, oldest first, as a JSON array
+                          of {"method","target","headers":[[name,value],...],
+                          "body"}; debug endpoints are not recorded or counted
+  DELETE /debug/requests  clears the record and the counters
+metrics (GET /metrics): vllm:num_requests_running (streaming tokens),
+  vllm:num_requests_waiting (before the first token), vllm:kv_cache_usage_perc,
+  mock_requests_total, mock_aborts_total, mock_failures_total
+)";
+
+template <class T>
+bool parse_number(std::string_view text, T& out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc{} && ptr == end;
+}
+
+}  // namespace
+
+std::string_view help_text() noexcept { return k_help; }
+
+parse_outcome parse_flags(int argc, char** argv, options& out, std::string& error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view flag = argv[i];
+    std::string_view value;
+    // Accept both "--flag value" and "--flag=value".
+    bool inline_value = false;
+    if (auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    if (flag == "--help" || flag == "-h") return parse_outcome::help;
+    if (flag == "--no-record") {
+      out.record = false;
+      continue;
+    }
+    static constexpr std::string_view valued[] = {
+        "--port",    "--host",    "--model",   "--ttft-ms",       "--tokens-per-sec", "--reply-tokens",
+        "--fail-after-tokens", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity",
+        "--error-format"};
+    bool known = false;
+    for (std::string_view v : valued) known = known || v == flag;
+    if (!known) {
+      error = "unknown flag " + std::string(flag) + " (see --help)";
+      return parse_outcome::error;
+    }
+    if (!inline_value) {
+      if (i + 1 >= argc) {
+        error = std::string(flag) + " needs a value";
+        return parse_outcome::error;
+      }
+      value = argv[++i];
+    }
+    bool ok = true;
+    uint64_t n = 0;
+    if (flag == "--port") {
+      ok = parse_number(value, n) && n <= std::numeric_limits<uint16_t>::max();
+      out.port = static_cast<uint16_t>(n);
+    } else if (flag == "--host") {
+      out.host = value;
+    } else if (flag == "--model") {
+      ok = !value.empty();
+      out.model = value;
+    } else if (flag == "--ttft-ms") {
+      ok = parse_number(value, out.ttft_ms);
+    } else if (flag == "--tokens-per-sec") {
+      ok = parse_number(value, out.tokens_per_sec);
+    } else if (flag == "--reply-tokens") {
+      ok = parse_number(value, out.reply_tokens) && out.reply_tokens <= 1'000'000;
+    } else if (flag == "--fail-after-tokens") {
+      ok = parse_number(value, out.fail_after_tokens);
+    } else if (flag == "--threads") {
+      ok = parse_number(value, out.threads) && out.threads >= 1 && out.threads <= 256;
+    } else if (flag == "--api-key") {
+      out.api_key = value;
+    } else if (flag == "--created") {
+      ok = parse_number(value, out.created) && out.created >= 0;
+    } else if (flag == "--max-model-len") {
+      ok = parse_number(value, out.max_model_len);
+    } else if (flag == "--kv-capacity") {
+      ok = parse_number(value, out.kv_capacity) && out.kv_capacity >= 1;
+    } else if (flag == "--error-format") {
+      if (value == "flat") {
+        out.errors = error_format::flat;
+      } else if (value == "nested") {
+        out.errors = error_format::nested;
+      } else {
+        ok = false;
+      }
+    } else {
+      error = "unknown flag " + std::string(flag) + " (see --help)";
+      return parse_outcome::error;
+    }
+    if (!ok) {
+      error = "bad value for " + std::string(flag) + ": " + std::string(value);
+      return parse_outcome::error;
+    }
+  }
+  return parse_outcome::run;
+}
+
+}  // namespace mock_vllm
