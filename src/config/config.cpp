@@ -1,1 +1,584 @@
-// placeholder: being written
+// TOML -> validated config snapshot. Cold path (start-up, SIGHUP): this is
+// the one place where exceptions are used; they stop at main() or at the
+// reload handler, which keeps the running snapshot.
+//
+// Every message reads "FILE:LINE: what is wrong; allowed: ..." so that an
+// operator can fix a file without reading the source. Unknown keys are
+// errors: a typo ("listne") must not silently fall back to a default.
+#include <netdb.h>
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "sluice/config/config.hpp"
+
+namespace sluice::config {
+
+namespace {
+
+using names = std::initializer_list<std::string_view>;
+
+const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key"};
+const names k_server_keys = {
+    "listen", "admin", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
+    "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
+    "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "splice"};
+const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
+                                   "total_timeout_ms", "max_retries", "pool_idle_max"};
+const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens"};
+const names k_audit_keys = {"path"};
+const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "upstream"};
+const names k_key_keys = {"id", "key", "key_sha256", "tokens_per_minute", "requests_per_minute", "max_concurrent", "groups"};
+const names k_balance_modes = {"session", "prefix", "least-loaded", "round-robin"};
+
+constexpr uint64_t k_timeout_max_ms = 24ull * 3600 * 1000;  // a day: beyond is a typo, not a policy
+
+std::string join(names list) {
+  std::string out;
+  for (auto n : list) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+// Edit distance for "did you mean" hints; names are short, so O(n*m) is fine.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string_view type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+// '*' matches any run of characters, '?' one character; used for key groups.
+bool glob_match(std::string_view pattern, std::string_view text) {
+  size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+// Ids and group names appear in metrics labels and audit records: keep them
+// to characters that need no escaping anywhere.
+bool is_plain_name(std::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':' || c == '@' || c == '/';
+  });
+}
+
+// Runs `f`; a config_error it throws gets "prefix: " in front. Lets the value
+// parsers stay unaware of whether the value came from a file or a flag.
+template <class F>
+auto prefixed(const std::string& prefix, F&& f) {
+  try {
+    return f();
+  } catch (const config_error& e) {
+    throw config_error(fmt::format("{}: {}", prefix, e.what()));
+  }
+}
+
+class reader {
+ public:
+  explicit reader(std::string_view source) : _source(source) {}
+
+  std::string at(const toml::source_region& where) const {
+    return fmt::format("{}:{}", _source, where.begin.line == 0 ? 1 : where.begin.line);
+  }
+  std::string at(const toml::node& n) const { return at(n.source()); }
+
+  [[noreturn]] void fail(const toml::node& n, std::string_view msg) const {
+    throw config_error(fmt::format("{}: {}", at(n), msg));
+  }
+
+  void check_keys(const toml::table& t, std::string_view table_name, names allowed) const {
+    for (auto&& [k, v] : t) {
+      if (std::find(allowed.begin(), allowed.end(), k.str()) != allowed.end()) continue;
+      std::string hint;
+      size_t best = 3;  // farther than 2 edits is a different word, not a typo
+      for (auto candidate : allowed) {
+        size_t distance = edit_distance(k.str(), candidate);
+        if (distance < best) {
+          best = distance;
+          hint = fmt::format(" (did you mean \"{}\"?)", candidate);
+        }
+      }
+      throw config_error(fmt::format("{}: unknown key \"{}\" in {}{}; allowed: {}",
+                                     at(k.source()), k.str(), table_name, hint, join(allowed)));
+    }
+  }
+
+  // A [name] table; nullptr when absent.
+  const toml::table* table(const toml::table& parent, std::string_view key, std::string_view name) const {
+    const toml::node* n = parent.get(key);
+    if (n == nullptr) return nullptr;
+    if (!n->is_table()) fail(*n, fmt::format("{} must be a table, written [{}] (got {})", name, name, type_name(*n)));
+    return n->as_table();
+  }
+
+  template <class U>
+  void read_uint(const toml::table& t, std::string_view table_name, std::string_view key, U& out,
+                 uint64_t min, uint64_t max, std::string_view note = {}) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    if (!n->is_integer()) fail(*n, fmt::format("{}.{} must be an integer (got {})", table_name, key, type_name(*n)));
+    int64_t value = n->as_integer()->get();
+    if (value < 0 || static_cast<uint64_t>(value) < min || static_cast<uint64_t>(value) > max) {
+      fail(*n, fmt::format("{}.{} = {} is out of range; allowed: {}-{}{}", table_name, key, value, min, max, note));
+    }
+    out = static_cast<U>(value);
+  }
+
+  void read_timeout(const toml::table& t, std::string_view table_name, std::string_view key, uint32_t& out,
+                    uint64_t min = 1) const {
+    read_uint(t, table_name, key, out, min, k_timeout_max_ms, min == 0 ? " ms (0 = none)" : " ms");
+  }
+
+  void read_bool(const toml::table& t, std::string_view table_name, std::string_view key, bool& out) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return;
+    if (!n->is_boolean()) fail(*n, fmt::format("{}.{} must be true or false (got {})", table_name, key, type_name(*n)));
+    out = n->as_boolean()->get();
+  }
+
+  // Returns the node so that later checks can point at its line.
+  const toml::node* read_string(const toml::table& t, std::string_view table_name, std::string_view key,
+                                std::string& out) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return nullptr;
+    if (!n->is_string()) fail(*n, fmt::format("{}.{} must be a string (got {})", table_name, key, type_name(*n)));
+    out = n->as_string()->get();
+    return n;
+  }
+
+  // An array of non-empty strings; each element keeps its node for messages.
+  std::vector<const toml::node*> read_strings(const toml::table& t, std::string_view table_name,
+                                              std::string_view key) const {
+    std::vector<const toml::node*> out;
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return out;
+    const auto* arr = n->as_array();
+    if (arr == nullptr) {
+      fail(*n, fmt::format("{}.{} must be an array of strings, e.g. [\"a\", \"b\"] (got {})", table_name, key, type_name(*n)));
+    }
+    if (arr->empty()) fail(*n, fmt::format("{}.{} must not be empty", table_name, key));
+    for (const toml::node& element : *arr) {
+      if (!element.is_string() || element.as_string()->get().empty()) {
+        fail(element, fmt::format("{}.{} must hold non-empty strings (got {})", table_name, key, type_name(element)));
+      }
+      out.push_back(&element);
+    }
+    return out;
+  }
+
+  // [[name]]: an array of tables; empty when absent.
+  std::vector<const toml::table*> tables(const toml::table& root, std::string_view key) const {
+    std::vector<const toml::table*> out;
+    const toml::node* n = root.get(key);
+    if (n == nullptr) return out;
+    if (!n->is_array_of_tables()) {
+      fail(*n, fmt::format("{} must be written as [[{}]] (one block per {}), got {}", key, key, key, type_name(*n)));
+    }
+    for (const toml::node& element : *n->as_array()) out.push_back(element.as_table());
+    return out;
+  }
+
+ private:
+  std::string _source;
+};
+
+void read_upstream(const reader& r, const toml::table& t, std::string_view name, upstream_config& u) {
+  r.check_keys(t, fmt::format("[{}]", name), k_upstream_keys);
+  r.read_timeout(t, name, "connect_timeout_ms", u.connect_timeout_ms);
+  r.read_timeout(t, name, "first_byte_timeout_ms", u.first_byte_timeout_ms);
+  r.read_timeout(t, name, "stream_idle_timeout_ms", u.stream_idle_timeout_ms);
+  r.read_timeout(t, name, "total_timeout_ms", u.total_timeout_ms, 0);
+  r.read_uint(t, name, "max_retries", u.max_retries, 0, 10);
+  r.read_uint(t, name, "pool_idle_max", u.pool_idle_max, 0, 65536);
+}
+
+void read_server(const reader& r, const toml::table& t, server_config& s) {
+  r.check_keys(t, "[server]", k_server_keys);
+  std::string text;
+  if (const auto* n = r.read_string(t, "server", "listen", text)) {
+    s.listen = prefixed(r.at(*n) + ": server.listen", [&] { return parse_socket_address(text); });
+  }
+  if (const auto* n = r.read_string(t, "server", "admin", text)) {
+    s.admin = prefixed(r.at(*n) + ": server.admin", [&] { return parse_socket_address(text); });
+  }
+  if (const auto* n = r.read_string(t, "server", "cpus", text)) {
+    s.cpus = prefixed(r.at(*n) + ": server.cpus", [&] { return parse_cpu_list(text); });
+  }
+  r.read_uint(t, "server", "max_body_bytes", s.max_body_bytes, 1024, 1ull << 30, " (1 KiB-1 GiB)");
+  r.read_uint(t, "server", "max_head_bytes", s.max_head_bytes, 1024, 1u << 20, " (1 KiB-1 MiB)");
+  r.read_uint(t, "server", "max_line_bytes", s.max_line_bytes, 256, 1u << 20, " (256 B-1 MiB)");
+  r.read_uint(t, "server", "max_header_count", s.max_header_count, 1, 10000);
+  r.read_timeout(t, "server", "header_timeout_ms", s.header_timeout_ms);
+  r.read_timeout(t, "server", "body_timeout_ms", s.body_timeout_ms);
+  r.read_uint(t, "server", "body_min_rate_bytes_per_s", s.body_min_rate_bytes_per_s, 0, 1ull << 30, " (0 = no minimum)");
+  r.read_timeout(t, "server", "idle_timeout_ms", s.idle_timeout_ms);
+  r.read_timeout(t, "server", "drain_timeout_ms", s.drain_timeout_ms);
+  r.read_uint(t, "server", "connections_max", s.connections_max, 1, 1u << 20);
+  r.read_uint(t, "server", "inflight_max", s.inflight_max, 1, 1u << 20);
+  r.read_bool(t, "server", "splice", s.splice);
+  if (s.max_line_bytes > s.max_head_bytes) {
+    const toml::node* n = t.get("max_line_bytes");
+    if (n == nullptr) n = t.get("max_head_bytes");
+    r.fail(*n, fmt::format("server.max_line_bytes ({}) is larger than server.max_head_bytes ({}); a line is part of the head",
+                           s.max_line_bytes, s.max_head_bytes));
+  }
+}
+
+void read_quota(const reader& r, const toml::table& t, quota_config& q) {
+  r.check_keys(t, "[quota]", k_quota_keys);
+  r.read_uint(t, "quota", "input_weight", q.input_weight, 0, 1000);
+  r.read_uint(t, "quota", "output_weight", q.output_weight, 0, 1000);
+  r.read_uint(t, "quota", "default_max_tokens", q.default_max_tokens, 1, 10'000'000);
+  if (q.input_weight == 0 && q.output_weight == 0) {
+    r.fail(t, "quota.input_weight and quota.output_weight are both 0; at least one must count tokens");
+  }
+}
+
+// A backend URL as written in a group, before dedup and resolution.
+struct backend_ref {
+  std::string url;
+  std::string origin;  // "FILE:LINE" or "--backend"
+};
+
+struct parsed_url {
+  std::string normalized;  // "http://host:port"
+  std::string host;        // without brackets, for getaddrinfo
+  std::string port;
+  std::string host_header; // "host:port", brackets kept for IPv6
+};
+
+parsed_url parse_backend_url(std::string_view url) {
+  const auto bad = [&](std::string_view why) {
+    return config_error(fmt::format("backend URL \"{}\": {}; allowed: http://HOST:PORT (optionally ending in /)", url, why));
+  };
+  constexpr std::string_view k_http = "http://";
+  if (url.starts_with("https://")) {
+    throw config_error(fmt::format(
+        "backend URL \"{}\": https backends are not supported yet; use http:// (TLS to backends is planned)", url));
+  }
+  if (!url.starts_with(k_http)) throw bad("the scheme must be http://");
+  std::string_view rest = url.substr(k_http.size());
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos || rest.find('?') != std::string_view::npos ||
+      rest.find('#') != std::string_view::npos) {
+    throw bad("a backend URL has no path; sluice forwards the client's path (/v1/...)");
+  }
+  if (rest.find('@') != std::string_view::npos) throw bad("credentials in the URL are not supported");
+  parsed_url out;
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    size_t close = rest.find(']');
+    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+      throw bad("an IPv6 host is written [addr]:port");
+    }
+    out.host = std::string(rest.substr(1, close - 1));
+    port = rest.substr(close + 2);
+  } else {
+    size_t colon = rest.rfind(':');
+    if (colon == std::string_view::npos) throw bad("the port is missing");
+    out.host = std::string(rest.substr(0, colon));
+    port = rest.substr(colon + 1);
+    bool host_ok = !out.host.empty() && std::all_of(out.host.begin(), out.host.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+    });
+    if (!host_ok) throw bad(fmt::format("\"{}\" is not a host name or IPv4 address", out.host));
+  }
+  if (out.host.empty()) throw bad("the host is empty");
+  unsigned port_value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || port_value == 0 || port_value > 65535) {
+    throw bad("the port must be a number in 1-65535");
+  }
+  out.port = std::to_string(port_value);
+  std::string host_lower = out.host;
+  std::transform(host_lower.begin(), host_lower.end(), host_lower.begin(),
+                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; });
+  out.host_header = rest.starts_with('[') ? fmt::format("[{}]:{}", host_lower, out.port)
+                                          : fmt::format("{}:{}", host_lower, out.port);
+  out.normalized = fmt::format("http://{}", out.host_header);
+  return out;
+}
+
+// Cold path: getaddrinfo may block on DNS; it runs once per backend at load.
+socket_address resolve(const parsed_url& u) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  int rc = getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    throw config_error(fmt::format("backend host \"{}\" does not resolve ({}); allowed: an IP address or a name this machine resolves",
+                                   u.host, gai_strerror(rc)));
+  }
+  socket_address out;
+  std::memcpy(&out.storage, found->ai_addr, found->ai_addrlen);
+  out.length = found->ai_addrlen;
+  freeaddrinfo(found);
+  char ip[INET6_ADDRSTRLEN] = {};
+  if (out.family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&out.storage)->sin6_addr, ip, sizeof ip);
+    out.text = fmt::format("[{}]:{}", ip, out.port());
+  } else {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&out.storage)->sin_addr, ip, sizeof ip);
+    out.text = fmt::format("{}:{}", ip, out.port());
+  }
+  return out;
+}
+
+bool parse_hex_digest(std::string_view hex, std::array<uint8_t, 32>& out) {
+  if (hex.size() != 64) return false;
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < 32; ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+struct group_draft {
+  group_config group;
+  std::vector<backend_ref> backend_urls;
+  std::string origin;  // the [[group]] header, for "no backends"
+};
+
+group_draft read_group(const reader& r, const toml::table& t, const upstream_config& defaults) {
+  r.check_keys(t, "[[group]]", k_group_keys);
+  group_draft d;
+  d.origin = r.at(t);
+  group_config& g = d.group;
+  if (r.read_string(t, "group", "name", g.name) == nullptr) {
+    r.fail(t, "[[group]] needs a name, e.g. name = \"qwen2.5-7b\"");
+  }
+  if (!is_plain_name(g.name)) {
+    r.fail(*t.get("name"), fmt::format("group.name \"{}\" is not allowed; allowed: 1-128 of A-Z a-z 0-9 _ - . : @ /", g.name));
+  }
+  for (const toml::node* n : r.read_strings(t, "group", "models")) g.models.push_back(n->as_string()->get());
+  if (g.models.empty()) g.models.push_back(g.name);  // a group serves its own name by default
+  r.read_string(t, "group", "backend_model", g.backend_model);
+  if (const auto* n = r.read_string(t, "group", "balance", g.balance)) {
+    if (std::find(k_balance_modes.begin(), k_balance_modes.end(), g.balance) == k_balance_modes.end()) {
+      r.fail(*n, fmt::format("group.balance \"{}\" is not a mode; allowed: {}", g.balance, join(k_balance_modes)));
+    }
+  }
+  for (const toml::node* url : r.read_strings(t, "group", "backends")) {
+    d.backend_urls.push_back({std::string(url->as_string()->get()), r.at(*url)});
+  }
+  r.read_uint(t, "group", "default_max_tokens", g.default_max_tokens, 0, 10'000'000, " (0 = quota.default_max_tokens)");
+  g.upstream = defaults;
+  if (const toml::table* u = r.table(t, "upstream", "group.upstream")) read_upstream(r, *u, "group.upstream", g.upstream);
+  return d;
+}
+
+key_config read_key(const reader& r, const toml::table& t) {
+  r.check_keys(t, "[[key]]", k_key_keys);
+  key_config k;
+  if (r.read_string(t, "key", "id", k.id) == nullptr) r.fail(t, "[[key]] needs an id, e.g. id = \"alice\"");
+  if (!is_plain_name(k.id)) {
+    r.fail(*t.get("id"), fmt::format("key.id \"{}\" is not allowed; allowed: 1-128 of A-Z a-z 0-9 _ - . : @ /", k.id));
+  }
+  const toml::node* plain = t.get("key");
+  const toml::node* digest = t.get("key_sha256");
+  if ((plain == nullptr) == (digest == nullptr)) {
+    r.fail(t, fmt::format("key \"{}\" needs exactly one of key = \"...\" (plaintext, for tests) or key_sha256 = \"<64 hex digits>\"", k.id));
+  }
+  std::string text;
+  if (plain != nullptr) {
+    r.read_string(t, "key", "key", text);
+    if (text.empty()) r.fail(*plain, "key.key must not be empty");
+    k.key_sha256 = sha256(text);
+  } else {
+    r.read_string(t, "key", "key_sha256", text);
+    if (!parse_hex_digest(text, k.key_sha256)) {
+      r.fail(*digest, fmt::format("key.key_sha256 must be 64 hex digits (got {} characters{}); compute it with: printf %s KEY | sha256sum",
+                                  text.size(), text.size() == 64 ? ", not all hex" : ""));
+    }
+  }
+  r.read_uint(t, "key", "tokens_per_minute", k.tokens_per_minute, 0, 1'000'000'000'000, " (0 = unlimited)");
+  r.read_uint(t, "key", "requests_per_minute", k.requests_per_minute, 0, 1'000'000'000, " (0 = unlimited)");
+  r.read_uint(t, "key", "max_concurrent", k.max_concurrent, 0, 1'000'000, " (0 = unlimited)");
+  if (t.get("groups") != nullptr) {
+    k.groups.clear();
+    for (const toml::node* n : r.read_strings(t, "key", "groups")) k.groups.push_back(n->as_string()->get());
+  }
+  return k;
+}
+
+}  // namespace
+
+std::shared_ptr<const config> load(std::string_view toml_text, std::string_view source, const flags& f) {
+  reader r(source);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    throw config_error(fmt::format("{}: TOML syntax: {}", r.at(e.source()), e.description()));
+  }
+
+  auto cfg = std::make_shared<config>();
+  cfg->source = std::string(source);
+  cfg->server.listen = parse_socket_address("127.0.0.1:8080");
+  cfg->server.admin = parse_socket_address("127.0.0.1:9090");
+
+  r.check_keys(root, "the top level", k_root_keys);
+  if (const toml::table* t = r.table(root, "server", "server")) read_server(r, *t, cfg->server);
+  if (const toml::table* t = r.table(root, "upstream", "upstream")) read_upstream(r, *t, "upstream", cfg->upstream);
+  if (const toml::table* t = r.table(root, "quota", "quota")) read_quota(r, *t, cfg->quota);
+  if (const toml::table* t = r.table(root, "audit", "audit")) {
+    r.check_keys(*t, "[audit]", k_audit_keys);
+    r.read_string(*t, "audit", "path", cfg->audit.path);
+  }
+
+  std::vector<group_draft> drafts;
+  for (const toml::table* t : r.tables(root, "group")) {
+    group_draft d = read_group(r, *t, cfg->upstream);
+    for (const auto& other : drafts) {
+      if (other.group.name == d.group.name) {
+        r.fail(*t->get("name"), fmt::format("group name \"{}\" is already used by the group at {}; names must be unique",
+                                            d.group.name, other.origin));
+      }
+    }
+    drafts.push_back(std::move(d));
+  }
+  if (drafts.empty()) {
+    throw config_error(fmt::format("{}:1: no [[group]]; at least one is required, e.g. [[group]] name = \"default\" models = [\"*\"] backends = [\"http://127.0.0.1:8000\"]", source));
+  }
+
+  std::vector<std::string> key_origins;
+  for (const toml::table* t : r.tables(root, "key")) {
+    key_config k = read_key(r, *t);
+    for (size_t i = 0; i < cfg->keys.size(); ++i) {
+      if (cfg->keys[i].id == k.id) {
+        r.fail(*t->get("id"), fmt::format("key id \"{}\" is already used by the key at {}; ids must be unique", k.id, key_origins[i]));
+      }
+      if (cfg->keys[i].key_sha256 == k.key_sha256) {
+        r.fail(*t, fmt::format("key \"{}\" has the same secret as key \"{}\" at {}; each key needs its own secret",
+                               k.id, cfg->keys[i].id, key_origins[i]));
+      }
+    }
+    for (const auto& pattern : k.groups) {
+      bool any = std::any_of(drafts.begin(), drafts.end(), [&](const group_draft& d) { return glob_match(pattern, d.group.name); });
+      if (!any) {
+        r.fail(*t->get("groups"), fmt::format("key \"{}\": groups entry \"{}\" matches no [[group]] name", k.id, pattern));
+      }
+    }
+    key_origins.push_back(r.at(*t));
+    cfg->keys.push_back(std::move(k));
+  }
+  if (cfg->keys.empty()) {
+    throw config_error(fmt::format("{}:1: no [[key]]; at least one is required, e.g. [[key]] id = \"alice\" key_sha256 = \"<64 hex digits>\"", source));
+  }
+
+  // Flags override the file.
+  if (f.listen) cfg->server.listen = prefixed("--listen", [&] { return parse_socket_address(*f.listen); });
+  if (f.admin) cfg->server.admin = prefixed("--admin", [&] { return parse_socket_address(*f.admin); });
+  if (f.cpus) cfg->server.cpus = prefixed("--cpus", [&] { return parse_cpu_list(*f.cpus); });
+  if (!f.backends.empty()) {
+    for (auto& d : drafts) {
+      d.backend_urls.clear();
+      for (const auto& url : f.backends) d.backend_urls.push_back({url, "--backend"});
+    }
+  }
+
+  // Backends: every group's URLs, deduplicated across groups into
+  // config::backends so that a backend shared by two groups has one pool and
+  // one health state.
+  for (auto& d : drafts) {
+    if (d.backend_urls.empty()) {
+      throw config_error(fmt::format("{}: group \"{}\" has no backends; add backends = [\"http://HOST:PORT\"] (or pass --backend URL)",
+                                     d.origin, d.group.name));
+    }
+    for (const auto& ref : d.backend_urls) {
+      parsed_url u = prefixed(ref.origin, [&] { return parse_backend_url(ref.url); });
+      auto it = std::find_if(cfg->backends.begin(), cfg->backends.end(),
+                             [&](const backend_config& b) { return b.url == u.normalized; });
+      auto index = static_cast<uint32_t>(it - cfg->backends.begin());
+      if (it == cfg->backends.end()) {
+        backend_config b;
+        b.url = u.normalized;
+        b.host_header = u.host_header;
+        b.address = prefixed(ref.origin, [&] { return resolve(u); });
+        cfg->backends.push_back(std::move(b));
+      }
+      auto& indices = d.group.backends;
+      if (std::find(indices.begin(), indices.end(), index) != indices.end()) {
+        throw config_error(fmt::format("{}: group \"{}\" lists backend \"{}\" twice", ref.origin, d.group.name, ref.url));
+      }
+      indices.push_back(index);
+    }
+    cfg->groups.push_back(std::move(d.group));
+  }
+  return cfg;
+}
+
+std::shared_ptr<const config> load_from_flags(const flags& f) {
+  if (!f.config_path) return load(embedded_default_toml(), "<embedded default>", f);
+  std::ifstream in(*f.config_path, std::ios::binary);
+  if (!in) {
+    throw config_error(fmt::format("{}: cannot read the config file: {}", *f.config_path, std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw config_error(fmt::format("{}: read error: {}", *f.config_path, std::strerror(errno)));
+  return load(text.str(), *f.config_path, f);
+}
+
+}  // namespace sluice::config

@@ -211,6 +211,7 @@ void shard_server::process_input(downstream_conn* d) noexcept {
           return;
         }
         d->state = conn_state::body;
+        d->body_start_ms = now_ms();
         set_deadline(d, deadline_kind::body, _cfg->server.body_timeout_ms);
         if (d->head.expect_continue && d->in.len < d->body_begin + 1 && !d->send_busy) {
           static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -631,9 +632,19 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
         answer_error(d, 408, "Request header timeout.", "invalid_request_error", {}, "request_timeout", true);
       }
       return;
-    case deadline_kind::body:
+    case deadline_kind::body: {
+      // After body_timeout_ms a body may go on as long as it keeps a minimum
+      // rate: a large upload on a slow link is fine, a trickle is not.
+      const uint64_t elapsed_ms = now_ms() - d->body_start_ms;
+      const uint64_t received = d->in.len - d->body_begin;
+      const uint64_t owed = _cfg->server.body_min_rate_bytes_per_s * elapsed_ms / 1000;
+      if (_cfg->server.body_min_rate_bytes_per_s != 0 && received >= owed) {
+        set_deadline(d, deadline_kind::body, 1000);
+        return;
+      }
       answer_error(d, 408, "Request body timeout.", "invalid_request_error", {}, "request_timeout", true);
       return;
+    }
     case deadline_kind::idle:
     case deadline_kind::send:
       close_downstream(d);

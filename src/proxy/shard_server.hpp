@@ -124,6 +124,7 @@ struct downstream_conn {
   deadline_kind deadline = deadline_kind::none;
   uint64_t deadline_ms = 0;
   uint64_t request_start_ms = 0;
+  uint64_t body_start_ms = 0;
   op<downstream_conn> recv_op, send_op, splice_op, poll_op;
   list_hook<downstream_conn> all_hook;
 

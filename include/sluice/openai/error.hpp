@@ -15,17 +15,24 @@ struct error_fields {
   std::string_view code;    // empty = null
 };
 
-// Returns: bytes written (the body is truncated, still valid JSON, if cap is
-// too small; cap >= 128 always fits a shortened message).
+// Always valid JSON: quotes and backslashes escaped, control characters as
+// \u00XX, invalid UTF-8 replaced by U+FFFD. When `cap` is too small the
+// message is shortened (never mid-character or mid-escape), then param and
+// code become null, then the type empty. Returns: bytes written; 0 only when
+// cap < 59 (the bare skeleton with two nulls does not fit). cap >= 128
+// always fits the type, param and code sluice uses with a shortened message.
 size_t write_error_body(char* out, size_t cap, const error_fields& e) noexcept;
 
-// Writes `s` JSON-escaped (without quotes). Returns bytes written, <= cap.
+// Writes `s` JSON-escaped (without quotes), as whole escapes and whole UTF-8
+// characters only. Returns bytes written, <= cap.
 size_t json_escape(char* out, size_t cap, std::string_view s) noexcept;
 
-// The type/code OpenAI uses for an HTTP status when sluice itself answers:
-// 400 invalid_request_error, 401 invalid_api_key, 404 model_not_found /
-// unknown_url, 408/413/414/431 invalid_request_error, 429 rate_limit_exceeded,
-// 500 server_error, 502/503/504 server_error ...
+// The type/code OpenAI uses for an HTTP status when sluice itself answers
+// (the full table is in error.cpp): 4xx type invalid_request_error, 401 code
+// invalid_api_key, 404 code model_not_found (an unknown path sets code =
+// "unknown_url" on the result), 429 type "requests" (a token limit sets type =
+// "tokens") code rate_limit_exceeded, 5xx type server_error; code null
+// otherwise. An empty `message` takes a default one for the status.
 error_fields default_error_for_status(uint16_t status, std::string_view message) noexcept;
 
 }  // namespace sluice::openai

@@ -10,29 +10,45 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace sluice::openai {
 
 enum class endpoint : uint8_t { chat_completions, completions, embeddings };
 
+// Every view below points into the body or into the reader (its parser's
+// string buffer): valid until the reader's next read(). An optional field
+// sent as JSON null counts as absent, as vLLM's (pydantic) parser reads it.
 struct request_fields {
-  std::string_view model;          // the model name, unescaped (view into the body or the reader)
-  uint32_t model_token_begin = 0;  // byte span of the model's JSON string token,
-  uint32_t model_token_end = 0;    //   quotes included, in the body (for a byte edit)
+  std::string_view model;          // the model name, unescaped
+  uint32_t model_token_begin = 0;  // byte span [begin, end) of the model's JSON string
+  uint32_t model_token_end = 0;    //   token, quotes and escapes included, in the body
   bool stream = false;
+  // The "stream_options" key is present at the top level (its value an object
+  // or null); the span [begin, end) covers that value in the body, so a
+  // rewrite replaces it instead of adding a second, duplicate key.
   bool has_stream_options = false;
   bool include_usage = false;      // stream_options.include_usage
-  uint32_t stream_options_begin = 0;  // byte span of the stream_options value, when present
+  uint32_t stream_options_begin = 0;
   uint32_t stream_options_end = 0;
-  int64_t max_tokens = -1;         // max_tokens, else max_completion_tokens; -1 when absent
+  // The output cap the backend will apply; -1 when absent. Chat:
+  // max_completion_tokens if set, else max_tokens (vLLM's order; OpenAI
+  // deprecates max_tokens). Completions: max_tokens (vLLM ignores the other).
+  // Both are validated (integer in 1..cap) wherever they appear.
+  int64_t max_tokens = -1;
   uint32_t message_count = 0;      // chat: messages.size()
-  uint64_t input_bytes = 0;        // UTF-8 bytes of prompt text (message contents / prompt / input)
-  // Route-key material (DESIGN.md §3): views of the system prompt and the
-  // first user message (chat), or the prompt (completions); empty if absent.
+  // UTF-8 bytes of input text: message content strings and text parts (chat),
+  // prompt string(s) (completions), input string(s) (embeddings). A token-id
+  // array counts 4 bytes per token, the usual bytes-per-token estimate.
+  uint64_t input_bytes = 0;
+  // Route-key material (DESIGN.md §3): the content of the first "system" or
+  // "developer" message and of the first "user" message (a string, or the
+  // first text part of a content array); for completions first_user_message
+  // is the prompt (its first string when an array). Empty if absent.
   std::string_view system_prompt;
   std::string_view first_user_message;
-  bool has_tools = false;
-  bool has_images = false;
+  bool has_tools = false;          // a non-empty "tools" or "functions" array
+  bool has_images = false;         // a content part of type image_url / input_image
 };
 
 // A 400 answer: OpenAI's error fields. Views are static strings or point into
@@ -46,18 +62,32 @@ struct request_error {
 // Shard-local, one per shard: reuses one simdjson parser and scratch space.
 class request_reader {
  public:
+  // Preallocates for a typical body (64 KiB); the parser grows on demand
+  // (doubling, so a shard reaches its steady size after a few large bodies)
+  // up to max_body_bytes, never beyond.
   explicit request_reader(size_t max_body_bytes);
   request_reader(const request_reader&) = delete;
   request_reader& operator=(const request_reader&) = delete;
 
   // `body` must have simdjson::SIMDJSON_PADDING readable bytes past `len`.
   // `max_tokens_cap`: the group's cap; max_tokens outside 1..cap is a 400.
-  // Returns: true with `out` filled, or false with `err` filled.
+  // Returns: true with `out` filled, or false with `err` filled (a 400;
+  // a body over max_body_bytes is refused too, though the HTTP layer should
+  // have answered 413 before).
   bool read(endpoint ep, const char* body, size_t len, int64_t max_tokens_cap,
             request_fields& out, request_error& err) noexcept;
 
  private:
+  bool validate(const simdjson::dom::element& e, uint32_t depth, request_error& err) noexcept;
+  bool fail_fmt(request_error& err, std::string_view param, const char* what,
+                std::string_view detail) noexcept;
+
+  size_t _max_body_bytes;
   simdjson::dom::parser _parser;
+  simdjson::dom::document _doc;    // the tape and strings the views point into
+  // Object keys of the object being checked for duplicates; grows to the
+  // largest object seen and stays (no allocation once warm).
+  std::vector<std::string_view> _keys;
   char _scratch[512];
 };
 
@@ -71,8 +101,14 @@ struct stream_event_info {
   bool has_content = false;       // at least one non-empty delta content / text
   int64_t prompt_tokens = -1;
   int64_t completion_tokens = -1;
+  bool malformed = false;         // not JSON / not an object: nothing above is reliable
   std::string_view finish_reason; // "stop", "length", ... (static or view into payload)
 };
+// Thread-local scratch (a padded copy buffer and a parser per shard thread,
+// grown by doubling from 16 KiB): no allocation per event once warm.
+// finish_reason stays valid as long as `payload` does.
+// has_content also counts a non-empty delta.reasoning_content or
+// delta.tool_calls: any generated output, for time-to-first-token.
 stream_event_info scan_stream_event(std::string_view payload) noexcept;
 
 // Usage from a non-stream response body (any JSON object with a "usage").

@@ -1,0 +1,148 @@
+// Parsers for the small value types a config holds: socket addresses, CPU
+// lists and key digests. Cold path; errors are config_error with a message
+// that the caller prefixes with "FILE:LINE: " or "--flag: ".
+#include <arpa/inet.h>
+#include <openssl/evp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "sluice/config/config.hpp"
+
+namespace sluice::config {
+
+namespace {
+
+// Parses a decimal port; "0" is allowed (the kernel picks an ephemeral port,
+// which tests use to avoid collisions).
+bool parse_port(std::string_view text, uint16_t& port) {
+  if (text.empty() || text.size() > 5) return false;
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value > 65535) return false;
+  port = static_cast<uint16_t>(value);
+  return true;
+}
+
+}  // namespace
+
+uint16_t socket_address::port() const {
+  if (storage.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  }
+  if (storage.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  }
+  return 0;
+}
+
+socket_address parse_socket_address(std::string_view text) {
+  const auto bad = [&](std::string_view why) {
+    return config_error(fmt::format(
+        "bad address \"{}\": {}; allowed: IPv4 \"127.0.0.1:8080\" or IPv6 \"[::1]:8080\" (port 0-65535)",
+        text, why));
+  };
+  socket_address out;
+  out.text = std::string(text);
+  std::string host;
+  std::string_view port_text;
+  bool v6 = false;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) throw bad("missing ']'");
+    if (close + 1 >= text.size() || text[close + 1] != ':') throw bad("missing \":port\" after ']'");
+    host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+    v6 = true;
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) throw bad("missing \":port\"");
+    host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+    if (host.find(':') != std::string::npos) throw bad("an IPv6 address needs brackets");
+  }
+  uint16_t port = 0;
+  if (!parse_port(port_text, port)) throw bad("the port is not a number in 0-65535");
+  if (v6) {
+    auto* sa = reinterpret_cast<sockaddr_in6*>(&out.storage);
+    sa->sin6_family = AF_INET6;
+    sa->sin6_port = htons(port);
+    if (inet_pton(AF_INET6, host.c_str(), &sa->sin6_addr) != 1) throw bad("not an IPv6 address");
+    out.length = sizeof(sockaddr_in6);
+  } else {
+    auto* sa = reinterpret_cast<sockaddr_in*>(&out.storage);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons(port);
+    // inet_pton (unlike inet_aton) accepts only the dotted-quad form, so
+    // "127.1" or "0x7f.1" are refused instead of silently meaning something.
+    if (inet_pton(AF_INET, host.c_str(), &sa->sin_addr) != 1) throw bad("not an IPv4 address");
+    out.length = sizeof(sockaddr_in);
+  }
+  return out;
+}
+
+std::vector<int> parse_cpu_list(std::string_view text) {
+  // Same syntax as the kernel's cpulist files (/sys/.../cpulist, taskset -c):
+  // comma-separated numbers and inclusive ranges. Surrounding whitespace is
+  // tolerated because sysfs files end with a newline.
+  const auto bad = [&](std::string_view why) {
+    return config_error(fmt::format(
+        "bad cpu list \"{}\": {}; allowed: \"\" (the affinity mask) or numbers and ranges like \"0-3,8\" (cpus 0-{})",
+        text, why, CPU_SETSIZE - 1));
+  };
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  std::vector<int> cpus;
+  if (text.empty()) return cpus;
+
+  const auto parse_number = [&](std::string_view part) {
+    int value = 0;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 0) {
+      throw bad(fmt::format("\"{}\" is not a cpu number", part));
+    }
+    // cpu_set_t holds CPU_SETSIZE cpus; pinning beyond it would need
+    // CPU_ALLOC everywhere for machines sluice does not target.
+    if (value >= CPU_SETSIZE) throw bad(fmt::format("cpu {} is out of range", value));
+    return value;
+  };
+
+  size_t pos = 0;
+  while (true) {
+    size_t comma = text.find(',', pos);
+    std::string_view part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (part.empty()) throw bad("empty element");
+    size_t dash = part.find('-');
+    if (dash == std::string_view::npos) {
+      cpus.push_back(parse_number(part));
+    } else {
+      int first = parse_number(part.substr(0, dash));
+      int last = parse_number(part.substr(dash + 1));
+      if (last < first) throw bad(fmt::format("range \"{}\" runs backwards", part));
+      for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
+    }
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::sort(cpus.begin(), cpus.end());
+  if (std::adjacent_find(cpus.begin(), cpus.end()) != cpus.end()) throw bad("a cpu is listed twice");
+  return cpus;
+}
+
+std::array<uint8_t, 32> sha256(std::string_view key) {
+  std::array<uint8_t, 32> digest{};
+  unsigned int length = 0;
+  // EVP_Digest is OpenSSL 3's one-shot interface (SHA256() is deprecated).
+  if (EVP_Digest(key.data(), key.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1 ||
+      length != digest.size()) {
+    throw config_error("sha256: OpenSSL EVP_Digest failed");
+  }
+  return digest;
+}
+
+}  // namespace sluice::config

@@ -1,0 +1,446 @@
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+
+#include <string>
+#include <string_view>
+
+#include "sluice/config/config.hpp"
+
+namespace cfg = sluice::config;
+
+namespace {
+
+// A valid tail that error cases append after their own lines, so that the
+// line numbers in the expected messages count from the case's first line.
+constexpr std::string_view k_valid_tail = R"(
+[[group]]
+name = "g"
+models = ["*"]
+backends = ["http://127.0.0.1:8000"]
+
+[[key]]
+id = "k"
+key = "secret"
+)";
+
+std::shared_ptr<const cfg::config> load(std::string_view text, const cfg::flags& f = {}) {
+  return cfg::load(text, "test.toml", f);
+}
+
+// Returns the config_error message, or "" when the text loads.
+std::string error_of(std::string_view text, const cfg::flags& f = {}) {
+  try {
+    load(text, f);
+  } catch (const cfg::config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string hex(const std::array<uint8_t, 32>& digest) {
+  static constexpr char k_digits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : digest) {
+    out += k_digits[b >> 4];
+    out += k_digits[b & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("config::load") {
+  TEST_CASE("the embedded default loads and matches the documented defaults") {
+    auto c = cfg::load_from_flags({});
+    CHECK(c->source == "<embedded default>");
+    CHECK(c->server.listen.text == "127.0.0.1:8080");
+    CHECK(c->server.listen.family() == AF_INET);
+    CHECK(c->server.listen.port() == 8080);
+    CHECK(c->server.admin.port() == 9090);
+    CHECK(c->server.cpus.empty());
+    CHECK(c->server.max_body_bytes == 8u << 20);
+    CHECK(c->server.splice);
+    CHECK(c->upstream.first_byte_timeout_ms == 120000);
+    CHECK(c->audit.path == "sluice-audit.jsonl");
+    REQUIRE(c->groups.size() == 1);
+    CHECK(c->groups[0].name == "default");
+    CHECK(c->groups[0].models == std::vector<std::string>{"*"});
+    CHECK(c->groups[0].balance == "session");
+    REQUIRE(c->backends.size() == 1);
+    CHECK(c->backends[0].url == "http://127.0.0.1:8000");
+    CHECK(c->backends[0].host_header == "127.0.0.1:8000");
+    CHECK(c->backends[0].address.port() == 8000);
+    CHECK(c->groups[0].backends == std::vector<uint32_t>{0});
+    REQUIRE(c->keys.size() == 1);
+    CHECK(c->keys[0].id == "test");
+    CHECK(c->keys[0].key_sha256 == cfg::sha256("test-key"));
+    CHECK(c->keys[0].tokens_per_minute == 0);
+    CHECK(c->keys[0].groups == std::vector<std::string>{"*"});
+  }
+
+  TEST_CASE("every documented field is read from the file") {
+    auto c = load(R"(
+[server]
+listen = "0.0.0.0:0"
+admin = "[::1]:9191"
+cpus = "0-1,3"
+max_body_bytes = 2048
+max_head_bytes = 16384
+max_line_bytes = 4096
+max_header_count = 50
+header_timeout_ms = 1000
+body_timeout_ms = 2000
+body_min_rate_bytes_per_s = 0
+idle_timeout_ms = 3000
+drain_timeout_ms = 4000
+connections_max = 100
+inflight_max = 10
+splice = false
+
+[upstream]
+connect_timeout_ms = 500
+first_byte_timeout_ms = 600
+stream_idle_timeout_ms = 700
+total_timeout_ms = 800
+max_retries = 3
+pool_idle_max = 5
+
+[quota]
+input_weight = 2
+output_weight = 3
+default_max_tokens = 100
+
+[audit]
+path = ""
+
+[[group]]
+name = "qwen"
+models = ["qwen2.5-7b", "qwen2.5-7b-*"]
+backend_model = "Qwen/Qwen2.5-7B-Instruct"
+balance = "prefix"
+backends = ["http://127.0.0.1:8001/", "http://LOCALHOST:8002"]
+default_max_tokens = 50
+[group.upstream]
+max_retries = 0
+first_byte_timeout_ms = 9000
+
+[[group]]
+name = "other"
+balance = "round-robin"
+backends = ["http://127.0.0.1:8001"]
+
+[[key]]
+id = "alice"
+key_sha256 = "62AF8704764FAF8EA82FC61CE9C4C3908B6CB97D463A634E9E587D7C885DB0EF"
+tokens_per_minute = 100000
+requests_per_minute = 600
+max_concurrent = 64
+groups = ["qw*"]
+)");
+    const auto& s = c->server;
+    CHECK(s.listen.port() == 0);
+    CHECK(s.admin.family() == AF_INET6);
+    CHECK(s.admin.port() == 9191);
+    CHECK(s.cpus == std::vector<int>{0, 1, 3});
+    CHECK(s.max_body_bytes == 2048);
+    CHECK(s.max_head_bytes == 16384);
+    CHECK(s.max_line_bytes == 4096);
+    CHECK(s.max_header_count == 50);
+    CHECK(s.header_timeout_ms == 1000);
+    CHECK(s.body_timeout_ms == 2000);
+    CHECK(s.body_min_rate_bytes_per_s == 0);
+    CHECK(s.idle_timeout_ms == 3000);
+    CHECK(s.drain_timeout_ms == 4000);
+    CHECK(s.connections_max == 100);
+    CHECK(s.inflight_max == 10);
+    CHECK_FALSE(s.splice);
+    CHECK(c->upstream.connect_timeout_ms == 500);
+    CHECK(c->upstream.first_byte_timeout_ms == 600);
+    CHECK(c->upstream.stream_idle_timeout_ms == 700);
+    CHECK(c->upstream.total_timeout_ms == 800);
+    CHECK(c->upstream.max_retries == 3);
+    CHECK(c->upstream.pool_idle_max == 5);
+    CHECK(c->quota.input_weight == 2);
+    CHECK(c->quota.output_weight == 3);
+    CHECK(c->quota.default_max_tokens == 100);
+    CHECK(c->audit.path.empty());
+
+    REQUIRE(c->groups.size() == 2);
+    const auto& q = c->groups[0];
+    CHECK(q.models == std::vector<std::string>{"qwen2.5-7b", "qwen2.5-7b-*"});
+    CHECK(q.backend_model == "Qwen/Qwen2.5-7B-Instruct");
+    CHECK(q.balance == "prefix");
+    CHECK(q.default_max_tokens == 50);
+    // group overrides apply on top of [upstream], the rest is inherited
+    CHECK(q.upstream.max_retries == 0);
+    CHECK(q.upstream.first_byte_timeout_ms == 9000);
+    CHECK(q.upstream.connect_timeout_ms == 500);
+    CHECK(c->groups[1].upstream.max_retries == 3);
+    CHECK(c->groups[1].models == std::vector<std::string>{"other"});
+
+    // The two groups share one backend (written with and without '/'): it
+    // appears once in config::backends and both groups point at it.
+    REQUIRE(c->backends.size() == 2);
+    CHECK(c->backends[0].url == "http://127.0.0.1:8001");
+    CHECK(c->backends[1].url == "http://localhost:8002");
+    CHECK(c->backends[1].host_header == "localhost:8002");
+    CHECK(q.backends == std::vector<uint32_t>{0, 1});
+    CHECK(c->groups[1].backends == std::vector<uint32_t>{0});
+
+    REQUIRE(c->keys.size() == 1);
+    const auto& k = c->keys[0];
+    CHECK(k.key_sha256 == cfg::sha256("test-key"));
+    CHECK(k.tokens_per_minute == 100000);
+    CHECK(k.requests_per_minute == 600);
+    CHECK(k.max_concurrent == 64);
+    CHECK(k.groups == std::vector<std::string>{"qw*"});
+  }
+
+  TEST_CASE("an IPv6 backend keeps its brackets in the Host header") {
+    auto c = load(R"(
+[[group]]
+name = "g"
+backends = ["http://[::1]:8000"]
+[[key]]
+id = "k"
+key = "x"
+)");
+    REQUIRE(c->backends.size() == 1);
+    CHECK(c->backends[0].host_header == "[::1]:8000");
+    CHECK(c->backends[0].address.family() == AF_INET6);
+    CHECK(c->backends[0].address.text == "[::1]:8000");
+  }
+}
+
+TEST_SUITE("config::errors") {
+  // Each case: the text before the valid tail, the line the message must
+  // name, and a fragment of the message. A new rule is a new row.
+  struct error_case {
+    const char* what;
+    const char* text;
+    int line;
+    const char* fragment;
+  };
+  const error_case k_cases[] = {
+      {"TOML syntax", "[server]\nlisten = \n", 2, "TOML syntax"},
+      {"unknown key with a hint", "[server]\n\nlisne = \"1.2.3.4:1\"\n", 3, "unknown key \"lisne\" in [server] (did you mean \"listen\"?)"},
+      {"unknown table", "[serve]\n", 1, "unknown key \"serve\" in the top level"},
+      {"wrong type", "[server]\nmax_body_bytes = \"8M\"\n", 2, "server.max_body_bytes must be an integer (got a string)"},
+      {"body too small", "[server]\nmax_body_bytes = 10\n", 2, "allowed: 1024-1073741824"},
+      {"body too large", "[server]\nmax_body_bytes = 2147483648\n", 2, "out of range"},
+      {"zero timeout", "[server]\n\n\nidle_timeout_ms = 0\n", 4, "server.idle_timeout_ms = 0 is out of range"},
+      {"negative number", "[upstream]\nmax_retries = -1\n", 2, "upstream.max_retries = -1"},
+      {"boolean type", "[server]\nsplice = 1\n", 2, "server.splice must be true or false"},
+      {"line larger than head", "[server]\nmax_head_bytes = 2048\nmax_line_bytes = 4096\n", 3, "larger than server.max_head_bytes"},
+      {"bad listen address", "[server]\nlisten = \"localhost:80\"\n", 2, "server.listen: bad address \"localhost:80\""},
+      {"listen without port", "[server]\nlisten = \"127.0.0.1\"\n", 2, "missing \":port\""},
+      {"IPv6 without brackets", "[server]\nadmin = \"::1:80\"\n", 2, "needs brackets"},
+      {"port out of range", "[server]\nlisten = \"127.0.0.1:65536\"\n", 2, "0-65535"},
+      {"bad cpu list", "[server]\ncpus = \"3-1\"\n", 2, "runs backwards"},
+      {"both weights zero", "[quota]\ninput_weight = 0\noutput_weight = 0\n", 1, "both 0"},
+      {"server not a table", "server = 1\n", 1, "server must be a table"},
+      {"group without name", "[[group]]\nbackends = [\"http://127.0.0.1:1\"]\n", 1, "needs a name"},
+      {"duplicate group", "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:1\"]\n", 6, "group name \"g\" is already used by the group at test.toml:1"},
+      {"bad balance", "[[group]]\nname = \"a\"\nbalance = \"random\"\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "allowed: session, prefix, least-loaded, round-robin"},
+      {"group without backends", "[[group]]\nname = \"a\"\n", 1, "group \"a\" has no backends"},
+      {"empty backends", "[[group]]\nname = \"a\"\nbackends = []\n", 3, "must not be empty"},
+      {"https backend", "[[group]]\nname = \"a\"\nbackends = [\"https://127.0.0.1:1\"]\n", 3, "https backends are not supported yet"},
+      {"backend without port", "[[group]]\nname = \"a\"\nbackends = [\n\"http://127.0.0.1\"]\n", 4, "the port is missing"},
+      {"backend with a path", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1/v1\"]\n", 3, "has no path"},
+      {"backend listed twice", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\", \"http://127.0.0.1:1/\"]\n", 3, "twice"},
+      {"unresolvable host", "[[group]]\nname = \"a\"\nbackends = [\"http://no-such-host.invalid:8000\"]\n", 3, "does not resolve"},
+      {"unknown key in group.upstream", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\n[group.upstream]\nretries = 1\n", 5, "in [group.upstream]"},
+      {"key with both secrets", "[[key]]\nid = \"a\"\nkey = \"x\"\nkey_sha256 = \"00\"\n", 1, "exactly one of"},
+      {"key with no secret", "[[key]]\nid = \"a\"\n", 1, "exactly one of"},
+      {"bad hex", "[[key]]\nid = \"a\"\nkey_sha256 = \"zz\"\n", 3, "64 hex digits (got 2 characters)"},
+      {"duplicate key id", "[[key]]\nid = \"k\"\nkey = \"other\"\n", 11, "key id \"k\" is already used by the key at test.toml:1"},
+      {"duplicate key secret", "[[key]]\nid = \"a\"\nkey = \"secret\"\n", 10, "key \"k\" has the same secret as key \"a\" at test.toml:1"},
+      {"key group that matches nothing", "[[key]]\nid = \"a\"\nkey = \"y\"\ngroups = [\"nope*\"]\n", 4, "matches no [[group]]"},
+      {"bad key id", "[[key]]\nid = \"a b\"\nkey = \"y\"\n", 2, "key.id \"a b\" is not allowed"},
+  };
+
+  TEST_CASE("each kind of error names the file, the right line and what is allowed") {
+    for (const auto& c : k_cases) {
+      std::string what = c.what;
+      CAPTURE(what);
+      std::string message = error_of(std::string(c.text) + std::string(k_valid_tail));
+      CAPTURE(message);
+      std::string prefix = "test.toml:" + std::to_string(c.line) + ": ";
+      CHECK(message.starts_with(prefix));
+      CHECK(message.find(c.fragment) != std::string::npos);
+    }
+  }
+
+  TEST_CASE("[group] written as a single table is refused with the right syntax") {
+    CHECK(error_of("[group]\nname = \"x\"\n[[key]]\nid = \"k\"\nkey = \"x\"\n")
+              .starts_with("test.toml:1: group must be written as [[group]]"));
+  }
+
+  TEST_CASE("a file without groups or keys is refused") {
+    CHECK(error_of("[[key]]\nid = \"k\"\nkey = \"x\"\n").find("no [[group]]") != std::string::npos);
+    CHECK(error_of("[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:1\"]\n").find("no [[key]]") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("a missing config file is reported with its path") {
+    cfg::flags f;
+    f.config_path = "/nonexistent/sluice.toml";
+    CHECK_THROWS_WITH_AS(cfg::load_from_flags(f),
+                         doctest::Contains("/nonexistent/sluice.toml: cannot read"), cfg::config_error);
+  }
+}
+
+TEST_SUITE("config::flags") {
+  TEST_CASE("flags override the file") {
+    cfg::flags f;
+    f.listen = "127.0.0.1:0";
+    f.admin = "[::1]:0";
+    f.cpus = "1";
+    f.backends = {"http://127.0.0.1:9001", "http://127.0.0.1:9002"};
+    auto c = load(std::string("[server]\nlisten = \"127.0.0.1:1234\"\ncpus = \"0\"\n") + std::string(k_valid_tail) +
+                      "[[group]]\nname = \"h\"\nbackends = [\"http://127.0.0.1:7000\"]\n",
+                  f);
+    CHECK(c->server.listen.port() == 0);
+    CHECK(c->server.admin.family() == AF_INET6);
+    CHECK(c->server.cpus == std::vector<int>{1});
+    // --backend replaces the backends of every group
+    REQUIRE(c->backends.size() == 2);
+    CHECK(c->backends[0].url == "http://127.0.0.1:9001");
+    CHECK(c->backends[1].url == "http://127.0.0.1:9002");
+    REQUIRE(c->groups.size() == 2);
+    CHECK(c->groups[0].backends == std::vector<uint32_t>{0, 1});
+    CHECK(c->groups[1].backends == std::vector<uint32_t>{0, 1});
+  }
+
+  TEST_CASE("--backend fills groups that have none in the file") {
+    cfg::flags f;
+    f.backends = {"http://127.0.0.1:9001"};
+    auto c = load("[[group]]\nname = \"g\"\n[[key]]\nid = \"k\"\nkey = \"x\"\n", f);
+    CHECK(c->groups[0].backends == std::vector<uint32_t>{0});
+  }
+
+  TEST_CASE("a bad flag value is reported with the flag's name") {
+    cfg::flags f;
+    f.backends = {"https://127.0.0.1:1"};
+    CHECK(error_of(std::string(k_valid_tail), f).starts_with("--backend: backend URL"));
+    f = {};
+    f.listen = "nowhere";
+    CHECK(error_of(std::string(k_valid_tail), f).starts_with("--listen: bad address"));
+    f = {};
+    f.cpus = "x";
+    CHECK(error_of(std::string(k_valid_tail), f).starts_with("--cpus: bad cpu list"));
+  }
+
+  TEST_CASE("parse_flags accepts --flag value and --flag=value") {
+    const char* argv[] = {"sluice", "--listen", "127.0.0.1:1", "--admin=127.0.0.1:2", "--backend", "http://a:1",
+                          "--backend=http://b:2", "--cpus=0-3,8", "--numa-node", "1", "--log-level=debug",
+                          "--config", "x.toml", "--check-config"};
+    auto f = cfg::parse_flags(static_cast<int>(std::size(argv)), argv);
+    CHECK(f.listen == "127.0.0.1:1");
+    CHECK(f.admin == "127.0.0.1:2");
+    CHECK(f.backends == std::vector<std::string>{"http://a:1", "http://b:2"});
+    CHECK(f.cpus == "0-3,8");
+    CHECK(f.numa_node == 1);
+    CHECK(f.log_level == "debug");
+    CHECK(f.config_path == "x.toml");
+    CHECK(f.check_config);
+    CHECK_FALSE(f.version);
+    CHECK_FALSE(f.help);
+  }
+
+  TEST_CASE("parse_flags reads --version, --help and -h") {
+    const char* a[] = {"sluice", "--version"};
+    CHECK(cfg::parse_flags(2, a).version);
+    const char* b[] = {"sluice", "--help"};
+    CHECK(cfg::parse_flags(2, b).help);
+    const char* c[] = {"sluice", "-h"};
+    CHECK(cfg::parse_flags(2, c).help);
+    const char* d[] = {"sluice"};
+    auto none = cfg::parse_flags(1, d);
+    CHECK_FALSE(none.help);
+    CHECK_FALSE(none.config_path.has_value());
+    CHECK(none.backends.empty());
+  }
+
+  TEST_CASE("bad command lines are refused with the flag named") {
+    struct row {
+      std::vector<const char*> argv;
+      const char* message;
+    };
+    const row rows[] = {
+        {{"sluice", "--lisen", "x"}, "--lisen: unknown flag"},
+        {{"sluice", "--listen"}, "--listen: missing value"},
+        {{"sluice", "--listen", "--admin", "x"}, "--listen: missing value"},
+        {{"sluice", "--backend="}, "--backend: empty value"},
+        {{"sluice", "--version=1"}, "--version: takes no value"},
+        {{"sluice", "--numa-node", "x"}, "--numa-node: \"x\" is not a node number"},
+        {{"sluice", "--log-level", "loud"}, "--log-level: \"loud\" is not a level"},
+        {{"sluice", "stray"}, "\"stray\": unexpected argument"},
+        {{"sluice", "-x"}, "-x: unknown flag"},
+    };
+    for (const auto& r : rows) {
+      std::string expected = r.message;
+      CAPTURE(expected);
+      CHECK_THROWS_WITH_AS(cfg::parse_flags(static_cast<int>(r.argv.size()), r.argv.data()),
+                           doctest::Contains(r.message), cfg::config_error);
+    }
+  }
+
+  TEST_CASE("the usage text lists every flag with its default") {
+    std::string_view u = cfg::usage_text();
+    for (const char* flag : {"--config", "--listen", "--admin", "--backend", "--cpus", "--numa-node", "--log-level",
+                             "--check-config", "--version", "--help", "-h"}) {
+      std::string name = flag;
+      CAPTURE(name);
+      CHECK(u.find(flag) != std::string_view::npos);
+    }
+    CHECK(u.find("127.0.0.1:8080") != std::string_view::npos);
+    CHECK(u.find("127.0.0.1:9090") != std::string_view::npos);
+    CHECK(u.find("http://127.0.0.1:8000") != std::string_view::npos);
+  }
+}
+
+TEST_SUITE("config::values") {
+  TEST_CASE("cpu lists parse numbers and inclusive ranges") {
+    CHECK(cfg::parse_cpu_list("0-3,8") == std::vector<int>{0, 1, 2, 3, 8});
+    CHECK(cfg::parse_cpu_list("5") == std::vector<int>{5});
+    CHECK(cfg::parse_cpu_list("8,0-1") == std::vector<int>{0, 1, 8});
+    CHECK(cfg::parse_cpu_list("2-2") == std::vector<int>{2});
+    CHECK(cfg::parse_cpu_list("").empty());
+    CHECK(cfg::parse_cpu_list("0-1\n") == std::vector<int>{0, 1});  // sysfs cpulist files end in a newline
+  }
+
+  TEST_CASE("bad cpu lists are refused") {
+    for (const char* bad : {"a", "1,,2", ",1", "1,", "-1", "1-", "3-1", "1-2-3", "0x1", "1 2", "99999", "1,1", "0-2,1"}) {
+      std::string input = bad;
+      CAPTURE(input);
+      CHECK_THROWS_AS(cfg::parse_cpu_list(bad), cfg::config_error);
+    }
+  }
+
+  TEST_CASE("socket addresses accept IPv4 and bracketed IPv6 with any port") {
+    auto v4 = cfg::parse_socket_address("10.1.2.3:0");
+    CHECK(v4.family() == AF_INET);
+    CHECK(v4.port() == 0);
+    CHECK(v4.length == sizeof(sockaddr_in));
+    CHECK(v4.text == "10.1.2.3:0");
+    auto v6 = cfg::parse_socket_address("[::]:65535");
+    CHECK(v6.family() == AF_INET6);
+    CHECK(v6.port() == 65535);
+    CHECK(v6.length == sizeof(sockaddr_in6));
+    for (const char* bad : {"", ":80", "1.2.3.4", "1.2.3.4:", "1.2.3.4:x", "127.1:80", "[::1]80", "[::1", "[1.2.3.4]:80",
+                            "1.2.3.4:-1"}) {
+      std::string input = bad;
+      CAPTURE(input);
+      CHECK_THROWS_AS(cfg::parse_socket_address(bad), cfg::config_error);
+    }
+  }
+
+  TEST_CASE("sha256 matches the digest sha256sum prints") {
+    // printf test-key | sha256sum
+    CHECK(hex(cfg::sha256("test-key")) == "62af8704764faf8ea82fc61ce9c4c3908b6cb97d463a634e9e587d7c885db0ef");
+    // the empty string's well-known digest
+    CHECK(hex(cfg::sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  }
+}

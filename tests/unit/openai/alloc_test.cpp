@@ -1,0 +1,71 @@
+// The hot path does not call the allocator once warm (STYLE.md §4): global
+// operator new is counted in this test binary.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "sluice/openai/error.hpp"
+#include "sluice/openai/request.hpp"
+
+namespace {
+size_t allocations = 0;  // the tests are single-threaded
+}
+
+// Every plain, array and nothrow form is replaced, so that each allocation
+// and its release meet in malloc/free (sanitizers check that they pair up).
+// The aligned forms are left alone: they pair among themselves.
+void* operator new(size_t n) {
+  ++allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  ++allocations;
+  return std::malloc(n == 0 ? 1 : n);
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+using namespace sluice::openai;
+
+TEST_SUITE("openai::allocation") {
+  TEST_CASE("a warm reader, event scan and error writer allocate nothing") {
+    std::string body =
+        R"({"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],)"
+        R"("stream":true,"stream_options":{"include_usage":true},"max_tokens":9,"meta":{)";
+    for (int i = 0; i < 40; ++i) body += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+    body += R"("z":{"a":[1,2,{"b":null}]}}})";
+    const size_t len = body.size();
+    body.append(simdjson::SIMDJSON_PADDING, '\0');
+    const std::string bad = std::string(R"({"model":"m","model":"n"})") +
+                            std::string(simdjson::SIMDJSON_PADDING, '\0');
+    const std::string chunk =
+        R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}})";
+
+    request_reader reader(1 << 20);
+    request_fields f;
+    request_error e;
+    REQUIRE(reader.read(endpoint::chat_completions, body.data(), len, 100, f, e));
+    (void)scan_stream_event(chunk);
+    (void)scan_response_usage(chunk);
+
+    const size_t before = allocations;
+    for (int i = 0; i < 100; ++i) {
+      CHECK(reader.read(endpoint::chat_completions, body.data(), len, 100, f, e));
+      CHECK_FALSE(reader.read(endpoint::chat_completions, bad.data(), 25, 100, f, e));
+      CHECK(scan_stream_event(chunk).has_usage);
+      CHECK(scan_response_usage(chunk).completion_tokens == 2);
+      char out[256];
+      CHECK(write_error_body(out, sizeof(out), default_error_for_status(400, e.message)) > 0);
+    }
+    CHECK(allocations == before);
+  }
+}

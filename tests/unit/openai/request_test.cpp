@@ -1,0 +1,507 @@
+// Spec-style tables for request_reader: a body in, the extracted fields or
+// the 400 (message and param) out. A new edge case is a new row.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+
+#include "sluice/openai/request.hpp"
+
+using sluice::openai::endpoint;
+using sluice::openai::request_error;
+using sluice::openai::request_fields;
+using sluice::openai::request_reader;
+
+namespace {
+
+constexpr int64_t cap = 4096;
+constexpr size_t max_body_bytes = 1 << 20;
+
+// The body with simdjson's padding after it, as the HTTP layer provides.
+struct padded_body {
+  std::string bytes;
+  size_t len;
+  explicit padded_body(std::string_view s) : bytes(s), len(s.size()) {
+    bytes.append(simdjson::SIMDJSON_PADDING, '\0');
+  }
+};
+
+struct outcome {
+  bool ok;
+  request_fields fields;
+  request_error error;
+  std::string message;  // copied: the view dies with the reader's next read
+  std::string param;
+};
+
+outcome read_body(request_reader& reader, endpoint ep, std::string_view body,
+                  int64_t max_tokens_cap = cap) {
+  padded_body b(body);
+  outcome o{};
+  o.ok = reader.read(ep, b.bytes.data(), b.len, max_tokens_cap, o.fields, o.error);
+  o.message = std::string(o.error.message);
+  o.param = std::string(o.error.param);
+  return o;
+}
+
+std::string token_text(std::string_view body, uint32_t begin, uint32_t end) {
+  return std::string(body.substr(begin, end - begin));
+}
+
+std::string nested(int containers) {
+  // {"model":"m","messages":[{"role":"user","content":"x"}],"x": [[...]]}:
+  // the root object is one level, so `containers - 1` arrays follow.
+  std::string s = R"({"model":"m","messages":[{"role":"user","content":"x"}],"x":)";
+  for (int i = 0; i < containers - 1; ++i) s += '[';
+  for (int i = 0; i < containers - 1; ++i) s += ']';
+  s += '}';
+  return s;
+}
+
+constexpr std::string_view chat_tail = R"("messages":[{"role":"user","content":"hi"}])";
+
+std::string chat(std::string_view members) {
+  return std::string("{\"model\":\"m\",") + std::string(chat_tail) +
+         (members.empty() ? "" : ",") + std::string(members) + "}";
+}
+
+struct rejection {
+  const char* name;
+  endpoint ep;
+  std::string body;
+  const char* message_part;  // a substring of the expected message
+  const char* param;         // "" = null
+};
+
+std::string large_object_with_duplicate() {
+  std::string s = R"({"model":"m","messages":[{"role":"user","content":"x"}],"meta":{)";
+  for (int i = 0; i < 40; ++i) s += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+  s += R"("k17":0}})";
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("openai::request_reader") {
+  TEST_CASE("every malformed or ambiguous body is refused with a clear message and param") {
+    const rejection table[] = {
+        {"empty body", endpoint::chat_completions, "", "body is empty", ""},
+        {"whitespace only", endpoint::chat_completions, " \r\n\t", "body is empty", ""},
+        {"UTF-8 BOM", endpoint::chat_completions, std::string("\xEF\xBB\xBF") + chat(""), "byte order mark",
+         ""},
+        {"not JSON", endpoint::chat_completions, "model=m&messages=x", "'model' is not a JSON value",
+         ""},
+        {"trailing garbage", endpoint::chat_completions, chat("") + " x", "bytes after", ""},
+        {"trailing second object", endpoint::chat_completions, chat("") + "{}", "bytes after", ""},
+        {"trailing closing brace", endpoint::chat_completions, chat("") + "}", "bytes after", ""},
+        {"top level array", endpoint::chat_completions, std::string("[") + chat("") + "]", "must be an object",
+         ""},
+        {"top level string", endpoint::chat_completions, R"("hello")", "must be an object", ""},
+        {"top level null", endpoint::chat_completions, "null", "must be an object", ""},
+        {"truncated object", endpoint::chat_completions, R"({"model":"m","messages":[)",
+         "not valid JSON", ""},
+        {"single quotes", endpoint::chat_completions, R"({'model':'m'})", "is not a JSON value", ""},
+        {"trailing comma", endpoint::chat_completions, R"({"model":"m",})", "not valid JSON", ""},
+        {"missing comma", endpoint::chat_completions, R"({"model":"m" "stream":true})",
+         "not valid JSON", ""},
+        {"invalid UTF-8 byte", endpoint::chat_completions,
+         R"({"model":"m","messages":[{"role":"user","content":")" "\xFF" R"("}]})",
+         "not valid UTF-8", ""},
+        {"UTF-8 encoded surrogate", endpoint::chat_completions,
+         R"({"model":"m","messages":[{"role":"user","content":")" "\xED\xA0\x80" R"("}]})",
+         "not valid UTF-8", ""},
+        {"overlong UTF-8", endpoint::chat_completions,
+         R"({"model":"m","messages":[{"role":"user","content":")" "\xC0\xAF" R"("}]})",
+         "not valid UTF-8", ""},
+        {"invalid UTF-8 in a key", endpoint::chat_completions,
+         R"({"model":"m",")" "\xFE" R"(":1,"messages":[{"role":"user","content":"x"}]})",
+         "not valid UTF-8", ""},
+        {"lone high surrogate", endpoint::chat_completions, chat(R"("user":"\ud800")"),
+         "lone UTF-16 surrogate", ""},
+        {"lone low surrogate", endpoint::chat_completions, chat(R"("user":"\udc00")"),
+         "lone UTF-16 surrogate", ""},
+        {"high surrogate then a non-surrogate escape", endpoint::chat_completions,
+         chat(R"("user":"\ud800\u0041")"), "lone UTF-16 surrogate", ""},
+        {"high surrogate then plain text", endpoint::chat_completions,
+         chat(R"("user":"\ud800abc")"), "lone UTF-16 surrogate", ""},
+        {"two high surrogates", endpoint::chat_completions, chat(R"("user":"\ud800\ud800")"),
+         "lone UTF-16 surrogate", ""},
+        {"lone surrogate in a key", endpoint::chat_completions, chat(R"("\udfff":1)"),
+         "lone UTF-16 surrogate", ""},
+        {"invalid escape", endpoint::chat_completions, chat(R"("user":"\x41")"),
+         "invalid escape", ""},
+        {"unescaped control character", endpoint::chat_completions,
+         chat("\"user\":\"a\x01b\""), "unescaped control character", ""},
+        {"NaN", endpoint::chat_completions, chat(R"("temperature":NaN)"), "'NaN' is not a JSON value",
+         ""},
+        {"Infinity", endpoint::chat_completions, chat(R"("temperature":Infinity)"),
+         "'Infinity' is not a JSON value", ""},
+        {"-Infinity", endpoint::chat_completions, chat(R"("temperature":-Infinity)"),
+         "'Infinity' is not a JSON value", ""},
+        {"leading zero", endpoint::chat_completions, chat(R"("seed":01)"),
+         "malformed or out of range", ""},
+        {"number beyond 64 bits", endpoint::chat_completions,
+         chat(R"("max_tokens":99999999999999999999999)"), "malformed or out of range", ""},
+        {"double overflow", endpoint::chat_completions, chat(R"("temperature":1e400)"),
+         "malformed or out of range", ""},
+        {"depth 65", endpoint::chat_completions, nested(65), "deeper than 64", ""},
+        {"depth 1000", endpoint::chat_completions, nested(1000), "deeper than 64", ""},
+        {"duplicate top-level key", endpoint::chat_completions,
+         R"({"model":"a","model":"b","messages":[{"role":"user","content":"x"}]})",
+         "Duplicate key 'model'", ""},
+        {"duplicate key after unescaping", endpoint::chat_completions,
+         chat(R"("meta":{"a":1,"\u0061":2})"), "Duplicate key 'a'", ""},
+        {"duplicate model key spelled with escapes", endpoint::chat_completions,
+         R"({"model":"a","\u006dodel":"b","messages":[{"role":"user","content":"x"}]})",
+         "Duplicate key 'model'", ""},
+        {"duplicate key deep in messages", endpoint::chat_completions,
+         R"({"model":"m","messages":[{"role":"user","content":"x","content":"y"}]})",
+         "Duplicate key 'content'", ""},
+        {"duplicate key in an array of objects", endpoint::chat_completions,
+         chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"p":1,"p":2}}}])"),
+         "Duplicate key 'p'", ""},
+        {"duplicate key in a large object", endpoint::chat_completions,
+         large_object_with_duplicate(), "Duplicate key 'k17'", ""},
+        {"model missing", endpoint::chat_completions,
+         R"({"messages":[{"role":"user","content":"x"}]})", "you must provide a model parameter",
+         "model"},
+        {"model a number", endpoint::chat_completions,
+         R"({"model":7,"messages":[{"role":"user","content":"x"}]})",
+         "Invalid type for 'model'", "model"},
+        {"model null", endpoint::chat_completions,
+         R"({"model":null,"messages":[{"role":"user","content":"x"}]})",
+         "Invalid type for 'model'", "model"},
+        {"model an empty string", endpoint::chat_completions,
+         R"({"model":"","messages":[{"role":"user","content":"x"}]})", "empty string", "model"},
+        {"messages missing", endpoint::chat_completions, R"({"model":"m"})",
+         "Missing required parameter: 'messages'", "messages"},
+        {"messages a string", endpoint::chat_completions, R"({"model":"m","messages":"hi"})",
+         "Invalid type for 'messages'", "messages"},
+        {"messages empty", endpoint::chat_completions, R"({"model":"m","messages":[]})",
+         "empty array", "messages"},
+        {"message not an object", endpoint::chat_completions,
+         R"({"model":"m","messages":[{"role":"user","content":"x"},"hi"]})",
+         "Invalid type for 'messages[1]'", "messages"},
+        {"prompt missing", endpoint::completions, R"({"model":"m"})",
+         "Missing required parameter: 'prompt'", "prompt"},
+        {"prompt a number", endpoint::completions, R"({"model":"m","prompt":5})",
+         "Invalid type for 'prompt'", "prompt"},
+        {"input missing", endpoint::embeddings, R"({"model":"m"})",
+         "Missing required parameter: 'input'", "input"},
+        {"input an object", endpoint::embeddings, R"({"model":"m","input":{}})",
+         "Invalid type for 'input'", "input"},
+        {"stream a string", endpoint::chat_completions, chat(R"("stream":"true")"),
+         "Invalid type for 'stream'", "stream"},
+        {"stream a number", endpoint::chat_completions, chat(R"("stream":1)"),
+         "Invalid type for 'stream'", "stream"},
+        {"stream_options an array", endpoint::chat_completions,
+         chat(R"("stream":true,"stream_options":[])"), "Invalid type for 'stream_options'",
+         "stream_options"},
+        {"include_usage a string", endpoint::chat_completions,
+         chat(R"("stream":true,"stream_options":{"include_usage":"yes"})"),
+         "'stream_options.include_usage'", "stream_options.include_usage"},
+        {"max_tokens a float", endpoint::chat_completions, chat(R"("max_tokens":10.0)"),
+         "expected an integer, but got a decimal number", "max_tokens"},
+        {"max_tokens in exponent form", endpoint::chat_completions, chat(R"("max_tokens":1e3)"),
+         "expected an integer", "max_tokens"},
+        {"max_tokens a string", endpoint::chat_completions, chat(R"("max_tokens":"100")"),
+         "expected an integer, but got a string", "max_tokens"},
+        {"max_tokens a boolean", endpoint::chat_completions, chat(R"("max_tokens":true)"),
+         "expected an integer, but got a boolean", "max_tokens"},
+        {"max_tokens negative", endpoint::chat_completions, chat(R"("max_tokens":-5)"),
+         "Expected a value >= 1, but got -5", "max_tokens"},
+        {"max_tokens zero", endpoint::chat_completions, chat(R"("max_tokens":0)"),
+         "Expected a value >= 1, but got 0", "max_tokens"},
+        {"max_tokens above the cap", endpoint::chat_completions, chat(R"("max_tokens":4097)"),
+         "max_tokens is too large: 4097. This model supports at most 4096", "max_tokens"},
+        {"max_tokens above int64", endpoint::chat_completions,
+         chat(R"("max_tokens":9223372036854775808)"),
+         "max_tokens is too large: 9223372036854775808", "max_tokens"},
+        {"max_completion_tokens zero", endpoint::chat_completions,
+         chat(R"("max_completion_tokens":0)"), "Invalid 'max_completion_tokens'",
+         "max_completion_tokens"},
+        {"max_completion_tokens above the cap", endpoint::chat_completions,
+         chat(R"("max_tokens":10,"max_completion_tokens":100000)"),
+         "max_completion_tokens is too large", "max_completion_tokens"},
+        {"max_tokens invalid on completions", endpoint::completions,
+         R"({"model":"m","prompt":"x","max_tokens":-1})", "integer below minimum value",
+         "max_tokens"},
+    };
+    request_reader reader(max_body_bytes);
+    for (const rejection& r : table) {
+      const std::string name = r.name;
+      CAPTURE(name);
+      outcome o = read_body(reader, r.ep, r.body);
+      CHECK_FALSE(o.ok);
+      CHECK_MESSAGE(o.message.find(r.message_part) != std::string::npos, o.message);
+      CHECK(o.param == r.param);
+    }
+  }
+
+  TEST_CASE("a body over max_body_bytes is refused") {
+    request_reader reader(256);
+    std::string body = chat(R"("user":")" + std::string(300, 'a') + "\"");
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    CHECK_FALSE(o.ok);
+    CHECK(o.message.find("larger than") != std::string::npos);
+  }
+
+  TEST_CASE("a chat body yields every field sluice needs") {
+    const std::string body =
+        R"({"model":"qwen2.5-7b","messages":[)"
+        R"({"role":"system","content":"You are terse."},)"
+        R"({"role":"user","content":"Hello there"},)"
+        R"({"role":"assistant","content":"Hi"},)"
+        R"({"role":"user","content":"again"}],)"
+        R"("stream":true,"stream_options":{"include_usage":true},"max_tokens":100})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    const request_fields& f = o.fields;
+    CHECK(f.model == "qwen2.5-7b");
+    CHECK(token_text(body, f.model_token_begin, f.model_token_end) == "\"qwen2.5-7b\"");
+    CHECK(f.stream);
+    CHECK(f.has_stream_options);
+    CHECK(f.include_usage);
+    CHECK(token_text(body, f.stream_options_begin, f.stream_options_end) ==
+          R"({"include_usage":true})");
+    CHECK(f.max_tokens == 100);
+    CHECK(f.message_count == 4);
+    CHECK(f.input_bytes == std::string_view("You are terse.").size() + 11 + 2 + 5);
+    CHECK(f.system_prompt == "You are terse.");
+    CHECK(f.first_user_message == "Hello there");
+    CHECK_FALSE(f.has_tools);
+    CHECK_FALSE(f.has_images);
+  }
+
+  TEST_CASE("an escaped model name is unescaped and its span covers the escaped token") {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"x"}], "model" : "qw\u0065n" ,"stream":false})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.model == "qwen");
+    CHECK(token_text(body, o.fields.model_token_begin, o.fields.model_token_end) ==
+          R"("qw\u0065n")");
+    CHECK_FALSE(o.fields.stream);
+    CHECK_FALSE(o.fields.has_stream_options);
+  }
+
+  TEST_CASE("only the top-level model key is taken, never a nested or quoted one") {
+    const std::string body =
+        R"({"metadata":{"model":"inner"},)"
+        R"("messages":[{"role":"user","content":"say \"model\":\"fake\" \\","model":"m2"}],)"
+        R"("tools":[{"type":"function","function":{"name":"f","parameters":{"model":{"type":"string"}}}}],)"
+        R"("model":"outer","n":[{"model":"x"},"model"]})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.model == "outer");
+    CHECK(token_text(body, o.fields.model_token_begin, o.fields.model_token_end) == "\"outer\"");
+    CHECK(o.fields.has_tools);
+  }
+
+  TEST_CASE("a model key spelled with escapes is found by the span scanner") {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"x"}],"\u006dodel":"a\"b\\"})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.model == "a\"b\\");
+    CHECK(token_text(body, o.fields.model_token_begin, o.fields.model_token_end) ==
+          R"("a\"b\\")");
+  }
+
+  TEST_CASE("a multi-byte model name keeps its bytes") {
+    const std::string body = R"({"model":"модель-7b","messages":[{"role":"user","content":"x"}]})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.model == "модель-7b");
+    CHECK(token_text(body, o.fields.model_token_begin, o.fields.model_token_end) ==
+          "\"модель-7b\"");
+  }
+
+  TEST_CASE("content arrays give text bytes, the first text part and images") {
+    const std::string body =
+        R"({"model":"m","messages":[)"
+        R"({"role":"developer","content":[{"type":"text","text":"Be brief."},{"type":"text","text":"Really."}]},)"
+        R"({"role":"system","content":"ignored: not the first"},)"
+        R"({"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"}},)"
+        R"({"type":"text","text":"What is this?"}]},)"
+        R"({"role":"assistant","content":null,"tool_calls":[]}]})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    const request_fields& f = o.fields;
+    CHECK(f.system_prompt == "Be brief.");
+    CHECK(f.first_user_message == "What is this?");
+    CHECK(f.has_images);
+    CHECK(f.message_count == 4);
+    CHECK(f.input_bytes == 9 + 7 + std::string_view("ignored: not the first").size() + 13);
+  }
+
+  TEST_CASE("input_image parts count as images and a string system prompt is taken whole") {
+    const std::string body =
+        R"({"model":"m","messages":[{"role":"system","content":"sys"},)"
+        R"({"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.has_images);
+    CHECK(o.fields.system_prompt == "sys");
+    CHECK(o.fields.first_user_message.empty());
+  }
+
+  TEST_CASE("tools or functions count only when non-empty") {
+    request_reader reader(max_body_bytes);
+    SUBCASE("empty tools") {
+      outcome o = read_body(reader, endpoint::chat_completions, chat(R"("tools":[])"));
+      REQUIRE(o.ok);
+      CHECK_FALSE(o.fields.has_tools);
+    }
+    SUBCASE("functions") {
+      outcome o =
+          read_body(reader, endpoint::chat_completions, chat(R"("functions":[{"name":"f"}])"));
+      REQUIRE(o.ok);
+      CHECK(o.fields.has_tools);
+    }
+  }
+
+  TEST_CASE("max_completion_tokens wins over max_tokens for chat, as in vLLM") {
+    request_reader reader(max_body_bytes);
+    struct row {
+      const char* members;
+      int64_t expected;
+    };
+    const row rows[] = {
+        {R"("max_tokens":10,"max_completion_tokens":20)", 20},
+        {R"("max_completion_tokens":20,"max_tokens":10)", 20},
+        {R"("max_tokens":10)", 10},
+        {R"("max_completion_tokens":30)", 30},
+        {R"("max_tokens":null)", -1},
+        {R"("max_tokens":10,"max_completion_tokens":null)", 10},
+        {R"("max_tokens":4096)", 4096},
+        {R"("max_tokens":1)", 1},
+        {"", -1},
+    };
+    for (const row& r : rows) {
+      const std::string members = r.members;
+      CAPTURE(members);
+      outcome o = read_body(reader, endpoint::chat_completions, chat(r.members));
+      REQUIRE_MESSAGE(o.ok, o.message);
+      CHECK(o.fields.max_tokens == r.expected);
+    }
+  }
+
+  TEST_CASE("completions read max_tokens and the prompt") {
+    request_reader reader(max_body_bytes);
+    SUBCASE("a string prompt") {
+      outcome o = read_body(reader, endpoint::completions,
+                            R"({"model":"m","prompt":"Once upon","max_tokens":7,"stream":true})");
+      REQUIRE(o.ok);
+      CHECK(o.fields.max_tokens == 7);
+      CHECK(o.fields.input_bytes == 9);
+      CHECK(o.fields.first_user_message == "Once upon");
+      CHECK(o.fields.stream);
+      CHECK(o.fields.message_count == 0);
+    }
+    SUBCASE("an array of strings and token ids") {
+      outcome o = read_body(reader, endpoint::completions,
+                            R"({"model":"m","prompt":["ab","cde",[1,2,3]],"max_completion_tokens":9})");
+      REQUIRE(o.ok);
+      CHECK(o.fields.max_tokens == -1);  // vLLM's completions ignore max_completion_tokens
+      CHECK(o.fields.input_bytes == 2 + 3 + 3 * 4);
+      CHECK(o.fields.first_user_message == "ab");
+    }
+  }
+
+  TEST_CASE("embeddings read the input") {
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::embeddings,
+                          R"({"input":["hello","world!"],"model":"e5","encoding_format":"float"})");
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.model == "e5");
+    CHECK(o.fields.input_bytes == 11);
+    o = read_body(reader, endpoint::embeddings, R"({"model":"e5","input":"abc"})");
+    REQUIRE(o.ok);
+    CHECK(o.fields.input_bytes == 3);
+  }
+
+  TEST_CASE("null optional fields count as absent, and a null stream_options keeps its span") {
+    const std::string body = chat(R"("stream":null,"stream_options":null)");
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK_FALSE(o.fields.stream);
+    CHECK(o.fields.has_stream_options);
+    CHECK_FALSE(o.fields.include_usage);
+    CHECK(token_text(body, o.fields.stream_options_begin, o.fields.stream_options_end) == "null");
+  }
+
+  TEST_CASE("stream_options without include_usage has a span and include_usage false") {
+    const std::string body = R"({"stream_options": { "x" : [1,{"y":"}"}] } ,"model":"m",)" +
+                             std::string(chat_tail) + "}";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.has_stream_options);
+    CHECK_FALSE(o.fields.include_usage);
+    CHECK(token_text(body, o.fields.stream_options_begin, o.fields.stream_options_end) ==
+          R"({ "x" : [1,{"y":"}"}] })");
+  }
+
+  TEST_CASE("valid edge shapes are accepted") {
+    request_reader reader(max_body_bytes);
+    SUBCASE("depth exactly 64") {
+      outcome o = read_body(reader, endpoint::chat_completions, nested(64));
+      CHECK_MESSAGE(o.ok, o.message);
+    }
+    SUBCASE("a large object without duplicates") {
+      std::string s = R"({"model":"m","messages":[{"role":"user","content":"x"}],"meta":{)";
+      for (int i = 0; i < 40; ++i) s += "\"k" + std::to_string(i) + "\":" + std::to_string(i) + ",";
+      s += R"("z":0}})";
+      outcome o = read_body(reader, endpoint::chat_completions, s);
+      CHECK_MESSAGE(o.ok, o.message);
+    }
+    SUBCASE("equal keys in different objects") {
+      outcome o = read_body(reader, endpoint::chat_completions,
+                            R"({"model":"m","messages":[{"role":"user","content":"a"},)"
+                            R"({"role":"user","content":"b"}],"x":{"model":1},"y":{"model":2}})");
+      CHECK_MESSAGE(o.ok, o.message);
+      CHECK(o.fields.first_user_message == "a");
+    }
+    SUBCASE("a valid surrogate pair and trailing whitespace") {
+      outcome o = read_body(reader, endpoint::chat_completions,
+                            chat(R"("user":"\ud83d\ude00")") + " \r\n");
+      CHECK_MESSAGE(o.ok, o.message);
+    }
+    SUBCASE("keys that differ only after a NUL") {
+      outcome o = read_body(reader, endpoint::chat_completions, chat(R"("x":{"a":1,"a\u0000":2})"));
+      CHECK_MESSAGE(o.ok, o.message);
+    }
+  }
+
+  TEST_CASE("the reader is reusable after a refusal and grows past its first size") {
+    request_reader reader(max_body_bytes);
+    CHECK_FALSE(read_body(reader, endpoint::chat_completions, "{").ok);
+    const std::string big_text(200 * 1024, 'a');
+    const std::string body = R"({"model":"m","messages":[{"role":"user","content":")" + big_text +
+                             R"("}],"max_tokens":5})";
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.input_bytes == big_text.size());
+    CHECK(o.fields.max_tokens == 5);
+    o = read_body(reader, endpoint::chat_completions, chat(""));
+    REQUIRE(o.ok);
+    CHECK(o.fields.first_user_message == "hi");
+  }
+
+  TEST_CASE("a group cap below max_tokens refuses it") {
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, chat(R"("max_tokens":64)"), 32);
+    CHECK_FALSE(o.ok);
+    CHECK(o.param == "max_tokens");
+    CHECK(read_body(reader, endpoint::chat_completions, chat(R"("max_tokens":32)"), 32).ok);
+  }
+}
