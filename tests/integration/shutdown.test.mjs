@@ -1,0 +1,66 @@
+// SIGTERM while 50 streams are in flight: sluice stops accepting, lets every
+// stream finish with its full content and `[DONE]`, then exits 0.
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { after, before, describe, it } from 'node:test';
+
+import { bound_ms, chat_body, http_post, sse_events, start_mock_vllm, start_sluice, stop_all, test_key, with_timeout } from './lib/harness.mjs';
+
+const streams = 50;
+
+describe('SIGTERM during active streams', () => {
+  let mock;
+  let sluice;
+  let agent;
+
+  before(async () => {
+    // 20 tokens at 20/s: each stream lasts about a second after SIGTERM.
+    mock = await start_mock_vllm({ tokens_per_sec: 20, reply_tokens: 20 });
+    sluice = await start_sluice({ backends: [mock.url] });
+    agent = new http.Agent({ keepAlive: true, maxSockets: streams });
+  });
+  after(async () => {
+    agent.destroy();
+    await stop_all(sluice, mock);
+  });
+
+  it(`all ${streams} streams complete and sluice exits 0`, async () => {
+    const body = (i) => chat_body({ stream: true, max_tokens: 20, content: `drain ${i}` });
+    const expected = await Promise.all(Array.from({ length: streams }, (_, i) => http_post(
+      mock.url, '/v1/chat/completions', body(i), { headers: { 'x-request-id': `drain-${i}` }, timeout_ms: bound_ms(30000) })));
+
+    // Start every stream and wait until each has body bytes flowing.
+    let started = 0;
+    let all_started;
+    const all_started_promise = new Promise((resolve) => { all_started = resolve; });
+    const replies = Array.from({ length: streams }, (_, i) => {
+      let counted = false;
+      return http_post(sluice.url, '/v1/chat/completions', body(i), {
+        agent,
+        headers: { authorization: `Bearer ${test_key}`, 'x-request-id': `drain-${i}` },
+        timeout_ms: bound_ms(30000),
+        on_data: () => {
+          if (counted) return;
+          counted = true;
+          if (++started === streams) all_started();
+        },
+      });
+    });
+    await with_timeout(all_started_promise, bound_ms(10000), `all ${streams} streams to start (${started} did)`);
+
+    sluice.proc.child.kill('SIGTERM');
+    const signalled_at = performance.now();
+    const results = await Promise.all(replies);
+    const exit = await with_timeout(sluice.proc.exited, bound_ms(15000), 'sluice to exit after SIGTERM');
+    console.log(`sluice exited ${JSON.stringify(exit)} ${(performance.now() - signalled_at).toFixed(0)} ms after SIGTERM`);
+
+    for (let i = 0; i < streams; ++i) {
+      const r = results[i];
+      assert.equal(r.status, 200, `stream ${i}`);
+      assert.equal(r.complete, true, `stream ${i} completed`);
+      assert.equal(sse_events(r.text).at(-1), '[DONE]', `stream ${i} ends with [DONE]`);
+      assert.equal(r.text, expected[i].text, `stream ${i} has the full content`);
+    }
+    assert.deepEqual(exit, { code: 0, signal: null }, `sluice output:\n${sluice.proc.output()}`);
+  });
+});
