@@ -9,6 +9,8 @@
 #include <cstring>
 #include <fnmatch.h>
 
+#include <xxhash.h>
+
 #include "shard_server.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/openai/error.hpp"
@@ -196,7 +198,8 @@ void shard_server::process_input(downstream_conn* d) noexcept {
                        "method_not_allowed", has_body);
           return;
         }
-        if (!authenticate(d->head)) {
+        d->key_index = authenticate(d->head);
+        if (d->key_index < 0) {
           answer_error(d, 401,
                        d->head.authorization.empty()
                            ? "You didn't provide an API key. You need to provide your API key in an Authorization "
@@ -278,18 +281,34 @@ void shard_server::make_request_id(downstream_conn* d) noexcept {
   d->request_id_len = static_cast<uint8_t>(r.size);
 }
 
-bool shard_server::authenticate(const http::request_head& h) const noexcept {
+int32_t shard_server::authenticate(const http::request_head& h) noexcept {
   std::string_view a = h.authorization;
-  if (a.size() < 7 || !iequals(a.substr(0, 7), "bearer ")) return false;
+  if (a.size() < 7 || !iequals(a.substr(0, 7), "bearer ")) return -1;
   std::string_view key = a.substr(7);
   while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
-  if (key.empty()) return false;
+  if (key.empty()) return -1;
+  // Recently verified keys skip SHA-256: a direct-mapped cache of the exact
+  // key bytes (compared in constant time). Wrong keys are never cached, so
+  // a guess always pays the full hash and compare.
+  const uint64_t tag = XXH3_64bits(key.data(), key.size());
+  auth_cache_entry& e = _auth_cache[tag % k_auth_cache_entries];
+  if (key.size() <= sizeof e.key && e.key_len == key.size() && e.tag == tag && e.key_index >= 0 &&
+      CRYPTO_memcmp(e.key, key.data(), key.size()) == 0) {
+    return e.key_index;
+  }
   const std::array<uint8_t, 32> digest = config::sha256(key);
   // Compare against every key, in constant time each, so timing says
   // nothing about which (or whether a) key matched.
-  bool found = false;
-  for (const config::key_config& k : _cfg->keys) {
-    found |= CRYPTO_memcmp(k.key_sha256.data(), digest.data(), digest.size()) == 0;
+  int32_t found = -1;
+  for (size_t i = 0; i < _cfg->keys.size(); ++i) {
+    const bool same = CRYPTO_memcmp(_cfg->keys[i].key_sha256.data(), digest.data(), digest.size()) == 0;
+    found = same ? static_cast<int32_t>(i) : found;
+  }
+  if (found >= 0 && key.size() <= sizeof e.key) {
+    e.tag = tag;
+    e.key_len = static_cast<uint8_t>(key.size());
+    std::memcpy(e.key, key.data(), key.size());
+    e.key_index = found;
   }
   return found;
 }

@@ -146,6 +146,7 @@ struct downstream_conn {
   // The exchange in flight.
   openai::endpoint endpoint = openai::endpoint::chat_completions;
   uint32_t group = 0;
+  int32_t key_index = -1;
   upstream_conn* up = nullptr;
   uint8_t attempts = 0;
   uint16_t status = 0;
@@ -250,7 +251,8 @@ class shard_server {
   void compact_input(downstream_conn* d) noexcept;
   void set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept;
   void on_deadline(downstream_conn* d) noexcept;
-  bool authenticate(const http::request_head& h) const noexcept;
+  // Returns: the index of the presented key in cfg().keys, or -1.
+  int32_t authenticate(const http::request_head& h) noexcept;
   void make_request_id(downstream_conn* d) noexcept;
 
   // upstream (upstream.cpp)
@@ -314,6 +316,15 @@ class shard_server {
   uint64_t _request_seq = 0;
   uint64_t _id_seed = 0;
   uint64_t _last_sweep_ms = 0;
+  // Verified bearer keys (see authenticate()). 64 x 128 bytes per shard.
+  struct auth_cache_entry {
+    uint64_t tag = 0;
+    int32_t key_index = -1;
+    uint8_t key_len = 0;
+    char key[115] = {};
+  };
+  static constexpr size_t k_auth_cache_entries = 64;
+  auth_cache_entry _auth_cache[k_auth_cache_entries];
   bool _draining = false;
   uint64_t _drain_deadline_ms = 0;
 };
