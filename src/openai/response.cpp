@@ -126,40 +126,6 @@ void read_usage(simdjson::dom::object u, int64_t& prompt_tokens,
   }
 }
 
-// Returns: whether every occurrence of `key` in `s` is followed by `value`
-// (true when there is none).
-bool every_followed_by(std::string_view s, std::string_view key, std::string_view value) noexcept {
-  for (size_t at = s.find(key); at != std::string_view::npos; at = s.find(key, at + key.size())) {
-    if (s.substr(at + key.size(), value.size()) != value) return false;
-  }
-  return true;
-}
-
-// The fast path for the event a stream is made of: one content delta with
-// "finish_reason":null and nothing else of interest. A few substring scans
-// (~50 ns on a 200-byte chunk) instead of a parse (~330 ns). Anything it is
-// not sure about -- a usage or error key, tool calls, a non-null
-// finish_reason, such text inside a string -- goes to the full parse, so it
-// can only be slower, never wrong. Returns: whether `info` is complete.
-bool scan_plain_delta(std::string_view p, stream_event_info& info) noexcept {
-  if (p.size() < 2 || p.front() != '{' || p.back() != '}') return false;
-  if (p.find("\"finish_reason\":") == std::string_view::npos) return false;
-  if (!every_followed_by(p, "\"finish_reason\":", "null")) return false;
-  if (!every_followed_by(p, "\"usage\":", "null")) return false;
-  if (p.find("\"error\"") != std::string_view::npos || p.find("tool_calls") != std::string_view::npos ||
-      p.find("reasoning_content") != std::string_view::npos) {
-    return false;
-  }
-  constexpr std::string_view k_content = "\"content\":\"";
-  constexpr std::string_view k_text = "\"text\":\"";
-  for (std::string_view k : {k_content, k_text}) {
-    for (size_t at = p.find(k); at != std::string_view::npos; at = p.find(k, at + k.size())) {
-      if (at + k.size() < p.size() && p[at + k.size()] != '"') info.has_content = true;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 stream_event_info scan_stream_event(std::string_view payload) noexcept {
@@ -169,7 +135,6 @@ stream_event_info scan_stream_event(std::string_view payload) noexcept {
     info.done = true;
     return info;
   }
-  if (scan_plain_delta(payload, info)) return info;
   response_scratch& s = scratch();
   element root;
   simdjson::dom::object obj;

@@ -437,8 +437,23 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
 
 void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
   auto* d = static_cast<downstream_conn*>(ctx);
-  const openai::stream_event_info info = openai::scan_stream_event(ev.data);
   stream_facts& s = d->facts;
+  // Nearly every event of a stream is one content delta that vLLM ends with
+  // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
+  // counted without a parse (a parse per event costs ~330 ns; this, a
+  // compare). The first event (the role chunk) and any other shape -- a
+  // finish, usage or error chunk, other backends' layouts -- get the full
+  // scan. vLLM writes compact JSON, so the tail is exact.
+  constexpr std::string_view k_plain_tail = "\"finish_reason\":null}]}";
+  std::string_view p = ev.data;
+  while (!p.empty() && (p.back() == ' ' || p.back() == '\n' || p.back() == '\r')) p.remove_suffix(1);
+  if (s.events > 0 && !ev.truncated && p.size() > k_plain_tail.size() &&
+      p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
+    ++s.events;
+    ++s.content_events;
+    return;
+  }
+  const openai::stream_event_info info = openai::scan_stream_event(ev.data);
   ++s.events;
   if (info.done) s.done = true;
   if (info.error) s.error = true;
