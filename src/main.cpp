@@ -75,7 +75,9 @@ struct control {
         log::warn("SIGHUP: live reload is not available yet; the running config stays");
         return;
       case SIGUSR1:
-        return;  // audit reopen: nothing to reopen yet
+        log::info("SIGUSR1: reopening the audit log");
+        g->reopen_audit();
+        return;
       default:
         return;
     }

@@ -174,7 +174,6 @@ void admin_server::handle(conn* c) noexcept {
     counter("sluice_connections_open", "Downstream connections open.", "gauge", &shard_stats::connections_open);
     counter("sluice_requests_received_total", "Requests received (all endpoints).", "counter",
             &shard_stats::requests_total);
-    counter("sluice_inflight_requests", "Requests in flight.", "gauge", &shard_stats::requests_inflight);
     fmt::format_to(std::back_inserter(m),
                    "# HELP sluice_responses_total Responses by status class.\n# TYPE sluice_responses_total counter\n"
                    "sluice_responses_total{{class=\"2xx\"}} {}\nsluice_responses_total{{class=\"4xx\"}} {}\n"
@@ -201,17 +200,7 @@ void admin_server::handle(conn* c) noexcept {
             &shard_stats::streams_copied);
     counter("sluice_shed_connections_total", "Connections refused over server.connections_max.", "counter",
             &shard_stats::shed_connections);
-    m += "# HELP sluice_loop_iterations_total Reactor loop iterations per shard.\n"
-         "# TYPE sluice_loop_iterations_total counter\n";
-    for (size_t i = 0; i < _g.shard_count(); ++i) {
-      fmt::format_to(std::back_inserter(m), "sluice_loop_iterations_total{{shard=\"{}\"}} {}\n", i,
-                     _g.stats(i).loop_iterations.get());
-    }
-    m += "# HELP sluice_loop_cqes_total Completions handled per shard.\n# TYPE sluice_loop_cqes_total counter\n";
-    for (size_t i = 0; i < _g.shard_count(); ++i) {
-      fmt::format_to(std::back_inserter(m), "sluice_loop_cqes_total{{shard=\"{}\"}} {}\n", i,
-                     _g.stats(i).loop_cqes.get());
-    }
+    _g.metrics().render(m);
     respond(c, 200, "text/plain; version=0.0.4", m);
     return;
   }

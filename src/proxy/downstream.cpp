@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "shard_server.hpp"
+#include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/openai/error.hpp"
 
@@ -160,10 +161,13 @@ void shard_server::process_input(downstream_conn* d) noexcept {
         http::parse_status st = d->parser.parse_head(d->in.data + d->req_start, d->in.len - d->req_start, d->head);
         if (st.need_more()) return;
         if (!st.ok()) {
+          open_request(d);
           answer_error(d, st.status, st.message, "invalid_request_error", {}, {}, true);
           return;
         }
+        d->head_ok = true;
         make_request_id(d);
+        open_request(d);
         d->body_begin = d->req_start + d->head.head_bytes;
         d->body_len = 0;
         d->chunk_raw_pos = d->body_begin;
@@ -255,6 +259,66 @@ void shard_server::process_input(downstream_conn* d) noexcept {
   }
 }
 
+void shard_server::open_request(downstream_conn* d) noexcept {
+  if (d->request_open) return;
+  d->request_open = true;
+  d->start_wall_ms = realtime_ms();
+  _metrics.inflight_add();
+}
+
+void shard_server::end_request(downstream_conn* d) noexcept {
+  if (!d->request_open) return;
+  d->request_open = false;
+  _metrics.inflight_sub();
+  const uint64_t now = now_ms();
+  // Tokens: the backend's usage when it sent one; for a stream cut short
+  // without it, the content events seen (one token each, as vLLM streams).
+  uint64_t prompt = 0, completion = 0;
+  if (d->upstream_head && d->rhead.event_stream) {
+    if (d->facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(d->facts.prompt_tokens);
+    completion = d->facts.completion_tokens >= 0 ? static_cast<uint64_t>(d->facts.completion_tokens)
+                                                 : d->facts.content_events;
+  } else if (d->upstream_head && !d->resp_body_overflow && d->resp_body.len != 0) {
+    const openai::usage u = openai::scan_response_usage(std::string_view(d->resp_body.data, d->resp_body.len));
+    if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
+    if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
+  }
+  const bool grouped = d->group != metrics::none;
+  _metrics.request_done(d->group, d->backend_used, d->status);
+  if (grouped && (prompt | completion) != 0) _metrics.tokens(d->group, prompt, completion);
+  const uint64_t duration_ms = now - d->request_start_ms;
+  if (grouped) {
+    _metrics.observe_duration_us(d->group, duration_ms * 1000);
+    if (d->first_token_ms != 0) _metrics.observe_ttft_us(d->group, (d->first_token_ms - d->request_start_ms) * 1000);
+  }
+  if (!_audit) return;
+  audit::record r;
+  r.time_ms = d->start_wall_ms;
+  r.request_id = std::string_view(d->request_id, d->request_id_len);
+  if (d->key_index >= 0) r.key_id = _cfg->keys[static_cast<size_t>(d->key_index)].id;
+  if (d->head_ok) {
+    static constexpr std::string_view k_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
+    r.endpoint = d->is_models ? std::string_view("/v1/models")
+                 : d->model_len != 0 ? k_paths[static_cast<int>(d->endpoint)]
+                                     : std::string_view{};
+    r.session_id = d->head.session_id;
+  }
+  r.model = std::string_view(d->model, d->model_len);
+  if (grouped) r.group = _cfg->groups[d->group].name;
+  if (d->backend_used != metrics::none) r.backend = _cfg->backends[d->backend_used].url;
+  r.status = d->status;
+  r.prompt_tokens = prompt;
+  r.completion_tokens = completion;
+  r.total_tokens = prompt + completion;
+  r.ttft_ms = d->first_token_ms != 0 ? static_cast<int64_t>(d->first_token_ms - d->request_start_ms) : -1;
+  r.duration_ms = duration_ms;
+  r.stream = d->is_stream;
+  r.cancelled = d->cancelled;
+  r.finish_reason = std::string_view(d->facts.finish_reason, d->facts.finish_reason_len);
+  r.error = d->error_code;
+  _audit->append(r);
+}
+
 void shard_server::make_request_id(downstream_conn* d) noexcept {
   // Keep a client's X-Request-ID when it is a plain token (it reaches logs
   // and the backend); otherwise make one: shard-unique, not guessable.
@@ -340,6 +404,9 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   }
   std::memcpy(model, f.model.data(), f.model.size());
   model[f.model.size()] = '\0';
+  d->model_len = static_cast<uint8_t>(f.model.size() < sizeof d->model ? f.model.size() : sizeof d->model);
+  std::memcpy(d->model, f.model.data(), d->model_len);
+  d->is_stream = f.stream;
   int found = -1;
   for (size_t g = 0; g < _cfg->groups.size() && found < 0; ++g) {
     for (const std::string& pat : _cfg->groups[g].models) {
@@ -450,6 +517,7 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
     d->inflight_counted = true;
   }
   _stats.local_errors.add();
+  d->error_code = code.empty() ? std::string_view("invalid_request") : code;
   d->state = conn_state::local;
   set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
   if (d->send_busy) {
@@ -536,6 +604,7 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
 }
 
 void shard_server::on_response_sent(downstream_conn* d) noexcept {
+  end_request(d);
   if (d->inflight_counted) {
     _stats.requests_inflight.sub();
     d->inflight_counted = false;
@@ -569,6 +638,19 @@ void shard_server::next_request(downstream_conn* d) noexcept {
   d->state = conn_state::idle;
   d->status = 0;
   d->is_models = false;
+  d->head_ok = false;
+  d->cancelled = false;
+  d->is_stream = false;
+  d->upstream_head = false;
+  d->model_len = 0;
+  d->key_index = -1;
+  d->group = metrics::none;
+  d->backend_used = metrics::none;
+  d->first_token_ms = 0;
+  d->error_code = {};
+  d->resp_body.len = 0;
+  d->resp_body_overflow = false;
+  d->facts = stream_facts{};
   d->request_id_len = 0;
   d->response_started = false;
   d->response_complete = false;
@@ -598,6 +680,10 @@ void shard_server::compact_input(downstream_conn* d) noexcept {
 
 void shard_server::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
+  if (d->request_open) {
+    if (d->cancelled) d->status = 499;  // nginx's "client closed request"
+    end_request(d);
+  }
   if (d->inflight_counted) {
     _stats.requests_inflight.sub();
     d->inflight_counted = false;
@@ -648,6 +734,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
       if (d->state == conn_state::idle && d->in.len == d->req_start) {
         close_downstream(d);  // connected, said nothing
       } else {
+        open_request(d);
         answer_error(d, 408, "Request header timeout.", "invalid_request_error", {}, "request_timeout", true);
       }
       return;

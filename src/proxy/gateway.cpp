@@ -25,7 +25,7 @@ namespace {
 
 // Control -> shard. Small and trivially copyable (spsc_queue's rule).
 struct control_message {
-  enum class kind : uint8_t { drain } what = kind::drain;
+  enum class kind : uint8_t { drain, reopen_audit } what = kind::drain;
   uint32_t drain_ms = 0;
 };
 
@@ -37,6 +37,7 @@ struct gateway::shard_slot {
   int listen_fd = -1;
   std::shared_ptr<const config::config> cfg;
   shard_stats stats;
+  metrics::shard_metrics* metrics = nullptr;
   shard::spsc_queue<control_message, 64> inbox;
   std::thread thread;
   shard::reactor* reactor = nullptr;  // set by the shard thread before `ready`
@@ -63,7 +64,7 @@ void gateway::shard_slot::run() noexcept {
     stopped = true;
     return;
   }
-  shard_server srv(index, cfg, *rx, listen_fd, stats);
+  shard_server srv(index, cfg, *rx, listen_fd, stats, *metrics);
   listen_fd = -1;  // owned by srv now
   if (!srv.init()) {
     failed = true;
@@ -89,17 +90,28 @@ void gateway::shard_slot::run() noexcept {
     control_message m;
     while (c->slot->inbox.try_pop(m)) {
       if (m.what == control_message::kind::drain) c->srv->begin_drain(now + m.drain_ms);
+      if (m.what == control_message::kind::reopen_audit) c->srv->reopen_audit();
     }
     c->srv->on_iteration(now);
     if (c->srv->drained()) c->r->stop();
   };
   rx->run(h);
+  // Every request has ended: what is left in the audit batch goes to disk
+  // before the shard says it stopped (SIGTERM loses no completed line).
+  srv.close_audit();
   stopped = true;
 }
 
 std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus) {
   std::unique_ptr<gateway> g(new gateway());
   net::raise_fd_limit();
+  metrics::registry::names names;
+  for (const auto& grp : cfg->groups) names.groups.push_back(grp.name);
+  for (const auto& b : cfg->backends) names.backends.push_back(b.url);
+  for (const auto& k : cfg->keys) names.keys.push_back(k.id);
+  const size_t shard_n = cpus.empty() ? 1 : cpus.size();
+  g->_metrics = std::make_unique<metrics::registry>(shard_n, std::move(names));
+  for (size_t b = 0; b < cfg->backends.size(); ++b) g->_metrics->set_backend_up(static_cast<uint32_t>(b), true);
   const config::socket_address& la = cfg->server.listen;
   // Bind the first listener; with port 0 its port is then the one every
   // other shard binds, so they share one SO_REUSEPORT group.
@@ -128,6 +140,7 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
     s->cpu = cpus.empty() ? -1 : cpus[i];
     s->listen_fd = fds[i];
     s->cfg = cfg;
+    s->metrics = &g->_metrics->shard(i);
     g->_shards.push_back(std::move(s));
   }
   for (auto& s : g->_shards) {
@@ -154,16 +167,24 @@ gateway::~gateway() {
 
 const shard_stats& gateway::stats(size_t shard) const noexcept { return _shards[shard]->stats; }
 
-void gateway::drain(uint32_t drain_ms) noexcept {
+void gateway::post(uint8_t kind, uint32_t drain_ms) noexcept {
   for (auto& s : _shards) {
     if (s->stopped) continue;
     control_message m;
-    m.what = control_message::kind::drain;
+    m.what = static_cast<control_message::kind>(kind);
     m.drain_ms = drain_ms;
+    // The queue holds 64 control messages; a full one means the shard is
+    // far behind, and waiting for it is the right thing for a control op.
     while (!s->inbox.try_push(m)) std::this_thread::yield();
     if (s->reactor != nullptr) s->reactor->wake();
   }
 }
+
+void gateway::drain(uint32_t drain_ms) noexcept {
+  post(static_cast<uint8_t>(control_message::kind::drain), drain_ms);
+}
+
+void gateway::reopen_audit() noexcept { post(static_cast<uint8_t>(control_message::kind::reopen_audit), 0); }
 
 bool gateway::stopped() const noexcept {
   for (auto& s : _shards) {

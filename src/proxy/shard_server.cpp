@@ -47,11 +47,12 @@ http::limits limits_from(const config::server_config& s) {
 }  // namespace
 
 shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r,
-                           int listen_fd, shard_stats& stats)
+                           int listen_fd, shard_stats& stats, metrics::shard_metrics& m)
     : _index(index),
       _cfg(std::move(cfg)),
       _r(r),
       _stats(stats),
+      _metrics(m),
       _listen_fd(listen_fd),
       _limits(limits_from(_cfg->server)),
       _pipes(_cfg->server.connections_max * 2),
@@ -86,6 +87,12 @@ bool shard_server::init() noexcept {
   // turn over quickly; 8 MiB per shard bounds what the kernel may fill.
   _bufs = net::buffer_ring::create(_r.ring(), 0, 512, 16 * 1024);
   if (!_bufs) return false;
+  if (!_cfg->audit.path.empty()) {
+    audit::writer::options o;
+    o.shard = _index;
+    _audit = audit::writer::open(_r, _cfg->audit.path, o);
+    if (!_audit) return false;
+  }
   submit_accept();
   return true;
 }
@@ -178,9 +185,19 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     }
     _drain_deadline_ms = 0;
   }
+  if (_audit) _audit->tick(now);
+  _metrics.set_loop(_r.iterations(), _r.cqes());
   _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
   _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);
   _bufs->publish();
+}
+
+void shard_server::reopen_audit() noexcept {
+  if (_audit) _audit->reopen();
+}
+
+void shard_server::close_audit() noexcept {
+  if (_audit) _audit->close(5000);
 }
 
 void shard_server::begin_drain(uint64_t deadline_ms) noexcept {

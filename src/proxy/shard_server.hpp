@@ -13,7 +13,9 @@
 #include <memory>
 #include <string_view>
 
+#include "sluice/audit/writer.hpp"
 #include "sluice/config/config.hpp"
+#include "sluice/metrics/registry.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/response.hpp"
 #include "sluice/http/sse.hpp"
@@ -119,6 +121,10 @@ struct downstream_conn {
   bool response_started = false;   // a byte of the response reached the socket
   bool is_models = false;          // GET /v1/models: answered by sluice
   bool local_pending = false;      // a local answer waits for the send in flight
+  bool request_open = false;       // a request is accounted (audit + metrics) until end_request()
+  bool head_ok = false;            // `head` holds a parsed head (its views are valid)
+  bool cancelled = false;          // the client went away mid-exchange
+  bool is_stream = false;
   bool inflight_counted = false;
   bool stream_copy = true;         // body by copy (else splice)
   deadline_kind deadline = deadline_kind::none;
@@ -145,13 +151,21 @@ struct downstream_conn {
 
   // The exchange in flight.
   openai::endpoint endpoint = openai::endpoint::chat_completions;
-  uint32_t group = 0;
+  uint32_t group = metrics::none;  // index into cfg().groups once the model matched
   int32_t key_index = -1;
   upstream_conn* up = nullptr;
   uint8_t attempts = 0;
   uint16_t status = 0;
   char request_id[64] = {};
   char scratch[256] = {};
+  char model[128] = {};            // the client's model name, for audit (truncated)
+  uint8_t model_len = 0;
+  uint32_t backend_used = metrics::none;
+  uint64_t start_wall_ms = 0;
+  uint64_t first_token_ms = 0;     // monotonic; 0 = none yet
+  std::string_view error_code;     // static strings only
+  byte_buf resp_body;              // non-stream response body, for usage (bounded)
+  bool resp_body_overflow = false;
   uint8_t request_id_len = 0;
   uint32_t backend_cursor = 0;
 
@@ -174,6 +188,7 @@ struct downstream_conn {
   http::response_parser rparser;
   http::response_head rhead;
   bool response_complete = false;
+  bool upstream_head = false;     // rhead holds this request's response head
   bool up_reusable = false;
   bool counted_stream = false;
   std::unique_ptr<http::sse_scanner> sse;
@@ -203,7 +218,7 @@ struct backend_state {
 class shard_server {
  public:
   shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r, int listen_fd,
-               shard_stats& stats);
+               shard_stats& stats, metrics::shard_metrics& m);
   ~shard_server();
   shard_server(const shard_server&) = delete;
   shard_server& operator=(const shard_server&) = delete;
@@ -211,6 +226,9 @@ class shard_server {
   bool init() noexcept;
   void on_iteration(uint64_t now_ms) noexcept;
   void begin_drain(uint64_t deadline_ms) noexcept;
+  void reopen_audit() noexcept;
+  // Flushes and closes the audit log (shutdown); runs the reactor until done.
+  void close_audit() noexcept;
   bool drained() const noexcept { return _draining && _conn_count == 0; }
   bool draining() const noexcept { return _draining; }
 
@@ -254,6 +272,8 @@ class shard_server {
   // Returns: the index of the presented key in cfg().keys, or -1.
   int32_t authenticate(const http::request_head& h) noexcept;
   void make_request_id(downstream_conn* d) noexcept;
+  void open_request(downstream_conn* d) noexcept;
+  void end_request(downstream_conn* d) noexcept;
 
   // upstream (upstream.cpp)
   void forward(downstream_conn* d, const openai::request_fields& f) noexcept;
@@ -302,6 +322,8 @@ class shard_server {
   std::shared_ptr<const config::config> _cfg;
   shard::reactor& _r;
   shard_stats& _stats;
+  metrics::shard_metrics& _metrics;
+  std::unique_ptr<audit::writer> _audit;
   int _listen_fd;
   http::limits _limits;
   op<shard_server> _accept_op;

@@ -172,6 +172,7 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   }
   u->owner = d;
   d->up = u;
+  d->backend_used = backend;
   _backends[backend].inflight++;
   _stats.upstream_requests.add();
   d->state = conn_state::upstream;
@@ -432,7 +433,19 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
 
 void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
   auto* d = static_cast<downstream_conn*>(ctx);
-  if (d->sse) d->sse->feed(data, len);
+  if (d->rhead.event_stream) {
+    if (d->sse) d->sse->feed(data, len);
+    return;
+  }
+  // A non-stream body is kept (up to 1 MiB) to read its usage at the end.
+  constexpr size_t k_body_keep_max = 1u << 20;
+  if (d->resp_body_overflow) return;
+  if (d->resp_body.len + len > k_body_keep_max || !d->resp_body.reserve(d->resp_body.len + len)) {
+    d->resp_body_overflow = true;
+    return;
+  }
+  std::memcpy(d->resp_body.data + d->resp_body.len, data, len);
+  d->resp_body.len += static_cast<uint32_t>(len);
 }
 
 void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
@@ -451,13 +464,17 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
       p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
     ++s.events;
     ++s.content_events;
+    if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
     return;
   }
   const openai::stream_event_info info = openai::scan_stream_event(ev.data);
   ++s.events;
   if (info.done) s.done = true;
   if (info.error) s.error = true;
-  if (info.has_content) ++s.content_events;
+  if (info.has_content) {
+    ++s.content_events;
+    if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
+  }
   if (info.has_usage) {
     s.prompt_tokens = info.prompt_tokens;
     s.completion_tokens = info.completion_tokens;
@@ -475,6 +492,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->rhead;
   const config::group_config& g = _cfg->groups[d->group];
   d->state = conn_state::streaming;
+  d->upstream_head = true;
   d->up_reusable = rh.keep_alive;
   d->facts = stream_facts{};
   if (rh.event_stream) {
@@ -595,6 +613,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
     // Something already reached the client: never retry, never fake an end.
     // Closing without the terminal chunk tells the client it was cut.
     _stats.upstream_truncated.add();
+    d->error_code = "upstream_truncated";
     d->counted_stream = false;
     close_downstream(d);
     return;
@@ -620,6 +639,8 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
 
 void shard_server::abort_exchange(downstream_conn* d) noexcept {
   _stats.downstream_aborts.add();
+  d->cancelled = true;
+  d->error_code = "client_closed";
   close_downstream(d);  // closes the upstream connection too
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sluice/config/config.hpp"
+#include "sluice/metrics/registry.hpp"
 #include "sluice/proxy/stats.hpp"
 
 namespace sluice::proxy {
@@ -25,6 +26,11 @@ class gateway {
   uint16_t port() const noexcept { return _port; }
   size_t shard_count() const noexcept { return _shards.size(); }
   const shard_stats& stats(size_t shard) const noexcept;
+  const metrics::registry& metrics() const noexcept { return *_metrics; }
+  metrics::registry& metrics() noexcept { return *_metrics; }
+
+  // SIGUSR1: every shard reopens the audit log (after a rename by logrotate).
+  void reopen_audit() noexcept;
 
   // Stop accepting, finish in-flight requests up to drain_ms, then stop.
   void drain(uint32_t drain_ms) noexcept;
@@ -36,6 +42,9 @@ class gateway {
 
  private:
   gateway() = default;
+  void post(uint8_t kind, uint32_t drain_ms) noexcept;
+
+  std::unique_ptr<metrics::registry> _metrics;
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
 };

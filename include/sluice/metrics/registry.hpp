@@ -1,0 +1,143 @@
+#pragma once
+// metrics: per-shard counters and histograms, summed at scrape time into
+// Prometheus text exposition format 0.0.4 (DESIGN.md §5).
+//
+// Every label set is known when the config is loaded (groups, backends, keys,
+// a fixed set of status codes, token kinds, rejection reasons), so each shard
+// gets dense arrays indexed by position — no maps, no strings, no allocation
+// on the hot path. Each shard writes only its own block (single writer,
+// relaxed atomics, see counter.hpp); the scraper reads all blocks.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/metrics/counter.hpp"
+
+namespace sluice::metrics {
+
+// "Not known for this request": no group resolved (401, unknown model), no
+// backend picked (429, 503 before routing). Rendered as an empty label value,
+// which Prometheus treats as the label being absent.
+inline constexpr uint32_t none = UINT32_MAX;
+
+// Status codes are bucketed into this fixed set so the label space stays
+// small and dense; anything else is "other".
+inline constexpr uint16_t status_codes[] = {200, 400, 401, 403, 404, 408, 413, 429, 431, 499, 500, 502, 503, 504};
+inline constexpr size_t status_code_count = sizeof status_codes / sizeof status_codes[0] + 1;  // + "other"
+// Returns: the index of `status` in status_codes, or the "other" slot.
+size_t status_index(uint16_t status) noexcept;
+
+enum class token_kind : uint8_t { prompt = 0, completion = 1 };
+inline constexpr size_t token_kind_count = 2;
+
+enum class reject_reason : uint8_t { tokens = 0, requests = 1, concurrency = 2, too_large = 3 };
+inline constexpr size_t reject_reason_count = 4;
+
+// Latency buckets (upper bounds, µs) for TTFT and request duration: 1 ms to
+// 120 s; LLM requests span both ends (cached short answers, long generations).
+inline constexpr uint64_t latency_bounds_us[] = {
+    1'000,      2'500,      5'000,      10'000,     25'000,     50'000,      100'000,     250'000,   500'000,
+    1'000'000,  2'500'000,  5'000'000,  10'000'000, 20'000'000, 30'000'000,  60'000'000,  120'000'000};
+inline constexpr size_t latency_bucket_count = sizeof latency_bounds_us / sizeof latency_bounds_us[0] + 1;  // + +Inf
+
+// Shard-local view of one shard's block. Lives as long as the registry; the
+// shard keeps a pointer from registry::shard(i). Only that shard calls the
+// writers below; indices come from the config (position in config.groups,
+// config.backends, config.keys) or `none`.
+class shard_metrics {
+ public:
+  void request_done(uint32_t group, uint32_t backend, uint16_t status) noexcept {
+    _requests[(slot(group, _groups) * (_backends + 1) + slot(backend, _backends)) * status_code_count +
+              status_index(status)]
+        .add();
+  }
+  void tokens(uint32_t group, uint64_t prompt, uint64_t completion) noexcept {
+    counter* t = &_tokens[slot(group, _groups) * token_kind_count];
+    t[static_cast<size_t>(token_kind::prompt)].add(prompt);
+    t[static_cast<size_t>(token_kind::completion)].add(completion);
+  }
+  void quota_rejected(uint32_t key, reject_reason why) noexcept {
+    _rejected[slot(key, _keys) * reject_reason_count + static_cast<size_t>(why)].add();
+  }
+  void inflight_add() noexcept { _inflight->add(); }
+  void inflight_sub() noexcept { _inflight->sub(); }
+  void observe_ttft_us(uint32_t group, uint64_t us) noexcept { observe(_ttft, group, us); }
+  void observe_duration_us(uint32_t group, uint64_t us) noexcept { observe(_duration, group, us); }
+  // From the reactor, once per loop iteration (or less often).
+  void set_loop(uint64_t iterations, uint64_t cqes) noexcept {
+    _loop[0].set(iterations);
+    _loop[1].set(cqes);
+  }
+
+ private:
+  friend class registry;
+  // Histogram layout per group: latency_bucket_count per-bucket (not yet
+  // cumulative) counts, then the sum in µs. The count is the buckets' total,
+  // so it is not stored: one store less per observation.
+  static constexpr size_t histogram_width = latency_bucket_count + 1;
+
+  // Out-of-range indices are a programmer error; in release they land in the
+  // `none` slot rather than in another shard's memory.
+  static size_t slot(uint32_t i, size_t n) noexcept { return i < n ? i : n; }
+  void observe(counter* h, uint32_t group, uint64_t us) noexcept {
+    counter* row = h + slot(group, _groups) * histogram_width;
+    size_t b = 0;
+    while (b < latency_bucket_count - 1 && us > latency_bounds_us[b]) ++b;
+    row[b].add();
+    row[latency_bucket_count].add(us);
+  }
+
+  size_t _groups = 0, _backends = 0, _keys = 0;
+  counter* _requests = nullptr;   // [(groups+1) × (backends+1) × status_code_count]
+  counter* _tokens = nullptr;     // [(groups+1) × token_kind_count]
+  counter* _rejected = nullptr;   // [(keys+1) × reject_reason_count]
+  counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
+  counter* _duration = nullptr;   // [(groups+1) × histogram_width]
+  counter* _inflight = nullptr;
+  counter* _loop = nullptr;       // [iterations, cqes]
+};
+
+// Process-wide. Created from the config before the shards start, destroyed
+// after they stop. A config reload that changes groups/backends/keys builds
+// a new registry (the label space is fixed per registry).
+class registry {
+ public:
+  struct names {
+    std::vector<std::string> groups;    // config.groups[i].name
+    std::vector<std::string> backends;  // config.backends[i].url
+    std::vector<std::string> keys;      // config.keys[i].id
+  };
+
+  registry(size_t shard_count, names n);
+  ~registry();
+  registry(const registry&) = delete;
+  registry& operator=(const registry&) = delete;
+
+  size_t shard_count() const noexcept { return _shards.size(); }
+  shard_metrics& shard(size_t i) noexcept { return _shards[i]; }
+  const names& label_names() const noexcept { return _names; }
+
+  // Control thread (health checker): single writer of these gauges.
+  void set_backend_up(uint32_t backend, bool up) noexcept;
+
+  // Any thread, typically the admin server per scrape: appends every family
+  // with HELP and TYPE lines. Counters of (group, backend, code) and
+  // (key, reason) are written only where non-zero; the rest always.
+  void render(std::string& out) const;
+
+ private:
+  names _names;
+  std::vector<shard_metrics> _shards;
+  // One allocation per shard, 64-byte aligned and padded to whole cache
+  // lines, so no line is written by two cores.
+  struct block_free {
+    void operator()(counter* p) const noexcept;
+  };
+  std::vector<std::unique_ptr<counter, block_free>> _blocks;
+  std::unique_ptr<counter[]> _backend_up;  // [backends], 0 or 1
+};
+
+}  // namespace sluice::metrics

@@ -1,0 +1,287 @@
+#include <doctest/doctest.h>
+#include <simdjson.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/audit/writer.hpp"
+
+using sluice::audit::record;
+using sluice::audit::writer;
+using sluice::shard::reactor;
+
+namespace {
+
+// A fresh directory under $TMPDIR, removed with its files at scope end.
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/sluice-audit-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~temp_dir() {
+    for (const char* f : {"/audit.jsonl", "/audit.jsonl.1"}) ::unlink((path + f).c_str());
+    ::rmdir(path.c_str());
+  }
+};
+
+std::vector<std::string> read_lines(const std::string& path, bool* ends_with_newline = nullptr) {
+  std::string all;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) all.append(buf, n);
+    std::fclose(f);
+  }
+  if (ends_with_newline != nullptr) *ends_with_newline = all.empty() || all.back() == '\n';
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t nl = all.find('\n', start);
+    if (nl == std::string::npos) nl = all.size();
+    lines.emplace_back(all, start, nl - start);
+    start = nl + 1;
+  }
+  return lines;
+}
+
+// Every line must be a whole JSON object; returns its request_id.
+std::string request_id_of(simdjson::dom::parser& p, const std::string& line) {
+  simdjson::dom::element e;
+  REQUIRE_MESSAGE(p.parse(line).get(e) == simdjson::SUCCESS, line);
+  std::string_view id;
+  REQUIRE(e["request_id"].get(id) == simdjson::SUCCESS);
+  return std::string(id);
+}
+
+std::unique_ptr<reactor> make_reactor() {
+  auto r = reactor::create(reactor::options{});
+  REQUIRE(r != nullptr);
+  return r;
+}
+
+// Appends, letting the reactor make room when both buffers are busy: the
+// tests want every line, so they apply the back-pressure the proxy does not.
+void append_all(reactor& r, writer& w, const record& rec) {
+  while (!w.append(rec)) r.run_once(1);
+}
+
+}  // namespace
+
+TEST_SUITE("audit::writer") {
+  TEST_CASE("N records become exactly N whole lines, in order") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    auto r = make_reactor();
+    writer::options o;
+    o.buffer_bytes = 32 * 1024;  // small: many batches
+    auto w = writer::open(*r, path, o);
+    REQUIRE(w != nullptr);
+    constexpr int n = 20000;
+    std::string pad(300, 'p');
+    uint64_t now_ms = 0;
+    for (int i = 0; i < n; ++i) {
+      std::string id = "req-" + std::to_string(i);
+      record rec;
+      rec.request_id = id;
+      rec.model = std::string_view(pad).substr(0, static_cast<size_t>(i % 300));
+      rec.status = 200;
+      append_all(*r, *w, rec);
+      if (i % 100 == 0) {
+        r->run_once(0);
+        w->tick(now_ms += 7);
+      }
+    }
+    CHECK(w->close());
+    CHECK(w->stats().lines_written.get() == n);
+    CHECK(w->stats().lines_appended.get() == n);
+    CHECK(w->stats().write_errors.get() == 0);
+    CHECK(w->stats().batches_written.get() > 10);
+    bool ends_nl = false;
+    auto lines = read_lines(path, &ends_nl);
+    CHECK(ends_nl);
+    REQUIRE(lines.size() == n);
+    simdjson::dom::parser p;
+    for (int i = 0; i < n; ++i) CHECK(request_id_of(p, lines[static_cast<size_t>(i)]) == "req-" + std::to_string(i));
+  }
+
+  TEST_CASE("a batch waits for the flush interval, then is written") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    auto r = make_reactor();
+    writer::options o;
+    o.flush_interval_ms = 100;
+    auto w = writer::open(*r, path, o);
+    REQUIRE(w != nullptr);
+    w->tick(1000);
+    record rec;
+    rec.request_id = "only";
+    REQUIRE(w->append(rec));
+    w->tick(1099);
+    for (int i = 0; i < 3; ++i) r->run_once(0);
+    CHECK(read_lines(path).empty());
+    CHECK_FALSE(w->idle());
+    w->tick(1100);
+    for (int i = 0; i < 200 && !w->idle(); ++i) r->run_once(10);
+    CHECK(w->idle());
+    CHECK(read_lines(path).size() == 1);
+    CHECK(w->close());
+  }
+
+  TEST_CASE("when both buffers are busy the record is dropped and counted, never blocked on") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    auto r = make_reactor();
+    writer::options o;
+    o.buffer_bytes = 20 * 1024;
+    auto w = writer::open(*r, path, o);
+    REQUIRE(w != nullptr);
+    record rec;
+    rec.request_id = "x";
+    rec.model = std::string_view("mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm");
+    // The reactor does not run: the first batch's CQE is never handled, so
+    // the second buffer fills and further records must be dropped.
+    int accepted = 0, dropped = 0;
+    for (int i = 0; i < 2000; ++i) (w->append(rec) ? accepted : dropped) += 1;
+    CHECK(dropped > 0);
+    CHECK(accepted > 0);
+    CHECK(w->stats().lines_dropped.get() == static_cast<uint64_t>(dropped));
+    CHECK(w->close());
+    CHECK(read_lines(path).size() == static_cast<size_t>(accepted));
+  }
+
+  TEST_CASE("shutdown flush writes everything appended, including a half-full batch") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    auto r = make_reactor();
+    writer::options o;
+    o.buffer_bytes = 64 * 1024;
+    o.flush_interval_ms = 60000;  // the timer never fires here
+    auto w = writer::open(*r, path, o);
+    REQUIRE(w != nullptr);
+    int accepted = 0;
+    record rec;
+    rec.request_id = "shutdown";
+    for (int i = 0; i < 3000; ++i) accepted += w->append(rec) ? 1 : 0;
+    REQUIRE(accepted > 0);
+    CHECK(w->close(5000));
+    CHECK(w->idle());
+    CHECK(read_lines(path).size() == static_cast<size_t>(accepted));
+    CHECK(w->stats().lines_written.get() == static_cast<uint64_t>(accepted));
+    CHECK_FALSE(w->append(rec));  // closed: dropped, not crashed
+  }
+
+  TEST_CASE("a failing write is counted and its lines reported lost") {
+    auto r = make_reactor();
+    auto w = writer::open(*r, "/dev/full", writer::options{});  // every write: ENOSPC
+    REQUIRE(w != nullptr);
+    record rec;
+    rec.request_id = "lost";
+    REQUIRE(w->append(rec));
+    REQUIRE(w->append(rec));
+    CHECK(w->flush_and_wait(5000));
+    CHECK(w->stats().write_errors.get() == 1);
+    CHECK(w->stats().lines_lost.get() == 2);
+    CHECK(w->stats().lines_written.get() == 0);
+    CHECK(w->close());
+  }
+
+  TEST_CASE("opening a path that cannot be created fails with nullptr") {
+    auto r = make_reactor();
+    CHECK(writer::open(*r, "/nonexistent-dir/x/audit.jsonl", writer::options{}) == nullptr);
+  }
+
+  TEST_CASE("rotation under load by several shards loses no line and tears none") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    const std::string rotated = path + ".1";
+    constexpr int shards = 4;
+    constexpr int per_shard = 20000;
+    std::atomic<int> appended_total{0};
+    std::atomic<bool> rotate{false};
+    std::atomic<int> reopened{0};
+    std::vector<std::thread> threads;
+    std::vector<uint64_t> written(shards), lost(shards);
+    for (int s = 0; s < shards; ++s) {
+      threads.emplace_back([&, s] {
+        auto r = reactor::create(reactor::options{});
+        if (r == nullptr) return;
+        writer::options o;
+        o.buffer_bytes = 32 * 1024;
+        o.shard = static_cast<unsigned>(s);
+        auto w = writer::open(*r, path, o);
+        if (w == nullptr) return;
+        bool done_reopen = false;
+        std::string pad(200, static_cast<char>('a' + s));
+        for (int i = 0; i < per_shard; ++i) {
+          std::string id = std::to_string(s) + ":" + std::to_string(i);
+          record rec;
+          rec.request_id = id;
+          rec.model = std::string_view(pad).substr(0, static_cast<size_t>((i * 7) % 200));
+          while (!w->append(rec)) r->run_once(1);
+          appended_total.fetch_add(1, std::memory_order_relaxed);
+          if (i % 64 == 0) r->run_once(0);
+          // The SIGUSR1 broadcast: each shard reopens once it sees it.
+          if (!done_reopen && rotate.load(std::memory_order_acquire)) {
+            done_reopen = w->reopen();
+            reopened.fetch_add(done_reopen ? 1 : 0);
+          }
+        }
+        w->close(10000);
+        written[static_cast<size_t>(s)] = w->stats().lines_written.get();
+        lost[static_cast<size_t>(s)] = w->stats().lines_lost.get();
+      });
+    }
+    // The rotation (logrotate's rename) happens while the shards write.
+    while (appended_total.load(std::memory_order_relaxed) < shards * per_shard / 3) std::this_thread::yield();
+    REQUIRE(::rename(path.c_str(), rotated.c_str()) == 0);
+    rotate.store(true, std::memory_order_release);
+    for (auto& t : threads) t.join();
+    CHECK(reopened.load() == shards);
+
+    std::vector<std::vector<char>> seen(shards, std::vector<char>(per_shard, 0));
+    simdjson::dom::parser p;
+    size_t old_lines = 0, new_lines = 0;
+    for (const std::string& file : {rotated, path}) {
+      bool ends_nl = false;
+      auto lines = read_lines(file, &ends_nl);
+      CHECK(ends_nl);
+      (file == path ? new_lines : old_lines) = lines.size();
+      std::vector<int> last(shards, -1);
+      for (const std::string& line : lines) {
+        const std::string id = request_id_of(p, line);  // fails on a torn line
+        const size_t colon = id.find(':');
+        REQUIRE(colon != std::string::npos);
+        const int s = std::stoi(id.substr(0, colon));
+        const int i = std::stoi(id.substr(colon + 1));
+        REQUIRE(s >= 0);
+        REQUIRE(s < shards);
+        REQUIRE(i >= 0);
+        REQUIRE(i < per_shard);
+        CHECK(seen[static_cast<size_t>(s)][static_cast<size_t>(i)] == 0);
+        seen[static_cast<size_t>(s)][static_cast<size_t>(i)] = 1;
+        CHECK(i > last[static_cast<size_t>(s)]);  // each shard's lines stay in order within a file
+        last[static_cast<size_t>(s)] = i;
+      }
+    }
+    CHECK(old_lines > 0);
+    CHECK(new_lines > 0);
+    size_t missing = 0;
+    for (const auto& v : seen) {
+      for (char c : v) missing += c == 0 ? 1 : 0;
+    }
+    CHECK(missing == 0);
+    for (int s = 0; s < shards; ++s) {
+      CHECK(written[static_cast<size_t>(s)] == per_shard);
+      CHECK(lost[static_cast<size_t>(s)] == 0);
+    }
+  }
+}
