@@ -13,7 +13,9 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <cstdlib>
 #include <initializer_list>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -27,7 +29,7 @@ namespace {
 
 using names = std::initializer_list<std::string_view>;
 
-const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key"};
+const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key", "health", "router", "rule"};
 const names k_server_keys = {
     "listen", "admin", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
@@ -36,7 +38,12 @@ const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "s
                                    "total_timeout_ms", "max_retries", "pool_idle_max"};
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens"};
 const names k_audit_keys = {"path"};
-const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "upstream"};
+const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "upstream",
+                             "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health"};
+const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms"};
+const names k_router_keys = {"auto_model", "default_group"};
+const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images"};
+const names k_backend_keys = {"url", "weight"};
 const names k_key_keys = {"id", "key", "key_sha256", "tokens_per_minute", "requests_per_minute", "max_concurrent", "groups"};
 const names k_balance_modes = {"session", "prefix", "least-loaded", "round-robin"};
 
@@ -244,6 +251,23 @@ void read_upstream(const reader& r, const toml::table& t, std::string_view name,
   r.read_uint(t, name, "pool_idle_max", u.pool_idle_max, 0, 65536);
 }
 
+void read_health(const reader& r, const toml::table& t, std::string_view name, health_config& h) {
+  r.check_keys(t, fmt::format("[{}]", name), k_health_keys);
+  r.read_timeout(t, name, "interval_ms", h.interval_ms, 0);
+  r.read_timeout(t, name, "timeout_ms", h.timeout_ms);
+  r.read_uint(t, name, "rise", h.rise, 1, 100);
+  r.read_uint(t, name, "fall", h.fall, 1, 100);
+  r.read_uint(t, name, "eject_after", h.eject_after, 0, 1000, " (0 = no passive ejection)");
+  r.read_timeout(t, name, "backoff_ms", h.backoff_ms);
+  r.read_timeout(t, name, "backoff_max_ms", h.backoff_max_ms);
+  if (h.backoff_max_ms < h.backoff_ms) {
+    const toml::node* n = t.get("backoff_max_ms");
+    if (n == nullptr) n = t.get("backoff_ms");
+    r.fail(*n, fmt::format("{}.backoff_max_ms ({}) is smaller than {}.backoff_ms ({}); the backoff doubles up to the maximum",
+                           name, h.backoff_max_ms, name, h.backoff_ms));
+  }
+}
+
 void read_server(const reader& r, const toml::table& t, server_config& s) {
   r.check_keys(t, "[server]", k_server_keys);
   std::string text;
@@ -289,6 +313,7 @@ void read_quota(const reader& r, const toml::table& t, quota_config& q) {
 // A backend URL as written in a group, before dedup and resolution.
 struct backend_ref {
   std::string url;
+  uint32_t weight = 1;
   std::string origin;  // "FILE:LINE" or "--backend"
 };
 
@@ -400,7 +425,8 @@ struct group_draft {
   std::string origin;  // the [[group]] header, for "no backends"
 };
 
-group_draft read_group(const reader& r, const toml::table& t, const upstream_config& defaults) {
+group_draft read_group(const reader& r, const toml::table& t, const upstream_config& defaults,
+                       const health_config& health_defaults) {
   r.check_keys(t, "[[group]]", k_group_keys);
   group_draft d;
   d.origin = r.at(t);
@@ -419,12 +445,64 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
       r.fail(*n, fmt::format("group.balance \"{}\" is not a mode; allowed: {}", g.balance, join(k_balance_modes)));
     }
   }
-  for (const toml::node* url : r.read_strings(t, "group", "backends")) {
-    d.backend_urls.push_back({std::string(url->as_string()->get()), r.at(*url)});
+  // backends: "http://..." strings or { url = "http://...", weight = N } tables.
+  if (const toml::node* list = t.get("backends")) {
+    const auto* arr = list->as_array();
+    if (arr == nullptr) {
+      r.fail(*list, fmt::format("group.backends must be an array of \"http://HOST:PORT\" strings or "
+                                "{{ url = \"http://HOST:PORT\", weight = N }} tables (got {})", type_name(*list)));
+    }
+    if (arr->empty()) r.fail(*list, "group.backends must not be empty");
+    for (const toml::node& element : *arr) {
+      if (element.is_string() && !element.as_string()->get().empty()) {
+        d.backend_urls.push_back({std::string(element.as_string()->get()), 1, r.at(element)});
+      } else if (const toml::table* bt = element.as_table()) {
+        r.check_keys(*bt, "a group.backends entry", k_backend_keys);
+        backend_ref ref;
+        ref.origin = r.at(element);
+        if (r.read_string(*bt, "group.backends", "url", ref.url) == nullptr || ref.url.empty()) {
+          r.fail(element, "a group.backends table needs url = \"http://HOST:PORT\"");
+        }
+        r.read_uint(*bt, "group.backends", "weight", ref.weight, 1, 1000);
+        d.backend_urls.push_back(std::move(ref));
+      } else {
+        r.fail(element, fmt::format("group.backends entries are \"http://HOST:PORT\" strings or "
+                                    "{{ url = \"http://HOST:PORT\", weight = N }} tables (got {})", type_name(element)));
+      }
+    }
   }
   r.read_uint(t, "group", "default_max_tokens", g.default_max_tokens, 0, 10'000'000, " (0 = quota.default_max_tokens)");
   g.upstream = defaults;
   if (const toml::table* u = r.table(t, "upstream", "group.upstream")) read_upstream(r, *u, "group.upstream", g.upstream);
+  r.read_uint(t, "group", "prefix_messages", g.prefix_messages, 1, 8,
+              " (1 = system prompt, 2 = system prompt + first user message, 3-8 = the first K messages)");
+  r.read_uint(t, "group", "prefix_bytes", g.prefix_bytes, 1, 1u << 20, " (leading /v1/completions prompt bytes)");
+  if (const toml::node* n = t.get("bounded_load")) {
+    double c = 0;
+    if (n->is_floating_point()) {
+      c = n->as_floating_point()->get();
+    } else if (n->is_integer()) {
+      c = static_cast<double>(n->as_integer()->get());
+    } else {
+      r.fail(*n, fmt::format("group.bounded_load must be a number (got {})", type_name(*n)));
+    }
+    if (!(c == 0 || (c > 1.0 && c <= 100.0))) {
+      r.fail(*n, fmt::format("group.bounded_load = {} is out of range; allowed: 0 (off) or more than 1.0 up to 100 (1.25 is usual)", c));
+    }
+    g.bounded_load = c;
+  }
+  if (const toml::node* n = r.read_string(t, "group", "api_key_env", g.api_key_env)) {
+    // Read once at load: a reload re-reads it, so rotating the key is
+    // "change the environment of the next reload", not a restart.
+    const char* value = g.api_key_env.empty() ? nullptr : std::getenv(g.api_key_env.c_str());
+    if (value == nullptr || *value == '\0') {
+      r.fail(*n, fmt::format("group.api_key_env: the environment variable \"{}\" is unset or empty; set it, or remove api_key_env",
+                             g.api_key_env));
+    }
+    g.api_key = value;
+  }
+  g.health = health_defaults;
+  if (const toml::table* h = r.table(t, "health", "group.health")) read_health(r, *h, "group.health", g.health);
   return d;
 }
 
@@ -462,6 +540,43 @@ key_config read_key(const reader& r, const toml::table& t) {
   return k;
 }
 
+rule_config read_rule(const reader& r, const toml::table& t, const std::vector<group_draft>& drafts) {
+  r.check_keys(t, "[[rule]]", k_rule_keys);
+  rule_config rule;
+  rule.origin = r.at(t);
+  const toml::node* group = r.read_string(t, "rule", "group", rule.group);
+  if (group == nullptr) r.fail(t, "[[rule]] needs group = \"NAME\", the group it picks");
+  auto it = std::find_if(drafts.begin(), drafts.end(), [&](const group_draft& d) { return d.group.name == rule.group; });
+  if (it == drafts.end()) r.fail(*group, fmt::format("rule.group \"{}\" is not the name of a [[group]]", rule.group));
+  rule.group_index = static_cast<uint32_t>(it - drafts.begin());
+  for (const toml::node* n : r.read_strings(t, "rule", "contains_any")) rule.contains_any.push_back(n->as_string()->get());
+  if (const toml::node* n = r.read_string(t, "rule", "regex", rule.regex)) {
+    if (rule.regex.empty()) r.fail(*n, "rule.regex must not be empty");
+    try {
+      std::regex compiled(rule.regex, std::regex::ECMAScript | std::regex::icase | std::regex::nosubs);
+      (void)compiled;
+    } catch (const std::regex_error& e) {
+      r.fail(*n, fmt::format("rule.regex \"{}\" does not compile ({}); allowed: an ECMAScript regular expression", rule.regex, e.what()));
+    }
+  }
+  r.read_uint(t, "rule", "min_prompt_bytes", rule.min_prompt_bytes, 0, UINT64_MAX >> 1);
+  r.read_uint(t, "rule", "max_prompt_bytes", rule.max_prompt_bytes, 0, UINT64_MAX >> 1);
+  if (rule.min_prompt_bytes > rule.max_prompt_bytes) {
+    r.fail(*t.get("min_prompt_bytes"), fmt::format("rule.min_prompt_bytes ({}) is larger than rule.max_prompt_bytes ({})",
+                                                  rule.min_prompt_bytes, rule.max_prompt_bytes));
+  }
+  bool flag = false;
+  if (t.get("has_tools") != nullptr) {
+    r.read_bool(t, "rule", "has_tools", flag);
+    rule.has_tools = flag;
+  }
+  if (t.get("has_images") != nullptr) {
+    r.read_bool(t, "rule", "has_images", flag);
+    rule.has_images = flag;
+  }
+  return rule;
+}
+
 }  // namespace
 
 std::shared_ptr<const config> load(std::string_view toml_text, std::string_view source, const flags& f) {
@@ -486,10 +601,11 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
     r.check_keys(*t, "[audit]", k_audit_keys);
     r.read_string(*t, "audit", "path", cfg->audit.path);
   }
+  if (const toml::table* t = r.table(root, "health", "health")) read_health(r, *t, "health", cfg->health);
 
   std::vector<group_draft> drafts;
   for (const toml::table* t : r.tables(root, "group")) {
-    group_draft d = read_group(r, *t, cfg->upstream);
+    group_draft d = read_group(r, *t, cfg->upstream, cfg->health);
     for (const auto& other : drafts) {
       if (other.group.name == d.group.name) {
         r.fail(*t->get("name"), fmt::format("group name \"{}\" is already used by the group at {}; names must be unique",
@@ -501,6 +617,22 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
   if (drafts.empty()) {
     throw config_error(fmt::format("{}:1: no [[group]]; at least one is required, e.g. [[group]] name = \"default\" models = [\"*\"] backends = [\"http://127.0.0.1:8000\"]", source));
   }
+
+  if (const toml::table* t = r.table(root, "router", "router")) {
+    r.check_keys(*t, "[router]", k_router_keys);
+    if (const toml::node* n = r.read_string(*t, "router", "auto_model", cfg->router.auto_model)) {
+      if (cfg->router.auto_model.empty()) r.fail(*n, "router.auto_model must not be empty (the default is \"auto\")");
+    }
+    if (const toml::node* n = r.read_string(*t, "router", "default_group", cfg->router.default_group)) {
+      auto it = std::find_if(drafts.begin(), drafts.end(),
+                             [&](const group_draft& d) { return d.group.name == cfg->router.default_group; });
+      if (it == drafts.end()) {
+        r.fail(*n, fmt::format("router.default_group \"{}\" is not the name of a [[group]]", cfg->router.default_group));
+      }
+      cfg->router.default_group_index = static_cast<uint32_t>(it - drafts.begin());
+    }
+  }
+  for (const toml::table* t : r.tables(root, "rule")) cfg->rules.push_back(read_rule(r, *t, drafts));
 
   std::vector<std::string> key_origins;
   for (const toml::table* t : r.tables(root, "key")) {
@@ -534,7 +666,7 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
   if (!f.backends.empty()) {
     for (auto& d : drafts) {
       d.backend_urls.clear();
-      for (const auto& url : f.backends) d.backend_urls.push_back({url, "--backend"});
+      for (const auto& url : f.backends) d.backend_urls.push_back({url, 1, "--backend"});
     }
   }
 
@@ -563,6 +695,11 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
         throw config_error(fmt::format("{}: group \"{}\" lists backend \"{}\" twice", ref.origin, d.group.name, ref.url));
       }
       indices.push_back(index);
+      d.group.weights.push_back(ref.weight);
+    }
+    if (d.group.backends.size() > k_group_backends_max) {
+      throw config_error(fmt::format("{}: group \"{}\" has {} backends; allowed: at most {}", d.origin, d.group.name,
+                                     d.group.backends.size(), k_group_backends_max));
     }
     cfg->groups.push_back(std::move(d.group));
   }

@@ -31,6 +31,7 @@ response_parser::response_parser() noexcept {
   _settings.on_headers_complete = on_headers_complete;
   _settings.on_body = on_body;
   _settings.on_message_complete = on_message_complete;
+  _settings.on_chunk_complete = on_chunk_complete;
   reset();
 }
 
@@ -47,6 +48,7 @@ void response_parser::reset(bool head_request) noexcept {
   _in_value = false;
   _failed = false;
   _paused_at_head = false;
+  _paused_at_chunk = false;
   _chunked = false;
   _until_close = false;
   _tail_len = 0;
@@ -105,6 +107,14 @@ int response_parser::on_body(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
   if (self->_sink != nullptr && self->_sink->on_data != nullptr) self->_sink->on_data(self->_sink->ctx, at, len);
   return 0;
+}
+
+int response_parser::on_chunk_complete(llhttp_t* p) {
+  auto* self = static_cast<response_parser*>(p->data);
+  // Pause so feed_body() learns where the chunk ended (callbacks get no
+  // position); it resumes at once. One extra return per chunk.
+  self->_paused_at_chunk = true;
+  return HPE_PAUSED;
 }
 
 int response_parser::on_message_complete(llhttp_t* p) {
@@ -237,23 +247,36 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     _paused_at_head = false;
   }
   _sink = &sink;
-  const llhttp_errno_t e = llhttp_execute(&_parser, data, len);
-  _sink = nullptr;
-  if (e == HPE_OK) {
-    if (_chunked) keep_tail(data, len);
-    return body_status{errc::ok, len, false};
-  }
-  const auto at = static_cast<size_t>(llhttp_get_error_pos(&_parser) - data);
-  if (e == HPE_PAUSED && _message_done) {
-    if (_chunked && !ends_with_crlfcrlf(data, at)) {
-      _failed = true;
-      _message_done = false;
-      return body_status{errc::upstream_protocol, at, false};
+  size_t off = 0;
+  size_t chunk_end = 0;
+  for (;;) {
+    const llhttp_errno_t e = llhttp_execute(&_parser, data + off, len - off);
+    if (e == HPE_OK) {
+      _sink = nullptr;
+      if (_chunked) keep_tail(data, len);
+      return body_status{errc::ok, len, false, chunk_end};
     }
-    return body_status{errc::ok, at, true};
+    const auto at = static_cast<size_t>(llhttp_get_error_pos(&_parser) - data);
+    if (e == HPE_PAUSED && _paused_at_chunk && !_message_done) {
+      _paused_at_chunk = false;
+      chunk_end = at;
+      llhttp_resume(&_parser);
+      off = at;
+      continue;
+    }
+    _sink = nullptr;
+    if (e == HPE_PAUSED && _message_done) {
+      _paused_at_chunk = false;
+      if (_chunked && !ends_with_crlfcrlf(data, at)) {
+        _failed = true;
+        _message_done = false;
+        return body_status{errc::upstream_protocol, at, false, chunk_end};
+      }
+      return body_status{errc::ok, at, true, at};
+    }
+    _failed = true;
+    return body_status{errc::upstream_protocol, at, false, chunk_end};
   }
-  _failed = true;
-  return body_status{errc::upstream_protocol, at, false};
 }
 
 bool response_parser::finish_at_eof() noexcept {

@@ -598,6 +598,8 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
         }
         std::string_view text;
         if (has_content) read_content(content, out.input_bytes, text, out.has_images);
+        if (index < request_fields::k_leading_messages_max) out.leading_messages[index] = text;
+        if (role == "user") out.last_user_message = text;
         if (!seen_system && (role == "system" || role == "developer")) {
           seen_system = true;
           out.system_prompt = text;
@@ -623,6 +625,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
         return fail(err, "Invalid type for 'prompt': expected a string or an array.", "prompt");
       }
       out.input_bytes = read_prompt_bytes(prompt, out.first_user_message);
+      out.last_user_message = out.first_user_message;
       break;
     }
     case endpoint::embeddings: {

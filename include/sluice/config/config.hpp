@@ -71,10 +71,49 @@ struct audit_config {
   std::string path = "sluice-audit.jsonl";  // "" = off
 };
 
+// A group has at most this many backends: the router's per-group masks are
+// one 64-bit word.
+inline constexpr size_t k_group_backends_max = 64;
+
 struct backend_config {
   std::string url;          // as written: "http://127.0.0.1:8000"
   std::string host_header;  // "127.0.0.1:8000"
   socket_address address;   // resolved at load
+};
+
+// Health checking (route::backend_health): active GET /health probes from
+// the control thread, passive ejection on request failures. [health] holds
+// the defaults; a group may override them in [group.health].
+struct health_config {
+  uint32_t interval_ms = 2000;       // active probe period; 0 = no active probes
+  uint32_t timeout_ms = 1000;        // a probe slower than this failed
+  uint32_t rise = 2;                 // consecutive probe successes: down -> up
+  uint32_t fall = 3;                 // consecutive probe failures: up -> down
+  uint32_t eject_after = 5;          // consecutive connect failures / 5xx: ejected
+  uint32_t backoff_ms = 1000;        // first ejection; doubles on each re-ejection
+  uint32_t backoff_max_ms = 60000;   // the doubling stops here
+};
+
+// [router]: which model name means "pick a group by [[rule]]", and the group
+// used when no rule matches ("" = none: such a request gets 404).
+struct router_config {
+  std::string auto_model = "auto";
+  std::string default_group;
+  uint32_t default_group_index = UINT32_MAX;  // resolved at load; UINT32_MAX = none
+};
+
+// [[rule]]: one ordered semantic-routing rule. Every condition that is set
+// must hold; the first rule that matches picks its group.
+struct rule_config {
+  std::string group;                         // group name
+  uint32_t group_index = 0;                  // resolved at load
+  std::vector<std::string> contains_any;     // keywords, ASCII case-insensitive, on the last user message
+  std::string regex;                         // ECMAScript, case-insensitive; "" = none (checked at load)
+  uint64_t min_prompt_bytes = 0;             // on openai input_bytes
+  uint64_t max_prompt_bytes = UINT64_MAX;
+  std::optional<bool> has_tools;             // unset = either
+  std::optional<bool> has_images;
+  std::string origin;                        // "FILE:LINE" of the [[rule]], for logs
 };
 
 struct group_config {
@@ -85,6 +124,14 @@ struct group_config {
   std::vector<uint32_t> backends;    // indices into config::backends
   uint32_t default_max_tokens = 0;   // 0 = quota.default_max_tokens
   upstream_config upstream;          // [upstream] with this group's overrides
+  // Additions for routing (DESIGN.md §3):
+  std::vector<uint32_t> weights;     // parallel to `backends`; 1..1000, default 1
+  uint32_t prefix_messages = 2;      // route-key messages: 1 = system prompt, 2 = + first user, 3..8 = first K
+  uint32_t prefix_bytes = 4096;      // /v1/completions: leading prompt bytes in the route key
+  double bounded_load = 1.25;        // c of "Consistent Hashing with Bounded Loads"; 0 = off
+  std::string api_key_env;           // environment variable holding the backends' key; "" = none
+  std::string api_key;               // its value, read at load (never logged)
+  health_config health;              // [health] with this group's overrides
 };
 
 struct key_config {
@@ -105,6 +152,9 @@ struct config {
   std::vector<backend_config> backends;  // distinct backend URLs of all groups
   std::vector<group_config> groups;
   std::vector<key_config> keys;
+  health_config health;                  // [health] defaults
+  router_config router;                  // [router]
+  std::vector<rule_config> rules;        // [[rule]], in file order
 };
 
 // Command-line flags as parsed; empty optionals mean "not given".

@@ -42,6 +42,10 @@ struct body_status {
   errc error = errc::ok;   // ok, or upstream_protocol
   size_t consumed = 0;     // raw bytes used; when complete, the end of the message
   bool complete = false;   // the terminal chunk (or Content-Length end) was reached
+  // Chunked bodies: the offset just past the last chunk (data + CRLF) that
+  // ended in this call, or 0 when none did. The proxy forwards whole chunks
+  // only when it must be able to cut one out (the injected usage chunk).
+  size_t chunk_end = 0;
 };
 
 // Shard-local, one per upstream exchange; reset() before each response.
@@ -80,6 +84,7 @@ class response_parser {
   static int on_headers_complete(llhttp_t*);
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
+  static int on_chunk_complete(llhttp_t*);
   parse_status check_fields() noexcept;
   bool ends_with_crlfcrlf(const char* data, size_t consumed) const noexcept;
   void keep_tail(const char* data, size_t len) noexcept;
@@ -96,6 +101,7 @@ class response_parser {
   bool _in_value = false;
   bool _failed = false;
   bool _paused_at_head = false;    // llhttp paused in on_headers_complete: resume first
+  bool _paused_at_chunk = false;   // llhttp paused in on_chunk_complete: note the offset, resume
   bool _chunked = false;
   bool _until_close = false;       // body delimited by the connection close
   // The last body bytes fed before the current call: the terminal chunk's

@@ -7,6 +7,7 @@
 // body that any strict parser could read two ways is refused (400).
 #include <simdjson.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -47,6 +48,13 @@ struct request_fields {
   // is the prompt (its first string when an array). Empty if absent.
   std::string_view system_prompt;
   std::string_view first_user_message;
+  // Semantic-routing material (route::group_table rules): the content of the
+  // last "user" message (chat), or the prompt as first_user_message (completions).
+  std::string_view last_user_message;
+  // The text of the first min(message_count, 8) messages, in order (chat;
+  // same text rule as above): route keys over more than two leading messages.
+  static constexpr uint32_t k_leading_messages_max = 8;
+  std::array<std::string_view, k_leading_messages_max> leading_messages{};
   bool has_tools = false;          // a non-empty "tools" or "functions" array
   bool has_images = false;         // a content part of type image_url / input_image
 };

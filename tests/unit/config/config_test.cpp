@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <cstdlib>
+
 #include <string>
 #include <string_view>
 
@@ -442,5 +444,137 @@ TEST_SUITE("config::values") {
     CHECK(hex(cfg::sha256("test-key")) == "62af8704764faf8ea82fc61ce9c4c3908b6cb97d463a634e9e587d7c885db0ef");
     // the empty string's well-known digest
     CHECK(hex(cfg::sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  }
+}
+
+TEST_SUITE("config::routing") {
+  TEST_CASE("routing settings have documented defaults") {
+    auto c = cfg::load_from_flags({});
+    CHECK(c->router.auto_model == "auto");
+    CHECK(c->router.default_group.empty());
+    CHECK(c->router.default_group_index == UINT32_MAX);
+    CHECK(c->rules.empty());
+    CHECK(c->health.interval_ms == 2000);
+    CHECK(c->health.rise == 2);
+    CHECK(c->health.fall == 3);
+    CHECK(c->health.eject_after == 5);
+    CHECK(c->health.backoff_ms == 1000);
+    CHECK(c->health.backoff_max_ms == 60000);
+    const cfg::group_config& g = c->groups[0];
+    CHECK(g.weights == std::vector<uint32_t>{1});
+    CHECK(g.prefix_messages == 2);
+    CHECK(g.prefix_bytes == 4096);
+    CHECK(g.bounded_load == doctest::Approx(1.25));
+    CHECK(g.api_key.empty());
+    CHECK(g.health.fall == 3);
+  }
+
+  TEST_CASE("weighted backends, group overrides, the router and rules load") {
+    ::setenv("SLUICE_TEST_UPSTREAM_KEY", "upstream-secret", 1);
+    auto c = load(R"(
+[health]
+interval_ms = 500
+fall = 2
+
+[router]
+auto_model = "router"
+default_group = "b"
+
+[[group]]
+name = "a"
+backends = ["http://127.0.0.1:8001", { url = "http://127.0.0.1:8002", weight = 3 }]
+prefix_messages = 4
+prefix_bytes = 100
+bounded_load = 0
+api_key_env = "SLUICE_TEST_UPSTREAM_KEY"
+[group.health]
+rise = 5
+
+[[group]]
+name = "b"
+backends = ["http://127.0.0.1:8002"]
+bounded_load = 2
+
+[[rule]]
+group = "a"
+contains_any = ["code", "bug"]
+regex = "^fix"
+min_prompt_bytes = 10
+max_prompt_bytes = 2000
+has_tools = false
+has_images = true
+
+[[key]]
+id = "k"
+key = "k"
+)");
+    REQUIRE(c->groups.size() == 2);
+    const cfg::group_config& a = c->groups[0];
+    CHECK(a.backends == std::vector<uint32_t>{0, 1});
+    CHECK(a.weights == std::vector<uint32_t>{1, 3});
+    CHECK(a.prefix_messages == 4);
+    CHECK(a.prefix_bytes == 100);
+    CHECK(a.bounded_load == 0);
+    CHECK(a.api_key == "upstream-secret");
+    CHECK(a.health.rise == 5);
+    CHECK(a.health.fall == 2);          // from [health]
+    CHECK(a.health.interval_ms == 500);
+    CHECK(c->groups[1].bounded_load == doctest::Approx(2.0));
+    CHECK(c->groups[1].health.rise == 2);
+    CHECK(c->router.auto_model == "router");
+    CHECK(c->router.default_group_index == 1);
+    REQUIRE(c->rules.size() == 1);
+    const cfg::rule_config& r = c->rules[0];
+    CHECK(r.group_index == 0);
+    CHECK(r.contains_any == std::vector<std::string>{"code", "bug"});
+    CHECK(r.regex == "^fix");
+    CHECK(r.min_prompt_bytes == 10);
+    CHECK(r.max_prompt_bytes == 2000);
+    CHECK(r.has_tools == false);
+    CHECK(r.has_images == true);
+    CHECK(r.origin == "test.toml:25");
+  }
+
+  struct error_case {
+    const char* what;
+    const char* text;
+    int line;
+    const char* fragment;
+  };
+  const error_case k_cases[] = {
+      {"rule for an unknown group", "[[rule]]\ngroup = \"nope\"\n", 2, "rule.group \"nope\" is not the name of a [[group]]"},
+      {"rule without group", "[[rule]]\ncontains_any = [\"x\"]\n", 1, "[[rule]] needs group"},
+      {"bad regex", "[[rule]]\ngroup = \"g\"\nregex = \"(unclosed\"\n", 3, "does not compile"},
+      {"unknown rule key", "[[rule]]\ngroup = \"g\"\nhas_tool = true\n", 3, "did you mean \"has_tools\""},
+      {"rule bounds reversed", "[[rule]]\ngroup = \"g\"\nmin_prompt_bytes = 10\nmax_prompt_bytes = 5\n", 3, "larger than rule.max_prompt_bytes"},
+      {"unknown default group", "[router]\ndefault_group = \"nope\"\n", 2, "router.default_group \"nope\""},
+      {"bad backend weight", "[[group]]\nname = \"a\"\nbackends = [{ url = \"http://127.0.0.1:1\", weight = 0 }]\n", 3, "weight = 0 is out of range"},
+      {"backend table without url", "[[group]]\nname = \"a\"\nbackends = [{ weight = 2 }]\n", 3, "needs url"},
+      {"backend of a wrong type", "[[group]]\nname = \"a\"\nbackends = [1]\n", 3, "strings or"},
+      {"bounded load of 1", "[[group]]\nname = \"a\"\nbounded_load = 1.0\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "0 (off) or more than 1.0"},
+      {"prefix_messages out of range", "[[group]]\nname = \"a\"\nprefix_messages = 9\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "allowed: 1-8"},
+      {"unset api key variable", "[[group]]\nname = \"a\"\napi_key_env = \"SLUICE_TEST_SURELY_UNSET\"\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "\"SLUICE_TEST_SURELY_UNSET\" is unset"},
+      {"health backoff bounds", "[health]\nbackoff_ms = 5000\nbackoff_max_ms = 1000\n", 3, "smaller than health.backoff_ms"},
+      {"health rise 0", "[health]\nrise = 0\n", 2, "health.rise = 0 is out of range"},
+      {"group health unknown key", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\n[group.health]\nfalls = 1\n", 5, "did you mean \"fall\""},
+  };
+
+  TEST_CASE("each routing error names the file, the right line and what is allowed") {
+    ::unsetenv("SLUICE_TEST_SURELY_UNSET");
+    for (const auto& c : k_cases) {
+      std::string what = c.what;
+      CAPTURE(what);
+      std::string message = error_of(std::string(c.text) + std::string(k_valid_tail));
+      CAPTURE(message);
+      CHECK(message.starts_with("test.toml:" + std::to_string(c.line) + ": "));
+      CHECK(message.find(c.fragment) != std::string::npos);
+    }
+  }
+
+  TEST_CASE("a group with more than 64 backends is refused") {
+    std::string text = "[[group]]\nname = \"a\"\nbackends = [";
+    for (int i = 1; i <= 65; ++i) text += (i > 1 ? ", " : "") + std::string("\"http://127.0.0.1:") + std::to_string(i) + "\"";
+    text += "]\n[[key]]\nid = \"k\"\nkey = \"k\"\n";
+    CHECK(error_of(text).find("has 65 backends; allowed: at most 64") != std::string::npos);
   }
 }

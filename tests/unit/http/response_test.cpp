@@ -218,6 +218,28 @@ TEST_SUITE("http::response_parser") {
     }
   }
 
+  TEST_CASE("chunk_end marks the end of the last whole chunk of each feed") {
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    response_parser p;
+    response_head h;
+    REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
+    body_sink none{};
+    const std::string a = "5\r\nhello\r\n3\r\nab";  // one whole chunk, one cut
+    auto s1 = p.feed_body(a.data(), a.size(), none);
+    CHECK(s1.error == sluice::errc::ok);
+    CHECK_FALSE(s1.complete);
+    CHECK(s1.consumed == a.size());
+    CHECK(s1.chunk_end == 10);
+    const std::string b = "c";  // still inside the chunk
+    auto s2 = p.feed_body(b.data(), b.size(), none);
+    CHECK(s2.chunk_end == 0);
+    const std::string c = "\r\n2\r\nxy\r\n0\r\n\r\n";
+    auto s3 = p.feed_body(c.data(), c.size(), none);
+    CHECK(s3.complete);
+    CHECK(s3.consumed == c.size());
+    CHECK(s3.chunk_end == c.size());
+  }
+
   TEST_CASE("a body delimited by the close completes only at EOF") {
     const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n";
     response_parser p;

@@ -394,6 +394,29 @@ TEST_SUITE("openai::request_reader") {
     }
   }
 
+  TEST_CASE("the last user message and the leading messages' texts are read for routing") {
+    const std::string body =
+        R"({"model":"m","messages":[)"
+        R"({"role":"system","content":"sys"},)"
+        R"({"role":"user","content":"first"},)"
+        R"({"role":"assistant","content":[{"type":"text","text":"reply"}]},)"
+        R"({"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"last"}]},)"
+        R"({"role":"assistant","content":"tail"}]})";
+    request_reader reader(max_body_bytes);
+    outcome o = read_body(reader, endpoint::chat_completions, body);
+    REQUIRE_MESSAGE(o.ok, o.message);
+    CHECK(o.fields.last_user_message == "last");
+    CHECK(o.fields.leading_messages[0] == "sys");
+    CHECK(o.fields.leading_messages[1] == "first");
+    CHECK(o.fields.leading_messages[2] == "reply");
+    CHECK(o.fields.leading_messages[3] == "last");
+    CHECK(o.fields.leading_messages[4] == "tail");
+    CHECK(o.fields.leading_messages[5].empty());
+    outcome c = read_body(reader, endpoint::completions, R"({"model":"m","prompt":"Once upon"})");
+    REQUIRE(c.ok);
+    CHECK(c.fields.last_user_message == "Once upon");
+  }
+
   TEST_CASE("completions read max_tokens and the prompt") {
     request_reader reader(max_body_bytes);
     SUBCASE("a string prompt") {

@@ -1,0 +1,115 @@
+#pragma once
+// route: one shard's routing replica: every group's ring, the backends'
+// routing state (up, draining) and the load view, updated only by apply()
+// of ring-rebalancing messages. Built on the cold path from a config
+// snapshot; pick() and the load bookkeeping never allocate.
+//
+// Messages travel over the shards' SPSC queues (shard::spsc_queue): the
+// control thread sends health and weight changes and vLLM's
+// num_requests_waiting; each shard sends its own in-flight counts to the
+// others as load reports (changed backends only, coalesced per tick).
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "sluice/config/config.hpp"
+#include "sluice/openai/request.hpp"
+#include "sluice/route/groups.hpp"
+#include "sluice/route/key.hpp"
+#include "sluice/route/ring.hpp"
+
+namespace sluice::route {
+
+enum class message_kind : uint8_t {
+  backend_up,        // health: may take requests again
+  backend_down,      // health: down or ejected; skipped by every ring
+  backend_drain,     // value 1: start draining (no new requests); 0: stop
+  backend_weight,    // value = new weight (1..1000) in `group` (k_none: every group); rebuilds rings
+  load_report,       // value = in-flight requests of shard `shard` on `backend`
+  backend_waiting,   // value = the backend's vllm:num_requests_waiting (from /metrics)
+};
+
+// 16 bytes, trivially copyable: crosses threads by value.
+struct message {
+  message_kind kind = message_kind::backend_up;
+  uint8_t reserved = 0;
+  uint16_t shard = 0;      // load_report: the reporting shard
+  uint32_t backend = 0;    // global backend index
+  uint32_t group = k_none; // backend_weight only
+  uint32_t value = 0;
+};
+static_assert(std::is_trivially_copyable_v<message> && sizeof(message) == 16);
+
+// A routing decision. Retry: add bit `position` to the skip mask and pick
+// again (the next backend on the key's walk).
+struct choice {
+  uint32_t backend = k_none;   // global index; k_none = no backend (503)
+  uint32_t position = k_none;  // in the group's ring
+};
+
+// Shard-local; one per shard per config snapshot.
+class table {
+ public:
+  table(const config::config& cfg, uint32_t shard, uint32_t shard_count);  // cold path
+  table(const table&) = delete;
+  table& operator=(const table&) = delete;
+
+  const group_table& groups() const noexcept { return _groups; }
+  const maglev_ring& ring(uint32_t group) const noexcept { return _groups_state[group].ring; }
+  const key_params& keys(uint32_t group) const noexcept { return _groups_state[group].keys; }
+
+  // Applies one message. A backend_weight message rebuilds the group's
+  // ring in place (~65k slot writes; rare, so it may allocate).
+  void apply(const message& m) noexcept;
+
+  // Picks the backend for `key` in `group` by the group's balance mode,
+  // skipping down / draining backends and the positions in `tried_mask`.
+  // Returns: a choice; choice.backend == k_none when none is eligible.
+  choice pick(uint32_t group, const route_key_result& key, uint64_t tried_mask = 0) noexcept;
+
+  // This shard's in-flight accounting (call once per attempt, and its end).
+  void on_request_start(uint32_t backend) noexcept;
+  void on_request_end(uint32_t backend) noexcept;
+
+  // This shard's report for `backend`, for the other shards.
+  message load_report(uint32_t backend) const noexcept {
+    return {message_kind::load_report, 0, static_cast<uint16_t>(_shard), backend, k_none, _local[backend]};
+  }
+
+  uint32_t load(uint32_t backend) const noexcept { return _load[backend]; }
+  load_view loads() const noexcept { return {_load}; }
+  bool backend_up(uint32_t backend) const noexcept { return _up[backend] != 0; }
+  bool backend_draining(uint32_t backend) const noexcept { return _draining[backend] != 0; }
+  // Positions of `group` that take no new requests (down or draining).
+  uint64_t skip_mask(uint32_t group) const noexcept { return _groups_state[group].skip; }
+
+ private:
+  struct group_state {
+    maglev_ring ring;
+    std::vector<backend_weight> members;  // by position, as given to the ring
+    key_params keys;
+    double bounded_load = 0;
+    uint64_t skip = 0;
+    uint32_t rr_cursor = 0;
+  };
+
+  void refresh_skip(uint32_t backend) noexcept;
+  void set_load(uint32_t backend) noexcept {
+    _load[backend] = _local[backend] + static_cast<uint32_t>(_remote_sum[backend]) + _waiting[backend];
+  }
+
+  uint32_t _shard;
+  uint32_t _shard_count;
+  group_table _groups;
+  std::vector<group_state> _groups_state;
+  std::vector<uint8_t> _up;           // by backend
+  std::vector<uint8_t> _draining;
+  std::vector<uint32_t> _local;       // this shard's in-flight
+  std::vector<uint64_t> _remote_sum;  // sum of the other shards' last reports
+  std::vector<uint32_t> _remote;      // [shard * backends + backend]: last reports
+  std::vector<uint32_t> _waiting;     // vllm:num_requests_waiting
+  std::vector<uint32_t> _load;        // the sum of the three: the load view
+};
+
+}  // namespace sluice::route

@@ -1,0 +1,120 @@
+#include "sluice/quota/estimate.hpp"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace sluice::quota {
+namespace {
+
+// Script classes of one character (see estimate.hpp for the costs).
+enum class kind : uint8_t { none, letter, digit, space, newline, punct, cjk, cjk_punct, other };
+
+// Costs in 1/64 tokens, fitted on the fixture corpus.
+constexpr uint64_t k_word = 62;
+constexpr uint64_t k_letter_beyond_5 = 5;
+constexpr uint64_t k_digit = 64;
+constexpr uint64_t k_punct_run = 75;
+constexpr uint64_t k_punct_extra = 9;
+constexpr uint64_t k_whitespace_run = 75;
+constexpr uint64_t k_cjk = 36;
+constexpr uint64_t k_cjk_punct = 79;
+constexpr uint64_t k_other = 64;
+
+struct character {
+  kind k;
+  uint8_t bytes;
+};
+
+// Classifies the character starting at p (p < end). Malformed UTF-8 counts
+// as `other`, one byte at a time: it still costs, it never stalls the scan.
+inline character classify(const unsigned char* p, const unsigned char* end) noexcept {
+  const unsigned char c = *p;
+  if (c < 0x80) {
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return {kind::letter, 1};
+    if (c >= '0' && c <= '9') return {kind::digit, 1};
+    if (c == ' ' || c == '\t') return {kind::space, 1};
+    if (c == '\n' || c == '\r') return {kind::newline, 1};
+    return {kind::punct, 1};
+  }
+  if (c >= 0xF0) return {kind::other, 4};
+  if (c >= 0xE0) {
+    // Three bytes: U+0800..U+FFFF, where CJK lives.
+    if (end - p < 3) return {kind::other, 3};
+    const uint32_t cp = (uint32_t{c} & 0x0F) << 12 | (uint32_t{p[1]} & 0x3F) << 6 | (uint32_t{p[2]} & 0x3F);
+    if ((cp >= 0x3000 && cp <= 0x303F) || (cp >= 0xFF00 && cp <= 0xFFEF)) return {kind::cjk_punct, 3};
+    if ((cp >= 0x3040 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7AF)) return {kind::cjk, 3};
+    return {kind::other, 3};
+  }
+  // Two bytes: Latin with diacritics, Greek, Cyrillic...: letters.
+  if (c >= 0xC0) return {kind::letter, 2};
+  return {kind::other, 1};  // a stray continuation byte
+}
+
+}  // namespace
+
+uint64_t estimate_input_tokens(std::string_view text) noexcept {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* const end = p + text.size();
+  uint64_t cost = 0;
+  kind run = kind::none;  // class of the current run (space and newline form one whitespace run)
+  uint64_t run_chars = 0;
+  bool run_has_newline = false;
+
+  // Closes the current run; `next` is the class of the character after it.
+  const auto close = [&](kind next) {
+    switch (run) {
+      case kind::none: break;
+      case kind::letter:
+        cost += k_word + k_letter_beyond_5 * (run_chars > 5 ? run_chars - 5 : 0);
+        break;
+      case kind::digit: cost += k_digit * run_chars; break;
+      case kind::punct: {
+        // The pre-tokenizer lets one non-letter lead a word ("name, .get):
+        // the run's last byte joins the word that follows.
+        const uint64_t effective = next == kind::letter ? run_chars - 1 : run_chars;
+        if (effective > 0) cost += k_punct_run + k_punct_extra * (effective - 1);
+        break;
+      }
+      case kind::space:
+      case kind::newline:
+        // One space joins the next word or punctuation; indentation, line
+        // breaks and trailing space are tokens of their own.
+        if (run_has_newline || run_chars >= 2 || next == kind::none) cost += k_whitespace_run;
+        break;
+      case kind::cjk: cost += k_cjk * run_chars; break;
+      case kind::cjk_punct: cost += k_cjk_punct * run_chars; break;
+      case kind::other: cost += k_other * run_chars; break;
+    }
+  };
+
+  while (p < end) {
+    const character ch = classify(p, end);
+    const bool whitespace = ch.k == kind::space || ch.k == kind::newline;
+    const bool same = whitespace ? (run == kind::space || run == kind::newline) : ch.k == run;
+    if (!same) {
+      close(ch.k);
+      run = ch.k;
+      run_chars = 0;
+      run_has_newline = false;
+    }
+    ++run_chars;
+    run_has_newline |= ch.k == kind::newline;
+    p += std::min<std::ptrdiff_t>(ch.bytes, end - p);
+  }
+  close(kind::none);
+  if (text.empty()) return 0;
+  return std::max<uint64_t>(1, cost / 64);
+}
+
+uint64_t admission_cost(uint64_t input_tokens, uint64_t max_output_tokens, uint32_t input_weight,
+                        uint32_t output_weight) noexcept {
+  uint64_t in = 0, out = 0, sum = 0;
+  if (__builtin_mul_overflow(input_tokens, uint64_t{input_weight}, &in) ||
+      __builtin_mul_overflow(max_output_tokens, uint64_t{output_weight}, &out) ||
+      __builtin_add_overflow(in, out, &sum)) {
+    return UINT64_MAX;
+  }
+  return sum;
+}
+
+}  // namespace sluice::quota

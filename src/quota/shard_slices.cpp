@@ -1,0 +1,355 @@
+#include "sluice/quota/shard_slices.hpp"
+
+#include <algorithm>
+
+#include "sluice/core/assert.hpp"
+
+namespace sluice::quota {
+namespace {
+
+// Checked in this order; the first that cannot be met names the rejection,
+// so a key at its concurrency cap is told so even when its tokens are short
+// too.
+constexpr resource k_order[] = {resource::concurrency, resource::requests, resource::tokens};
+
+constexpr size_t index_of(resource r) { return static_cast<size_t>(r); }
+
+outcome rejection_for(resource r) {
+  switch (r) {
+    case resource::tokens: return outcome::reject_tokens;
+    case resource::requests: return outcome::reject_requests;
+    case resource::concurrency: return outcome::reject_concurrency;
+  }
+  return outcome::reject_tokens;
+}
+
+// A slot comes back when some request of the key finishes, which nothing
+// here can predict; one second keeps the OpenAI SDK's retries spaced.
+constexpr uint32_t k_concurrency_retry_ms = 1000;
+
+}  // namespace
+
+shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const key_limits> keys,
+                           int64_t now_ns, const slices_options& options)
+    : _shard(shard), _shard_count(shard_count), _options(options) {
+  SLUICE_VERIFY(shard_count >= 1 && shard_count <= 65535 && shard < shard_count);
+  SLUICE_VERIFY(options.outbox_capacity >= 2 && (options.outbox_capacity & (options.outbox_capacity - 1)) == 0);
+  SLUICE_VERIFY(options.floor_divisor >= 1);
+  _keys.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t globals[k_resource_count] = {keys[i].tokens_per_minute, keys[i].requests_per_minute,
+                                                keys[i].max_concurrent};
+    key_state& k = _keys[i];
+    k.last_admit_ns = now_ns - options.idle_ns;  // idle from the start: nothing to protect yet
+    for (size_t r = 0; r < k_resource_count; ++r) {
+      SLUICE_VERIFY(globals[r] <= static_cast<uint64_t>(k_capacity_max));
+      slice& s = k.slices[r];
+      s.global = static_cast<int64_t>(globals[r]);
+      s.round_end_ns = now_ns - options.borrow_cooldown_ns;
+      if (s.global == 0) continue;
+      // The remainder goes to the lowest shards, so the homes add up to G.
+      s.home = s.global / shard_count + (static_cast<int64_t>(shard) < s.global % shard_count ? 1 : 0);
+      s.bucket = token_bucket(s.home, now_ns);
+    }
+  }
+  _outbox.resize(size_t{shard_count} * options.outbox_capacity);
+  _outbox_head.assign(shard_count, 0);
+  _outbox_tail.assign(shard_count, 0);
+}
+
+bool shard_slices::idle(const key_state& k, int64_t now_ns) const noexcept {
+  return k.inflight == 0 && now_ns - k.last_admit_ns >= _options.idle_ns;
+}
+
+shard_slices::step shard_slices::evaluate(slice& s, resource r, int64_t need, int64_t now_ns) noexcept {
+  if (s.global == 0) return step::fits;
+  if (r != resource::concurrency) s.bucket.refill(now_ns);
+  if (s.bucket.level() >= need) return step::fits;
+  if (s.replies_pending > 0) {
+    if (now_ns - s.round_start_ns < _options.round_timeout_ns) return step::wait;
+    s.replies_pending = 0;  // a peer dropped our request (full outbox): give up on it
+    s.round_end_ns = now_ns;
+  }
+  if (_shard_count == 1) return step::reject;
+  if (now_ns - s.round_end_ns < _options.borrow_cooldown_ns) return step::reject;
+  return step::borrow;
+}
+
+uint32_t shard_slices::retry_ms(const slice& s, resource r, int64_t need) const noexcept {
+  if (r == resource::concurrency) return k_concurrency_retry_ms;
+  // A slice smaller than its home share expects to borrow back up to it.
+  const int64_t ns = s.bucket.ns_until(need, std::max(s.bucket.capacity(), s.home));
+  const int64_t ms = (ns + 999'999) / 1'000'000;
+  return static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
+}
+
+decision shard_slices::try_reserve(uint32_t key, uint64_t cost_tokens, int64_t now_ns) noexcept {
+  SLUICE_ASSERT(key < _keys.size());
+  key_state& k = _keys[key];
+  decision d;
+  // Above any limit: treat as "larger than the bucket" without overflowing.
+  const auto cost = static_cast<int64_t>(std::min<uint64_t>(cost_tokens, uint64_t{k_capacity_max} + 1));
+  const slice& tokens = k.slices[index_of(resource::tokens)];
+  if (tokens.global > 0 && cost > tokens.global) {
+    d.result = outcome::reject_tokens;
+    d.too_large = true;
+    return d;
+  }
+
+  step steps[k_resource_count];
+  for (resource r : k_order) {
+    const int64_t need = r == resource::tokens ? cost : 1;
+    steps[index_of(r)] = evaluate(k.slices[index_of(r)], r, need, now_ns);
+  }
+  for (resource r : k_order) {
+    if (steps[index_of(r)] != step::reject) continue;
+    const int64_t need = r == resource::tokens ? cost : 1;
+    if (d.result == outcome::admit) d.result = rejection_for(r);
+    d.retry_after_ms = std::max(d.retry_after_ms, retry_ms(k.slices[index_of(r)], r, need));
+  }
+  if (d.result != outcome::admit) return d;
+
+  bool waiting = false;
+  for (resource r : k_order) {
+    slice& s = k.slices[index_of(r)];
+    const int64_t need = r == resource::tokens ? cost : 1;
+    if (steps[index_of(r)] == step::wait) waiting = true;
+    if (steps[index_of(r)] != step::borrow) continue;
+    if (!start_round(s, key, r, need - s.bucket.level(), now_ns)) {
+      d.result = rejection_for(r);
+      d.retry_after_ms = retry_ms(s, r, need);
+      return d;
+    }
+    waiting = true;
+  }
+  if (waiting) {
+    d.result = outcome::wait;
+    d.retry_after_ms = 1;  // grants take microseconds; for a caller that cannot park
+    return d;
+  }
+
+  for (resource r : k_order) {
+    slice& s = k.slices[index_of(r)];
+    if (s.global == 0) continue;
+    const bool taken = s.bucket.try_take(r == resource::tokens ? cost : 1);
+    SLUICE_ASSERT(taken);
+    static_cast<void>(taken);
+  }
+  ++k.inflight;
+  k.last_admit_ns = now_ns;
+  d.held = reservation{key, tokens.global > 0 ? cost : 0, true};
+  return d;
+}
+
+bool shard_slices::settle(reservation& held, uint64_t actual_tokens, int64_t now_ns) noexcept {
+  if (!held.live) return false;
+  held.live = false;
+  SLUICE_ASSERT(held.key < _keys.size());
+  key_state& k = _keys[held.key];
+  slice& tokens = k.slices[index_of(resource::tokens)];
+  if (tokens.global > 0) {
+    tokens.bucket.refill(now_ns);
+    const auto actual = static_cast<int64_t>(std::min<uint64_t>(actual_tokens, uint64_t{k_capacity_max}));
+    if (actual < held.tokens) tokens.bucket.refund(held.tokens - actual);
+    if (actual > held.tokens) tokens.bucket.charge(actual - held.tokens);
+  }
+  slice& slots = k.slices[index_of(resource::concurrency)];
+  // Only free slots are ever lent, so the slot taken at admission is still
+  // counted in this slice's capacity and the refund always fits.
+  if (slots.global > 0) slots.bucket.refund(1);
+  SLUICE_ASSERT(k.inflight > 0);
+  --k.inflight;
+  return true;
+}
+
+bool shard_slices::start_round(slice& s, uint32_t key, resource r, int64_t want, int64_t now_ns) noexcept {
+  ++s.round;
+  message m;
+  m.epoch = _options.epoch;
+  m.key = key;
+  m.round = s.round;
+  m.from_shard = static_cast<uint16_t>(_shard);
+  m.kind = message_kind::lend_request;
+  m.res = r;
+  m.capacity = want;
+  uint16_t sent = 0;
+  for (uint32_t peer = 0; peer < _shard_count; ++peer) {
+    if (peer != _shard && outbox_push(peer, m)) ++sent;
+  }
+  if (sent == 0) {
+    s.round_end_ns = now_ns;
+    return false;
+  }
+  s.replies_pending = sent;
+  s.round_start_ns = now_ns;
+  return true;
+}
+
+void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
+  const uint32_t to = request.from_shard;
+  // No room for the answer: drop the request; the borrower's round times
+  // out. Capacity is only taken out once its message has a place.
+  if (outbox_full(to)) return;
+  key_state& k = _keys[request.key];
+  slice& s = k.slices[index_of(request.res)];
+  message g;
+  g.epoch = _options.epoch;
+  g.key = request.key;
+  g.round = request.round;
+  g.from_shard = static_cast<uint16_t>(_shard);
+  g.kind = message_kind::grant;
+  g.res = request.res;
+  if (s.global > 0) {
+    const bool is_idle = idle(k, now_ns);
+    if (request.res != resource::concurrency) s.bucket.refill(now_ns);
+    const int64_t keep = is_idle ? s.home / _options.floor_divisor : s.home / 2;
+    int64_t capacity = s.bucket.capacity() - keep;
+    if (!is_idle) capacity = std::min(capacity, request.capacity);
+    if (capacity > 0) {
+      const int64_t level = std::clamp<int64_t>(s.bucket.level(), 0, capacity);
+      if (request.res == resource::concurrency) capacity = level;  // slots in use stay where they are
+      if (capacity > 0) {
+        s.bucket.remove(capacity, level, now_ns);
+        g.capacity = capacity;
+        g.level = level;
+      }
+    }
+  }
+  const bool pushed = outbox_push(to, g);
+  SLUICE_ASSERT(pushed);
+  static_cast<void>(pushed);
+}
+
+message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexcept {
+  message_effect effect;
+  effect.key = m.key;
+  // A message from before a reload: the capacity it carries belonged to the
+  // old generation, whose slices are gone.
+  if (m.epoch != _options.epoch || m.key >= _keys.size()) return effect;
+  SLUICE_ASSERT(m.from_shard < _shard_count && m.from_shard != _shard);
+  SLUICE_ASSERT(index_of(m.res) < k_resource_count);
+  SLUICE_ASSERT(m.level >= 0 && m.level <= m.capacity);
+  slice& s = at(m.key, m.res);
+  switch (m.kind) {
+    case message_kind::lend_request:
+      answer(m, now_ns);
+      break;
+    case message_kind::grant:
+      if (m.capacity > 0) s.bucket.add(m.capacity, m.level, now_ns);
+      if (m.round == s.round && s.replies_pending > 0 && --s.replies_pending == 0) {
+        s.round_end_ns = now_ns;
+        effect.round_complete = true;
+      }
+      break;
+    case message_kind::give_back:
+      if (m.capacity > 0) s.bucket.add(m.capacity, m.level, now_ns);
+      break;
+  }
+  return effect;
+}
+
+void shard_slices::tick(int64_t now_ns) noexcept {
+  if (_shard_count == 1) return;
+  for (uint32_t key = 0; key < _keys.size(); ++key) {
+    key_state& k = _keys[key];
+    if (!idle(k, now_ns)) continue;
+    for (size_t r = 0; r < k_resource_count; ++r) give_back(k, key, static_cast<resource>(r), now_ns);
+  }
+}
+
+void shard_slices::give_back(key_state& k, uint32_t key, resource r, int64_t now_ns) noexcept {
+  slice& s = k.slices[index_of(r)];
+  if (s.global == 0 || s.replies_pending > 0) return;
+  if (r != resource::concurrency) s.bucket.refill(now_ns);
+  int64_t surplus = s.bucket.capacity() - s.home;
+  // Small differences are not worth the messages.
+  if (surplus < std::max<int64_t>(1, s.home / 4)) return;
+  if (r == resource::concurrency) surplus = std::min(surplus, std::max<int64_t>(s.bucket.level(), 0));
+  if (surplus <= 0) return;
+  for (uint32_t peer = 0; peer < _shard_count; ++peer) {
+    if (peer != _shard && outbox_full(peer)) return;  // all or nothing: retry next tick
+  }
+  const int64_t peers = _shard_count - 1;
+  const int64_t share = surplus / peers;
+  int64_t extra = surplus % peers;
+  message m;
+  m.epoch = _options.epoch;
+  m.key = key;
+  m.from_shard = static_cast<uint16_t>(_shard);
+  m.kind = message_kind::give_back;
+  m.res = r;
+  for (uint32_t peer = 0; peer < _shard_count; ++peer) {
+    if (peer == _shard) continue;
+    const int64_t capacity = share + (extra > 0 ? 1 : 0);
+    if (extra > 0) --extra;
+    if (capacity == 0) continue;
+    const int64_t level = std::clamp<int64_t>(s.bucket.level(), 0, capacity);
+    s.bucket.remove(capacity, level, now_ns);
+    m.capacity = capacity;
+    m.level = level;
+    const bool pushed = outbox_push(peer, m);
+    SLUICE_ASSERT(pushed);
+    static_cast<void>(pushed);
+  }
+}
+
+rate_headers shard_slices::headers(uint32_t key, int64_t now_ns) noexcept {
+  SLUICE_ASSERT(key < _keys.size());
+  rate_headers h;
+  const auto fill = [now_ns](slice& s, rate_window& w) {
+    if (s.global == 0) return;
+    s.bucket.refill(now_ns);
+    const int64_t level = std::max<int64_t>(s.bucket.level(), 0);
+    w.limit = static_cast<uint64_t>(s.global);
+    w.remaining = static_cast<uint64_t>(std::min(s.global, level + (s.global - s.bucket.capacity())));
+    const int64_t ns = s.bucket.ns_until(s.bucket.capacity(), s.home);
+    w.reset_ms = static_cast<uint64_t>((ns + 999'999) / 1'000'000);
+  };
+  fill(at(key, resource::requests), h.requests);
+  fill(at(key, resource::tokens), h.tokens);
+  return h;
+}
+
+bool shard_slices::outbox_full(uint32_t to) const noexcept {
+  return _outbox_head[to] - _outbox_tail[to] == _options.outbox_capacity;
+}
+
+bool shard_slices::outbox_push(uint32_t to, const message& m) noexcept {
+  SLUICE_ASSERT(to < _shard_count && to != _shard);
+  if (outbox_full(to)) return false;
+  const uint64_t mask = _options.outbox_capacity - 1;
+  _outbox[size_t{to} * _options.outbox_capacity + (_outbox_head[to] & mask)] = m;
+  ++_outbox_head[to];
+  ++_outbox_total;
+  return true;
+}
+
+std::span<const message> shard_slices::outbox_peek(uint32_t to) const noexcept {
+  SLUICE_ASSERT(to < _shard_count);
+  const uint64_t count = _outbox_head[to] - _outbox_tail[to];
+  const uint64_t start = _outbox_tail[to] & (_options.outbox_capacity - 1);
+  const uint64_t contiguous = std::min<uint64_t>(count, _options.outbox_capacity - start);
+  return {_outbox.data() + size_t{to} * _options.outbox_capacity + start, static_cast<size_t>(contiguous)};
+}
+
+void shard_slices::outbox_consume(uint32_t to, size_t count) noexcept {
+  SLUICE_ASSERT(count <= _outbox_head[to] - _outbox_tail[to]);
+  _outbox_tail[to] += count;
+  _outbox_total -= count;
+}
+
+size_t shard_slices::outbox_size(uint32_t to) const noexcept {
+  return static_cast<size_t>(_outbox_head[to] - _outbox_tail[to]);
+}
+
+const message& shard_slices::outbox_at(uint32_t to, size_t i) const noexcept {
+  SLUICE_ASSERT(i < outbox_size(to));
+  const uint64_t mask = _options.outbox_capacity - 1;
+  return _outbox[size_t{to} * _options.outbox_capacity + ((_outbox_tail[to] + i) & mask)];
+}
+
+int64_t shard_slices::capacity(uint32_t key, resource r) const noexcept { return at(key, r).bucket.capacity(); }
+int64_t shard_slices::level(uint32_t key, resource r) const noexcept { return at(key, r).bucket.level(); }
+int64_t shard_slices::home(uint32_t key, resource r) const noexcept { return at(key, r).home; }
+
+}  // namespace sluice::quota

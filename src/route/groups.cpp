@@ -1,0 +1,195 @@
+// Model groups, semantic rules and key access (see groups.hpp).
+#include "sluice/route/groups.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace sluice::route {
+
+namespace {
+
+char lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// ASCII case-insensitive search for an already lower-cased needle.
+bool contains_folded(std::string_view haystack, std::string_view needle) noexcept {
+  if (needle.empty()) return true;
+  if (needle.size() > haystack.size()) return false;
+  const char first = needle[0];
+  for (size_t i = 0; i + needle.size() <= haystack.size(); ++i) {
+    if (lower(haystack[i]) != first) continue;
+    size_t j = 1;
+    while (j < needle.size() && lower(haystack[i + j]) == needle[j]) ++j;
+    if (j == needle.size()) return true;
+  }
+  return false;
+}
+
+// One class "[...]" starting at pattern[p] == '['. Returns: the index after
+// ']' and sets `hit`; npos when the class is not closed (then '[' is literal).
+size_t match_class(std::string_view pattern, size_t p, char c, bool& hit) noexcept {
+  size_t i = p + 1;
+  bool negate = false;
+  if (i < pattern.size() && (pattern[i] == '!' || pattern[i] == '^')) {
+    negate = true;
+    ++i;
+  }
+  bool found = false;
+  bool first = true;
+  while (i < pattern.size() && (pattern[i] != ']' || first)) {
+    first = false;
+    if (i + 2 < pattern.size() && pattern[i + 1] == '-' && pattern[i + 2] != ']') {
+      if (pattern[i] <= c && c <= pattern[i + 2]) found = true;
+      i += 3;
+    } else {
+      if (pattern[i] == c) found = true;
+      ++i;
+    }
+  }
+  if (i >= pattern.size()) return std::string_view::npos;
+  hit = found != negate;
+  return i + 1;
+}
+
+}  // namespace
+
+bool glob_match(std::string_view pattern, std::string_view text) noexcept {
+  // Iterative with one backtrack point: the last '*' (linear-ish, no recursion).
+  size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size()) {
+      const char pc = pattern[p];
+      if (pc == '*') {
+        star = p++;
+        resume = t;
+        continue;
+      }
+      if (pc == '?') {
+        ++p;
+        ++t;
+        continue;
+      }
+      if (pc == '[') {
+        bool hit = false;
+        const size_t after = match_class(pattern, p, text[t], hit);
+        if (after != std::string_view::npos) {
+          if (hit) {
+            p = after;
+            ++t;
+            continue;
+          }
+        } else if (text[t] == '[') {
+          ++p;
+          ++t;
+          continue;
+        }
+      } else if (pc == text[t]) {
+        ++p;
+        ++t;
+        continue;
+      }
+    }
+    if (star == std::string_view::npos) return false;
+    p = star + 1;
+    t = ++resume;
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+group_table::group_table(const config::config& cfg)
+    : _group_count(static_cast<uint32_t>(cfg.groups.size())),
+      _auto_model(cfg.router.auto_model),
+      _default_group(cfg.router.default_group_index == UINT32_MAX ? k_none : cfg.router.default_group_index) {
+  for (uint32_t g = 0; g < _group_count; ++g) {
+    for (const std::string& m : cfg.groups[g].models) {
+      if (m.find_first_of("*?[") != std::string::npos) {
+        _patterns.push_back({m, g});
+      } else {
+        _exact.push_back({XXH3_64bits(m.data(), m.size()), m, g});
+      }
+    }
+  }
+  // Stable: for a name listed by two groups the first group stays first.
+  std::stable_sort(_exact.begin(), _exact.end(), [](const exact_name& a, const exact_name& b) {
+    return a.hash != b.hash ? a.hash < b.hash : a.name < b.name;
+  });
+  for (const config::rule_config& rc : cfg.rules) {
+    rule r{rc.group_index, {}, std::nullopt, rc.min_prompt_bytes, rc.max_prompt_bytes, rc.has_tools, rc.has_images};
+    for (const std::string& k : rc.contains_any) {
+      std::string folded = k;
+      std::transform(folded.begin(), folded.end(), folded.begin(), lower);
+      r.keywords.push_back(std::move(folded));
+    }
+    if (!rc.regex.empty()) {
+      r.regex.emplace(rc.regex, std::regex::ECMAScript | std::regex::icase | std::regex::nosubs |
+                                    std::regex::optimize);
+    }
+    _rules.push_back(std::move(r));
+  }
+  _words = (_group_count + 63) / 64;
+  if (_words == 0) _words = 1;
+  _key_bits.assign(cfg.keys.size() * _words, 0);
+  for (size_t k = 0; k < cfg.keys.size(); ++k) {
+    for (uint32_t g = 0; g < _group_count; ++g) {
+      for (const std::string& glob : cfg.keys[k].groups) {
+        if (glob_match(glob, cfg.groups[g].name)) {
+          _key_bits[k * _words + g / 64] |= uint64_t{1} << (g % 64);
+          break;
+        }
+      }
+    }
+  }
+}
+
+uint32_t group_table::find(std::string_view model) const noexcept {
+  const uint64_t h = XXH3_64bits(model.data(), model.size());
+  auto it = std::lower_bound(_exact.begin(), _exact.end(), h,
+                             [](const exact_name& e, uint64_t v) { return e.hash < v; });
+  for (; it != _exact.end() && it->hash == h; ++it) {
+    if (it->name == model) return it->group;
+  }
+  for (const pattern& p : _patterns) {
+    if (glob_match(p.glob, model)) return p.group;
+  }
+  return k_none;
+}
+
+bool group_table::rule_matches(uint32_t index, const openai::request_fields& f) const noexcept {
+  const rule& r = _rules[index];
+  if (f.input_bytes < r.min_prompt_bytes || f.input_bytes > r.max_prompt_bytes) return false;
+  if (r.has_tools && *r.has_tools != f.has_tools) return false;
+  if (r.has_images && *r.has_images != f.has_images) return false;
+  const std::string_view text = f.last_user_message;
+  if (!r.keywords.empty()) {
+    bool any = std::any_of(r.keywords.begin(), r.keywords.end(),
+                           [&](const std::string& k) { return contains_folded(text, k); });
+    if (!any) return false;
+  }
+  if (r.regex) {
+    const std::string_view bounded = text.substr(0, std::min(text.size(), k_rule_regex_bytes));
+    try {
+      if (!std::regex_search(bounded.begin(), bounded.end(), *r.regex)) return false;
+    } catch (...) {  // error_complexity / error_stack / bad_alloc: the rule does not hold
+      return false;
+    }
+  }
+  return true;
+}
+
+uint32_t group_table::choose(const openai::request_fields& f, uint32_t key_index) const noexcept {
+  for (uint32_t i = 0; i < _rules.size(); ++i) {
+    if (key_allows(key_index, _rules[i].group) && rule_matches(i, f)) return _rules[i].group;
+  }
+  if (_default_group != k_none && key_allows(key_index, _default_group)) return _default_group;
+  return k_none;
+}
+
+uint32_t group_table::resolve(const openai::request_fields& f, uint32_t key_index) const noexcept {
+  if (is_auto(f.model)) return choose(f, key_index);
+  const uint32_t g = find(f.model);
+  if (g == k_none || !key_allows(key_index, g)) return k_none;
+  return g;
+}
+
+}  // namespace sluice::route

@@ -1,0 +1,81 @@
+// The backend health state machine (see health.hpp for the diagram).
+#include "sluice/route/health.hpp"
+
+#include <algorithm>
+
+namespace sluice::route {
+
+health_event backend_health::eject(uint64_t now_ms) noexcept {
+  // A backend that fails again right after re-admission waits longer each
+  // time, so a flapping backend costs a few requests per backoff, not many.
+  if (_probation) _backoff_ms = std::min<uint64_t>(uint64_t{_backoff_ms} * 2, _params.backoff_max_ms);
+  _state = health_state::ejected;
+  _probation = false;
+  _request_failures = 0;
+  _probe_successes = 0;
+  _ejected_until_ms = now_ms + _backoff_ms;
+  return health_event::ejected;
+}
+
+health_event backend_health::on_probe(bool ok, uint64_t now_ms) noexcept {
+  if (ok) {
+    _probe_failures = 0;
+    ++_probe_successes;
+  } else {
+    _probe_successes = 0;
+    ++_probe_failures;
+  }
+  switch (_state) {
+    case health_state::up:
+      if (!ok && _probe_failures >= _params.fall) {
+        _state = health_state::down;
+        _probation = false;
+        return health_event::became_down;
+      }
+      return health_event::none;
+    case health_state::down:
+      if (ok && _probe_successes >= _params.rise) {
+        _state = health_state::up;
+        _request_failures = 0;
+        return health_event::became_up;
+      }
+      return health_event::none;
+    case health_state::ejected:
+      if (ok && now_ms >= _ejected_until_ms) {
+        _state = health_state::up;
+        _probation = true;
+        _request_failures = 0;
+        return health_event::readmitted;
+      }
+      return health_event::none;
+  }
+  return health_event::none;
+}
+
+health_event backend_health::on_request(bool failure, uint64_t now_ms) noexcept {
+  if (_state != health_state::up) return health_event::none;  // late answers of an old state
+  if (!failure) {
+    _request_failures = 0;
+    if (_probation) {
+      _probation = false;
+      _backoff_ms = _params.backoff_ms;
+    }
+    return health_event::none;
+  }
+  ++_request_failures;
+  if (_probation) return eject(now_ms);
+  if (_params.eject_after != 0 && _request_failures >= _params.eject_after) return eject(now_ms);
+  return health_event::none;
+}
+
+health_event backend_health::tick(uint64_t now_ms) noexcept {
+  if (_params.interval_ms != 0) return health_event::none;  // probes decide
+  if (_state == health_state::ejected && now_ms >= _ejected_until_ms) {
+    _state = health_state::up;
+    _probation = true;
+    return health_event::readmitted;
+  }
+  return health_event::none;
+}
+
+}  // namespace sluice::route

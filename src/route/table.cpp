@@ -1,0 +1,116 @@
+// A shard's routing replica (see table.hpp).
+#include "sluice/route/table.hpp"
+
+#include "sluice/core/assert.hpp"
+
+namespace sluice::route {
+
+table::table(const config::config& cfg, uint32_t shard, uint32_t shard_count)
+    : _shard(shard), _shard_count(shard_count), _groups(cfg) {
+  SLUICE_VERIFY(shard < shard_count);
+  const size_t backends = cfg.backends.size();
+  _up.assign(backends, 1);
+  _draining.assign(backends, 0);
+  _local.assign(backends, 0);
+  _remote_sum.assign(backends, 0);
+  _remote.assign(backends * shard_count, 0);
+  _waiting.assign(backends, 0);
+  _load.assign(backends, 0);
+  _groups_state.resize(cfg.groups.size());
+  for (size_t g = 0; g < cfg.groups.size(); ++g) {
+    const config::group_config& gc = cfg.groups[g];
+    group_state& s = _groups_state[g];
+    for (size_t i = 0; i < gc.backends.size(); ++i) {
+      const uint32_t b = gc.backends[i];
+      s.members.push_back({b, backend_id(cfg.backends[b].url), i < gc.weights.size() ? gc.weights[i] : 1});
+    }
+    s.ring.rebuild(s.members);
+    s.keys = {parse_balance_mode(gc.balance), gc.prefix_messages, gc.prefix_bytes};
+    s.bounded_load = gc.bounded_load;
+  }
+}
+
+void table::refresh_skip(uint32_t backend) noexcept {
+  const bool skip = _up[backend] == 0 || _draining[backend] != 0;
+  for (group_state& s : _groups_state) {
+    const uint32_t p = s.ring.position_of(backend);
+    if (p == k_none) continue;
+    const uint64_t bit = uint64_t{1} << p;
+    s.skip = skip ? (s.skip | bit) : (s.skip & ~bit);
+  }
+}
+
+void table::apply(const message& m) noexcept {
+  if (m.backend >= _load.size()) return;  // a message of another snapshot: ignore
+  switch (m.kind) {
+    case message_kind::backend_up:
+      _up[m.backend] = 1;
+      refresh_skip(m.backend);
+      break;
+    case message_kind::backend_down:
+      _up[m.backend] = 0;
+      refresh_skip(m.backend);
+      break;
+    case message_kind::backend_drain:
+      _draining[m.backend] = m.value != 0;
+      refresh_skip(m.backend);
+      break;
+    case message_kind::backend_weight:
+      if (m.value == 0) break;
+      for (uint32_t g = 0; g < _groups_state.size(); ++g) {
+        if (m.group != k_none && m.group != g) continue;
+        group_state& s = _groups_state[g];
+        const uint32_t p = s.ring.position_of(m.backend);
+        if (p == k_none || s.members[p].weight == m.value) continue;
+        s.members[p].weight = m.value;
+        s.ring.rebuild(s.members);  // same positions: the skip mask stays valid
+      }
+      break;
+    case message_kind::load_report: {
+      if (m.shard >= _shard_count || m.shard == _shard) break;
+      uint32_t& last = _remote[size_t{m.shard} * _load.size() + m.backend];
+      _remote_sum[m.backend] = _remote_sum[m.backend] - last + m.value;
+      last = m.value;
+      set_load(m.backend);
+      break;
+    }
+    case message_kind::backend_waiting:
+      _waiting[m.backend] = m.value;
+      set_load(m.backend);
+      break;
+  }
+}
+
+choice table::pick(uint32_t group, const route_key_result& key, uint64_t tried_mask) noexcept {
+  SLUICE_ASSERT(group < _groups_state.size());
+  group_state& s = _groups_state[group];
+  const uint64_t skip = s.skip | tried_mask;
+  uint32_t p = k_none;
+  switch (s.keys.mode) {
+    case balance_mode::session:
+    case balance_mode::prefix:
+      p = s.ring.pick(key.hash, loads(), s.bounded_load, skip);
+      break;
+    case balance_mode::least_loaded:
+      p = s.ring.pick_least_loaded(loads(), skip, key.hash);
+      break;
+    case balance_mode::round_robin:
+      p = s.ring.pick_round_robin(s.rr_cursor, skip);
+      break;
+  }
+  if (p == k_none) return {};
+  return {s.ring.backend(p), p};
+}
+
+void table::on_request_start(uint32_t backend) noexcept {
+  ++_local[backend];
+  set_load(backend);
+}
+
+void table::on_request_end(uint32_t backend) noexcept {
+  SLUICE_ASSERT(_local[backend] > 0);
+  if (_local[backend] > 0) --_local[backend];
+  set_load(backend);
+}
+
+}  // namespace sluice::route

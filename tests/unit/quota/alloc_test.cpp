@@ -1,0 +1,79 @@
+// Admission and settlement run per request on a shard: once set up, they
+// must not call the allocator. This binary counts every operator new.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "sluice/quota/duration.hpp"
+#include "sluice/quota/estimate.hpp"
+#include "sluice/quota/shard_slices.hpp"
+
+namespace {
+size_t g_allocations = 0;
+}  // namespace
+
+void* operator new(size_t n) {
+  ++g_allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+using namespace sluice::quota;
+
+TEST_SUITE("quota::allocation") {
+  TEST_CASE("reserve, settle, lending, ticks, headers and the estimator allocate nothing") {
+    const std::vector<key_limits> keys = {key_limits{3000, 60, 4}, key_limits{0, 0, 0}};
+    auto* a = new shard_slices(0, 2, keys, 0);
+    auto* b = new shard_slices(1, 2, keys, 0);
+    const char text[] = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"你好, hello 123\"}]}";
+
+    // No doctest macro inside the window: they may allocate themselves.
+    const size_t before = g_allocations;
+    int admitted = 0, waited = 0;
+    uint64_t estimate = 0;
+    size_t formatted = 0;
+    char duration[k_duration_chars_max];
+    for (int64_t i = 0; i < 200; ++i) {
+      const int64_t now = i * 1'000'000;
+      estimate += estimate_input_tokens(text);
+      decision d = a->try_reserve(0, admission_cost(20, 600, 1, 2), now);
+      if (d.result == outcome::wait) ++waited;
+      if (d.result == outcome::admit) {
+        ++admitted;
+        a->settle(d.held, 100, now);
+      }
+      decision u = a->try_reserve(1, 5000, now);
+      a->settle(u.held, 10, now);
+      // The message pump, both ways.
+      message m;
+      while (!a->outbox_empty()) {
+        m = a->outbox_peek(1)[0];
+        a->outbox_consume(1, 1);
+        b->on_message(m, now);
+      }
+      while (!b->outbox_empty()) {
+        m = b->outbox_peek(0)[0];
+        b->outbox_consume(0, 1);
+        a->on_message(m, now);
+      }
+      a->tick(now);
+      b->tick(now + 2'000'000'000);
+      const rate_headers h = a->headers(0, now);
+      formatted += format_duration(h.tokens.reset_ms, duration);
+    }
+    const size_t after = g_allocations;
+
+    CHECK(before > 0);  // the counting operator new is the one in use
+    CHECK(after == before);
+    CHECK(admitted > 0);
+    CHECK(waited > 0);
+    CHECK(estimate > 0);
+    CHECK(formatted > 0);
+    delete b;
+    delete a;
+  }
+}

@@ -1,0 +1,103 @@
+#include <doctest/doctest.h>
+
+#include "sluice/route/health.hpp"
+
+using namespace sluice::route;
+
+namespace {
+sluice::config::health_config params() {
+  sluice::config::health_config h;
+  h.rise = 2;
+  h.fall = 3;
+  h.eject_after = 2;
+  h.backoff_ms = 1000;
+  h.backoff_max_ms = 3000;
+  return h;
+}
+}  // namespace
+
+TEST_SUITE("route::backend_health") {
+  TEST_CASE("fall probe failures take it down and rise successes bring it back") {
+    backend_health h(params());
+    CHECK(h.takes_requests());
+    CHECK(h.on_probe(false, 0) == health_event::none);
+    CHECK(h.on_probe(false, 1) == health_event::none);
+    CHECK(h.on_probe(true, 2) == health_event::none);  // a success resets the count
+    CHECK(h.on_probe(false, 3) == health_event::none);
+    CHECK(h.on_probe(false, 4) == health_event::none);
+    CHECK(h.on_probe(false, 5) == health_event::became_down);
+    CHECK(h.state() == health_state::down);
+    CHECK_FALSE(h.takes_requests());
+    CHECK(h.on_probe(true, 6) == health_event::none);
+    CHECK(h.on_probe(false, 7) == health_event::none);
+    CHECK(h.on_probe(true, 8) == health_event::none);
+    CHECK(h.on_probe(true, 9) == health_event::became_up);
+    CHECK(h.takes_requests());
+  }
+
+  TEST_CASE("consecutive request failures eject, and a probe after the backoff re-admits") {
+    backend_health h(params());
+    CHECK(h.on_request(true, 100) == health_event::none);
+    CHECK(h.on_request(false, 101) == health_event::none);  // not consecutive
+    CHECK(h.on_request(true, 102) == health_event::none);
+    CHECK(h.on_request(true, 103) == health_event::ejected);
+    CHECK(h.state() == health_state::ejected);
+    CHECK(h.ejected_until_ms() == 1103);
+    CHECK(h.on_probe(true, 1102) == health_event::none);  // backoff not over
+    CHECK(h.on_probe(true, 1103) == health_event::readmitted);
+    CHECK(h.takes_requests());
+    CHECK(h.on_probation());
+  }
+
+  TEST_CASE("a failure on probation ejects again with the backoff doubled up to the maximum") {
+    backend_health h(params());
+    h.on_request(true, 0);
+    REQUIRE(h.on_request(true, 0) == health_event::ejected);
+    REQUIRE(h.on_probe(true, 1000) == health_event::readmitted);
+    CHECK(h.on_request(true, 1001) == health_event::ejected);
+    CHECK(h.backoff_ms() == 2000);
+    CHECK(h.ejected_until_ms() == 3001);
+    REQUIRE(h.on_probe(true, 3001) == health_event::readmitted);
+    CHECK(h.on_request(true, 3002) == health_event::ejected);
+    CHECK(h.backoff_ms() == 3000);  // capped
+    REQUIRE(h.on_probe(true, 6002) == health_event::readmitted);
+    CHECK(h.on_request(false, 6003) == health_event::none);
+    CHECK_FALSE(h.on_probation());
+    CHECK(h.backoff_ms() == 1000);  // a success resets it
+  }
+
+  TEST_CASE("without active probes tick re-admits after the backoff") {
+    auto p = params();
+    p.interval_ms = 0;
+    backend_health h(p);
+    h.on_request(true, 0);
+    REQUIRE(h.on_request(true, 0) == health_event::ejected);
+    CHECK(h.tick(999) == health_event::none);
+    CHECK(h.tick(1000) == health_event::readmitted);
+    backend_health probed(params());
+    probed.on_request(true, 0);
+    probed.on_request(true, 0);
+    CHECK(probed.tick(5000) == health_event::none);  // probes decide
+  }
+
+  TEST_CASE("eject_after 0 turns passive ejection off, and draining stops new requests") {
+    auto p = params();
+    p.eject_after = 0;
+    backend_health h(p);
+    for (int i = 0; i < 100; ++i) CHECK(h.on_request(true, 0) == health_event::none);
+    CHECK(h.state() == health_state::up);
+    h.set_draining(true);
+    CHECK_FALSE(h.takes_requests());
+    h.set_draining(false);
+    CHECK(h.takes_requests());
+  }
+
+  TEST_CASE("request outcomes of a backend already down change nothing") {
+    backend_health h(params());
+    for (int i = 0; i < 3; ++i) h.on_probe(false, 0);
+    REQUIRE(h.state() == health_state::down);
+    CHECK(h.on_request(true, 1) == health_event::none);
+    CHECK(h.on_request(true, 2) == health_event::none);
+    CHECK(h.state() == health_state::down);
+  }
+}

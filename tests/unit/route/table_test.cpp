@@ -1,0 +1,123 @@
+#include <doctest/doctest.h>
+
+#include <xxhash.h>
+
+#include <string>
+
+#include "sluice/route/table.hpp"
+
+using namespace sluice::route;
+
+namespace {
+
+std::shared_ptr<const sluice::config::config> load(std::string_view balance, std::string_view extra = "") {
+  std::string text = "[[group]]\nname = \"g\"\nbalance = \"" + std::string(balance) + "\"\n" + std::string(extra) +
+                     "backends = [\"http://127.0.0.1:8001\", \"http://127.0.0.1:8002\", "
+                     "{ url = \"http://127.0.0.1:8003\", weight = 2 }]\n"
+                     "[[key]]\nid = \"k\"\nkey = \"k\"\n";
+  return sluice::config::load(text, "test.toml", {});
+}
+
+route_key_result key(uint64_t i) { return {XXH3_64bits(&i, sizeof i), key_source::prefix}; }
+
+}  // namespace
+
+TEST_SUITE("route::table") {
+  TEST_CASE("the same key picks the same backend on every shard") {
+    auto cfg = load("session");
+    table a(*cfg, 0, 4), b(*cfg, 3, 4);
+    for (uint64_t i = 0; i < 1000; ++i) CHECK(a.pick(0, key(i)).backend == b.pick(0, key(i)).backend);
+  }
+
+  TEST_CASE("down and draining backends are skipped until they come back") {
+    auto cfg = load("session");
+    table t(*cfg, 0, 1);
+    t.apply({message_kind::backend_down, 0, 0, 0, k_none, 0});
+    t.apply({message_kind::backend_drain, 0, 0, 1, k_none, 1});
+    CHECK(t.skip_mask(0) == 0b011);
+    for (uint64_t i = 0; i < 200; ++i) CHECK(t.pick(0, key(i)).backend == 2);
+    t.apply({message_kind::backend_down, 0, 0, 2, k_none, 0});
+    CHECK(t.pick(0, key(1)).backend == k_none);
+    t.apply({message_kind::backend_up, 0, 0, 0, k_none, 0});
+    t.apply({message_kind::backend_drain, 0, 0, 1, k_none, 0});
+    CHECK(t.skip_mask(0) == 0b100);
+  }
+
+  TEST_CASE("a retry skips the positions already tried") {
+    auto cfg = load("session");
+    table t(*cfg, 0, 1);
+    const choice first = t.pick(0, key(5));
+    const choice second = t.pick(0, key(5), uint64_t{1} << first.position);
+    CHECK(second.backend != k_none);
+    CHECK(second.backend != first.backend);
+    const choice third = t.pick(0, key(5), (uint64_t{1} << first.position) | (uint64_t{1} << second.position));
+    CHECK(third.backend != first.backend);
+    CHECK(third.backend != second.backend);
+    CHECK(t.pick(0, key(5), 0b111).backend == k_none);
+  }
+
+  TEST_CASE("the load view sums local in-flight, other shards' reports and vLLM's queue") {
+    auto cfg = load("session");
+    table t(*cfg, 1, 3);
+    t.on_request_start(0);
+    t.on_request_start(0);
+    t.apply({message_kind::load_report, 0, 0, 0, k_none, 5});
+    t.apply({message_kind::load_report, 0, 2, 0, k_none, 1});
+    t.apply({message_kind::load_report, 0, 1, 0, k_none, 100});  // its own shard: ignored
+    t.apply({message_kind::backend_waiting, 0, 0, 0, k_none, 7});
+    CHECK(t.load(0) == 2 + 5 + 1 + 7);
+    t.apply({message_kind::load_report, 0, 0, 0, k_none, 2});  // replaces shard 0's last report
+    t.on_request_end(0);
+    CHECK(t.load(0) == 1 + 2 + 1 + 7);
+    CHECK(t.load_report(0).value == 1);
+    CHECK(t.load_report(0).shard == 1);
+    t.apply({message_kind::load_report, 0, 0, 99, k_none, 2});  // unknown backend: ignored
+  }
+
+  TEST_CASE("a hot key spills under bounded load and stays when it is off") {
+    auto spill = load("session");
+    auto stay = load("session", "bounded_load = 0\n");
+    table on(*spill, 0, 1), off(*stay, 0, 1);
+    const uint32_t home = on.pick(0, key(9)).backend;
+    for (int i = 0; i < 10; ++i) {
+      on.on_request_start(home);
+      off.on_request_start(home);
+    }
+    CHECK(on.pick(0, key(9)).backend != home);
+    CHECK(off.pick(0, key(9)).backend == home);
+  }
+
+  TEST_CASE("least-loaded and round-robin groups ignore the key") {
+    SUBCASE("least-loaded") {
+      auto cfg = load("least-loaded");
+      table t(*cfg, 0, 1);
+      t.on_request_start(0);
+      t.on_request_start(1);
+      t.on_request_start(2);
+      t.on_request_start(2);  // backend 2 has weight 2: 2/2 = 1 per weight, a tie
+      t.on_request_start(0);
+      CHECK(t.pick(0, key(1)).backend != 0);
+    }
+    SUBCASE("round-robin") {
+      auto cfg = load("round-robin");
+      table t(*cfg, 0, 1);
+      uint32_t seen[3] = {};
+      for (uint64_t i = 0; i < 8; ++i) ++seen[t.pick(0, key(0)).backend];
+      CHECK(seen[0] == 2);
+      CHECK(seen[1] == 2);
+      CHECK(seen[2] == 4);
+    }
+  }
+
+  TEST_CASE("a weight change rebuilds the group's ring") {
+    auto cfg = load("session");
+    table t(*cfg, 0, 1);
+    CHECK(t.ring(0).weight(2) == 2);
+    t.apply({message_kind::backend_weight, 0, 0, 2, 0, 8});
+    CHECK(t.ring(0).weight(2) == 8);
+    uint32_t on_two = 0;
+    for (uint64_t i = 0; i < 10'000; ++i) on_two += t.pick(0, key(i)).backend == 2;
+    CHECK(on_two > 7500);  // 8 / 10 of the keys, give or take
+    CHECK(on_two < 8500);
+  }
+}
