@@ -173,11 +173,11 @@ struct downstream_conn {
   // and/or upstream buffer bytes. Nothing else touches those while send_busy.
   byte_buf out;        // downstream response head / local answers
   byte_buf up_head;    // upstream request head
-  iovec send_iov[3] = {};
+  iovec send_iov[4] = {};
   uint8_t send_iov_count = 0;
-  iovec up_iov[4] = {};          // [1..]: the body, with the model edit
+  iovec up_iov[6] = {};          // [1..]: the body, with its byte edits
   uint8_t up_iov_count = 0;
-  iovec up_msg_iov[6] = {};      // what the upstream sendmsg sends (advanced on short sends)
+  iovec up_msg_iov[8] = {};      // what the upstream sendmsg sends (advanced on short sends)
   uint8_t up_msg_iov_count = 0;
   uint32_t host_offset = 0;      // where the backend's host goes in up_head
   uint64_t up_body_len = 0;
@@ -193,7 +193,10 @@ struct downstream_conn {
   bool counted_stream = false;
   std::unique_ptr<http::sse_scanner> sse;
   stream_facts facts;
-  uint32_t pending_send_end = 0;  // copy path: bytes of up->buf being sent
+  uint32_t fwd_from = 0;          // copy path: first byte of up->buf not yet sent
+  uint32_t send_end = 0;          // copy path: end of the bytes being sent
+  bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
+  bool usage_in_batch = false;    // the batch being relayed holds the usage-only event
 
   // Splice path.
   net::pipe_fds pipe;             // backend socket -> pipe -> client socket
@@ -296,7 +299,9 @@ class shard_server {
   void on_up_recv_cqe(upstream_conn* u, int res) noexcept;
   void upstream_failed(downstream_conn* d, errc why) noexcept;
   void on_response_head(downstream_conn* d) noexcept;
-  void relay_body(downstream_conn* d, uint32_t from, uint32_t to) noexcept;
+  // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
+  // the response head first when with_head).
+  void relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept;
   void after_body_sent(downstream_conn* d) noexcept;
   void abort_exchange(downstream_conn* d) noexcept;
   // splice path (splice.cpp)

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -83,24 +84,52 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   const http::request_head& h = d->head;
   const char* body = d->in.data + d->body_begin;
 
-  // Body: the client's bytes, with `model` replaced by a byte edit when the
-  // group names its backend model. Nothing else is re-encoded.
-  uint64_t body_len = d->body_len;
-  d->up_iov_count = 1;  // [0] is the head
+  // Body: the client's bytes with at most two byte edits, in body order:
+  // `model` replaced when the group names its backend model, and usage
+  // requested for a stream whose client did not ask for it (sluice bills
+  // from it and cuts that chunk out again on the way back). Nothing else is
+  // re-encoded.
+  struct edit {
+    uint32_t begin, end;  // replaced span of the body
+    const char* text;
+    size_t text_len;
+  };
+  edit edits[2];
+  size_t edit_count = 0;
+  static constexpr std::string_view k_usage_object = "{\"include_usage\":true}";
+  static constexpr std::string_view k_usage_member = "\"stream_options\":{\"include_usage\":true},";
+  d->cut_usage = false;
+  if (f.stream && !f.include_usage && d->endpoint != openai::endpoint::embeddings && d->body_len != 0) {
+    d->cut_usage = true;
+    if (f.has_stream_options) {
+      // Replaced whole: a client's other stream_options (vLLM's
+      // continuous_usage_stats) go with it; the cut keeps the stream as the
+      // client would have seen it without usage.
+      edits[edit_count++] = {f.stream_options_begin, f.stream_options_end, k_usage_object.data(), k_usage_object.size()};
+    } else {
+      uint32_t brace = 0;  // the validated body starts with optional whitespace, then '{'
+      while (brace < d->body_len && body[brace] != '{') ++brace;
+      edits[edit_count++] = {brace + 1, brace + 1, k_usage_member.data(), k_usage_member.size()};
+    }
+  }
   if (!g.backend_model.empty() && f.model_token_end > f.model_token_begin) {
     size_t n = 0;
     d->scratch[n++] = '"';
     n += openai::json_escape(d->scratch + n, sizeof d->scratch - 2, g.backend_model);
     d->scratch[n++] = '"';
-    d->up_iov[1] = {const_cast<char*>(body), f.model_token_begin};
-    d->up_iov[2] = {d->scratch, n};
-    d->up_iov[3] = {const_cast<char*>(body) + f.model_token_end, d->body_len - f.model_token_end};
-    d->up_iov_count = 4;
-    body_len = d->body_len - (f.model_token_end - f.model_token_begin) + n;
-  } else if (d->body_len != 0) {
-    d->up_iov[1] = {const_cast<char*>(body), d->body_len};
-    d->up_iov_count = 2;
+    edits[edit_count++] = {f.model_token_begin, f.model_token_end, d->scratch, n};
   }
+  if (edit_count == 2 && edits[1].begin < edits[0].begin) std::swap(edits[0], edits[1]);
+  uint64_t body_len = d->body_len;
+  d->up_iov_count = 1;  // [0] is the head
+  uint32_t at = 0;
+  for (size_t i = 0; i < edit_count; ++i) {
+    if (edits[i].begin > at) d->up_iov[d->up_iov_count++] = {const_cast<char*>(body) + at, edits[i].begin - at};
+    d->up_iov[d->up_iov_count++] = {const_cast<char*>(edits[i].text), edits[i].text_len};
+    body_len = body_len - (edits[i].end - edits[i].begin) + edits[i].text_len;
+    at = edits[i].end;
+  }
+  if (at < d->body_len) d->up_iov[d->up_iov_count++] = {const_cast<char*>(body) + at, d->body_len - at};
 
   size_t need = h.head_bytes + 512 + d->peer_ip_len;
   if (!d->up_head.reserve(need)) return false;
@@ -409,6 +438,7 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
                                                                             : errc::upstream_closed);
     return;
   }
+  const uint32_t before = u->buf.len;
   u->buf.len += static_cast<uint32_t>(res);
   if (d->state == conn_state::upstream) {
     http::parse_status st = d->rparser.parse_head(u->buf.data, u->buf.len, d->rhead);
@@ -428,7 +458,7 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
     return;
   }
   // Copy path: relay what arrived.
-  relay_body(d, 0, u->buf.len);
+  relay(d, before, false);
 }
 
 void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
@@ -475,6 +505,7 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
     ++s.content_events;
     if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
   }
+  if (info.usage_only) d->usage_in_batch = true;
   if (info.has_usage) {
     s.prompt_tokens = info.prompt_tokens;
     s.completion_tokens = info.completion_tokens;
@@ -488,7 +519,6 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
 }
 
 void shard_server::on_response_head(downstream_conn* d) noexcept {
-  upstream_conn* u = d->up;
   const http::response_head& rh = d->rhead;
   const config::group_config& g = _cfg->groups[d->group];
   d->state = conn_state::streaming;
@@ -532,43 +562,99 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   append(o, std::string_view(line, r.size));
   d->status = rh.status;
 
-  // Body bytes that came with the head.
-  const uint32_t from = rh.head_bytes;
-  http::body_sink sink{&shard_server::on_body_data, d};
-  http::body_status bs{};
-  if (from < u->buf.len || (rh.has_content_length && rh.content_length == 0) || !rh.chunked) {
-    bs = d->rparser.feed_body(u->buf.data + from, u->buf.len - from, sink);
-  }
-  if (bs.error != errc::ok) {
-    upstream_failed(d, errc::upstream_protocol);
-    return;
-  }
-  d->response_complete = bs.complete;
-  if (bs.complete && from + bs.consumed != u->buf.len) d->up_reusable = false;  // bytes past the end
-  d->send_iov[0] = {o.data, o.len};
-  d->send_iov[1] = {u->buf.data + from, bs.consumed};
-  d->send_iov_count = bs.consumed != 0 ? 2 : 1;
+  // The cut of the injected usage chunk needs whole chunks (see relay());
+  // any other answer (an error, a non-stream body) is passed on as it is.
+  if (d->cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->cut_usage = false;
   d->response_started = true;
-  submit_send(d);
+  d->fwd_from = rh.head_bytes;
+  relay(d, rh.head_bytes, true);
 }
 
-void shard_server::relay_body(downstream_conn* d, uint32_t from, uint32_t to) noexcept {
+namespace {
+
+// Finds the HTTP chunk that carries the usage-only SSE event sluice asked
+// for, in whole chunks [p, p + n): "<hex>\r\ndata: {...\"choices\":[]...
+// \"usage\":{...}}\n\n\r\n" (vLLM writes one event per chunk). Every part
+// is checked -- the size line against the event's length -- so a shape it
+// does not know is left alone rather than cut wrong.
+// Returns: whether [begin, end) is that chunk.
+bool find_usage_chunk(const char* p, size_t n, size_t& begin, size_t& end) noexcept {
+  const std::string_view all(p, n);
+  for (size_t u = all.find("\"usage\":{"); u != std::string_view::npos; u = all.find("\"usage\":{", u + 1)) {
+    const size_t ev = all.rfind("data:", u);
+    if (ev == std::string_view::npos || ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
+    size_t h = ev - 2;  // the size line ends here
+    while (h > 0 && std::isxdigit(static_cast<unsigned char>(all[h - 1])) != 0) --h;
+    if (h == ev - 2 || (h != 0 && all[h - 1] != '\n')) continue;
+    const size_t ev_end = all.find("\n\n", u);
+    if (ev_end == std::string_view::npos || ev_end + 4 > n || all.substr(ev_end + 2, 2) != "\r\n") continue;
+    const size_t payload = ev_end + 2 - ev;
+    size_t size = 0;
+    for (size_t i = h; i < ev - 2; ++i) {
+      const char c = all[i];
+      size = size * 16 + static_cast<size_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    if (size != payload) continue;
+    if (all.substr(ev, ev_end - ev).find("\"choices\":[]") == std::string_view::npos) continue;
+    begin = h;
+    end = ev_end + 4;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
   upstream_conn* u = d->up;
+  const http::response_head& rh = d->rhead;
   http::body_sink sink{&shard_server::on_body_data, d};
-  http::body_status bs = d->rparser.feed_body(u->buf.data + from, to - from, sink);
+  http::body_status bs{};
+  d->usage_in_batch = false;
+  if (parse_from < u->buf.len || (with_head && (!rh.chunked || (rh.has_content_length && rh.content_length == 0)))) {
+    bs = d->rparser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
+  }
   if (bs.error != errc::ok) {
     upstream_failed(d, errc::upstream_protocol);
     return;
   }
-  set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+  if (!with_head) {
+    set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+  }
   d->response_complete = bs.complete;
-  if (bs.complete && from + bs.consumed != to) d->up_reusable = false;
-  if (bs.consumed == 0) {
+  const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
+  if (bs.complete && parsed_end != u->buf.len) d->up_reusable = false;  // bytes past the end
+  // What may go out now: everything parsed, or -- while the usage chunk may
+  // still have to be cut -- only up to the last whole chunk; a partial chunk
+  // waits at the front of the buffer for the rest of its bytes.
+  uint32_t send_end = parsed_end;
+  if (d->cut_usage && !bs.complete) {
+    send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : d->fwd_from;
+    if (send_end == d->fwd_from && u->buf.len >= u->buf.cap) {
+      d->cut_usage = false;  // one chunk larger than the buffer: forward, no cut
+      send_end = parsed_end;
+    }
+  }
+  d->send_end = send_end;
+  uint8_t n = 0;
+  if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
+  size_t cut_begin = 0, cut_end = 0;
+  if (d->cut_usage && d->usage_in_batch && send_end > d->fwd_from &&
+      find_usage_chunk(u->buf.data + d->fwd_from, send_end - d->fwd_from, cut_begin, cut_end)) {
+    _stats.usage_chunks_cut.add();
+    d->cut_usage = false;  // one per stream
+    if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->fwd_from, cut_begin};
+    if (d->fwd_from + cut_end < send_end) {
+      d->send_iov[n++] = {u->buf.data + d->fwd_from + cut_end, send_end - d->fwd_from - cut_end};
+    }
+  } else if (send_end > d->fwd_from) {
+    d->send_iov[n++] = {u->buf.data + d->fwd_from, send_end - d->fwd_from};
+  }
+  if (n == 0) {
     after_body_sent(d);
     return;
   }
-  d->send_iov[0] = {u->buf.data + from, bs.consumed};
-  d->send_iov_count = 1;
+  d->send_iov_count = n;
   submit_send(d);
 }
 
@@ -578,8 +664,15 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
     return;
   }
   upstream_conn* u = d->up;
-  u->buf.len = 0;
-  if (_cfg->server.splice && start_splice(d)) return;
+  // Keep what was parsed but not sent (a partial chunk) at the front.
+  const uint32_t left = u->buf.len - d->send_end;
+  if (left != 0) std::memmove(u->buf.data, u->buf.data + d->send_end, left);
+  u->buf.len = left;
+  d->fwd_from = 0;
+  d->send_end = 0;
+  // The splice path cannot hold a partial chunk back, so a stream whose
+  // usage chunk must be cut stays on the copy path.
+  if (_cfg->server.splice && !d->cut_usage && left == 0 && start_splice(d)) return;
   _stats.streams_copied.add(d->counted_stream ? 0 : 1);
   d->counted_stream = true;
   submit_upstream_recv(d);

@@ -31,6 +31,7 @@ struct alignas(64) shard_stats {
   counter downstream_aborts;      // client gone mid-response: backend request cancelled
   counter streams_spliced;
   counter streams_copied;
+  counter usage_chunks_cut;       // injected usage chunks removed from client streams
   counter shed_connections;       // over server.connections_max
   counter loop_iterations;
   counter loop_cqes;
