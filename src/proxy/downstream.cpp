@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fnmatch.h>
 
 #include <xxhash.h>
 
@@ -15,6 +14,7 @@
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/openai/error.hpp"
+#include "sluice/quota/estimate.hpp"
 
 namespace sluice::proxy {
 
@@ -60,7 +60,8 @@ std::string_view reason_phrase(uint16_t status) noexcept {
 }
 
 bool busy(conn_state s) noexcept {
-  return s == conn_state::upstream || s == conn_state::streaming || s == conn_state::local;
+  return s == conn_state::upstream || s == conn_state::streaming || s == conn_state::local ||
+         s == conn_state::quota_wait;
 }
 
 }  // namespace
@@ -283,6 +284,13 @@ void shard_server::end_request(downstream_conn* d) noexcept {
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
   }
+  // Settle exactly once: the backend's usage when it answered 200 (a
+  // client gone mid-stream pays the prompt and what was streamed); any
+  // failure before an answer is refunded.
+  if (d->held.live) {
+    const bool answered = d->upstream_head && d->rhead.status == 200;
+    settle_quota(d, answered ? (prompt != 0 ? prompt : d->input_estimate) : 0, answered ? completion : 0);
+  }
   const bool grouped = d->group != metrics::none;
   _metrics.request_done(d->group, d->backend_used, d->status);
   if (grouped && (prompt | completion) != 0) _metrics.tokens(d->group, prompt, completion);
@@ -310,6 +318,7 @@ void shard_server::end_request(downstream_conn* d) noexcept {
   r.prompt_tokens = prompt;
   r.completion_tokens = completion;
   r.total_tokens = prompt + completion;
+  r.quota_charged = d->quota_charged;
   r.ttft_ms = d->first_token_ms != 0 ? static_cast<int64_t>(d->first_token_ms - d->request_start_ms) : -1;
   r.duration_ms = duration_ms;
   r.stream = d->is_stream;
@@ -395,38 +404,37 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
     answer_error(d, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return;
   }
-  // Model -> group: the first group whose names or patterns match.
-  char model[256];
-  if (f.model.size() >= sizeof model) {
-    answer_error(d, 404, "The model does not exist or you do not have access to it.", "invalid_request_error",
-                 "model", "model_not_found", false);
-    return;
-  }
-  std::memcpy(model, f.model.data(), f.model.size());
-  model[f.model.size()] = '\0';
   d->model_len = static_cast<uint8_t>(f.model.size() < sizeof d->model ? f.model.size() : sizeof d->model);
   std::memcpy(d->model, f.model.data(), d->model_len);
   d->is_stream = f.stream;
-  int found = -1;
-  for (size_t g = 0; g < _cfg->groups.size() && found < 0; ++g) {
-    for (const std::string& pat : _cfg->groups[g].models) {
-      if (::fnmatch(pat.c_str(), model, 0) == 0) {
-        found = static_cast<int>(g);
-        break;
-      }
-    }
-  }
-  if (found < 0) {
-    auto msg = fmt::format_to_n(d->scratch, sizeof d->scratch, "The model `{}` does not exist or you do not have access to it.",
-                                std::string_view(model, f.model.size() > 128 ? 128 : f.model.size()));
+  // Model -> group (names, patterns, `auto` rules), limited to the groups
+  // the key may use: a model outside them reads as unknown (no leak).
+  const uint32_t g = _routes.groups().resolve(f, static_cast<uint32_t>(d->key_index));
+  if (g == route::k_none) {
+    const size_t shown = f.model.size() > 128 ? 128 : f.model.size();
+    char quoted[160];
+    const size_t ql = openai::json_escape(quoted, sizeof quoted, f.model.substr(0, shown));
+    auto msg = fmt::format_to_n(d->scratch, sizeof d->scratch,
+                                "The model `{}` does not exist or you do not have access to it.",
+                                std::string_view(quoted, ql));
     answer_error(d, 404, std::string_view(d->scratch, msg.size < sizeof d->scratch ? msg.size : sizeof d->scratch),
                  "invalid_request_error", "model", "model_not_found", false);
     return;
   }
-  const config::group_config& grp = _cfg->groups[static_cast<size_t>(found)];
-  const int64_t max_cap = grp.default_max_tokens != 0 ? grp.default_max_tokens : _cfg->quota.default_max_tokens;
-  (void)max_cap;
-  d->group = static_cast<uint32_t>(found);
+  d->group = g;
+  const config::group_config& grp = _cfg->groups[g];
+  _prng ^= _prng << 13;
+  _prng ^= _prng >> 7;
+  _prng ^= _prng << 17;
+  d->route_key = route::route_key(_routes.keys(g), d->endpoint, f, grp.name, d->head.session_id, _prng);
+  // Admission cost: estimated input tokens x input_weight + max_tokens (or
+  // the group's default cap) x output_weight (DESIGN.md §4).
+  const uint64_t max_out = f.max_tokens > 0 ? static_cast<uint64_t>(f.max_tokens)
+                           : grp.default_max_tokens != 0 ? grp.default_max_tokens
+                                                         : _cfg->quota.default_max_tokens;
+  d->input_estimate = quota::estimate_input_tokens(std::string_view(d->in.data + d->body_begin, d->body_len));
+  d->quota_cost = quota::admission_cost(d->input_estimate, max_out, _cfg->quota.input_weight,
+                                        _cfg->quota.output_weight);
   d->state = conn_state::upstream;
   forward(d, f);
 }
@@ -488,7 +496,8 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
 }
 
 void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
-                                std::string_view param, std::string_view code, bool close) noexcept {
+                                std::string_view param, std::string_view code, bool close,
+                                std::string_view extra_headers) noexcept {
   if (d->request_id_len == 0) make_request_id(d);
   char body[1024];
   openai::error_fields e;
@@ -498,15 +507,17 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
   e.code = code;
   const size_t bl = openai::write_error_body(body, sizeof body, e);
   close = close || !d->head.keep_alive || _draining || d->state == conn_state::idle;
-  if (!d->out.reserve(bl + 512)) {
+  if (!d->out.reserve(bl + 1024)) {
     close_downstream(d);
     return;
   }
-  auto r = fmt::format_to_n(d->out.data, 512,
+  char rate[512];
+  const size_t rl = write_rate_headers(d, rate, sizeof rate);
+  auto r = fmt::format_to_n(d->out.data, 1024,
                             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
-                            "x-request-id: {}\r\n{}\r\n",
+                            "x-request-id: {}\r\n{}{}{}\r\n",
                             status, reason_phrase(status), bl, std::string_view(d->request_id, d->request_id_len),
-                            close ? "connection: close\r\n" : "");
+                            std::string_view(rate, rl), extra_headers, close ? "connection: close\r\n" : "");
   std::memcpy(d->out.data + r.size, body, bl);
   d->out.len = static_cast<uint32_t>(r.size + bl);
   d->status = status;
@@ -651,6 +662,9 @@ void shard_server::next_request(downstream_conn* d) noexcept {
   d->resp_body.len = 0;
   d->resp_body_overflow = false;
   d->facts = stream_facts{};
+  d->quota_cost = d->quota_charged = d->input_estimate = 0;
+  d->wait_since_ms = d->wait_until_ms = 0;
+  d->tried_mask = 0;
   d->request_id_len = 0;
   d->response_started = false;
   d->response_complete = false;
@@ -680,6 +694,7 @@ void shard_server::compact_input(downstream_conn* d) noexcept {
 
 void shard_server::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
+  if (d->state == conn_state::quota_wait) unpark(d);
   if (d->request_open) {
     if (d->cancelled) d->status = 499;  // nginx's "client closed request"
     end_request(d);
@@ -694,7 +709,7 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
     upstream_conn* u = d->up;
     d->up = nullptr;
     u->owner = nullptr;
-    _backends[u->backend].inflight--;
+    _routes.on_request_end(u->backend);
     close_upstream(u);
   }
   // shutdown() completes the pending receive (and any send) at once; the

@@ -31,6 +31,12 @@ struct control_message {
 
 }  // namespace
 
+struct gateway::mesh_storage {
+  std::vector<std::unique_ptr<mesh_queue>> queues;
+  std::vector<mesh_queue*> ptrs;
+  std::unique_ptr<std::atomic<shard::reactor*>[]> reactors;
+};
+
 struct gateway::shard_slot {
   uint32_t index = 0;
   int cpu = -1;
@@ -38,6 +44,7 @@ struct gateway::shard_slot {
   std::shared_ptr<const config::config> cfg;
   shard_stats stats;
   metrics::shard_metrics* metrics = nullptr;
+  shard_mesh mesh;
   shard::spsc_queue<control_message, 64> inbox;
   std::thread thread;
   shard::reactor* reactor = nullptr;  // set by the shard thread before `ready`
@@ -64,7 +71,7 @@ void gateway::shard_slot::run() noexcept {
     stopped = true;
     return;
   }
-  shard_server srv(index, cfg, *rx, listen_fd, stats, *metrics);
+  shard_server srv(index, cfg, *rx, listen_fd, stats, *metrics, mesh);
   listen_fd = -1;  // owned by srv now
   if (!srv.init()) {
     failed = true;
@@ -75,6 +82,7 @@ void gateway::shard_slot::run() noexcept {
   }
   log::debug("shard {} on cpu {}: io_uring {}", index, cpu, rx->setup_mode());
   reactor = rx.get();
+  const_cast<std::atomic<shard::reactor*>*>(mesh.reactors)[index].store(rx.get(), std::memory_order_release);
   ready = true;
   ready.notify_all();
 
@@ -96,6 +104,7 @@ void gateway::shard_slot::run() noexcept {
     if (c->srv->drained()) c->r->stop();
   };
   rx->run(h);
+  const_cast<std::atomic<shard::reactor*>*>(mesh.reactors)[index].store(nullptr, std::memory_order_release);
   // Every request has ended: what is left in the audit batch goes to disk
   // before the shard says it stopped (SIGTERM loses no completed line).
   srv.close_audit();
@@ -134,8 +143,25 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
     }
     fds.push_back(fd);
   }
+  // The mesh: one SPSC queue per ordered pair of shards.
+  g->_mesh = std::make_unique<mesh_storage>();
+  mesh_storage& ms = *g->_mesh;
+  ms.queues.resize(n * n);
+  ms.ptrs.assign(n * n, nullptr);
+  for (size_t from = 0; from < n; ++from) {
+    for (size_t to = 0; to < n; ++to) {
+      if (from == to) continue;
+      ms.queues[from * n + to] = std::make_unique<mesh_queue>();
+      ms.ptrs[from * n + to] = ms.queues[from * n + to].get();
+    }
+  }
+  ms.reactors = std::make_unique<std::atomic<shard::reactor*>[]>(n);
+  for (size_t i = 0; i < n; ++i) ms.reactors[i].store(nullptr);
   for (size_t i = 0; i < n; ++i) {
     auto s = std::make_unique<shard_slot>();
+    s->mesh.count = static_cast<uint32_t>(n);
+    s->mesh.queues = ms.ptrs.data();
+    s->mesh.reactors = ms.reactors.get();
     s->index = static_cast<uint32_t>(i);
     s->cpu = cpus.empty() ? -1 : cpus[i];
     s->listen_fd = fds[i];

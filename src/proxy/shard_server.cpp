@@ -36,6 +36,13 @@ void byte_buf::release() noexcept {
 }
 
 namespace {
+std::vector<quota::key_limits> key_limits_of(const config::config& c) {
+  std::vector<quota::key_limits> v;
+  v.reserve(c.keys.size());
+  for (const auto& k : c.keys) v.push_back({k.tokens_per_minute, k.requests_per_minute, k.max_concurrent});
+  return v;
+}
+
 http::limits limits_from(const config::server_config& s) {
   http::limits l;
   l.head_bytes_max = s.max_head_bytes;
@@ -47,12 +54,16 @@ http::limits limits_from(const config::server_config& s) {
 }  // namespace
 
 shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r,
-                           int listen_fd, shard_stats& stats, metrics::shard_metrics& m)
+                           int listen_fd, shard_stats& stats, metrics::shard_metrics& m, const shard_mesh& mesh)
     : _index(index),
       _cfg(std::move(cfg)),
       _r(r),
       _stats(stats),
       _metrics(m),
+      _mesh(mesh),
+      _routes(*_cfg, index, mesh.count),
+      _quota(index, mesh.count, key_limits_of(*_cfg), static_cast<int64_t>(monotonic_ns()),
+             quota::slices_options{}),
       _listen_fd(listen_fd),
       _limits(limits_from(_cfg->server)),
       _pipes(_cfg->server.connections_max * 2),
@@ -62,6 +73,8 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
   _backends = std::make_unique<backend_state[]>(_cfg->backends.size());
   for (size_t i = 0; i < _cfg->backends.size(); ++i) _backends[i].cfg = &_cfg->backends[i];
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
+  _prng = _id_seed | 1;
+  _reported.assign(_cfg->backends.size(), 0);
 }
 
 shard_server::~shard_server() {
@@ -185,6 +198,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     }
     _drain_deadline_ms = 0;
   }
+  pump_mesh(now);
   if (_audit) _audit->tick(now);
   _metrics.set_loop(_r.iterations(), _r.cqes());
   _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);

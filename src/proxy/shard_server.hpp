@@ -23,13 +23,38 @@
 #include "sluice/net/pipe_pool.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/proxy/stats.hpp"
+#include "sluice/quota/shard_slices.hpp"
+#include "sluice/route/table.hpp"
 #include "sluice/shard/reactor.hpp"
+#include "sluice/shard/spsc_queue.hpp"
 
 namespace sluice::proxy {
 
 class shard_server;
 struct downstream_conn;
 struct upstream_conn;
+
+// Shard -> shard: ring rebalancing (load reports) and quota lending. Small
+// and trivially copyable, as the SPSC queues require.
+struct shard_message {
+  enum class kind : uint8_t { route, quota } what = kind::route;
+  union {
+    route::message r;
+    quota::message q;
+  };
+  shard_message() noexcept : r() {}
+};
+static_assert(std::is_trivially_copyable_v<shard_message>);
+
+using mesh_queue = shard::spsc_queue<shard_message, 1024>;
+
+// The shards' queues to each other, owned by the gateway.
+struct shard_mesh {
+  uint32_t count = 1;
+  mesh_queue* const* queues = nullptr;           // [from * count + to]; diagonal unused
+  std::atomic<shard::reactor*> const* reactors = nullptr;  // by shard; null until it runs
+  mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
+};
 
 // A growable byte buffer owned by one connection. Grows (rarely: bodies
 // larger than the first size) and is kept across keep-alive requests.
@@ -103,6 +128,7 @@ enum class conn_state : uint8_t {
   upstream,      // request forwarded, waiting for the response head
   streaming,     // response body flowing upstream -> downstream
   local,         // sending an answer sluice made itself
+  quota_wait,    // admitted once peers lend quota (a borrow round is out)
   closing,
 };
 
@@ -152,6 +178,16 @@ struct downstream_conn {
   // The exchange in flight.
   openai::endpoint endpoint = openai::endpoint::chat_completions;
   uint32_t group = metrics::none;  // index into cfg().groups once the model matched
+  route::route_key_result route_key;
+  uint64_t tried_mask = 0;         // ring positions already tried (retries)
+  uint32_t route_position = 0;
+  quota::reservation held;         // live from admission to settle()
+  uint64_t quota_cost = 0;         // reserved weighted tokens
+  uint64_t input_estimate = 0;
+  uint64_t quota_charged = 0;
+  uint64_t wait_since_ms = 0;     // quota_wait: since when (0: not waiting)
+  uint64_t wait_until_ms = 0;     // quota_wait on a short retry time: try again then
+  list_hook<downstream_conn> wait_hook;   // in the shard's quota waiters
   int32_t key_index = -1;
   upstream_conn* up = nullptr;
   uint8_t attempts = 0;
@@ -221,7 +257,7 @@ struct backend_state {
 class shard_server {
  public:
   shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r, int listen_fd,
-               shard_stats& stats, metrics::shard_metrics& m);
+               shard_stats& stats, metrics::shard_metrics& m, const shard_mesh& mesh);
   ~shard_server();
   shard_server(const shard_server&) = delete;
   shard_server& operator=(const shard_server&) = delete;
@@ -259,7 +295,8 @@ class shard_server {
   void dispatch(downstream_conn* d) noexcept;
   void answer_models(downstream_conn* d) noexcept;
   void answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
-                    std::string_view param, std::string_view code, bool close) noexcept;
+                    std::string_view param, std::string_view code, bool close,
+                    std::string_view extra_headers = {}) noexcept;
   void send_out(downstream_conn* d) noexcept;
   void submit_send(downstream_conn* d) noexcept;
   static void on_send(shard::completion* c, const io_uring_cqe* cqe);
@@ -276,6 +313,13 @@ class shard_server {
   int32_t authenticate(const http::request_head& h) noexcept;
   void make_request_id(downstream_conn* d) noexcept;
   void open_request(downstream_conn* d) noexcept;
+  // Quota (quota.cpp).
+  void admit(downstream_conn* d) noexcept;
+  void answer_rate_limited(downstream_conn* d, const quota::decision& q) noexcept;
+  size_t write_rate_headers(downstream_conn* d, char* out, size_t cap) noexcept;
+  void settle_quota(downstream_conn* d, uint64_t prompt, uint64_t completion) noexcept;
+  void unpark(downstream_conn* d) noexcept;
+  void pump_mesh(uint64_t now_ms) noexcept;
   void end_request(downstream_conn* d) noexcept;
 
   // upstream (upstream.cpp)
@@ -328,7 +372,16 @@ class shard_server {
   shard::reactor& _r;
   shard_stats& _stats;
   metrics::shard_metrics& _metrics;
+  shard_mesh _mesh;
   std::unique_ptr<audit::writer> _audit;
+  route::table _routes;
+  quota::shard_slices _quota;
+  downstream_conn* _waiters = nullptr;   // quota_wait connections, oldest first
+  downstream_conn* _waiters_tail = nullptr;
+  uint64_t _prng = 0;
+  uint64_t _last_report_ms = 0;
+  uint64_t _last_quota_tick_ms = 0;
+  std::vector<uint32_t> _reported;       // last load reported per backend (cold-sized)
   int _listen_fd;
   http::limits _limits;
   op<shard_server> _accept_op;

@@ -168,22 +168,27 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
 }
 
 void shard_server::forward(downstream_conn* d, const openai::request_fields& f) noexcept {
+  // The forwarded request is built now, while `f` (views into this shard's
+  // reader) is valid: admission may park the request until peers lend quota.
   if (!build_upstream_request(d, f)) {
     answer_error(d, 500, "Internal error.", "server_error", {}, {}, true);
     return;
   }
   d->attempts = 0;
-  start_attempt(d);
+  d->tried_mask = 0;
+  admit(d);
 }
 
 void shard_server::start_attempt(downstream_conn* d) noexcept {
   const config::group_config& g = _cfg->groups[d->group];
-  if (g.backends.empty()) {
-    answer_error(d, 503, "No backend is available for this model.", "server_error", {}, "no_backend", false);
+  const route::choice c = _routes.pick(d->group, d->route_key, d->tried_mask);
+  if (c.backend == route::k_none) {
+    answer_error(d, 503, "No backend is available for this model right now.", "server_error", {}, "no_backend",
+                 false);
     return;
   }
-  // Round-robin within the group (routing by hash ring comes with route/).
-  const uint32_t backend = g.backends[(_rr_cursor++) % g.backends.size()];
+  const uint32_t backend = c.backend;
+  d->route_position = c.position;
   // The head has an empty host value at host_offset: this attempt's
   // backend goes in through the iov, so a retry rebuilds nothing.
   const std::string_view host = _cfg->backends[backend].host_header;
@@ -202,7 +207,7 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   u->owner = d;
   d->up = u;
   d->backend_used = backend;
-  _backends[backend].inflight++;
+  _routes.on_request_start(backend);
   _stats.upstream_requests.add();
   d->state = conn_state::upstream;
   d->rparser.reset(false);
@@ -557,9 +562,19 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
     append(o, hd.value);
     append(o, "\r\n");
   }
-  r = fmt::format_to_n(line, sizeof line, "x-request-id: {}\r\n{}\r\n", std::string_view(d->request_id, d->request_id_len),
-                       close ? "connection: close\r\n" : "");
+  // sluice's own fields: the request id, the key's rate-limit state and
+  // the time sluice and the backend took to the head (as OpenAI sends).
+  char rate[512];
+  const size_t rl = write_rate_headers(d, rate, sizeof rate);
+  if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
+    upstream_failed(d, errc::internal);
+    return;
+  }
+  r = fmt::format_to_n(line, sizeof line, "x-request-id: {}\r\nopenai-processing-ms: {}\r\n",
+                       std::string_view(d->request_id, d->request_id_len), now_ms() - d->request_start_ms);
   append(o, std::string_view(line, r.size));
+  append(o, std::string_view(rate, rl));
+  append(o, close ? "connection: close\r\n\r\n" : "\r\n");
   d->status = rh.status;
 
   // The cut of the injected usage chunk needs whole chunks (see relay());
@@ -682,7 +697,7 @@ void shard_server::finish_exchange(downstream_conn* d) noexcept {
   upstream_conn* u = d->up;
   d->up = nullptr;
   if (u != nullptr) {
-    _backends[u->backend].inflight--;
+    _routes.on_request_end(u->backend);
     release_upstream(u, d->up_reusable && (!d->pipe.valid() || d->pipe_bytes == 0));
   }
   if (d->pipe.valid()) end_splice(d, d->pipe_bytes == 0);
@@ -698,7 +713,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
     stale = u->reused;
     d->up = nullptr;
     u->owner = nullptr;
-    _backends[u->backend].inflight--;
+    _routes.on_request_end(u->backend);
     close_upstream(u);
   }
   if (d->pipe.valid()) end_splice(d, false);
@@ -716,7 +731,11 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
   // A pooled connection the backend had just closed does not count as an
   // attempt: nothing was wrong with the backend.
   if (retryable && (stale || d->attempts < g.upstream.max_retries)) {
-    if (!stale) ++d->attempts;
+    if (!stale) {
+      ++d->attempts;
+      // The next attempt walks on along the key's ring.
+      if (d->route_position < 64) d->tried_mask |= uint64_t{1} << d->route_position;
+    }
     _stats.upstream_retries.add();
     start_attempt(d);
     return;

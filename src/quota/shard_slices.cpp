@@ -138,6 +138,7 @@ decision shard_slices::try_reserve(uint32_t key, uint64_t cost_tokens, int64_t n
   ++k.inflight;
   k.last_admit_ns = now_ns;
   d.held = reservation{key, tokens.global > 0 ? cost : 0, true};
+  k.slices[index_of(resource::tokens)].reserved += d.held.tokens;
   return d;
 }
 
@@ -147,6 +148,7 @@ bool shard_slices::settle(reservation& held, uint64_t actual_tokens, int64_t now
   SLUICE_ASSERT(held.key < _keys.size());
   key_state& k = _keys[held.key];
   slice& tokens = k.slices[index_of(resource::tokens)];
+  tokens.reserved -= held.tokens;
   if (tokens.global > 0) {
     tokens.bucket.refill(now_ns);
     const auto actual = static_cast<int64_t>(std::min<uint64_t>(actual_tokens, uint64_t{k_capacity_max}));
@@ -182,6 +184,7 @@ bool shard_slices::start_round(slice& s, uint32_t key, resource r, int64_t want,
   }
   s.replies_pending = sent;
   s.round_start_ns = now_ns;
+  s.round_want = s.bucket.level() + want;
   return true;
 }
 
@@ -202,7 +205,13 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
   if (s.global > 0) {
     const bool is_idle = idle(k, now_ns);
     if (request.res != resource::concurrency) s.bucket.refill(now_ns);
-    const int64_t keep = is_idle ? s.home / _options.floor_divisor : s.home / 2;
+    // Capacity backing reservations still in flight stays: their refunds
+    // must fit when they settle, or those tokens would vanish until refill.
+    // An active lender gives what was asked (not more) down to the same
+    // floor as an idle one: one request may need most of the key's bucket
+    // (max_tokens x output_weight), and a lender keeping half its share
+    // would leave the bucket split in two halves too small for it.
+    const int64_t keep = s.home / _options.floor_divisor + s.reserved;
     int64_t capacity = s.bucket.capacity() - keep;
     if (!is_idle) capacity = std::min(capacity, request.capacity);
     if (capacity > 0) {
@@ -237,7 +246,10 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
     case message_kind::grant:
       if (m.capacity > 0) s.bucket.add(m.capacity, m.level, now_ns);
       if (m.round == s.round && s.replies_pending > 0 && --s.replies_pending == 0) {
-        s.round_end_ns = now_ns;
+        // The cooldown holds off a new round only after one that came back
+        // short: after a round that got what it asked for, the next request
+        // may borrow at once (sequential requests alternate shards).
+        s.round_end_ns = s.bucket.level() >= s.round_want ? now_ns - _options.borrow_cooldown_ns : now_ns;
         effect.round_complete = true;
       }
       break;
@@ -261,7 +273,7 @@ void shard_slices::give_back(key_state& k, uint32_t key, resource r, int64_t now
   slice& s = k.slices[index_of(r)];
   if (s.global == 0 || s.replies_pending > 0) return;
   if (r != resource::concurrency) s.bucket.refill(now_ns);
-  int64_t surplus = s.bucket.capacity() - s.home;
+  int64_t surplus = s.bucket.capacity() - s.home - s.reserved;
   // Small differences are not worth the messages.
   if (surplus < std::max<int64_t>(1, s.home / 4)) return;
   if (r == resource::concurrency) surplus = std::min(surplus, std::max<int64_t>(s.bucket.level(), 0));

@@ -45,6 +45,10 @@ class gateway {
   void post(uint8_t kind, uint32_t drain_ms) noexcept;
 
   std::unique_ptr<metrics::registry> _metrics;
+  // The shard mesh (queues by (from, to) and each shard's reactor for
+  // wake-ups); defined in gateway.cpp.
+  struct mesh_storage;
+  std::unique_ptr<mesh_storage> _mesh;
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
 };

@@ -203,6 +203,8 @@ class shard_slices {
     token_bucket bucket;
     int64_t global = 0;           // G: the whole bucket's capacity; 0 = unlimited
     int64_t home = 0;             // this shard's share at set-up
+    int64_t reserved = 0;         // tokens: reserved by live reservations (kept out of lending)
+    int64_t round_want = 0;       // the level the round in flight aims for
     int64_t round_start_ns = 0;
     int64_t round_end_ns = 0;     // when the last round ended (cooldown)
     uint32_t round = 0;

@@ -48,6 +48,31 @@ TEST_SUITE("quota::reserve") {
     }
   }
 
+  TEST_CASE("sequential requests that land on alternating shards all pass (each borrows back what the other holds)") {
+    for (uint32_t shards : {2u, 3u, 4u}) {
+      CAPTURE(shards);
+      cluster c(shards, {key_limits{3000, 100, 0}}, 0);
+      const uint64_t input = estimate_input_tokens("Say hello in one short sentence.");
+      const uint64_t cost = admission_cost(input, 1000, 1, 2);
+      int64_t now = 0;
+      int admitted = 0;
+      for (int i = 0; i < 20; ++i) {
+        now += 3 * k_ms;  // faster than the borrow cooldown
+        const uint32_t at = static_cast<uint32_t>(i) % shards;
+        decision d = admit_on(c, at, 0, cost, now);
+        CAPTURE(i);
+        CHECK(d.result == outcome::admit);
+        if (d.result != outcome::admit) continue;
+        ++admitted;
+        now += k_ms;
+        c.pump(now);
+        CHECK(c[at].settle(d.held, usage_cost(input, 10, 1, 2), now));
+        c.pump(now);
+      }
+      CHECK(admitted == 20);
+    }
+  }
+
   TEST_CASE("five concurrent requests that each reserve 2010 of 3000 tokens: only the first is admitted") {
     for (uint32_t shards : {1u, 4u}) {
       CAPTURE(shards);
