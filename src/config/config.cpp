@@ -39,7 +39,8 @@ const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "s
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens"};
 const names k_audit_keys = {"path"};
 const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "upstream",
-                             "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health"};
+                             "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
+                             "inject_usage"};
 const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms"};
 const names k_router_keys = {"auto_model", "default_group"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images"};
@@ -477,6 +478,7 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
   r.read_uint(t, "group", "prefix_messages", g.prefix_messages, 1, 8,
               " (1 = system prompt, 2 = system prompt + first user message, 3-8 = the first K messages)");
   r.read_uint(t, "group", "prefix_bytes", g.prefix_bytes, 1, 1u << 20, " (leading /v1/completions prompt bytes)");
+  r.read_bool(t, "group", "inject_usage", g.inject_usage);
   if (const toml::node* n = t.get("bounded_load")) {
     double c = 0;
     if (n->is_floating_point()) {

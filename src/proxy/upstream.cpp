@@ -99,7 +99,8 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   static constexpr std::string_view k_usage_object = "{\"include_usage\":true}";
   static constexpr std::string_view k_usage_member = "\"stream_options\":{\"include_usage\":true},";
   d->cut_usage = false;
-  if (f.stream && !f.include_usage && d->endpoint != openai::endpoint::embeddings && d->body_len != 0) {
+  if (g.inject_usage && f.stream && !f.include_usage && d->endpoint != openai::endpoint::embeddings &&
+      d->body_len != 0) {
     d->cut_usage = true;
     if (f.has_stream_options) {
       // Replaced whole: a client's other stream_options (vLLM's
@@ -162,7 +163,15 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
     append(o, ", ");
   }
   append(o, std::string_view(d->peer_ip, d->peer_ip_len));
-  append(o, "\r\n\r\n");
+  append(o, "\r\n");
+  if (!g.api_key.empty()) {
+    // The group's own backend credential; the client's key never leaves.
+    if (!o.reserve(static_cast<size_t>(o.len) + g.api_key.size() + 32)) return false;
+    append(o, "authorization: Bearer ");
+    append(o, g.api_key);
+    append(o, "\r\n");
+  }
+  append(o, "\r\n");
   d->up_body_len = body_len;
   return true;
 }

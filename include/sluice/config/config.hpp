@@ -131,6 +131,10 @@ struct group_config {
   double bounded_load = 1.25;        // c of "Consistent Hashing with Bounded Loads"; 0 = off
   std::string api_key_env;           // environment variable holding the backends' key; "" = none
   std::string api_key;               // its value, read at load (never logged)
+  // Streams: ask the backend for usage (stream_options.include_usage) when
+  // the client did not, to bill exact tokens; false for backends that
+  // reject the field (then content events are counted instead).
+  bool inject_usage = true;
   health_config health;              // [health] with this group's overrides
 };
 
