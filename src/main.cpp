@@ -12,6 +12,7 @@
 #include "sluice/net/socket.hpp"
 #include "sluice/proxy/admin.hpp"
 #include "sluice/proxy/gateway.hpp"
+#include "sluice/proxy/health.hpp"
 #include "sluice/shard/cpuset.hpp"
 #include "sluice/shard/reactor.hpp"
 
@@ -38,6 +39,7 @@ struct control {
   shard::reactor* r = nullptr;
   proxy::gateway* g = nullptr;
   proxy::admin_server* admin = nullptr;
+  proxy::health_checker* health = nullptr;
   const config::config* cfg = nullptr;
   int sig_fd = -1;
   signalfd_siginfo info{};
@@ -69,6 +71,7 @@ struct control {
         draining = true;
         log::info("signal {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->server.drain_timeout_ms);
         admin->set_draining(true);
+        health->stop();
         g->drain(cfg->server.drain_timeout_ms);
         return;
       case SIGHUP:
@@ -147,11 +150,13 @@ int main(int argc, char** argv) {
     if (!r) return 1;
     proxy::admin_server admin(*r, *g, admin_fd);
     admin.start();
+    proxy::health_checker health(*r, *g, cfg);
 
     control ctl;
     ctl.r = r.get();
     ctl.g = g.get();
     ctl.admin = &admin;
+    ctl.health = &health;
     ctl.cfg = cfg.get();
     ctl.sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC);
     ctl.op.self = &ctl;
@@ -171,6 +176,7 @@ int main(int argc, char** argv) {
     h.ctx = &ctl;
     h.on_iteration = [](void* p, uint64_t) {
       auto* c = static_cast<control*>(p);
+      c->health->on_iteration(c->r->now_ms());
       if (c->g->stopped()) c->r->stop();
     };
     r->run(h);

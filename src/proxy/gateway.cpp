@@ -25,8 +25,9 @@ namespace {
 
 // Control -> shard. Small and trivially copyable (spsc_queue's rule).
 struct control_message {
-  enum class kind : uint8_t { drain, reopen_audit } what = kind::drain;
+  enum class kind : uint8_t { drain, reopen_audit, route } what = kind::drain;
   uint32_t drain_ms = 0;
+  route::message r;  // kind::route
 };
 
 }  // namespace
@@ -45,6 +46,7 @@ struct gateway::shard_slot {
   shard_stats stats;
   metrics::shard_metrics* metrics = nullptr;
   shard_mesh mesh;
+  outcome_queue outcomes;  // shard -> control: passive health reports
   shard::spsc_queue<control_message, 64> inbox;
   std::thread thread;
   shard::reactor* reactor = nullptr;  // set by the shard thread before `ready`
@@ -99,6 +101,7 @@ void gateway::shard_slot::run() noexcept {
     while (c->slot->inbox.try_pop(m)) {
       if (m.what == control_message::kind::drain) c->srv->begin_drain(now + m.drain_ms);
       if (m.what == control_message::kind::reopen_audit) c->srv->reopen_audit();
+      if (m.what == control_message::kind::route) c->srv->apply_route(m.r);
     }
     c->srv->on_iteration(now);
     if (c->srv->drained()) c->r->stop();
@@ -160,6 +163,7 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
   for (size_t i = 0; i < n; ++i) {
     auto s = std::make_unique<shard_slot>();
     s->mesh.count = static_cast<uint32_t>(n);
+    s->mesh.to_control = &s->outcomes;
     s->mesh.queues = ms.ptrs.data();
     s->mesh.reactors = ms.reactors.get();
     s->index = static_cast<uint32_t>(i);
@@ -193,12 +197,13 @@ gateway::~gateway() {
 
 const shard_stats& gateway::stats(size_t shard) const noexcept { return _shards[shard]->stats; }
 
-void gateway::post(uint8_t kind, uint32_t drain_ms) noexcept {
+void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noexcept {
   for (auto& s : _shards) {
     if (s->stopped) continue;
     control_message m;
     m.what = static_cast<control_message::kind>(kind);
     m.drain_ms = drain_ms;
+    if (r != nullptr) m.r = *r;
     // The queue holds 64 control messages; a full one means the shard is
     // far behind, and waiting for it is the right thing for a control op.
     while (!s->inbox.try_push(m)) std::this_thread::yield();
@@ -208,6 +213,17 @@ void gateway::post(uint8_t kind, uint32_t drain_ms) noexcept {
 
 void gateway::drain(uint32_t drain_ms) noexcept {
   post(static_cast<uint8_t>(control_message::kind::drain), drain_ms);
+}
+
+void gateway::broadcast(const route::message& m) noexcept {
+  post(static_cast<uint8_t>(control_message::kind::route), 0, &m);
+}
+
+void gateway::drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failure), void* ctx) noexcept {
+  for (auto& s : _shards) {
+    upstream_outcome o;
+    while (s->outcomes.try_pop(o)) fn(ctx, o.backend, o.failure != 0);
+  }
 }
 
 void gateway::reopen_audit() noexcept { post(static_cast<uint8_t>(control_message::kind::reopen_audit), 0); }

@@ -75,6 +75,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;
   _reported.assign(_cfg->backends.size(), 0);
+  _last_failed.assign(_cfg->backends.size(), 0);
 }
 
 shard_server::~shard_server() {
@@ -204,6 +205,12 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
   _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);
   _bufs->publish();
+}
+
+void shard_server::report_outcome(uint32_t backend, bool failure) noexcept {
+  if (!failure && _last_failed[backend] == 0) return;
+  _last_failed[backend] = failure ? 1 : 0;
+  if (_mesh.to_control != nullptr) _mesh.to_control->try_push(upstream_outcome{backend, failure ? uint8_t{1} : uint8_t{0}});
 }
 
 void shard_server::reopen_audit() noexcept {

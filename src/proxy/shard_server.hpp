@@ -48,11 +48,19 @@ static_assert(std::is_trivially_copyable_v<shard_message>);
 
 using mesh_queue = shard::spsc_queue<shard_message, 1024>;
 
+// Shard -> control: one upstream attempt's outcome, for passive health.
+struct upstream_outcome {
+  uint32_t backend = 0;
+  uint8_t failure = 0;
+};
+using outcome_queue = shard::spsc_queue<upstream_outcome, 4096>;
+
 // The shards' queues to each other, owned by the gateway.
 struct shard_mesh {
   uint32_t count = 1;
   mesh_queue* const* queues = nullptr;           // [from * count + to]; diagonal unused
   std::atomic<shard::reactor*> const* reactors = nullptr;  // by shard; null until it runs
+  outcome_queue* to_control = nullptr;                     // this shard's passive health reports
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 
@@ -266,6 +274,7 @@ class shard_server {
   void on_iteration(uint64_t now_ms) noexcept;
   void begin_drain(uint64_t deadline_ms) noexcept;
   void reopen_audit() noexcept;
+  void apply_route(const route::message& m) noexcept { _routes.apply(m); }
   // Flushes and closes the audit log (shutdown); runs the reactor until done.
   void close_audit() noexcept;
   bool drained() const noexcept { return _draining && _conn_count == 0; }
@@ -320,6 +329,9 @@ class shard_server {
   void settle_quota(downstream_conn* d, uint64_t prompt, uint64_t completion) noexcept;
   void unpark(downstream_conn* d) noexcept;
   void pump_mesh(uint64_t now_ms) noexcept;
+  // Passive health: failures always, a success only after a failure (that
+  // is all the consecutive-failure count needs). Full queue: dropped.
+  void report_outcome(uint32_t backend, bool failure) noexcept;
   void end_request(downstream_conn* d) noexcept;
 
   // upstream (upstream.cpp)
@@ -382,6 +394,7 @@ class shard_server {
   uint64_t _last_report_ms = 0;
   uint64_t _last_quota_tick_ms = 0;
   std::vector<uint32_t> _reported;       // last load reported per backend (cold-sized)
+  std::vector<uint8_t> _last_failed;     // last outcome reported per backend was a failure
   int _listen_fd;
   http::limits _limits;
   op<shard_server> _accept_op;

@@ -537,6 +537,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   const config::group_config& g = _cfg->groups[d->group];
   d->state = conn_state::streaming;
   d->upstream_head = true;
+  if (d->up != nullptr) report_outcome(d->up->backend, rh.status >= 500);
   d->up_reusable = rh.keep_alive;
   d->facts = stream_facts{};
   if (rh.event_stream) {
@@ -720,6 +721,8 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
   bool stale = false;
   if (u != nullptr) {
     stale = u->reused;
+    // A stale pooled socket says nothing about the backend's health.
+    if (!stale || why != errc::upstream_connect) report_outcome(u->backend, true);
     d->up = nullptr;
     u->owner = nullptr;
     _routes.on_request_end(u->backend);

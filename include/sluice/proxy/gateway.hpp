@@ -8,6 +8,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/metrics/registry.hpp"
+#include "sluice/route/table.hpp"
 #include "sluice/proxy/stats.hpp"
 
 namespace sluice::proxy {
@@ -32,6 +33,12 @@ class gateway {
   // SIGUSR1: every shard reopens the audit log (after a rename by logrotate).
   void reopen_audit() noexcept;
 
+  // Control thread: a ring-rebalancing message (health) to every shard.
+  void broadcast(const route::message& m) noexcept;
+  // Control thread: the shards' passive reports of upstream outcomes
+  // (failure = connect error, timeout, 5xx), in order per shard.
+  void drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failure), void* ctx) noexcept;
+
   // Stop accepting, finish in-flight requests up to drain_ms, then stop.
   void drain(uint32_t drain_ms) noexcept;
   // Returns: whether every shard thread has left its loop.
@@ -42,7 +49,7 @@ class gateway {
 
  private:
   gateway() = default;
-  void post(uint8_t kind, uint32_t drain_ms) noexcept;
+  void post(uint8_t kind, uint32_t drain_ms, const route::message* r = nullptr) noexcept;
 
   std::unique_ptr<metrics::registry> _metrics;
   // The shard mesh (queues by (from, to) and each shard's reactor for

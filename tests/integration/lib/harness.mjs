@@ -200,7 +200,12 @@ export async function start_mock_vllm({
     url,
     port: Number(listening.match[2]),
     model,
+    // What reached the backend from clients: sluice's own health probes
+    // (GET /health) are left out; all_requests() keeps them.
     async requests() {
+      return (await this.all_requests()).filter((r) => !(r.method === 'GET' && r.target === '/health'));
+    },
+    async all_requests() {
       const res = await fetch(`${url}/debug/requests`);
       if (res.status !== 200) throw new Error(`GET /debug/requests: ${res.status}`);
       return res.json();

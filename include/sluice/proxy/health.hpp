@@ -1,0 +1,45 @@
+#pragma once
+// proxy: backend health on the control thread. Active probes
+// (GET /health over a fresh connection every interval) and the shards'
+// passive reports (connect failures, 5xx) feed one route::backend_health per
+// backend; every change becomes a ring-rebalancing message to all shards.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sluice/config/config.hpp"
+#include "sluice/route/health.hpp"
+#include "sluice/shard/reactor.hpp"
+
+namespace sluice::proxy {
+
+class gateway;
+
+// Control-thread-local. One per process; lives as long as the gateway.
+class health_checker {
+ public:
+  health_checker(shard::reactor& r, gateway& g, std::shared_ptr<const config::config> cfg);
+  ~health_checker();
+  health_checker(const health_checker&) = delete;
+  health_checker& operator=(const health_checker&) = delete;
+
+  // Call once per control loop iteration.
+  void on_iteration(uint64_t now_ms) noexcept;
+  void stop() noexcept { _stopping = true; }
+
+  struct probe;
+
+ private:
+  void start_probe(probe& p, uint64_t now_ms) noexcept;
+  void finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept;
+  void apply(uint32_t backend, route::health_event e) noexcept;
+  static void on_cqe(shard::completion* c, const io_uring_cqe* cqe);
+
+  shard::reactor& _r;
+  gateway& _g;
+  std::shared_ptr<const config::config> _cfg;
+  std::vector<std::unique_ptr<probe>> _probes;  // by backend
+  bool _stopping = false;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,203 @@
+#include "sluice/proxy/health.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sluice/core/log.hpp"
+#include "sluice/net/socket.hpp"
+#include "sluice/proxy/gateway.hpp"
+
+namespace sluice::proxy {
+
+// One backend's prober: one probe in flight at a time, each on a fresh
+// connection (a probe must see what a new request would: refused, slow to
+// accept, or answering).
+struct health_checker::probe {
+  struct io : shard::completion {
+    probe* self = nullptr;
+    uint8_t step = 0;  // 0 connect, 1 send, 2 recv
+  };
+  health_checker* owner = nullptr;
+  uint32_t backend = 0;
+  route::backend_health health;
+  config::health_config params;
+  int fd = -1;
+  int ops = 0;
+  bool running = false;
+  bool done = false;      // the outcome of this probe is decided
+  uint64_t next_ms = 0;
+  uint64_t deadline_ms = 0;
+  io op;
+  char request[320];
+  size_t request_len = 0;
+  char reply[512];
+  size_t reply_len = 0;
+
+  explicit probe(const config::health_config& h) : health(h), params(h) {}
+};
+
+health_checker::health_checker(shard::reactor& r, gateway& g, std::shared_ptr<const config::config> cfg)
+    : _r(r), _g(g), _cfg(std::move(cfg)) {
+  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
+    // A backend shared by several groups uses the first group's settings.
+    const config::health_config* h = &_cfg->health;
+    for (const config::group_config& grp : _cfg->groups) {
+      bool found = false;
+      for (uint32_t gb : grp.backends) found |= gb == b;
+      if (found) {
+        h = &grp.health;
+        break;
+      }
+    }
+    auto p = std::make_unique<probe>(*h);
+    p->owner = this;
+    p->backend = b;
+    p->op.self = p.get();
+    p->op.fn = &health_checker::on_cqe;
+    auto r2 = fmt::format_to_n(p->request, sizeof p->request,
+                               "GET /health HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
+                               _cfg->backends[b].host_header);
+    p->request_len = r2.size < sizeof p->request ? r2.size : sizeof p->request;
+    _probes.push_back(std::move(p));
+  }
+}
+
+health_checker::~health_checker() {
+  for (auto& p : _probes) {
+    if (p->fd >= 0) ::close(p->fd);
+  }
+}
+
+void health_checker::apply(uint32_t backend, route::health_event e) noexcept {
+  route::message m;
+  m.backend = backend;
+  switch (e) {
+    case route::health_event::none:
+      return;
+    case route::health_event::became_up:
+    case route::health_event::readmitted:
+      m.kind = route::message_kind::backend_up;
+      log::info("backend {} is up", _cfg->backends[backend].url);
+      _g.metrics().set_backend_up(backend, true);
+      break;
+    case route::health_event::became_down:
+    case route::health_event::ejected:
+      m.kind = route::message_kind::backend_down;
+      log::warn("backend {} is {}", _cfg->backends[backend].url,
+                e == route::health_event::ejected ? "ejected (request failures)" : "down (probes failing)");
+      _g.metrics().set_backend_up(backend, false);
+      break;
+  }
+  _g.broadcast(m);
+}
+
+void health_checker::start_probe(probe& p, uint64_t now_ms) noexcept {
+  const config::backend_config& b = _cfg->backends[p.backend];
+  p.fd = net::stream_socket(b.address.family());
+  if (p.fd < 0) {
+    p.next_ms = now_ms + p.params.interval_ms;
+    return;
+  }
+  p.running = true;
+  p.done = false;
+  p.reply_len = 0;
+  p.deadline_ms = now_ms + p.params.timeout_ms;
+  p.op.step = 0;
+  io_uring_sqe* s = _r.sqe(&p.op);
+  io_uring_prep_connect(s, p.fd, reinterpret_cast<const sockaddr*>(&b.address.storage), b.address.length);
+  ++p.ops;
+}
+
+void health_checker::finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept {
+  if (p.done) return;
+  p.done = true;
+  // shutdown() completes whatever is still pending on the socket; the fd is
+  // closed when the last operation is back.
+  ::shutdown(p.fd, SHUT_RDWR);
+  apply(p.backend, p.health.on_probe(ok, now_ms));
+  p.next_ms = now_ms + p.params.interval_ms;
+  if (p.ops == 0) {
+    ::close(p.fd);
+    p.fd = -1;
+    p.running = false;
+  }
+}
+
+void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
+  probe& p = *static_cast<probe::io*>(c)->self;
+  health_checker& h = *p.owner;
+  --p.ops;
+  const uint64_t now = h._r.now_ms();
+  if (p.done) {
+    if (p.ops == 0) {
+      ::close(p.fd);
+      p.fd = -1;
+      p.running = false;
+    }
+    return;
+  }
+  if (cqe->res < 0) {
+    h.finish_probe(p, false, now);
+    return;
+  }
+  switch (p.op.step) {
+    case 0: {  // connected: send the request
+      p.op.step = 1;
+      io_uring_sqe* s = h._r.sqe(&p.op);
+      io_uring_prep_send(s, p.fd, p.request, p.request_len, MSG_NOSIGNAL);
+      ++p.ops;
+      return;
+    }
+    case 1: {  // sent: read the status line
+      p.op.step = 2;
+      io_uring_sqe* s = h._r.sqe(&p.op);
+      io_uring_prep_recv(s, p.fd, p.reply, sizeof p.reply - 1, 0);
+      ++p.ops;
+      return;
+    }
+    default: {
+      p.reply_len += static_cast<size_t>(cqe->res);
+      // "HTTP/1.1 200" is all a probe needs to read.
+      const bool ok = p.reply_len >= 12 && std::memcmp(p.reply, "HTTP/1.", 7) == 0 && p.reply[9] == '2';
+      if (p.reply_len < 12 && cqe->res > 0) {
+        io_uring_sqe* s = h._r.sqe(&p.op);
+        io_uring_prep_recv(s, p.fd, p.reply + p.reply_len, sizeof p.reply - 1 - p.reply_len, 0);
+        ++p.ops;
+        return;
+      }
+      h.finish_probe(p, ok, now);
+      return;
+    }
+  }
+}
+
+void health_checker::on_iteration(uint64_t now_ms) noexcept {
+  // Passive reports from the shards.
+  struct ctx_t {
+    health_checker* self;
+    uint64_t now;
+  } ctx{this, now_ms};
+  _g.drain_outcomes(
+      [](void* c, uint32_t backend, bool failure) {
+        auto* x = static_cast<ctx_t*>(c);
+        if (backend < x->self->_probes.size()) {
+          x->self->apply(backend, x->self->_probes[backend]->health.on_request(failure, x->now));
+        }
+      },
+      &ctx);
+  for (auto& pp : _probes) {
+    probe& p = *pp;
+    apply(p.backend, p.health.tick(now_ms));
+    if (p.params.interval_ms == 0 || _stopping) continue;
+    if (p.running) {
+      if (!p.done && now_ms >= p.deadline_ms) finish_probe(p, false, now_ms);  // timed out
+      continue;
+    }
+    if (now_ms >= p.next_ms) start_probe(p, now_ms);
+  }
+}
+
+}  // namespace sluice::proxy
