@@ -280,17 +280,30 @@ void shard_server::end_request(downstream_conn* d) noexcept {
     completion = d->facts.completion_tokens >= 0 ? static_cast<uint64_t>(d->facts.completion_tokens)
                                                  : d->facts.content_events;
   } else if (d->upstream_head && !d->resp_body_overflow && d->resp_body.len != 0) {
-    const openai::usage u = openai::scan_response_usage(std::string_view(d->resp_body.data, d->resp_body.len));
+    const std::string_view body(d->resp_body.data, d->resp_body.len);
+    const openai::usage u = openai::scan_response_usage(body);
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
+    // The first choice's finish_reason. The key followed by `":"` cannot
+    // match inside a JSON string, where its quotes would be escaped.
+    constexpr std::string_view k_finish = "\"finish_reason\":\"";
+    const size_t at = body.find(k_finish);
+    if (at != std::string_view::npos) {
+      const size_t from = at + k_finish.size();
+      const size_t to = body.find('"', from);
+      if (to != std::string_view::npos && to - from <= sizeof d->facts.finish_reason) {
+        std::memcpy(d->facts.finish_reason, body.data() + from, to - from);
+        d->facts.finish_reason_len = static_cast<uint8_t>(to - from);
+      }
+    }
   }
+  const bool answered = d->upstream_head && d->rhead.status == 200;
+  // A stream cut before its usage chunk: the prompt is the estimate.
+  if (answered && prompt == 0) prompt = d->input_estimate;
   // Settle exactly once: the backend's usage when it answered 200 (a
   // client gone mid-stream pays the prompt and what was streamed); any
   // failure before an answer is refunded.
-  if (d->held.live) {
-    const bool answered = d->upstream_head && d->rhead.status == 200;
-    settle_quota(d, answered ? (prompt != 0 ? prompt : d->input_estimate) : 0, answered ? completion : 0);
-  }
+  if (d->held.live) settle_quota(d, answered ? prompt : 0, answered ? completion : 0);
   const bool grouped = d->group != metrics::none;
   _metrics.request_done(d->group, d->backend_used, d->status);
   if (grouped && (prompt | completion) != 0) _metrics.tokens(d->group, prompt, completion);

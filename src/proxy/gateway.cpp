@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -36,6 +37,7 @@ struct gateway::mesh_storage {
   std::vector<std::unique_ptr<mesh_queue>> queues;
   std::vector<mesh_queue*> ptrs;
   std::unique_ptr<std::atomic<shard::reactor*>[]> reactors;
+  std::unique_ptr<std::atomic<int64_t>[]> quota_levels;  // [(shard * keys + key) * 2 + r]
 };
 
 struct gateway::shard_slot {
@@ -158,12 +160,14 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
       ms.ptrs[from * n + to] = ms.queues[from * n + to].get();
     }
   }
+  ms.quota_levels = std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(1, n * cfg->keys.size() * 2));
   ms.reactors = std::make_unique<std::atomic<shard::reactor*>[]>(n);
   for (size_t i = 0; i < n; ++i) ms.reactors[i].store(nullptr);
   for (size_t i = 0; i < n; ++i) {
     auto s = std::make_unique<shard_slot>();
     s->mesh.count = static_cast<uint32_t>(n);
     s->mesh.to_control = &s->outcomes;
+    s->mesh.quota_levels = ms.quota_levels.get();
     s->mesh.queues = ms.ptrs.data();
     s->mesh.reactors = ms.reactors.get();
     s->index = static_cast<uint32_t>(i);

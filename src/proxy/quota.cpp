@@ -47,6 +47,10 @@ void shard_server::admit(downstream_conn* d) noexcept {
   d->wait_until_ms = q.result == quota::outcome::wait ? 0 : now + (q.retry_after_ms == 0 ? 1 : q.retry_after_ms);
   d->state = conn_state::quota_wait;
   d->wait_since_ms = since;
+  append_waiter(d);
+}
+
+void shard_server::append_waiter(downstream_conn* d) noexcept {
   d->wait_hook = {};
   d->wait_hook.prev = _waiters_tail;
   if (_waiters_tail != nullptr) {
@@ -55,6 +59,12 @@ void shard_server::admit(downstream_conn* d) noexcept {
     _waiters = d;
   }
   _waiters_tail = d;
+}
+
+downstream_conn* shard_server::detach_waiters() noexcept {
+  downstream_conn* head = _waiters;
+  _waiters = _waiters_tail = nullptr;
+  return head;
 }
 
 void shard_server::unpark(downstream_conn* d) noexcept {
@@ -138,13 +148,6 @@ void shard_server::settle_quota(downstream_conn* d, uint64_t prompt, uint64_t co
 void shard_server::pump_mesh(uint64_t now) noexcept {
   const uint32_t me = _index;
   const uint32_t n = _mesh.count;
-  if (n <= 1) {
-    if (now - _last_quota_tick_ms >= 100) {
-      _last_quota_tick_ms = now;
-      _quota.tick(to_ns(now));
-    }
-    return;
-  }
   // Inbound: route messages update this shard's load view; quota messages
   // may complete a borrow round, which re-admits that key's waiters.
   for (uint32_t from = 0; from < n; ++from) {
@@ -158,12 +161,16 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
       }
       const quota::message_effect fx = _quota.on_message(m.q, to_ns(now));
       if (!fx.round_complete) continue;
-      downstream_conn* w = _waiters;
+      // Re-admit the key's waiters. The list is detached first: a waiter
+      // that parks again goes to the new list, not back into this walk.
+      downstream_conn* w = detach_waiters();
       while (w != nullptr) {
         downstream_conn* next = w->wait_hook.next;
         if (w->key_index == static_cast<int32_t>(fx.key)) {
-          unpark(w);
+          w->state = conn_state::upstream;
           admit(w);
+        } else {
+          append_waiter(w);
         }
         w = next;
       }
@@ -175,14 +182,16 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
   }
   // Waiters whose retry time came try again; those past their bound get
   // the answer the slice gives now.
-  for (downstream_conn* w = _waiters; w != nullptr;) {
+  for (downstream_conn* w = detach_waiters(); w != nullptr;) {
     downstream_conn* next = w->wait_hook.next;
     if (w->wait_until_ms != 0 && now >= w->wait_until_ms && now - w->wait_since_ms < k_quota_wait_max_ms) {
-      unpark(w);
+      w->state = conn_state::upstream;
       w->wait_until_ms = 0;
       admit(w);
-    } else if (now - w->wait_since_ms >= k_quota_wait_max_ms) {
-      unpark(w);
+    } else if (now - w->wait_since_ms < k_quota_wait_max_ms) {
+      append_waiter(w);
+    } else {
+      w->state = conn_state::upstream;
       quota::decision q = _quota.try_reserve(static_cast<uint32_t>(w->key_index), w->quota_cost, to_ns(now));
       if (q.result == quota::outcome::admit) {
         w->held = q.held;

@@ -43,6 +43,12 @@ std::vector<quota::key_limits> key_limits_of(const config::config& c) {
   return v;
 }
 
+quota::slices_options slices_options_of(const shard_mesh& mesh) {
+  quota::slices_options o;
+  o.published = mesh.quota_levels;
+  return o;
+}
+
 http::limits limits_from(const config::server_config& s) {
   http::limits l;
   l.head_bytes_max = s.max_head_bytes;
@@ -63,7 +69,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _mesh(mesh),
       _routes(*_cfg, index, mesh.count),
       _quota(index, mesh.count, key_limits_of(*_cfg), static_cast<int64_t>(monotonic_ns()),
-             quota::slices_options{}),
+             slices_options_of(mesh)),
       _listen_fd(listen_fd),
       _limits(limits_from(_cfg->server)),
       _pipes(_cfg->server.connections_max * 2),

@@ -61,6 +61,7 @@ struct shard_mesh {
   mesh_queue* const* queues = nullptr;           // [from * count + to]; diagonal unused
   std::atomic<shard::reactor*> const* reactors = nullptr;  // by shard; null until it runs
   outcome_queue* to_control = nullptr;                     // this shard's passive health reports
+  std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 
@@ -328,6 +329,10 @@ class shard_server {
   size_t write_rate_headers(downstream_conn* d, char* out, size_t cap) noexcept;
   void settle_quota(downstream_conn* d, uint64_t prompt, uint64_t completion) noexcept;
   void unpark(downstream_conn* d) noexcept;
+  void append_waiter(downstream_conn* d) noexcept;
+  // Empties the waiter list and returns its old head; the chain stays
+  // linked through wait_hook.next for the caller's walk.
+  downstream_conn* detach_waiters() noexcept;
   void pump_mesh(uint64_t now_ms) noexcept;
   // Passive health: failures always, a success only after a failure (that
   // is all the consecutive-failure count needs). Full queue: dropped.

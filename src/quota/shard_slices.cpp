@@ -52,6 +52,7 @@ shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const
       s.bucket = token_bucket(s.home, now_ns);
     }
   }
+  for (uint32_t key = 0; key < _keys.size(); ++key) publish(key);
   _outbox.resize(size_t{shard_count} * options.outbox_capacity);
   _outbox_head.assign(shard_count, 0);
   _outbox_tail.assign(shard_count, 0);
@@ -71,14 +72,20 @@ shard_slices::step shard_slices::evaluate(slice& s, resource r, int64_t need, in
     s.round_end_ns = now_ns;
   }
   if (_shard_count == 1) return step::reject;
-  if (now_ns - s.round_end_ns < _options.borrow_cooldown_ns) return step::reject;
+  if (now_ns - s.round_end_ns < _options.borrow_cooldown_ns) return step::cooldown;
   return step::borrow;
 }
 
 uint32_t shard_slices::retry_ms(const slice& s, resource r, int64_t need) const noexcept {
   if (r == resource::concurrency) return k_concurrency_retry_ms;
-  // A slice smaller than its home share expects to borrow back up to it.
-  const int64_t ns = s.bucket.ns_until(need, std::max(s.bucket.capacity(), s.home));
+  // The whole key refills at `global` per minute and a short slice borrows
+  // what its peers refill, so the wait is the deficit at the key's rate.
+  const int64_t rate = std::max(s.global, int64_t{1});
+  const int64_t deficit = std::max<int64_t>(need - s.bucket.level(), 0);
+  __extension__ typedef unsigned __int128 u128;
+  const u128 wide = (u128(static_cast<uint64_t>(deficit)) * 60'000'000'000u + static_cast<uint64_t>(rate) - 1) /
+                    static_cast<uint64_t>(rate);
+  const int64_t ns = wide > u128(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(wide);
   const int64_t ms = (ns + 999'999) / 1'000'000;
   return static_cast<uint32_t>(std::clamp<int64_t>(ms, 1, UINT32_MAX));
 }
@@ -102,10 +109,16 @@ decision shard_slices::try_reserve(uint32_t key, uint64_t cost_tokens, int64_t n
     steps[index_of(r)] = evaluate(k.slices[index_of(r)], r, need, now_ns);
   }
   for (resource r : k_order) {
-    if (steps[index_of(r)] != step::reject) continue;
+    const step st = steps[index_of(r)];
+    if (st != step::reject && st != step::cooldown) continue;
     const int64_t need = r == resource::tokens ? cost : 1;
     if (d.result == outcome::admit) d.result = rejection_for(r);
-    d.retry_after_ms = std::max(d.retry_after_ms, retry_ms(k.slices[index_of(r)], r, need));
+    const slice& s = k.slices[index_of(r)];
+    const uint32_t wait_ms =
+        st == step::cooldown
+            ? static_cast<uint32_t>((_options.borrow_cooldown_ns - (now_ns - s.round_end_ns) + 999'999) / 1'000'000)
+            : retry_ms(s, r, need);
+    d.retry_after_ms = std::max(d.retry_after_ms, std::max<uint32_t>(wait_ms, 1));
   }
   if (d.result != outcome::admit) return d;
 
@@ -139,7 +152,16 @@ decision shard_slices::try_reserve(uint32_t key, uint64_t cost_tokens, int64_t n
   k.last_admit_ns = now_ns;
   d.held = reservation{key, tokens.global > 0 ? cost : 0, true};
   k.slices[index_of(resource::tokens)].reserved += d.held.tokens;
+  publish(key);
   return d;
+}
+
+void shard_slices::publish(uint32_t key) noexcept {
+  if (_options.published == nullptr) return;
+  const size_t base = (size_t{_shard} * _keys.size() + key) * 2;
+  const key_state& k = _keys[key];
+  _options.published[base].store(k.slices[index_of(resource::tokens)].bucket.level(), std::memory_order_relaxed);
+  _options.published[base + 1].store(k.slices[index_of(resource::requests)].bucket.level(), std::memory_order_relaxed);
 }
 
 bool shard_slices::settle(reservation& held, uint64_t actual_tokens, int64_t now_ns) noexcept {
@@ -161,6 +183,7 @@ bool shard_slices::settle(reservation& held, uint64_t actual_tokens, int64_t now
   if (slots.global > 0) slots.bucket.refund(1);
   SLUICE_ASSERT(k.inflight > 0);
   --k.inflight;
+  publish(held.key);
   return true;
 }
 
@@ -257,6 +280,7 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
       if (m.capacity > 0) s.bucket.add(m.capacity, m.level, now_ns);
       break;
   }
+  publish(m.key);
   return effect;
 }
 
@@ -266,6 +290,7 @@ void shard_slices::tick(int64_t now_ns) noexcept {
     key_state& k = _keys[key];
     if (!idle(k, now_ns)) continue;
     for (size_t r = 0; r < k_resource_count; ++r) give_back(k, key, static_cast<resource>(r), now_ns);
+    publish(key);
   }
 }
 
@@ -308,17 +333,28 @@ void shard_slices::give_back(key_state& k, uint32_t key, resource r, int64_t now
 rate_headers shard_slices::headers(uint32_t key, int64_t now_ns) noexcept {
   SLUICE_ASSERT(key < _keys.size());
   rate_headers h;
-  const auto fill = [now_ns](slice& s, rate_window& w) {
+  const auto fill = [&](slice& s, rate_window& w, size_t r) {
     if (s.global == 0) return;
     s.bucket.refill(now_ns);
     const int64_t level = std::max<int64_t>(s.bucket.level(), 0);
     w.limit = static_cast<uint64_t>(s.global);
-    w.remaining = static_cast<uint64_t>(std::min(s.global, level + (s.global - s.bucket.capacity())));
+    int64_t others = s.global - s.bucket.capacity();
+    if (_options.published != nullptr) {
+      // The peers' levels as they last published them (a peer's refill
+      // since then is not counted: "remaining" errs low, never high).
+      others = 0;
+      for (uint32_t peer = 0; peer < _shard_count; ++peer) {
+        if (peer == _shard) continue;
+        const size_t cell = (size_t{peer} * _keys.size() + key) * 2 + r;
+        others += std::max<int64_t>(_options.published[cell].load(std::memory_order_relaxed), 0);
+      }
+    }
+    w.remaining = static_cast<uint64_t>(std::clamp<int64_t>(level + others, 0, s.global));
     const int64_t ns = s.bucket.ns_until(s.bucket.capacity(), s.home);
     w.reset_ms = static_cast<uint64_t>((ns + 999'999) / 1'000'000);
   };
-  fill(at(key, resource::requests), h.requests);
-  fill(at(key, resource::tokens), h.tokens);
+  fill(at(key, resource::requests), h.requests, 1);
+  fill(at(key, resource::tokens), h.tokens, 0);
   return h;
 }
 

@@ -103,6 +103,10 @@ uint32_t maglev_ring::position_of(uint32_t backend) const noexcept {
   return k_none;
 }
 
+namespace {
+constexpr double k_min_capacity_per_weight = 2.0;
+}  // namespace
+
 uint32_t maglev_ring::pick(uint64_t key_hash, const load_view& load, double c, uint64_t skip_mask) const noexcept {
   const uint64_t eligible = _all_mask & ~skip_mask;
   if (eligible == 0) return k_none;
@@ -123,7 +127,13 @@ uint32_t maglev_ring::pick(uint64_t key_hash, const load_view& load, double c, u
   }
   const auto fits = [&](uint32_t p) {
     if (!bounded) return true;
-    const double capacity = std::ceil(per_weight * _backends[p].weight);
+    // At least two requests per weight unit: at near-zero load the bound
+    // (ceil(c * (m + 1) / n) = 1) would move a session off its backend for
+    // one request in flight -- or for a load report from another shard
+    // that is a few milliseconds old -- and cost it its KV cache for
+    // nothing. Spilling is for real pile-ups.
+    const double capacity =
+        std::max(std::ceil(per_weight * _backends[p].weight), k_min_capacity_per_weight * _backends[p].weight);
     return static_cast<double>(load.load[_backends[p].backend]) + 1.0 <= capacity;
   };
 

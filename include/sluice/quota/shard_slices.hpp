@@ -48,6 +48,7 @@
 //
 // Time is a parameter everywhere (now_ns from the reactor's clock).
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -119,6 +120,13 @@ struct slices_options {
   uint32_t floor_divisor = 16;                  // idle slices keep home / floor_divisor
   uint32_t outbox_capacity = 256;               // messages per peer; power of two
   uint32_t epoch = 0;                           // bump on every reload
+  // Optional: levels published for the rate-limit headers, one cell per
+  // (shard, key, tokens|requests) -- [(shard * keys + key) * 2 + r]. Each
+  // shard writes only its own cells (single-writer relaxed atomics, like
+  // metrics) and headers() sums the key's cells, so "remaining" is the
+  // key's, not one shard's. Null: headers() reports this slice plus what
+  // peers hold (an upper bound).
+  std::atomic<int64_t>* published = nullptr;
 };
 
 // Returned by on_message(): when round_complete, waiters of `key` should
@@ -215,11 +223,15 @@ class shard_slices {
     int64_t last_admit_ns = 0;
     uint32_t inflight = 0;
   };
-  enum class step : uint8_t { fits, wait, borrow, reject };
+  // cooldown: short, and a round just came back short; a rejection whose
+  // retry time is the end of the cooldown (the peers may hold more by then:
+  // a reservation that was live during the round may have settled).
+  enum class step : uint8_t { fits, wait, borrow, reject, cooldown };
 
   slice& at(uint32_t key, resource r) noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }
   const slice& at(uint32_t key, resource r) const noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }
   bool idle(const key_state& k, int64_t now_ns) const noexcept;
+  void publish(uint32_t key) noexcept;
   step evaluate(slice& s, resource r, int64_t need, int64_t now_ns) noexcept;
   uint32_t retry_ms(const slice& s, resource r, int64_t need) const noexcept;
   bool start_round(slice& s, uint32_t key, resource r, int64_t want, int64_t now_ns) noexcept;

@@ -231,9 +231,21 @@ TEST_SUITE("route::hash_ring") {
       REQUIRE(p != k_none);
       ++load[ring.backend(p)];
       ++total;
-      const double cap = std::ceil(1.25 * static_cast<double>(total) / 5);
+      // The bound, with its floor of two requests per backend.
+      const double cap = std::max(2.0, std::ceil(1.25 * static_cast<double>(total) / 5));
       REQUIRE(load[ring.backend(p)] <= cap);
     }
+  }
+
+  TEST_CASE("at near-zero load a key keeps its backend: one request in flight there is no pile-up") {
+    maglev_ring ring(backends(3));
+    const uint64_t k = key_hash(42);
+    const uint32_t home = ring.pick(k, {}, 0.0, 0);
+    std::vector<uint32_t> load(3, 0);
+    load[ring.backend(home)] = 1;  // e.g. a load report a few ms old
+    CHECK(ring.pick(k, {load}, 1.25, 0) == home);
+    load[ring.backend(home)] = 2;  // the floor is reached: now it spills
+    CHECK(ring.pick(k, {load}, 1.25, 0) != home);
   }
 
   TEST_CASE("round-robin follows the weights smoothly") {
