@@ -1,0 +1,247 @@
+// Fuzz target: the upstream (backend) response path. The input is what a
+// backend sends: a status line and headers, then a body that
+// http::response_parser de-chunks into an http::sse_scanner, whose events go
+// through openai::scan_stream_event. The body is fed all at once, one byte
+// per call and in random reads, and the three runs must agree on the end of
+// the message, the payload and the events. The SSE scanner is also checked
+// on the raw input against a plain reference of the WHATWG event-stream
+// rules.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fuzz_common.hpp"
+#include "sluice/http/response.hpp"
+#include "sluice/http/sse.hpp"
+#include "sluice/openai/request.hpp"
+
+namespace {
+
+using sluice::errc;
+using sluice::fuzz::inside;
+using sluice::fuzz::split_rng;
+using namespace sluice::http;
+namespace openai = sluice::openai;
+
+struct event_copy {
+  std::string data;
+  bool truncated = false;
+  bool operator==(const event_copy&) const = default;
+};
+
+void check_event_info(std::string_view payload) {
+  const openai::stream_event_info a = openai::scan_stream_event(payload);
+  // The scratch is reused: a second scan of the same bytes reads the same.
+  const openai::stream_event_info b = openai::scan_stream_event(payload);
+  SLUICE_FUZZ_CHECK(a.done == b.done && a.error == b.error && a.has_usage == b.has_usage);
+  SLUICE_FUZZ_CHECK(a.usage_only == b.usage_only && a.has_content == b.has_content);
+  SLUICE_FUZZ_CHECK(a.prompt_tokens == b.prompt_tokens);
+  SLUICE_FUZZ_CHECK(a.completion_tokens == b.completion_tokens);
+  SLUICE_FUZZ_CHECK(a.malformed == b.malformed && a.finish_reason == b.finish_reason);
+  SLUICE_FUZZ_CHECK(!(a.usage_only && !a.has_usage));
+}
+
+// Collects the events of one scanner and scans each as a vLLM chunk.
+struct event_log {
+  std::vector<event_copy> events;
+  static void on_event(void* ctx, const sse_event& ev) {
+    SLUICE_FUZZ_CHECK(ev.data.size() <= sse_scanner::k_event_bytes_max);
+    static_cast<event_log*>(ctx)->events.push_back({std::string(ev.data), ev.truncated});
+    check_event_info(ev.data);
+  }
+};
+
+// The de-chunked payload of one run, passed on to that run's scanner.
+struct body_log {
+  std::string payload;
+  sse_scanner* scanner = nullptr;
+  static void on_data(void* ctx, const char* data, size_t len) {
+    auto* self = static_cast<body_log*>(ctx);
+    SLUICE_FUZZ_CHECK(len > 0);
+    self->payload.append(data, len);
+    self->scanner->feed(data, len);
+  }
+};
+
+// The WHATWG event-stream rules, written plainly: the scanner must report
+// the same events (a truncated one as a prefix of the same size cap).
+std::vector<std::string> reference_events(std::string_view s) {
+  std::vector<std::string> out;
+  std::string data;
+  bool has_data = false;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t end = i;
+    while (end < s.size() && s[end] != '\r' && s[end] != '\n') ++end;
+    if (end == s.size()) break;  // an unterminated last line is never dispatched
+    const std::string_view line = s.substr(i, end - i);
+    i = end + 1;
+    if (s[end] == '\r' && i < s.size() && s[i] == '\n') ++i;
+    if (line.empty()) {
+      if (has_data) out.push_back(data);
+      data.clear();
+      has_data = false;
+      continue;
+    }
+    if (line[0] == ':') continue;
+    const size_t colon = line.find(':');
+    const std::string_view name = line.substr(0, colon);
+    std::string_view value = colon == std::string_view::npos ? "" : line.substr(colon + 1);
+    if (!value.empty() && value[0] == ' ') value.remove_prefix(1);
+    if (name != "data") continue;
+    if (has_data) data += '\n';
+    data.append(value);
+    has_data = true;
+  }
+  return out;
+}
+
+void check_scanner_alone(const std::vector<char>& bytes, split_rng& rng) {
+  static event_log whole_log, split_log;
+  static sse_scanner whole(event_log::on_event, &whole_log);
+  static sse_scanner split(event_log::on_event, &split_log);
+  whole_log.events.clear();
+  split_log.events.clear();
+  whole.reset();
+  split.reset();
+  whole.feed(bytes.data(), bytes.size());
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t n = rng.piece(bytes.size() - at);
+    split.feed(bytes.data() + at, n);
+    at += n;
+  }
+  SLUICE_FUZZ_CHECK(whole_log.events == split_log.events);
+  SLUICE_FUZZ_CHECK(whole.events() == whole_log.events.size());
+  const std::string_view s(bytes.data(), bytes.size());
+  if (s.substr(0, 3) == "\xEF\xBB\xBF") return;  // a BOM: the reference would drop it
+  const std::vector<std::string> ref = reference_events(s);
+  SLUICE_FUZZ_CHECK(ref.size() == whole_log.events.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const event_copy& e = whole_log.events[i];
+    if (e.truncated) {
+      SLUICE_FUZZ_CHECK(ref[i].size() > e.data.size() || ref[i].size() > sse_scanner::k_event_bytes_max);
+      SLUICE_FUZZ_CHECK(std::string_view(ref[i]).substr(0, e.data.size()) == e.data);
+    } else {
+      SLUICE_FUZZ_CHECK(ref[i] == e.data);
+    }
+  }
+}
+
+// One complete run of the body through a parser, cut into reads by `piece`.
+struct body_run {
+  errc error = errc::ok;
+  bool complete = false;
+  bool eof_complete = false;
+  size_t consumed = 0;
+  body_log body;
+  event_log events;
+};
+
+template <typename Piece>
+void feed_all(response_parser& p, const char* data, size_t len, body_run& run, Piece piece) {
+  auto scanner = std::make_unique<sse_scanner>(event_log::on_event, &run.events);
+  run.body.scanner = scanner.get();
+  const body_sink sink{body_log::on_data, &run.body};
+  size_t avail = run.consumed;
+  while (true) {
+    avail += piece(len - avail);
+    const body_status st = p.feed_body(data + run.consumed, avail - run.consumed, sink);
+    const size_t given = avail - run.consumed;
+    SLUICE_FUZZ_CHECK(st.consumed <= given);
+    SLUICE_FUZZ_CHECK(st.chunk_end <= st.consumed);
+    if (st.error != errc::ok) {
+      SLUICE_FUZZ_CHECK(st.error == errc::upstream_protocol);
+      SLUICE_FUZZ_CHECK(!st.complete);
+      run.error = st.error;
+      run.consumed += st.consumed;
+      // Sticky.
+      const body_status again = p.feed_body(data + run.consumed, len - run.consumed, sink);
+      SLUICE_FUZZ_CHECK(again.error == errc::upstream_protocol);
+      break;
+    }
+    run.consumed += st.consumed;
+    if (st.complete) {
+      run.complete = true;
+      // Stops exactly: nothing more is taken, and it stays complete.
+      const body_status again = p.feed_body(data + run.consumed, len - run.consumed, sink);
+      SLUICE_FUZZ_CHECK(again.complete && again.consumed == 0 && again.error == errc::ok);
+      break;
+    }
+    SLUICE_FUZZ_CHECK(st.consumed == given);
+    if (avail == len) break;
+  }
+  run.eof_complete = p.finish_at_eof();
+  SLUICE_FUZZ_CHECK(!run.complete || run.eof_complete);
+  SLUICE_FUZZ_CHECK(!(run.error != errc::ok && run.eof_complete));
+  // Long events are cut in the scan copy, never in the payload.
+  SLUICE_FUZZ_CHECK(run.body.payload.size() <= run.consumed);
+}
+
+void same(const body_run& a, const body_run& b) {
+  SLUICE_FUZZ_CHECK(a.error == b.error);
+  SLUICE_FUZZ_CHECK(a.complete == b.complete);
+  SLUICE_FUZZ_CHECK(a.eof_complete == b.eof_complete);
+  if (a.error == errc::ok) {
+    SLUICE_FUZZ_CHECK(a.consumed == b.consumed);
+    SLUICE_FUZZ_CHECK(a.body.payload == b.body.payload);
+    SLUICE_FUZZ_CHECK(a.events.events == b.events.events);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
+  split_rng rng(sluice::fuzz::input_hash(bytes, size));
+  const std::vector<char> stream(bytes, bytes + size);
+  const char* data = stream.data();
+  const size_t len = stream.size();
+
+  check_scanner_alone(stream, rng);
+
+  const bool head_request = (rng.next() & 7) == 0;
+  static response_head whole_head, split_head, byte_head;
+  response_parser whole, split, bytewise;
+  whole.reset(head_request);
+  split.reset(head_request);
+  bytewise.reset(head_request);
+
+  const parse_status st = whole.parse_head(data, len, whole_head);
+  if (!st.ok() && !st.need_more()) {
+    SLUICE_FUZZ_CHECK(st.error == errc::upstream_protocol);
+    SLUICE_FUZZ_CHECK(!st.message.empty());
+  }
+  parse_status sst{errc::need_more, 0, {}};
+  for (size_t avail = 0; sst.need_more() && avail < len;) {
+    avail += rng.piece(len - avail);
+    sst = split.parse_head(data, avail, split_head);
+  }
+  SLUICE_FUZZ_CHECK(sst.error == st.error && sst.status == st.status);
+  if (!st.ok()) return 0;
+
+  const response_head& h = whole_head;
+  SLUICE_FUZZ_CHECK(h.head_bytes > 0 && h.head_bytes <= len);
+  SLUICE_FUZZ_CHECK(h.head_bytes == split_head.head_bytes);
+  SLUICE_FUZZ_CHECK(h.status >= 200 && h.status <= 599);
+  SLUICE_FUZZ_CHECK(!(h.chunked && h.has_content_length));
+  SLUICE_FUZZ_CHECK(inside(h.reason, data, h.head_bytes) && inside(h.content_type, data, h.head_bytes));
+  SLUICE_FUZZ_CHECK(h.header_count <= k_response_headers_max);
+  for (uint16_t i = 0; i < h.header_count; ++i) {
+    SLUICE_FUZZ_CHECK(inside(h.headers[i].name, data, h.head_bytes));
+    SLUICE_FUZZ_CHECK(inside(h.headers[i].value, data, h.head_bytes));
+  }
+  SLUICE_FUZZ_CHECK(bytewise.parse_head(data, len, byte_head).ok());
+
+  const char* body = data + h.head_bytes;
+  const size_t body_len = len - h.head_bytes;
+  body_run one, pieces, bytes1;
+  feed_all(whole, body, body_len, one, [](size_t left) { return left; });
+  feed_all(split, body, body_len, pieces, [&rng](size_t left) { return rng.piece(left); });
+  feed_all(bytewise, body, body_len, bytes1, [](size_t left) { return left < 1 ? left : size_t{1}; });
+  same(one, pieces);
+  same(one, bytes1);
+  if (one.complete && h.has_content_length && !head_request && h.status != 204 &&
+      h.status != 304) {
+    SLUICE_FUZZ_CHECK(one.consumed == h.content_length);
+  }
+  return 0;
+}
