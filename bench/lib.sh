@@ -1,0 +1,355 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034,SC2094  # globals read by the scripts that source this
+# Shared by bench/first-run and bench/compare: start and stop the processes
+# under test on loopback, run wrk, and read CPU time from /proc.
+# Sourced, not run. Every process started here is recorded and stopped by
+# bench_cleanup (installed as an EXIT/INT/TERM trap by bench_init).
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
+BUILD_DIR=${SLUICE_BUILD:-$REPO_DIR/build}
+WRK_DIR=$BENCH_DIR/wrk
+CLK_TCK=$(getconf CLK_TCK)
+
+BENCH_PIDS=()      # every process we started, stopped in reverse order
+BENCH_PORTS=()     # ports handed out by free_port in this run
+BENCH_TMP=""
+BENCH_KEEP_TMP=0
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+bench_init() {
+    BENCH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    # nginx/HAProxy and wrk each hold one descriptor per connection.
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+}
+
+bench_cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    local i pid
+    for ((i = ${#BENCH_PIDS[@]} - 1; i >= 0; i--)); do
+        pid=${BENCH_PIDS[i]}
+        kill -TERM "$pid" 2>/dev/null || continue
+    done
+    for pid in "${BENCH_PIDS[@]}"; do
+        # Give each a moment to drain, then make sure it is gone.
+        for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    BENCH_PIDS=()
+    if [[ -n $BENCH_TMP && -d $BENCH_TMP ]]; then
+        if ((BENCH_KEEP_TMP)); then log "logs and configs kept in $BENCH_TMP"
+        else rm -rf "$BENCH_TMP"; fi
+    fi
+    exit "$rc"
+}
+
+# Stop one process we started (TERM, then KILL after 3 s) and forget it.
+stop_pid() {
+    local pid=$1 keep=() p
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for p in "${BENCH_PIDS[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
+    BENCH_PIDS=("${keep[@]}")
+}
+
+# free_port VAR: set VAR to a loopback TCP port nobody uses (and that this
+# run has not handed out). Sets a variable rather than printing: a $(...)
+# subshell would lose the record of ports handed out.
+free_port() {
+    # Locals are prefixed: printf -v must not land on one of them.
+    local _fp_port _fp_used
+    for _ in $(seq 200); do
+        _fp_port=$((20000 + RANDOM % 40000))
+        for _fp_used in "${BENCH_PORTS[@]}"; do [[ $_fp_used == "$_fp_port" ]] && continue 2; done
+        if [[ -z $(ss -Htan "sport = :$_fp_port" 2>/dev/null) ]]; then
+            BENCH_PORTS+=("$_fp_port")
+            printf -v "$1" '%s' "$_fp_port"
+            return 0
+        fi
+    done
+    die "no free port found"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# wait_ready PID PORT LOGFILE [SECONDS]: wait until PORT accepts connections;
+# fail if PID exits first.
+wait_ready() {
+    local pid=$1 port=$2 logf=$3 secs=${4:-10} i
+    for ((i = 0; i < secs * 20; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            log "process $pid exited while starting; last lines of $logf:"
+            tail -n 5 "$logf" >&2 2>/dev/null
+            return 1
+        fi
+        port_open "$port" && return 0
+        sleep 0.05
+    done
+    log "port $port not open after ${secs}s; last lines of $logf:"
+    tail -n 5 "$logf" >&2 2>/dev/null
+    return 1
+}
+
+# start_bg NAME PORT CMD...: start CMD in the background, logging to
+# $BENCH_TMP/NAME.log, wait for PORT; sets STARTED_PID. Call it (and the
+# start_* functions) directly, never in $(...): the process must be a child
+# of this shell so that cleanup can stop and reap it.
+start_bg() {
+    local name=$1 port=$2; shift 2
+    local logf=$BENCH_TMP/$name.log
+    "$@" >"$logf" 2>&1 &
+    local pid=$!
+    BENCH_PIDS+=("$pid")
+    echo "\$ $*" >>"$BENCH_TMP/commands.txt"
+    if ! wait_ready "$pid" "$port" "$logf" "${START_TIMEOUT_S:-10}"; then
+        stop_pid "$pid"
+        return 1
+    fi
+    STARTED_PID=$pid
+}
+
+# built NAME: the path of a built program: $BUILD_DIR/NAME, or where meson
+# puts a program defined in a subfolder (tools/NAME/NAME).
+built() {
+    local c
+    for c in "$BUILD_DIR/$1" "$BUILD_DIR/tools/$1/$1" "$BUILD_DIR/src/$1"; do
+        [[ -x $c && -f $c ]] && { echo "$c"; return 0; }
+    done
+    return 1
+}
+
+need_built() {
+    local b
+    for b in "$@"; do
+        built "$b" >/dev/null || die "$b not found in $BUILD_DIR: build first with
+    meson setup build && meson compile -C build
+(or set SLUICE_BUILD to another build folder)"
+    done
+}
+
+# --- the processes under test -------------------------------------------------
+
+# start_mock PORT THREADS PIN... -- MOCK_ARGS...
+start_mock() {
+    local port=$1 threads=$2; shift 2
+    local pin=()
+    while [[ $1 != -- ]]; do pin+=("$1"); shift; done
+    shift
+    start_bg "mock-vllm-$port" "$port" "${pin[@]}" "$(built mock-vllm)" \
+        --port "$port" --threads "$threads" --created 1700000000 --no-record "$@"
+}
+
+# start_sluice NAME PORT BACKEND_PORT CONFIG CPUS PIN...
+# CONFIG may be empty (embedded default), CPUS may be empty (affinity mask).
+start_sluice() {
+    local name=$1 port=$2 backend=$3 config=$4 cpus=$5; shift 5
+    local admin args=()
+    free_port admin
+    args=(--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin"
+          --backend "http://127.0.0.1:$backend")
+    [[ -n $config ]] && args+=(--config "$config")
+    [[ -n $cpus ]] && args+=(--cpus "$cpus")
+    local bin
+    bin=$(built sluice) || { log "sluice is not built in $BUILD_DIR"; return 1; }
+    START_TIMEOUT_S=5 start_bg "$name" "$port" "$@" "$bin" "${args[@]}"
+}
+
+# write_sluice_config FILE SPLICE BACKEND_PORT: the embedded default's
+# settings (one group for any model, key test-key) with splice on or off and
+# the audit log kept in the temp dir.
+write_sluice_config() {
+    local file=$1 splice=$2 backend=$3
+    cat >"$file" <<EOF
+[server]
+splice = $splice
+
+[audit]
+path = "$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl"
+
+[[group]]
+name = "default"
+models = ["*"]
+backends = ["http://127.0.0.1:$backend"]
+
+[[key]]
+id = "bench"
+key = "test-key"
+EOF
+}
+
+# start_nginx PORT BACKEND_PORT WORKERS PIN...
+start_nginx() {
+    local port=$1 backend=$2 workers=$3; shift 3
+    local dir=$BENCH_TMP/nginx-$port
+    mkdir -p "$dir"
+    local user_line="" nofile
+    nofile=$(ulimit -n)
+    [[ $(id -u) == 0 ]] && user_line="user root;"
+    cat >"$dir/nginx.conf" <<EOF
+# Written by bench: a plain keep-alive reverse proxy, as commonly put in
+# front of vLLM, with SSE unbuffered.
+$user_line
+worker_processes $workers;
+worker_rlimit_nofile $nofile;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events {
+    worker_connections $((nofile - 64));
+}
+http {
+    access_log off;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    upstream backend {
+        server 127.0.0.1:$backend;
+        keepalive 64;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 120s;
+        }
+    }
+}
+EOF
+    start_bg "nginx-$port" "$port" "$@" nginx -p "$dir/" -e "$dir/error.log" -c "$dir/nginx.conf"
+}
+
+# start_haproxy PORT BACKEND_PORT THREADS PIN...
+start_haproxy() {
+    local port=$1 backend=$2 threads=$3; shift 3
+    local dir=$BENCH_TMP/haproxy-$port
+    mkdir -p "$dir"
+    # HAProxy refuses to start if maxconn needs more descriptors than the
+    # limit allows (two per proxied connection).
+    local maxconn=$(( $(ulimit -n) / 2 - 200 ))
+    cat >"$dir/haproxy.cfg" <<EOF
+# Written by bench: HTTP mode with server-side connection reuse.
+global
+    nbthread $threads
+    maxconn $maxconn
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+    timeout http-keep-alive 60s
+frontend fe
+    bind 127.0.0.1:$port
+    default_backend be
+backend be
+    server mock 127.0.0.1:$backend
+EOF
+    start_bg "haproxy-$port" "$port" "$@" haproxy -db -f "$dir/haproxy.cfg"
+}
+
+# --- measuring ----------------------------------------------------------------
+
+# CPU ticks (user+system, all threads) of PID and its direct children
+# (nginx's workers); 0 if gone.
+proc_ticks() {
+    local pid total=0 stat rest f
+    for pid in "$1" $(pgrep -P "$1" 2>/dev/null); do
+        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+        rest=${stat##*) }          # fields from 3 (state) on
+        read -r -a f <<<"$rest"
+        total=$((total + f[11] + f[12]))   # utime (14), stime (15)
+    done
+    echo "$total"
+}
+
+# Busy ticks of one CPU (user+nice+system+irq+softirq) or of all when no arg.
+cpu_busy_ticks() {
+    local name=${1:+cpu$1}
+    awk -v n="${name:-cpu}" '$1 == n { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat
+}
+
+# children_ticks VAR: set VAR to the CPU ticks this shell's reaped children
+# used (wrk, curl), from `times`. `times` must run in this shell (a $(...)
+# subshell reports its own, empty, children), so its output goes via a file.
+children_ticks() {
+    times >"$BENCH_TMP/times"
+    local _ct_ticks
+    _ct_ticks=$(awk -v hz="$CLK_TCK" 'END {
+        s = 0
+        for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] }
+        printf "%d", s * hz + 0.5 }' "$BENCH_TMP/times")
+    printf -v "$1" '%s' "$_ct_ticks"
+}
+
+# run_wrk OUTFILE PIN... -- WRK_ARGS...: run wrk, keep its full output in
+# OUTFILE, print its WRK_RESULT line (empty if wrk failed).
+run_wrk() {
+    local out=$1; shift
+    local pin=()
+    while [[ $1 != -- ]]; do pin+=("$1"); shift; done
+    shift
+    echo "\$ ${pin[*]:+${pin[*]} }wrk $*" >>"$BENCH_TMP/commands.txt"
+    "${pin[@]}" wrk "$@" >"$out" 2>&1 || true
+    grep -m1 '^WRK_RESULT ' "$out" || true
+}
+
+# field LINE KEY: a value from a WRK_RESULT line.
+field() { sed -n "s/.* $2=\([0-9-]*\).*/\1/p" <<<"$1"; }
+
+# The request bodies wrk sends, for curl checks.
+chat_body() {
+    local stream=$1 max_tokens=$2
+    local extra=""
+    [[ $stream == 1 ]] && extra=',"stream":true'
+    printf '{"model":"mock-model","messages":[{"role":"user","content":"Say something."}],"max_tokens":%s%s}' \
+        "$max_tokens" "$extra"
+}
+
+# fetch_body PORT STREAM MAX_TOKENS: the reply body with ids normalised.
+fetch_body() {
+    curl -sS --max-time 20 -H 'Authorization: Bearer test-key' \
+        -H 'Content-Type: application/json' \
+        --data-binary "$(chat_body "$2" "$3")" \
+        "http://127.0.0.1:$1/v1/chat/completions" |
+        sed -E 's/"id":"[^"]*"/"id":"X"/g; s/"created":[0-9]+/"created":0/g'
+}
+
+# probe PORT: HTTP status of one non-stream chat request.
+probe() {
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
+        -H 'Authorization: Bearer test-key' -H 'Content-Type: application/json' \
+        --data-binary "$(chat_body 0 16)" "http://127.0.0.1:$1/v1/chat/completions" || true
+}
+
+# Median of numbers on stdin (one per line, "-" lines ignored); "-" if none.
+median() {
+    grep -v '^-*$' | sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "-"; exit }
+        if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2
+        if (m == int(m)) printf "%d\n", m; else printf "%.1f\n", m }'
+}
+
+# ratio A B: A / B with two decimals, or "-" when either is missing.
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        if (a == "" || b == "" || a == "-" || b == "-" || b + 0 == 0) print "-"
+        else printf "%.2f\n", a / b }'
+}
