@@ -554,6 +554,17 @@ rule_config read_rule(const reader& r, const toml::table& t, const std::vector<g
   for (const toml::node* n : r.read_strings(t, "rule", "contains_any")) rule.contains_any.push_back(n->as_string()->get());
   if (const toml::node* n = r.read_string(t, "rule", "regex", rule.regex)) {
     if (rule.regex.empty()) r.fail(*n, "rule.regex must not be empty");
+    // Back-references (\1 ...) match nothing a routing rule needs, and
+    // libstdc++'s parser overflows on long ones: refuse them up front.
+    for (size_t i = 0; i + 1 < rule.regex.size(); ++i) {
+      if (rule.regex[i] == '\\') {
+        if (rule.regex[i + 1] >= '1' && rule.regex[i + 1] <= '9') {
+          r.fail(*n, fmt::format("rule.regex \"{}\" uses a back-reference; allowed: an ECMAScript regular "
+                                 "expression without back-references", rule.regex));
+        }
+        ++i;  // skip the escaped character
+      }
+    }
     try {
       std::regex compiled(rule.regex, std::regex::ECMAScript | std::regex::icase | std::regex::nosubs);
       (void)compiled;

@@ -545,6 +545,8 @@ key = "k"
       {"rule for an unknown group", "[[rule]]\ngroup = \"nope\"\n", 2, "rule.group \"nope\" is not the name of a [[group]]"},
       {"rule without group", "[[rule]]\ncontains_any = [\"x\"]\n", 1, "[[rule]] needs group"},
       {"bad regex", "[[rule]]\ngroup = \"g\"\nregex = \"(unclosed\"\n", 3, "does not compile"},
+      {"regex back-reference (libstdc++ overflows on long ones)",
+       "[[rule]]\ngroup = \"g\"\nregex = \"\\\\44444444444444444444\"\n", 3, "uses a back-reference"},
       {"unknown rule key", "[[rule]]\ngroup = \"g\"\nhas_tool = true\n", 3, "did you mean \"has_tools\""},
       {"rule bounds reversed", "[[rule]]\ngroup = \"g\"\nmin_prompt_bytes = 10\nmax_prompt_bytes = 5\n", 3, "larger than rule.max_prompt_bytes"},
       {"unknown default group", "[router]\ndefault_group = \"nope\"\n", 2, "router.default_group \"nope\""},
