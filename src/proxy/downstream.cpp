@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "shard_server.hpp"
+#include "text.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/openai/error.hpp"
@@ -24,16 +25,6 @@ namespace {
 // connection stops reading (and so stops the client) until it catches up.
 constexpr uint32_t k_pipeline_bytes_max = 64u << 10;
 
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
-    if (x != y) return false;
-  }
-  return true;
-}
 
 std::string_view reason_phrase(uint16_t status) noexcept {
   switch (status) {
@@ -588,23 +579,11 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     }
     return;
   }
-  // Advance over what went out; a short send resubmits the rest.
-  size_t n = static_cast<size_t>(res);
-  uint8_t i = 0;
-  while (i < d->send_iov_count && n >= d->send_iov[i].iov_len) {
-    n -= d->send_iov[i].iov_len;
-    ++i;
-  }
-  if (i < d->send_iov_count) {
-    uint8_t k = 0;
-    for (uint8_t j = i; j < d->send_iov_count; ++j) d->send_iov[k++] = d->send_iov[j];
-    d->send_iov[0].iov_base = static_cast<char*>(d->send_iov[0].iov_base) + n;
-    d->send_iov[0].iov_len -= n;
-    d->send_iov_count = k;
+  // A short send resubmits the rest.
+  if (advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
     submit_send(d);
     return;
   }
-  d->send_iov_count = 0;
   switch (d->state) {
     case conn_state::body:
       process_input(d);  // 100 Continue is out; read on

@@ -347,6 +347,9 @@ class shard_server {
   void release_upstream(upstream_conn* u, bool reusable) noexcept;
   void close_upstream(upstream_conn* u) noexcept;
   void maybe_free(upstream_conn* u) noexcept;
+  // An upstream CQE's first step: counts the operation done. Returns:
+  // whether the connection no longer serves an exchange (then handled).
+  bool upstream_gone(upstream_conn* u) noexcept;
   void submit_connect(upstream_conn* u) noexcept;
   void submit_upstream_send(downstream_conn* d) noexcept;
   void submit_upstream_recv(downstream_conn* d) noexcept;

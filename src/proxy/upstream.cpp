@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "shard_server.hpp"
+#include "text.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
@@ -20,16 +21,6 @@ namespace {
 
 constexpr uint32_t k_upstream_buf_bytes = 64u << 10;
 
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
-    if (x != y) return false;
-  }
-  return true;
-}
 
 // Hop-by-hop fields (RFC 9110 §7.6.1) and the fields sluice sets itself.
 bool drop_request_header(std::string_view name) noexcept {
@@ -345,6 +336,16 @@ void shard_server::maybe_free(upstream_conn* u) noexcept {
   delete u;
 }
 
+bool shard_server::upstream_gone(upstream_conn* u) noexcept {
+  --u->ops;
+  if (!u->closing && u->owner != nullptr) return false;
+  // The exchange ended (client gone, timeout) while this operation was in
+  // flight: the connection is of no further use.
+  if (!u->closing) close_upstream(u);
+  maybe_free(u);
+  return true;
+}
+
 void shard_server::submit_connect(upstream_conn* u) noexcept {
   const config::backend_config& b = _cfg->backends[u->backend];
   io_uring_sqe* s = _r.sqe(&u->connect_op);
@@ -358,12 +359,7 @@ void shard_server::on_up_connect(shard::completion* c, const io_uring_cqe* cqe) 
 }
 
 void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
-  --u->ops;
-  if (u->closing || u->owner == nullptr) {
-    if (!u->closing) close_upstream(u);
-    maybe_free(u);
-    return;
-  }
+  if (upstream_gone(u)) return;
   downstream_conn* d = u->owner;
   if (res < 0) {
     _stats.upstream_connect_errors.add();
@@ -391,29 +387,13 @@ void shard_server::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
 }
 
 void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
-  --u->ops;
-  if (u->closing || u->owner == nullptr) {
-    if (!u->closing) close_upstream(u);
-    maybe_free(u);
-    return;
-  }
+  if (upstream_gone(u)) return;
   downstream_conn* d = u->owner;
   if (res < 0) {
     upstream_failed(d, errc::upstream_connect);  // nothing was answered yet: safe to retry
     return;
   }
-  size_t n = static_cast<size_t>(res);
-  uint8_t i = 0;
-  while (i < d->up_msg_iov_count && n >= d->up_msg_iov[i].iov_len) {
-    n -= d->up_msg_iov[i].iov_len;
-    ++i;
-  }
-  if (i < d->up_msg_iov_count) {
-    uint8_t k = 0;
-    for (uint8_t j = i; j < d->up_msg_iov_count; ++j) d->up_msg_iov[k++] = d->up_msg_iov[j];
-    d->up_msg_iov[0].iov_base = static_cast<char*>(d->up_msg_iov[0].iov_base) + n;
-    d->up_msg_iov[0].iov_len -= n;
-    d->up_msg_iov_count = k;
+  if (advance_iov(d->up_msg_iov, d->up_msg_iov_count, static_cast<size_t>(res))) {
     submit_upstream_send(d);
     return;
   }
@@ -433,12 +413,7 @@ void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
 }
 
 void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
-  --u->ops;
-  if (u->closing || u->owner == nullptr) {
-    if (!u->closing) close_upstream(u);
-    maybe_free(u);
-    return;
-  }
+  if (upstream_gone(u)) return;
   downstream_conn* d = u->owner;
   if (res <= 0) {
     if (d->state == conn_state::streaming && res == 0 && d->rparser.finish_at_eof()) {
