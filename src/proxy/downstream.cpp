@@ -427,6 +427,7 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   }
   d->group = g;
   const config::group_config& grp = _cfg->groups[g];
+  d->total_deadline_ms = grp.upstream.total_timeout_ms != 0 ? now_ms() + grp.upstream.total_timeout_ms : 0;
   _prng ^= _prng << 13;
   _prng ^= _prng >> 7;
   _prng ^= _prng << 17;
@@ -656,6 +657,7 @@ void shard_server::next_request(downstream_conn* d) noexcept {
   d->facts = stream_facts{};
   d->quota_cost = d->quota_charged = d->input_estimate = 0;
   d->wait_since_ms = d->wait_until_ms = 0;
+  d->total_deadline_ms = 0;
   d->tried_mask = 0;
   d->request_id_len = 0;
   d->response_started = false;

@@ -179,6 +179,13 @@ void shard_server::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms
   d->deadline = k;
   d->deadline_ms = k == deadline_kind::none || ms == 0 ? 0 : now_ms() + ms;
   if (ms == 0) d->deadline = deadline_kind::none;
+  // upstream.total_timeout_ms caps every upstream wait of the exchange.
+  const bool upstream_wait = k == deadline_kind::upstream_connect || k == deadline_kind::upstream_first_byte ||
+                             k == deadline_kind::upstream_idle;
+  if (upstream_wait && d->total_deadline_ms != 0 && (d->deadline_ms == 0 || d->deadline_ms > d->total_deadline_ms)) {
+    d->deadline = k;
+    d->deadline_ms = d->total_deadline_ms;
+  }
 }
 
 void shard_server::on_iteration(uint64_t now) noexcept {

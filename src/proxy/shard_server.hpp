@@ -166,6 +166,7 @@ struct downstream_conn {
   uint64_t deadline_ms = 0;
   uint64_t request_start_ms = 0;
   uint64_t body_start_ms = 0;
+  uint64_t total_deadline_ms = 0;  // upstream.total_timeout_ms for this exchange; 0 = none
   op<downstream_conn> recv_op, send_op, splice_op, poll_op;
   list_hook<downstream_conn> all_hook;
 
