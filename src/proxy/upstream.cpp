@@ -671,8 +671,13 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
   d->fwd_from = 0;
   d->send_end = 0;
   // The splice path cannot hold a partial chunk back, so a stream whose
-  // usage chunk must be cut stays on the copy path.
-  if (_cfg->server.splice && !d->cut_usage && left == 0 && start_splice(d)) return;
+  // usage chunk must be cut stays on the copy path. It is for long bodies
+  // only: event streams and large ones. A short JSON body whose head came
+  // alone would pay four ring operations for a few hundred bytes (bench/:
+  // 20.6 vs 15.9 µs per non-stream request on one core).
+  const http::response_head& rh = d->rhead;
+  const bool long_body = rh.event_stream || (rh.has_content_length && rh.content_length > (64u << 10));
+  if (_cfg->server.splice && long_body && !d->cut_usage && left == 0 && start_splice(d)) return;
   _stats.streams_copied.add(d->counted_stream ? 0 : 1);
   d->counted_stream = true;
   submit_upstream_recv(d);
