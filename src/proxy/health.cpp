@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
@@ -29,12 +30,19 @@ struct health_checker::probe {
   bool running = false;
   bool done = false;      // the outcome of this probe is decided
   uint64_t next_ms = 0;
+  uint64_t rounds = 0;
   uint64_t deadline_ms = 0;
   io op;
   char request[320];
   size_t request_len = 0;
   char reply[512];
   size_t reply_len = 0;
+  // Every other round is a scrape of the backend's /metrics (vLLM's
+  // queue length feeds the load view) instead of a /health probe.
+  bool scrape = false;
+  char scrape_request[320];
+  size_t scrape_request_len = 0;
+  std::string body;  // the scrape's reply (cold path: the control thread)
 
   explicit probe(const config::health_config& h) : health(h), params(h) {}
 };
@@ -61,6 +69,10 @@ health_checker::health_checker(shard::reactor& r, gateway& g, std::shared_ptr<co
                                "GET /health HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
                                _cfg->backends[b].host_header);
     p->request_len = r2.size < sizeof p->request ? r2.size : sizeof p->request;
+    auto r3 = fmt::format_to_n(p->scrape_request, sizeof p->scrape_request,
+                               "GET /metrics HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
+                               _cfg->backends[b].host_header);
+    p->scrape_request_len = r3.size < sizeof p->scrape_request ? r3.size : sizeof p->scrape_request;
     _probes.push_back(std::move(p));
   }
 }
@@ -104,6 +116,7 @@ void health_checker::start_probe(probe& p, uint64_t now_ms) noexcept {
   p.running = true;
   p.done = false;
   p.reply_len = 0;
+  p.body.clear();
   p.deadline_ms = now_ms + p.params.timeout_ms;
   p.op.step = 0;
   io_uring_sqe* s = _r.sqe(&p.op);
@@ -111,14 +124,37 @@ void health_checker::start_probe(probe& p, uint64_t now_ms) noexcept {
   ++p.ops;
 }
 
+
 void health_checker::finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept {
   if (p.done) return;
   p.done = true;
   // shutdown() completes whatever is still pending on the socket; the fd is
   // closed when the last operation is back.
   ::shutdown(p.fd, SHUT_RDWR);
+  if (p.scrape) {
+    // A scrape says nothing about health; it only updates the queue length.
+    const int64_t waiting = ok ? route::vllm_waiting_requests(p.body) : -1;
+    if (waiting >= 0) {
+      route::message m;
+      m.kind = route::message_kind::backend_waiting;
+      m.backend = p.backend;
+      m.value = static_cast<uint32_t>(waiting > UINT32_MAX ? UINT32_MAX : waiting);
+      _g.broadcast(m);
+    }
+    p.scrape = false;
+    p.next_ms = now_ms;  // the health probe goes on at its own pace
+    if (p.ops == 0) {
+      ::close(p.fd);
+      p.fd = -1;
+      p.running = false;
+    }
+    return;
+  }
   apply(p.backend, p.health.on_probe(ok, now_ms));
   p.next_ms = now_ms + p.params.interval_ms;
+  // A healthy backend's queue length is read right after every second probe.
+  p.scrape = ok && (p.rounds++ % 2 == 1);
+  if (p.scrape) p.next_ms = now_ms;
   if (p.ops == 0) {
     ::close(p.fd);
     p.fd = -1;
@@ -147,7 +183,11 @@ void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
     case 0: {  // connected: send the request
       p.op.step = 1;
       io_uring_sqe* s = h._r.sqe(&p.op);
-      io_uring_prep_send(s, p.fd, p.request, p.request_len, MSG_NOSIGNAL);
+      if (p.scrape) {
+        io_uring_prep_send(s, p.fd, p.scrape_request, p.scrape_request_len, MSG_NOSIGNAL);
+      } else {
+        io_uring_prep_send(s, p.fd, p.request, p.request_len, MSG_NOSIGNAL);
+      }
       ++p.ops;
       return;
     }
@@ -159,6 +199,19 @@ void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
       return;
     }
     default: {
+      if (p.scrape) {
+        // Read to the close (the request said connection: close), at most 1 MiB.
+        if (cqe->res > 0 && p.body.size() < (1u << 20)) {
+          p.body.append(p.reply, static_cast<size_t>(cqe->res));
+          io_uring_sqe* s = h._r.sqe(&p.op);
+          io_uring_prep_recv(s, p.fd, p.reply, sizeof p.reply - 1, 0);
+          ++p.ops;
+          return;
+        }
+        const bool ok = p.body.size() >= 12 && p.body.compare(0, 7, "HTTP/1.") == 0 && p.body[9] == '2';
+        h.finish_probe(p, ok, now);
+        return;
+      }
       p.reply_len += static_cast<size_t>(cqe->res);
       // "HTTP/1.1 200" is all a probe needs to read.
       const bool ok = p.reply_len >= 12 && std::memcmp(p.reply, "HTTP/1.", 7) == 0 && p.reply[9] == '2';

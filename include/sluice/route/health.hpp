@@ -15,12 +15,18 @@
 // and takes no new ones (hash routing cannot tell a new session from an old
 // one, so "no new sessions" means no new requests).
 #include <cstdint>
+#include <string_view>
 
 #include "sluice/config/config.hpp"
 
 namespace sluice::route {
 
 enum class health_state : uint8_t { up, down, ejected };
+
+// vLLM's queue length from its Prometheus /metrics body: the sum of
+// `vllm:num_requests_waiting` over its label sets. Returns: -1 when the
+// body has no such sample.
+int64_t vllm_waiting_requests(std::string_view body) noexcept;
 
 // What the caller must tell the shards. `none`: nothing changed for routing.
 enum class health_event : uint8_t { none, became_up, became_down, ejected, readmitted };

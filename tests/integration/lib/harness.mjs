@@ -201,9 +201,9 @@ export async function start_mock_vllm({
     port: Number(listening.match[2]),
     model,
     // What reached the backend from clients: sluice's own health probes
-    // (GET /health) are left out; all_requests() keeps them.
+    // and /metrics scrapes are left out; all_requests() keeps them.
     async requests() {
-      return (await this.all_requests()).filter((r) => !(r.method === 'GET' && r.target === '/health'));
+      return (await this.all_requests()).filter((r) => !(r.method === 'GET' && (r.target === '/health' || r.target === '/metrics')));
     },
     async all_requests() {
       const res = await fetch(`${url}/debug/requests`);

@@ -101,3 +101,24 @@ TEST_SUITE("route::backend_health") {
     CHECK(h.state() == health_state::down);
   }
 }
+
+TEST_SUITE("route::vllm_waiting_requests") {
+  TEST_CASE("the queue length is summed over label sets; other metrics and comments are ignored") {
+    const char* body =
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting{model_name=\"a\"} 3.0\n"
+        "vllm:num_requests_waiting{model_name=\"b\"} 4.0\n"
+        "vllm:num_requests_running{model_name=\"a\"} 9.0\n"
+        "vllm:num_requests_waiting_total 100\n";
+    CHECK(sluice::route::vllm_waiting_requests(body) == 7);
+  }
+  TEST_CASE("a body without the metric reads as unknown, not zero") {
+    CHECK(sluice::route::vllm_waiting_requests("vllm:num_requests_running 2\n") == -1);
+    CHECK(sluice::route::vllm_waiting_requests("") == -1);
+  }
+  TEST_CASE("a sample without labels and a malformed value") {
+    CHECK(sluice::route::vllm_waiting_requests("vllm:num_requests_waiting 5\n") == 5);
+    CHECK(sluice::route::vllm_waiting_requests("vllm:num_requests_waiting{} x\n") == -1);
+  }
+}
