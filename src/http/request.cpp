@@ -145,29 +145,14 @@ void request_parser::reset() noexcept {
 int request_parser::on_header_field(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<request_parser*>(p->data);
   request_head& h = *self->_head;
-  if (self->_in_value || h.header_count == 0) {
-    // The pre-scan bounded the count; llhttp agreeing is checked anyway.
-    if (h.header_count == k_headers_max) return -1;
-    h.headers[h.header_count++] = header{std::string_view(at, len), {}};
-    self->_in_value = false;
-    return 0;
-  }
-  // A name split across llhttp spans: the pieces are adjacent in the buffer.
-  std::string_view& name = h.headers[h.header_count - 1].name;
-  name = std::string_view(name.data(), static_cast<size_t>(at + len - name.data()));
-  return 0;
+  // The pre-scan bounded the count; llhttp agreeing is checked anyway.
+  return detail::on_field_span(h.headers, h.header_count, k_headers_max, self->_in_value, at, len);
 }
 
 int request_parser::on_header_value(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<request_parser*>(p->data);
   request_head& h = *self->_head;
-  if (h.header_count == 0) return -1;
-  std::string_view& value = h.headers[h.header_count - 1].value;
-  value = value.data() == nullptr
-              ? std::string_view(at, len)
-              : std::string_view(value.data(), static_cast<size_t>(at + len - value.data()));
-  self->_in_value = true;
-  return 0;
+  return detail::on_value_span(h.headers, h.header_count, self->_in_value, at, len);
 }
 
 int request_parser::on_headers_complete(llhttp_t* p) {

@@ -56,36 +56,20 @@ void response_parser::reset(bool head_request) noexcept {
 
 int response_parser::on_status(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
-  std::string_view& r = self->_head->reason;
-  r = r.data() == nullptr ? std::string_view(at, len)
-                          : std::string_view(r.data(), static_cast<size_t>(at + len - r.data()));
+  self->_head->reason = detail::extend_span(self->_head->reason, at, len);
   return 0;
 }
 
 int response_parser::on_header_field(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
   response_head& h = *self->_head;
-  if (self->_in_value || h.header_count == 0) {
-    if (h.header_count == k_response_headers_max) return -1;
-    h.headers[h.header_count++] = header{std::string_view(at, len), {}};
-    self->_in_value = false;
-    return 0;
-  }
-  std::string_view& name = h.headers[h.header_count - 1].name;
-  name = std::string_view(name.data(), static_cast<size_t>(at + len - name.data()));
-  return 0;
+  return detail::on_field_span(h.headers, h.header_count, k_response_headers_max, self->_in_value, at, len);
 }
 
 int response_parser::on_header_value(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
   response_head& h = *self->_head;
-  if (h.header_count == 0) return -1;
-  std::string_view& value = h.headers[h.header_count - 1].value;
-  value = value.data() == nullptr
-              ? std::string_view(at, len)
-              : std::string_view(value.data(), static_cast<size_t>(at + len - value.data()));
-  self->_in_value = true;
-  return 0;
+  return detail::on_value_span(h.headers, h.header_count, self->_in_value, at, len);
 }
 
 int response_parser::on_headers_complete(llhttp_t* p) {
