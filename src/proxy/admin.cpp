@@ -202,6 +202,8 @@ void admin_server::handle(conn* c) noexcept {
             "counter", &shard_stats::usage_chunks_cut);
     counter("sluice_shed_connections_total", "Connections refused over server.connections_max.", "counter",
             &shard_stats::shed_connections);
+    counter("sluice_shed_requests_total", "Requests refused with 503 over server.inflight_max.", "counter",
+            &shard_stats::shed_requests);
     _g.metrics().render(m);
     respond(c, 200, "text/plain; version=0.0.4", m);
     return;

@@ -399,6 +399,14 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
     answer_models(d);
     return;
   }
+  // The shard's in-flight cap: answered before the body is parsed, so an
+  // overloaded shard spends as little as possible on what it refuses.
+  if (_stats.requests_inflight.get() > _cfg->server.inflight_max) {
+    _stats.shed_requests.add();
+    answer_error(d, 503, "The server is overloaded. Please try again.", "server_error", {}, "overloaded", false,
+                 "retry-after: 1\r\n");
+    return;
+  }
   openai::request_fields f;
   openai::request_error e;
   // max_tokens above this is refused (400); the real bound is the model's

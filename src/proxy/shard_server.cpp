@@ -135,8 +135,18 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
     if (_draining) {
       ::close(fd);
     } else if (_conn_count >= _cfg->server.connections_max) {
-      // Over the per-shard cap: shed at once rather than degrade everyone.
+      // Over the per-shard cap: shed at once rather than degrade everyone,
+      // with an answer the client can act on. One non-blocking send on a
+      // fresh socket (its buffer is empty), only on this overload path.
+      static constexpr std::string_view k_shed =
+          "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 122\r\n"
+          "retry-after: 1\r\nconnection: close\r\n\r\n"
+          "{\"error\":{\"message\":\"The server is overloaded. Please try again.\",\"type\":\"server_error\","
+          "\"param\":null,\"code\":\"overloaded\"}}";
+      static_assert(k_shed.size() - k_shed.find("\r\n\r\n") - 4 == 122, "content-length of the shed answer");
       _stats.shed_connections.add();
+      ssize_t sent = ::send(fd, k_shed.data(), k_shed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)sent;  // best effort: the close says the rest
       ::close(fd);
     } else {
       auto* d = new (std::nothrow) downstream_conn(_limits);

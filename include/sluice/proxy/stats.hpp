@@ -33,6 +33,7 @@ struct alignas(64) shard_stats {
   counter streams_copied;
   counter usage_chunks_cut;       // injected usage chunks removed from client streams
   counter shed_connections;       // over server.connections_max
+  counter shed_requests;          // over server.inflight_max (503)
   counter loop_iterations;
   counter loop_cqes;
 };

@@ -1,0 +1,78 @@
+// Overload: per-shard caps answer 503 + retry-after (OpenAI's error shape)
+// before anything breaks, and count each shed reason.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, describe, it } from 'node:test';
+
+import { chat_body, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
+import { gateway_config, post_fresh, samples, scrape } from './lib/gateway.mjs';
+
+function connect(port) {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1', () => resolve(s));
+    s.on('error', reject);
+  });
+}
+
+function read_all(socket, timeout_ms = 5000) {
+  return new Promise((resolve, reject) => {
+    const parts = [];
+    const timer = setTimeout(() => reject(new Error('no close within the bound')), timeout_ms);
+    socket.on('data', (d) => parts.push(d));
+    socket.on('close', () => { clearTimeout(timer); resolve(Buffer.concat(parts).toString('utf8')); });
+  });
+}
+
+describe('overload', () => {
+  let mock;
+  let sluice;
+
+  before(async () => {
+    // Requests stay in flight ~1 s, so the in-flight cap is reached.
+    mock = await start_mock_vllm({ ttft_ms: 1000, reply_tokens: 2 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { connections_max: 2, inflight_max: 1 } },
+        groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],  // one shard: the caps are per shard
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('over server.inflight_max a request gets 503 with retry-after and reaches no backend', async () => {
+    await mock.clear_requests();
+    const replies = await Promise.all([0, 1].map(() =>
+      post_fresh(sluice.url, chat_body({ max_tokens: 2 }), { key: 'test-key' })));
+    const statuses = replies.map((r) => r.status).sort();
+    assert.deepEqual(statuses, [200, 503]);
+    const shed = replies.find((r) => r.status === 503);
+    assert.equal(shed.headers['retry-after'], '1');
+    const body = JSON.parse(shed.text);
+    assert.equal(body.error.code, 'overloaded');
+    assert.equal(body.error.type, 'server_error');
+    assert.equal((await mock.requests()).length, 1, 'only the admitted request reached the backend');
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.equal(samples(m, 'sluice_shed_requests_total')[0].value, 1);
+  });
+
+  it('over server.connections_max a new connection gets 503 and is closed; the others keep working', async () => {
+    const a = await connect(sluice.port);
+    const b = await connect(sluice.port);
+    try {
+      // Both held open and idle; the third is over the cap of 2.
+      const c = await connect(sluice.port);
+      const reply = await read_all(c);
+      assert.match(reply, /^HTTP\/1\.1 503 /);
+      assert.match(reply, /\r\nretry-after: 1\r\n/);
+      const body = JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4));
+      assert.equal(body.error.code, 'overloaded');
+    } finally {
+      a.destroy();
+      b.destroy();
+    }
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.ok(samples(m, 'sluice_shed_connections_total')[0].value >= 1);
+  });
+});
