@@ -554,15 +554,29 @@ rule_config read_rule(const reader& r, const toml::table& t, const std::vector<g
   for (const toml::node* n : r.read_strings(t, "rule", "contains_any")) rule.contains_any.push_back(n->as_string()->get());
   if (const toml::node* n = r.read_string(t, "rule", "regex", rule.regex)) {
     if (rule.regex.empty()) r.fail(*n, "rule.regex must not be empty");
-    // Back-references (\1 ...) match nothing a routing rule needs, and
-    // libstdc++'s parser overflows on long ones: refuse them up front.
-    for (size_t i = 0; i + 1 < rule.regex.size(); ++i) {
-      if (rule.regex[i] == '\\') {
+    // libstdc++'s regex parser reads back-reference numbers and {n,m}
+    // counts into a long without an overflow check (undefined behaviour on a
+    // long digit run). Back-references match nothing a routing rule needs,
+    // and counts above six digits nothing sensible: refuse both up front.
+    bool in_braces = false;
+    size_t digits = 0;
+    for (size_t i = 0; i < rule.regex.size(); ++i) {
+      const char c = rule.regex[i];
+      if (c == '\\' && i + 1 < rule.regex.size()) {
         if (rule.regex[i + 1] >= '1' && rule.regex[i + 1] <= '9') {
           r.fail(*n, fmt::format("rule.regex \"{}\" uses a back-reference; allowed: an ECMAScript regular "
                                  "expression without back-references", rule.regex));
         }
         ++i;  // skip the escaped character
+        digits = 0;
+        continue;
+      }
+      if (c == '{') in_braces = true;
+      if (c == '}') in_braces = false;
+      digits = (c >= '0' && c <= '9') ? digits + 1 : 0;
+      if (in_braces && digits > 6) {
+        r.fail(*n, fmt::format("rule.regex \"{}\" has a repetition count over 999999; allowed: counts up to 999999",
+                               rule.regex));
       }
     }
     try {

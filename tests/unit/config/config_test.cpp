@@ -547,6 +547,8 @@ key = "k"
       {"bad regex", "[[rule]]\ngroup = \"g\"\nregex = \"(unclosed\"\n", 3, "does not compile"},
       {"regex back-reference (libstdc++ overflows on long ones)",
        "[[rule]]\ngroup = \"g\"\nregex = \"\\\\44444444444444444444\"\n", 3, "uses a back-reference"},
+      {"regex repetition count too large (the same overflow)",
+       "[[rule]]\ngroup = \"g\"\nregex = \"c{19999999999999999999,5}\"\n", 3, "repetition count over 999999"},
       {"unknown rule key", "[[rule]]\ngroup = \"g\"\nhas_tool = true\n", 3, "did you mean \"has_tools\""},
       {"rule bounds reversed", "[[rule]]\ngroup = \"g\"\nmin_prompt_bytes = 10\nmax_prompt_bytes = 5\n", 3, "larger than rule.max_prompt_bytes"},
       {"unknown default group", "[router]\ndefault_group = \"nope\"\n", 2, "router.default_group \"nope\""},
