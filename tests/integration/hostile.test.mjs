@@ -125,6 +125,57 @@ const cases = [
   { name: 'unknown path', status: 404, bytes: raw({ line: 'POST /v1/nothing-here HTTP/1.1' }) },
   { name: 'GET on a POST endpoint', status: 405, bytes: raw({ line: 'GET /v1/chat/completions HTTP/1.1', body: '', cl: false }) },
   { name: 'DELETE /v1/models', status: 405, bytes: raw({ line: 'DELETE /v1/models HTTP/1.1', body: '', cl: false }) },
+
+  // More smuggling and framing disguises.
+  { name: 'Transfer-Encoding: chunked, identity', status: 400, close: true,
+    bytes: raw({ headers: [...base_headers, 'Transfer-Encoding: chunked, identity'], body: chunked(valid), cl: false }) },
+  { name: 'Transfer-Encoding: gzip, chunked (a coding sluice does not do)', status: 501, close: true,
+    bytes: raw({ headers: [...base_headers, 'Transfer-Encoding: gzip, chunked'], body: chunked(valid), cl: false }) },
+  { name: 'Transfer-Encoding in an HTTP/1.0 request', status: 400, close: true,
+    bytes: raw({ line: 'POST /v1/chat/completions HTTP/1.0', headers: [...base_headers, 'Transfer-Encoding: chunked'], body: chunked(valid), cl: false }) },
+  { name: 'Content-Length with a plus sign', status: 400, close: true,
+    bytes: raw({ headers: [...base_headers, `Content-Length: +${valid.length}`], cl: false }) },
+  { name: 'chunk size written 0x10', status: 400, close: true,
+    bytes: raw({ headers: [...base_headers, 'Transfer-Encoding: chunked'], body: `0x${valid.length.toString(16)}\r\n${valid}\r\n0\r\n\r\n`, cl: false }) },
+  { name: 'chunk data without its CRLF', status: 400, close: true,
+    bytes: raw({ headers: [...base_headers, 'Transfer-Encoding: chunked'], body: `${valid.length.toString(16)}\r\n${valid}XX0\r\n\r\n`, cl: false }) },
+  { name: 'a header line without a colon', status: 400, close: true,
+    bytes: raw({ headers: [...base_headers, 'NoColonHere'] }) },
+  { name: 'request line without a version (HTTP/0.9 shape)', status: 400, close: true,
+    bytes: Buffer.from('GET /v1/models\r\n\r\n') },
+
+  // Methods, versions, targets.
+  { name: 'unknown method', status: 501, close: true, bytes: raw({ line: 'BREW /v1/chat/completions HTTP/1.1' }) },
+  { name: 'lower-case method', status: 501, close: true, bytes: raw({ line: 'post /v1/chat/completions HTTP/1.1' }) },
+  { name: 'asterisk-form target', status: 400, close: true, bytes: raw({ line: 'OPTIONS * HTTP/1.1', body: '', cl: false }) },
+  { name: 'authority-form target (CONNECT)', status: 400, close: true,
+    bytes: raw({ line: 'CONNECT 127.0.0.1:443 HTTP/1.1', body: '', cl: false }) },
+  { name: 'fragment in the target', status: 400, close: true, bytes: raw({ line: 'POST /v1/chat/completions#x HTTP/1.1' }) },
+  { name: 'dot-segments in the path are not normalised into an endpoint', status: 404,
+    bytes: raw({ line: 'POST /v1/../v1/chat/completions HTTP/1.1' }) },
+  { name: 'Expect other than 100-continue', status: 417, close: true,
+    bytes: raw({ headers: [...base_headers, 'Expect: 200-ok'] }) },
+
+  // Auth edge cases.
+  { name: 'duplicate Authorization', status: 400, close: true,
+    bytes: raw({ headers: ['Host: 127.0.0.1', auth, auth, 'Content-Type: application/json'] }) },
+  { name: 'duplicate Host', status: 400, close: true,
+    bytes: raw({ headers: ['Host: 127.0.0.1', 'Host: 127.0.0.2', auth, 'Content-Type: application/json'] }) },
+  { name: 'key in the query string instead of the header', status: 401, code: 'invalid_api_key',
+    bytes: raw({ line: `POST /v1/chat/completions?api_key=${test_key} HTTP/1.1`, headers: ['Host: 127.0.0.1', 'Content-Type: application/json'] }) },
+  { name: 'case-flipped key', status: 401, code: 'invalid_api_key',
+    bytes: raw({ headers: ['Host: 127.0.0.1', `Authorization: Bearer ${test_key.toUpperCase()}`, 'Content-Type: application/json'] }) },
+  { name: 'truncated key', status: 401, code: 'invalid_api_key',
+    bytes: raw({ headers: ['Host: 127.0.0.1', `Authorization: Bearer ${test_key.slice(0, -1)}`, 'Content-Type: application/json'] }) },
+
+  // More JSON.
+  { name: 'UTF-8 byte order mark before the JSON', status: 400, bytes: with_body(`\ufeff${valid}`) },
+  { name: 'duplicate key written with an escape', status: 400,
+    bytes: with_body(`{"model":"${model}","\\u006dodel":"other","messages":[{"role":"user","content":"hi"}]}`) },
+  { name: 'messages is an empty array', status: 400, bytes: with_json({ model, messages: [] }) },
+  { name: 'stream_options is not an object', status: 400, bytes: with_json({ model, messages: msgs, stream: true, stream_options: true }) },
+  { name: 'max_tokens 1e3', status: 400, bytes: with_body(`{"model":"${model}","messages":[{"role":"user","content":"hi"}],"max_tokens":1e3}`) },
+  { name: 'max_tokens 10.0', status: 400, bytes: with_body(`{"model":"${model}","messages":[{"role":"user","content":"hi"}],"max_tokens":10.0}`) },
 ];
 
 describe('malformed and hostile requests', () => {
