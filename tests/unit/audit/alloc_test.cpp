@@ -6,19 +6,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "../alloc_counter.hpp"
 #include "sluice/audit/writer.hpp"
-
-namespace {
-size_t g_allocations = 0;
-}  // namespace
-
-void* operator new(size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 TEST_SUITE("audit::allocation") {
   TEST_CASE("formatting and appending records, batch hand-offs included, allocates nothing") {
@@ -37,7 +26,7 @@ TEST_SUITE("audit::allocation") {
     char line[sluice::audit::max_line_bytes];
 
     // No doctest macro inside the window: they may allocate themselves.
-    const size_t before = g_allocations;
+    const size_t before = sluice::test::allocations();
     size_t formatted = 0;
     unsigned appended = 0;
     for (int i = 0; i < 5000; ++i) {
@@ -53,7 +42,7 @@ TEST_SUITE("audit::allocation") {
       appended += ok ? 1u : 0u;
       w->tick(static_cast<uint64_t>(i));
     }
-    const size_t after = g_allocations;
+    const size_t after = sluice::test::allocations();
 
     CHECK(before > 0);  // the counting operator new is the one in use
     CHECK(after == before);

@@ -7,21 +7,10 @@
 #include <new>
 #include <string>
 
+#include "../alloc_counter.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/response.hpp"
 #include "sluice/http/sse.hpp"
-
-namespace {
-size_t g_allocations = 0;
-}  // namespace
-
-void* operator new(size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 TEST_SUITE("http::allocation") {
   TEST_CASE("parsing a request, a chunked body, a streamed response and its events allocates nothing") {
@@ -43,14 +32,14 @@ TEST_SUITE("http::allocation") {
         scanner};
 
     // No doctest macro inside the window: they may allocate themselves.
-    const size_t before = g_allocations;
+    const size_t before = sluice::test::allocations();
     const bool head_ok = parser->parse_head(req.data(), req.size(), *head).ok();
     size_t used = 0, produced = 0;
     char* body = req.data() + head->head_bytes;
     const bool body_ok = parser->decode_chunked(body, req.size() - head->head_bytes, body, used, produced).ok();
     const bool rhead_ok = rparser->parse_head(resp.data(), resp.size(), *rhead).ok();
     const auto st = rparser->feed_body(resp.data() + rhead->head_bytes, resp.size() - rhead->head_bytes, sink);
-    const size_t after = g_allocations;
+    const size_t after = sluice::test::allocations();
 
     CHECK(before > 0);  // the counting operator new is the one in use
     CHECK(after == before);

@@ -5,19 +5,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "../alloc_counter.hpp"
 #include "sluice/metrics/registry.hpp"
-
-namespace {
-size_t g_allocations = 0;
-}  // namespace
-
-void* operator new(size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 TEST_SUITE("metrics::allocation") {
   TEST_CASE("hot-path increments and observations allocate nothing") {
@@ -26,7 +15,7 @@ TEST_SUITE("metrics::allocation") {
     shard_metrics& m = reg.shard(1);
 
     // No doctest macro inside the window: they may allocate themselves.
-    const size_t before = g_allocations;
+    const size_t before = sluice::test::allocations();
     for (uint32_t i = 0; i < 10000; ++i) {
       m.inflight_add();
       m.request_done(i % 3 == 0 ? none : i % 2, i % 4 == 0 ? none : i % 3, static_cast<uint16_t>(200 + i % 400));
@@ -37,7 +26,7 @@ TEST_SUITE("metrics::allocation") {
       m.set_loop(i, 2 * i);
       m.inflight_sub();
     }
-    const size_t after = g_allocations;
+    const size_t after = sluice::test::allocations();
 
     CHECK(before > 0);  // the counting operator new is the one in use
     CHECK(after == before);

@@ -6,33 +6,9 @@
 #include <new>
 #include <string>
 
+#include "../alloc_counter.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
-
-namespace {
-size_t allocations = 0;  // the tests are single-threaded
-}
-
-// Every plain, array and nothrow form is replaced, so that each allocation
-// and its release meet in malloc/free (sanitizers check that they pair up).
-// The aligned forms are left alone: they pair among themselves.
-void* operator new(size_t n) {
-  ++allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  ++allocations;
-  return std::malloc(n == 0 ? 1 : n);
-}
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace sluice::openai;
 
@@ -57,7 +33,7 @@ TEST_SUITE("openai::allocation") {
     (void)scan_stream_event(chunk);
     (void)scan_response_usage(chunk);
 
-    const size_t before = allocations;
+    const size_t before = sluice::test::allocations();
     for (int i = 0; i < 100; ++i) {
       CHECK(reader.read(endpoint::chat_completions, body.data(), len, 100, f, e));
       CHECK_FALSE(reader.read(endpoint::chat_completions, bad.data(), 25, 100, f, e));
@@ -66,6 +42,6 @@ TEST_SUITE("openai::allocation") {
       char out[256];
       CHECK(write_error_body(out, sizeof(out), default_error_for_status(400, e.message)) > 0);
     }
-    CHECK(allocations == before);
+    CHECK(sluice::test::allocations() == before);
   }
 }

@@ -6,21 +6,10 @@
 #include <new>
 #include <vector>
 
+#include "../alloc_counter.hpp"
 #include "sluice/quota/duration.hpp"
 #include "sluice/quota/estimate.hpp"
 #include "sluice/quota/shard_slices.hpp"
-
-namespace {
-size_t g_allocations = 0;
-}  // namespace
-
-void* operator new(size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 using namespace sluice::quota;
 
@@ -32,7 +21,7 @@ TEST_SUITE("quota::allocation") {
     const char text[] = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"你好, hello 123\"}]}";
 
     // No doctest macro inside the window: they may allocate themselves.
-    const size_t before = g_allocations;
+    const size_t before = sluice::test::allocations();
     int admitted = 0, waited = 0;
     uint64_t estimate = 0;
     size_t formatted = 0;
@@ -65,7 +54,7 @@ TEST_SUITE("quota::allocation") {
       const rate_headers h = a->headers(0, now);
       formatted += format_duration(h.tokens.reset_ms, duration);
     }
-    const size_t after = g_allocations;
+    const size_t after = sluice::test::allocations();
 
     CHECK(before > 0);  // the counting operator new is the one in use
     CHECK(after == before);

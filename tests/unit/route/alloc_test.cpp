@@ -7,31 +7,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "../alloc_counter.hpp"
 #include "sluice/route/table.hpp"
-
-namespace {
-size_t g_allocations = 0;
-}  // namespace
-
-// Every plain, array and nothrow form is replaced, so that each allocation
-// and its release meet in malloc/free (sanitizers check that they pair up).
-void* operator new(size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t n) { return operator new(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  ++g_allocations;
-  return std::malloc(n == 0 ? 1 : n);
-}
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace sluice::route;
 
@@ -68,7 +45,7 @@ key = "k"
     const key_params params = t->keys(0);
 
     // No doctest macro inside the window: they may allocate themselves.
-    const size_t before = g_allocations;
+    const size_t before = sluice::test::allocations();
     uint64_t sum = 0;
     for (uint64_t i = 0; i < 1000; ++i) {
       const uint32_t g = t->groups().resolve(f, 0);
@@ -81,7 +58,7 @@ key = "k"
     }
     t->apply({message_kind::backend_down, 0, 0, 0, k_none, 0});
     sum += t->pick(0, {XXH3_64bits("x", 1), key_source::prefix}, 0b10).backend;
-    const size_t after = g_allocations;
+    const size_t after = sluice::test::allocations();
 
     CHECK(before > 0);
     CHECK(after == before);
