@@ -40,7 +40,8 @@ struct control {
   proxy::gateway* g = nullptr;
   proxy::admin_server* admin = nullptr;
   proxy::health_checker* health = nullptr;
-  const config::config* cfg = nullptr;
+  const config::flags* flags = nullptr;
+  std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
   signalfd_siginfo info{};
   struct sig_op : shard::completion {
@@ -59,6 +60,33 @@ struct control {
     self->arm();
   }
 
+  // Re-reads the file (flags still override it). A valid one becomes every
+  // shard's snapshot; an invalid one is logged with its line and counted,
+  // and the running config stays.
+  void reload() {
+    if (draining) {
+      log::warn("SIGHUP: draining; not reloading");
+      return;
+    }
+    try {
+      std::shared_ptr<const config::config> loaded = config::load_from_flags(*flags);
+      std::vector<std::string> notes;
+      std::shared_ptr<const config::config> next = config::reconcile(*loaded, *cfg, g->capacity(), notes);
+      g->reload(next);
+      health->reload(next);
+      cfg = std::move(next);
+      g->count_reload(true);
+      log::info("SIGHUP: reloaded {}", cfg->source);
+      for (const std::string& n : notes) log::info("SIGHUP: {}", n);
+    } catch (const config::config_error& e) {
+      g->count_reload(false);
+      log::error("SIGHUP: {}; the running config stays", e.what());
+    } catch (const std::exception& e) {
+      g->count_reload(false);
+      log::error("SIGHUP: reload failed: {}; the running config stays", e.what());
+    }
+  }
+
   void handle(int sig) {
     switch (sig) {
       case SIGTERM:
@@ -75,7 +103,7 @@ struct control {
         g->drain(cfg->server.drain_timeout_ms);
         return;
       case SIGHUP:
-        log::warn("SIGHUP: live reload is not available yet; the running config stays");
+        reload();
         return;
       case SIGUSR1:
         log::info("SIGUSR1: reopening the audit log");
@@ -157,7 +185,8 @@ int main(int argc, char** argv) {
     ctl.g = g.get();
     ctl.admin = &admin;
     ctl.health = &health;
-    ctl.cfg = cfg.get();
+    ctl.cfg = cfg;
+    ctl.flags = &f;
     ctl.sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC);
     ctl.op.self = &ctl;
     ctl.op.fn = &control::on_signal;

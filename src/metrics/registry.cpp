@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <unordered_map>
 #include <new>
 #include <utility>
 
@@ -67,9 +68,13 @@ std::string_view name_or_none(const std::vector<std::string>& names, size_t i) {
 
 void registry::block_free::operator()(counter* p) const noexcept { ::operator delete[](p, line_align); }
 
-registry::registry(size_t shard_count, names n) : _names(std::move(n)) {
+registry::registry(size_t shard_count, names n, room extra)
+    : _names(std::move(n)),
+      _group_rows(_names.groups.size() + extra.groups),
+      _backend_rows(_names.backends.size() + extra.backends),
+      _key_rows(_names.keys.size() + extra.keys) {
   SLUICE_VERIFY(shard_count > 0);
-  const size_t g = _names.groups.size() + 1, b = _names.backends.size() + 1, k = _names.keys.size() + 1;
+  const size_t g = _group_rows + 1, b = _backend_rows + 1, k = _key_rows + 1;
   const size_t requests = g * b * status_code_count;
   const size_t tokens = g * token_kind_count;
   const size_t rejected = k * reject_reason_count;
@@ -84,9 +89,9 @@ registry::registry(size_t shard_count, names n) : _names(std::move(n)) {
     for (size_t i = 0; i < total; ++i) new (mem + i) counter();
     _blocks.emplace_back(mem);
     shard_metrics& m = _shards[s];
-    m._groups = _names.groups.size();
-    m._backends = _names.backends.size();
-    m._keys = _names.keys.size();
+    m._groups = _group_rows;
+    m._backends = _backend_rows;
+    m._keys = _key_rows;
     counter* p = mem;
     m._requests = p;
     p += requests;
@@ -102,19 +107,38 @@ registry::registry(size_t shard_count, names n) : _names(std::move(n)) {
     p += 1;
     m._loop = p;
   }
-  _backend_up.reset(new counter[_names.backends.size() + 1]);
+  _backend_up.reset(new counter[_backend_rows + 1]);
+}
+
+bool registry::rename(names n) {
+  if (n.groups.size() < _names.groups.size() || n.backends.size() < _names.backends.size() ||
+      n.keys.size() < _names.keys.size() || n.groups.size() > _group_rows || n.backends.size() > _backend_rows ||
+      n.keys.size() > _key_rows) {
+    return false;
+  }
+  _names = std::move(n);
+  return true;
 }
 
 registry::~registry() = default;
 
 void registry::set_backend_up(uint32_t backend, bool up) noexcept {
-  SLUICE_ASSERT(backend < _names.backends.size());
-  if (backend < _names.backends.size()) _backend_up[backend].set(up ? 1 : 0);
+  SLUICE_ASSERT(backend < _backend_rows);
+  if (backend < _backend_rows) _backend_up[backend].set(up ? 1 : 0);
 }
 
 void registry::render(std::string& out) const {
   auto it = std::back_inserter(out);
-  const size_t g = _names.groups.size() + 1, b = _names.backends.size() + 1, k = _names.keys.size() + 1;
+  // Rows in use: the named ones, then the `none` row (index = capacity).
+  auto rows = [](size_t named, size_t capacity) {
+    std::vector<size_t> r(named);
+    for (size_t i = 0; i < named; ++i) r[i] = i;
+    r.push_back(capacity);
+    return r;
+  };
+  const std::vector<size_t> group_rows = rows(_names.groups.size(), _group_rows);
+  const std::vector<size_t> backend_rows = rows(_names.backends.size(), _backend_rows);
+  const size_t b = _backend_rows + 1;
   auto sum = [&](counter* shard_metrics::*field, size_t index) {
     uint64_t t = 0;
     for (const shard_metrics& m : _shards) t += (m.*field)[index].get();
@@ -122,8 +146,8 @@ void registry::render(std::string& out) const {
   };
 
   put_family(out, "sluice_requests_total", "counter", "Requests answered, by model group, backend and status code.");
-  for (size_t gi = 0; gi < g; ++gi) {
-    for (size_t bi = 0; bi < b; ++bi) {
+  for (size_t gi : group_rows) {
+    for (size_t bi : backend_rows) {
       for (size_t ci = 0; ci < status_code_count; ++ci) {
         const uint64_t v = sum(&shard_metrics::_requests, (gi * b + bi) * status_code_count + ci);
         if (v == 0) continue;
@@ -144,10 +168,10 @@ void registry::render(std::string& out) const {
 
   put_family(out, "sluice_tokens_total", "counter", "Tokens by model group and kind, from the backends' usage.");
   static constexpr std::string_view kinds[token_kind_count] = {"prompt", "completion"};
-  for (size_t gi = 0; gi < g; ++gi) {
+  for (size_t gi : group_rows) {
     const uint64_t v0 = sum(&shard_metrics::_tokens, gi * token_kind_count);
     const uint64_t v1 = sum(&shard_metrics::_tokens, gi * token_kind_count + 1);
-    if (gi + 1 == g && v0 == 0 && v1 == 0) continue;  // the no-group slot only when used
+    if (gi == _group_rows && v0 == 0 && v1 == 0) continue;  // the no-group slot only when used
     for (size_t ki = 0; ki < token_kind_count; ++ki) {
       out += "sluice_tokens_total{group=\"";
       put_label_value(out, name_or_none(_names.groups, gi));
@@ -157,13 +181,31 @@ void registry::render(std::string& out) const {
 
   put_family(out, "sluice_quota_rejected_total", "counter", "Requests rejected by quota, by key id and reason.");
   static constexpr std::string_view reasons[reject_reason_count] = {"tokens", "requests", "concurrency", "too_large"};
-  for (size_t ki = 0; ki < k; ++ki) {
-    for (size_t ri = 0; ri < reject_reason_count; ++ri) {
-      const uint64_t v = sum(&shard_metrics::_rejected, ki * reject_reason_count + ri);
-      if (v == 0) continue;
-      out += "sluice_quota_rejected_total{key=\"";
-      put_label_value(out, name_or_none(_names.keys, ki));
-      fmt::format_to(it, "\",reason=\"{}\"}} {}\n", reasons[ri], v);
+  {
+    // A key given new limits by a reload is a new row under the same id:
+    // its rows are summed, so each (key, reason) is one series.
+    std::unordered_map<std::string_view, size_t> first_row;
+    std::vector<size_t> key_rows;
+    std::vector<std::vector<size_t>> same(_names.keys.size());
+    for (size_t ki = 0; ki < _names.keys.size(); ++ki) {
+      auto [pos, fresh] = first_row.emplace(_names.keys[ki], ki);
+      if (fresh) key_rows.push_back(ki);
+      same[pos->second].push_back(ki);
+    }
+    key_rows.push_back(_key_rows);
+    for (size_t ki : key_rows) {
+      for (size_t ri = 0; ri < reject_reason_count; ++ri) {
+        uint64_t v = 0;
+        if (ki == _key_rows) {
+          v = sum(&shard_metrics::_rejected, ki * reject_reason_count + ri);
+        } else {
+          for (size_t row : same[ki]) v += sum(&shard_metrics::_rejected, row * reject_reason_count + ri);
+        }
+        if (v == 0) continue;
+        out += "sluice_quota_rejected_total{key=\"";
+        put_label_value(out, name_or_none(_names.keys, ki));
+        fmt::format_to(it, "\",reason=\"{}\"}} {}\n", reasons[ri], v);
+      }
     }
   }
 
@@ -177,7 +219,7 @@ void registry::render(std::string& out) const {
   }
 
   put_family(out, "sluice_backend_up", "gauge", "1 when the backend passes health checks, else 0.");
-  for (size_t bi = 0; bi + 1 < b; ++bi) {
+  for (size_t bi = 0; bi < _names.backends.size(); ++bi) {
     out += "sluice_backend_up{backend=\"";
     put_label_value(out, _names.backends[bi]);
     fmt::format_to(it, "\"}} {}\n", _backend_up[bi].get());
@@ -186,12 +228,12 @@ void registry::render(std::string& out) const {
   auto histogram = [&](std::string_view name, std::string_view help, counter* shard_metrics::*field) {
     put_family(out, name, "histogram", help);
     constexpr size_t w = shard_metrics::histogram_width;
-    for (size_t gi = 0; gi < g; ++gi) {
+    for (size_t gi : group_rows) {
       uint64_t row[w] = {};
       for (size_t i = 0; i < w; ++i) row[i] = sum(field, gi * w + i);
       uint64_t count = 0;
       for (size_t i = 0; i < latency_bucket_count; ++i) count += row[i];
-      if (gi + 1 == g && count == 0) continue;
+      if (gi == _group_rows && count == 0) continue;
       // Stored per bucket, written cumulatively; _count is the +Inf bucket.
       uint64_t cumulative = 0;
       for (size_t bi = 0; bi < latency_bucket_count; ++bi) {

@@ -204,6 +204,13 @@ void admin_server::handle(conn* c) noexcept {
             &shard_stats::shed_connections);
     counter("sluice_shed_requests_total", "Requests refused with 503 over server.inflight_max.", "counter",
             &shard_stats::shed_requests);
+    fmt::format_to(std::back_inserter(m),
+                   "# HELP sluice_config_reloads_total SIGHUP reloads by result (failed: the running config stayed).\n"
+                   "# TYPE sluice_config_reloads_total counter\n"
+                   "sluice_config_reloads_total{{result=\"ok\"}} {}\nsluice_config_reloads_total{{result=\"failed\"}} {}\n"
+                   "# HELP sluice_config_last_reload_successful 1 unless the last reload failed.\n"
+                   "# TYPE sluice_config_last_reload_successful gauge\nsluice_config_last_reload_successful {}\n",
+                   _g.reloads_ok(), _g.reloads_failed(), _g.last_reload_ok() ? 1 : 0);
     _g.metrics().render(m);
     respond(c, 200, "text/plain; version=0.0.4", m);
     return;

@@ -379,7 +379,7 @@ int32_t shard_server::authenticate(const http::request_head& h) noexcept {
   int32_t found = -1;
   for (size_t i = 0; i < _cfg->keys.size(); ++i) {
     const bool same = CRYPTO_memcmp(_cfg->keys[i].key_sha256.data(), digest.data(), digest.size()) == 0;
-    found = same ? static_cast<int32_t>(i) : found;
+    found = same && !_cfg->keys[i].removed ? static_cast<int32_t>(i) : found;
   }
   if (found >= 0 && key.size() <= sizeof e.key) {
     e.tag = tag;
@@ -421,7 +421,7 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   d->is_stream = f.stream;
   // Model -> group (names, patterns, `auto` rules), limited to the groups
   // the key may use: a model outside them reads as unknown (no leak).
-  const uint32_t g = _routes.groups().resolve(f, static_cast<uint32_t>(d->key_index));
+  const uint32_t g = _routes->groups().resolve(f, static_cast<uint32_t>(d->key_index));
   if (g == route::k_none) {
     const size_t shown = f.model.size() > 128 ? 128 : f.model.size();
     char quoted[160];
@@ -439,7 +439,7 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   _prng ^= _prng << 13;
   _prng ^= _prng >> 7;
   _prng ^= _prng << 17;
-  d->route_key = route::route_key(_routes.keys(g), d->endpoint, f, grp.name, d->head.session_id, _prng);
+  d->route_key = route::route_key(_routes->keys(g), d->endpoint, f, grp.name, d->head.session_id, _prng);
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
   // the group's default cap) x output_weight (DESIGN.md §4).
   const uint64_t max_out = f.max_tokens > 0 ? static_cast<uint64_t>(f.max_tokens)
@@ -457,6 +457,7 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
   byte_buf& o = d->out;
   size_t need = 256;
   for (const auto& g : _cfg->groups) {
+    if (g.removed) continue;
     need += g.name.size() + 96;
     for (const auto& m : g.models) need += m.size() + 96;
   }
@@ -483,6 +484,7 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
     put("\",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"}");
   };
   for (const auto& g : _cfg->groups) {
+    if (g.removed) continue;
     bool listed_name = false;
     for (const auto& m : g.models) {
       if (m.find_first_of("*?[") != std::string::npos) continue;
@@ -711,7 +713,7 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
     upstream_conn* u = d->up;
     d->up = nullptr;
     u->owner = nullptr;
-    _routes.on_request_end(u->backend);
+    _routes->on_request_end(u->backend);
     close_upstream(u);
   }
   // shutdown() completes the pending receive (and any send) at once; the

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "shard_server.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/shard/cpuset.hpp"
@@ -26,9 +27,12 @@ namespace {
 
 // Control -> shard. Small and trivially copyable (spsc_queue's rule).
 struct control_message {
-  enum class kind : uint8_t { drain, reopen_audit, route } what = kind::drain;
+  enum class kind : uint8_t { drain, reopen_audit, route, reload } what = kind::drain;
   uint32_t drain_ms = 0;
   route::message r;  // kind::route
+  // kind::reload: a heap copy of the snapshot's owner, taken over (and
+  // deleted) by the shard.
+  std::shared_ptr<const config::config>* snapshot = nullptr;
 };
 
 }  // namespace
@@ -104,6 +108,10 @@ void gateway::shard_slot::run() noexcept {
       if (m.what == control_message::kind::drain) c->srv->begin_drain(now + m.drain_ms);
       if (m.what == control_message::kind::reopen_audit) c->srv->reopen_audit();
       if (m.what == control_message::kind::route) c->srv->apply_route(m.r);
+      if (m.what == control_message::kind::reload) {
+        std::unique_ptr<std::shared_ptr<const config::config>> next(m.snapshot);
+        c->srv->reload(std::move(*next));
+      }
     }
     c->srv->on_iteration(now);
     if (c->srv->drained()) c->r->stop();
@@ -124,7 +132,12 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
   for (const auto& b : cfg->backends) names.backends.push_back(b.url);
   for (const auto& k : cfg->keys) names.keys.push_back(k.id);
   const size_t shard_n = cpus.empty() ? 1 : cpus.size();
-  g->_metrics = std::make_unique<metrics::registry>(shard_n, std::move(names));
+  g->_capacity = config::capacity_for(*cfg);
+  const config::reload_capacity& cap = g->_capacity;
+  g->_metrics = std::make_unique<metrics::registry>(
+      shard_n, std::move(names),
+      metrics::registry::room{cap.groups - cfg->groups.size(), cap.backends - cfg->backends.size(),
+                              cap.keys - cfg->keys.size()});
   for (size_t b = 0; b < cfg->backends.size(); ++b) g->_metrics->set_backend_up(static_cast<uint32_t>(b), true);
   const config::socket_address& la = cfg->server.listen;
   // Bind the first listener; with port 0 its port is then the one every
@@ -160,7 +173,7 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
       ms.ptrs[from * n + to] = ms.queues[from * n + to].get();
     }
   }
-  ms.quota_levels = std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(1, n * cfg->keys.size() * 2));
+  ms.quota_levels = std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(1, n * cap.keys * 2));
   ms.reactors = std::make_unique<std::atomic<shard::reactor*>[]>(n);
   for (size_t i = 0; i < n; ++i) ms.reactors[i].store(nullptr);
   for (size_t i = 0; i < n; ++i) {
@@ -168,6 +181,7 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
     s->mesh.count = static_cast<uint32_t>(n);
     s->mesh.to_control = &s->outcomes;
     s->mesh.quota_levels = ms.quota_levels.get();
+    s->mesh.quota_keys_max = static_cast<uint32_t>(cap.keys);
     s->mesh.queues = ms.ptrs.data();
     s->mesh.reactors = ms.reactors.get();
     s->index = static_cast<uint32_t>(i);
@@ -227,6 +241,29 @@ void gateway::drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failur
   for (auto& s : _shards) {
     upstream_outcome o;
     while (s->outcomes.try_pop(o)) fn(ctx, o.backend, o.failure != 0);
+  }
+}
+
+void gateway::reload(std::shared_ptr<const config::config> next) {
+  metrics::registry::names names;
+  for (const auto& grp : next->groups) names.groups.push_back(grp.name);
+  for (const auto& b : next->backends) names.backends.push_back(b.url);
+  for (const auto& k : next->keys) names.keys.push_back(k.id);
+  const size_t known = _metrics->label_names().backends.size();
+  SLUICE_VERIFY(_metrics->rename(std::move(names)));
+  for (size_t b = 0; b < next->backends.size(); ++b) {
+    // New backends start up, as at start; removed ones read 0.
+    if (next->backends[b].removed || b >= known) {
+      _metrics->set_backend_up(static_cast<uint32_t>(b), !next->backends[b].removed);
+    }
+  }
+  for (auto& s : _shards) {
+    if (s->stopped) continue;
+    control_message m;
+    m.what = control_message::kind::reload;
+    m.snapshot = new std::shared_ptr<const config::config>(next);
+    while (!s->inbox.try_push(m)) std::this_thread::yield();
+    if (s->reactor != nullptr) s->reactor->wake();
   }
 }
 

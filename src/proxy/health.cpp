@@ -47,34 +47,63 @@ struct health_checker::probe {
   explicit probe(const config::health_config& h) : health(h), params(h) {}
 };
 
+namespace {
+
+// A backend shared by several groups uses the first group's settings.
+const config::health_config& health_params(const config::config& cfg, uint32_t b) {
+  for (const config::group_config& grp : cfg.groups) {
+    if (grp.removed) continue;
+    for (uint32_t gb : grp.backends) {
+      if (gb == b) return grp.health;
+    }
+  }
+  return cfg.health;
+}
+
+}  // namespace
+
 health_checker::health_checker(shard::reactor& r, gateway& g, std::shared_ptr<const config::config> cfg)
     : _r(r), _g(g), _cfg(std::move(cfg)) {
-  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
-    // A backend shared by several groups uses the first group's settings.
-    const config::health_config* h = &_cfg->health;
-    for (const config::group_config& grp : _cfg->groups) {
-      bool found = false;
-      for (uint32_t gb : grp.backends) found |= gb == b;
-      if (found) {
-        h = &grp.health;
-        break;
-      }
-    }
-    auto p = std::make_unique<probe>(*h);
-    p->owner = this;
-    p->backend = b;
-    p->op.self = p.get();
-    p->op.fn = &health_checker::on_cqe;
-    auto r2 = fmt::format_to_n(p->request, sizeof p->request,
-                               "GET /health HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
-                               _cfg->backends[b].host_header);
-    p->request_len = r2.size < sizeof p->request ? r2.size : sizeof p->request;
-    auto r3 = fmt::format_to_n(p->scrape_request, sizeof p->scrape_request,
-                               "GET /metrics HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
-                               _cfg->backends[b].host_header);
-    p->scrape_request_len = r3.size < sizeof p->scrape_request ? r3.size : sizeof p->scrape_request;
-    _probes.push_back(std::move(p));
+  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) add_probe(b);
+}
+
+void health_checker::add_probe(uint32_t b) {
+  auto p = std::make_unique<probe>(health_params(*_cfg, b));
+  p->owner = this;
+  p->backend = b;
+  p->op.self = p.get();
+  p->op.fn = &health_checker::on_cqe;
+  auto r2 = fmt::format_to_n(p->request, sizeof p->request,
+                             "GET /health HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
+                             _cfg->backends[b].host_header);
+  p->request_len = r2.size < sizeof p->request ? r2.size : sizeof p->request;
+  auto r3 = fmt::format_to_n(p->scrape_request, sizeof p->scrape_request,
+                             "GET /metrics HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
+                             _cfg->backends[b].host_header);
+  p->scrape_request_len = r3.size < sizeof p->scrape_request ? r3.size : sizeof p->scrape_request;
+  _probes.push_back(std::move(p));
+}
+
+void health_checker::reload(std::shared_ptr<const config::config> next) {
+  const size_t known = _probes.size();
+  std::vector<uint32_t> readded;
+  for (uint32_t b = 0; b < known; ++b) {
+    if (_cfg->backends[b].removed && !next->backends[b].removed) readded.push_back(b);
   }
+  _cfg = std::move(next);
+  for (uint32_t b = 0; b < known; ++b) {
+    probe& p = *_probes[b];
+    p.params = health_params(*_cfg, b);
+    p.health.set_params(p.params);
+  }
+  // A backend back in the file starts afresh, as a new one does: up until
+  // its probes or requests say otherwise (the shards had it down).
+  for (uint32_t b : readded) {
+    _probes[b]->health = route::backend_health(_probes[b]->params);
+    _probes[b]->next_ms = 0;
+    apply(b, route::health_event::became_up);
+  }
+  for (uint32_t b = static_cast<uint32_t>(known); b < _cfg->backends.size(); ++b) add_probe(b);
 }
 
 health_checker::~health_checker() {
@@ -84,6 +113,7 @@ health_checker::~health_checker() {
 }
 
 void health_checker::apply(uint32_t backend, route::health_event e) noexcept {
+  if (_cfg->backends[backend].removed) return;  // no longer routed to: nothing to say
   route::message m;
   m.backend = backend;
   switch (e) {
@@ -245,6 +275,7 @@ void health_checker::on_iteration(uint64_t now_ms) noexcept {
     probe& p = *pp;
     apply(p.backend, p.health.tick(now_ms));
     if (p.params.interval_ms == 0 || _stopping) continue;
+    if (_cfg->backends[p.backend].removed && !p.running) continue;
     if (p.running) {
       if (!p.done && now_ms >= p.deadline_ms) finish_probe(p, false, now_ms);  // timed out
       continue;

@@ -156,7 +156,7 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
     shard_message m;
     while (q->try_pop(m)) {
       if (m.what == shard_message::kind::route) {
-        _routes.apply(m.r);
+        _routes->apply(m.r);
         continue;
       }
       const quota::message_effect fx = _quota.on_message(m.q, to_ns(now));
@@ -227,7 +227,7 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
   if (now - _last_report_ms >= 10) {
     _last_report_ms = now;
     for (uint32_t b = 0; b < _reported.size(); ++b) {
-      const route::message rep = _routes.load_report(b);
+      const route::message rep = _routes->load_report(b);
       if (rep.value == _reported[b]) continue;
       _reported[b] = rep.value;
       for (uint32_t to = 0; to < n; ++to) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "sluice/core/assert.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
@@ -46,6 +47,7 @@ std::vector<quota::key_limits> key_limits_of(const config::config& c) {
 quota::slices_options slices_options_of(const shard_mesh& mesh) {
   quota::slices_options o;
   o.published = mesh.quota_levels;
+  o.published_stride = mesh.quota_keys_max;
   return o;
 }
 
@@ -67,7 +69,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _stats(stats),
       _metrics(m),
       _mesh(mesh),
-      _routes(*_cfg, index, mesh.count),
+      _routes(std::make_unique<route::table>(*_cfg, index, mesh.count)),
       _quota(index, mesh.count, key_limits_of(*_cfg), static_cast<int64_t>(monotonic_ns()),
              slices_options_of(mesh)),
       _listen_fd(listen_fd),
@@ -234,6 +236,34 @@ void shard_server::report_outcome(uint32_t backend, bool failure) noexcept {
   if (!failure && _last_failed[backend] == 0) return;
   _last_failed[backend] = failure ? 1 : 0;
   if (_mesh.to_control != nullptr) _mesh.to_control->try_push(upstream_outcome{backend, failure ? uint8_t{1} : uint8_t{0}});
+}
+
+void shard_server::reload(std::shared_ptr<const config::config> next) {
+  const config::config& n = *next;
+  SLUICE_VERIFY(n.backends.size() >= _cfg->backends.size() && n.keys.size() >= _cfg->keys.size());
+  _routes = std::make_unique<route::table>(n, *_routes);
+  // Backends keep their positions: pools and in-flight counts carry over.
+  auto backends = std::make_unique<backend_state[]>(n.backends.size());
+  for (size_t i = 0; i < _cfg->backends.size(); ++i) backends[i] = _backends[i];
+  for (size_t i = 0; i < n.backends.size(); ++i) backends[i].cfg = &n.backends[i];
+  _backends = std::move(backends);
+  _reported.resize(n.backends.size(), 0);
+  _last_failed.resize(n.backends.size(), 0);
+  if (n.keys.size() > _cfg->keys.size()) {
+    std::vector<quota::key_limits> more;
+    for (size_t k = _cfg->keys.size(); k < n.keys.size(); ++k) {
+      more.push_back({n.keys[k].tokens_per_minute, n.keys[k].requests_per_minute, n.keys[k].max_concurrent});
+    }
+    _quota.add_keys(more, static_cast<int64_t>(monotonic_ns()));
+  }
+  // A removed or re-keyed key must not stay verified.
+  for (auto& e : _auth_cache) e = auth_cache_entry{};
+  _cfg = std::move(next);
+  // Idle connections to removed backends go now; busy ones when released.
+  for (size_t i = 0; i < _cfg->backends.size(); ++i) {
+    if (!_cfg->backends[i].removed) continue;
+    while (upstream_conn* u = _backends[i].idle_head) close_upstream(u);
+  }
 }
 
 void shard_server::reopen_audit() noexcept {

@@ -62,6 +62,7 @@ struct shard_mesh {
   std::atomic<shard::reactor*> const* reactors = nullptr;  // by shard; null until it runs
   outcome_queue* to_control = nullptr;                     // this shard's passive health reports
   std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
+  uint32_t quota_keys_max = 0;                             // keys per shard in quota_levels (reload room)
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 
@@ -276,7 +277,11 @@ class shard_server {
   void on_iteration(uint64_t now_ms) noexcept;
   void begin_drain(uint64_t deadline_ms) noexcept;
   void reopen_audit() noexcept;
-  void apply_route(const route::message& m) noexcept { _routes.apply(m); }
+  void apply_route(const route::message& m) noexcept { _routes->apply(m); }
+  // SIGHUP: `next` (reconciled with the running snapshot, so every index a
+  // connection holds keeps its meaning) becomes this shard's snapshot. In-
+  // flight requests carry on; new ones route by the new rings. Cold path.
+  void reload(std::shared_ptr<const config::config> next);
   // Flushes and closes the audit log (shutdown); runs the reactor until done.
   void close_audit() noexcept;
   bool drained() const noexcept { return _draining && _conn_count == 0; }
@@ -395,7 +400,7 @@ class shard_server {
   metrics::shard_metrics& _metrics;
   shard_mesh _mesh;
   std::unique_ptr<audit::writer> _audit;
-  route::table _routes;
+  std::unique_ptr<route::table> _routes;  // replaced whole on reload
   quota::shard_slices _quota;
   downstream_conn* _waiters = nullptr;   // quota_wait connections, oldest first
   downstream_conn* _waiters_tail = nullptr;

@@ -181,7 +181,7 @@ void shard_server::forward(downstream_conn* d, const openai::request_fields& f) 
 
 void shard_server::start_attempt(downstream_conn* d) noexcept {
   const config::group_config& g = _cfg->groups[d->group];
-  const route::choice c = _routes.pick(d->group, d->route_key, d->tried_mask);
+  const route::choice c = _routes->pick(d->group, d->route_key, d->tried_mask);
   if (c.backend == route::k_none) {
     answer_error(d, 503, "No backend is available for this model right now.", "server_error", {}, "no_backend",
                  false);
@@ -207,7 +207,7 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   u->owner = d;
   d->up = u;
   d->backend_used = backend;
-  _routes.on_request_start(backend);
+  _routes->on_request_start(backend);
   _stats.upstream_requests.add();
   d->state = conn_state::upstream;
   d->rparser.reset(false);
@@ -264,7 +264,7 @@ void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
   u->owner = nullptr;
   backend_state& bs = _backends[u->backend];
   const uint32_t pool_max = _cfg->upstream.pool_idle_max;
-  if (!reusable || _draining || bs.idle_count >= pool_max || u->closing) {
+  if (!reusable || _draining || bs.idle_count >= pool_max || u->closing || bs.cfg->removed) {
     close_upstream(u);
     return;
   }
@@ -687,7 +687,7 @@ void shard_server::finish_exchange(downstream_conn* d) noexcept {
   upstream_conn* u = d->up;
   d->up = nullptr;
   if (u != nullptr) {
-    _routes.on_request_end(u->backend);
+    _routes->on_request_end(u->backend);
     release_upstream(u, d->up_reusable && (!d->pipe.valid() || d->pipe_bytes == 0));
   }
   if (d->pipe.valid()) end_splice(d, d->pipe_bytes == 0);
@@ -705,7 +705,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
     if (!stale || why != errc::upstream_connect) report_outcome(u->backend, true);
     d->up = nullptr;
     u->owner = nullptr;
-    _routes.on_request_end(u->backend);
+    _routes->on_request_end(u->backend);
     close_upstream(u);
   }
   if (d->pipe.valid()) end_splice(d, false);

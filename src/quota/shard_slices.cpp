@@ -35,23 +35,11 @@ shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const
   SLUICE_VERIFY(shard_count >= 1 && shard_count <= 65535 && shard < shard_count);
   SLUICE_VERIFY(options.outbox_capacity >= 2 && (options.outbox_capacity & (options.outbox_capacity - 1)) == 0);
   SLUICE_VERIFY(options.floor_divisor >= 1);
+  _stride = options.published_stride != 0 ? options.published_stride : static_cast<uint32_t>(keys.size());
+  SLUICE_VERIFY(keys.size() <= _stride);
   _keys.resize(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t globals[k_resource_count] = {keys[i].tokens_per_minute, keys[i].requests_per_minute,
-                                                keys[i].max_concurrent};
-    key_state& k = _keys[i];
-    k.last_admit_ns = now_ns - options.idle_ns;  // idle from the start: nothing to protect yet
-    for (size_t r = 0; r < k_resource_count; ++r) {
-      SLUICE_VERIFY(globals[r] <= static_cast<uint64_t>(k_capacity_max));
-      slice& s = k.slices[r];
-      s.global = static_cast<int64_t>(globals[r]);
-      s.round_end_ns = now_ns - options.borrow_cooldown_ns;
-      if (s.global == 0) continue;
-      // The remainder goes to the lowest shards, so the homes add up to G.
-      s.home = s.global / shard_count + (static_cast<int64_t>(shard) < s.global % shard_count ? 1 : 0);
-      s.bucket = token_bucket(s.home, now_ns);
-    }
-  }
+  for (size_t i = 0; i < keys.size(); ++i) init_key(_keys[i], keys[i], now_ns);
+  _early.reserve(1024);
   for (uint32_t key = 0; key < _keys.size(); ++key) publish(key);
   _outbox.resize(size_t{shard_count} * options.outbox_capacity);
   _outbox_head.assign(shard_count, 0);
@@ -158,7 +146,7 @@ decision shard_slices::try_reserve(uint32_t key, uint64_t cost_tokens, int64_t n
 
 void shard_slices::publish(uint32_t key) noexcept {
   if (_options.published == nullptr) return;
-  const size_t base = (size_t{_shard} * _keys.size() + key) * 2;
+  const size_t base = (size_t{_shard} * _stride + key) * 2;
   const key_state& k = _keys[key];
   _options.published[base].store(k.slices[index_of(resource::tokens)].bucket.level(), std::memory_order_relaxed);
   _options.published[base + 1].store(k.slices[index_of(resource::requests)].bucket.level(), std::memory_order_relaxed);
@@ -252,12 +240,49 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
   static_cast<void>(pushed);
 }
 
+void shard_slices::init_key(key_state& k, const key_limits& limits, int64_t now_ns) {
+  const uint64_t globals[k_resource_count] = {limits.tokens_per_minute, limits.requests_per_minute,
+                                              limits.max_concurrent};
+  k.last_admit_ns = now_ns - _options.idle_ns;  // idle from the start: nothing to protect yet
+  for (size_t r = 0; r < k_resource_count; ++r) {
+    SLUICE_VERIFY(globals[r] <= static_cast<uint64_t>(k_capacity_max));
+    slice& s = k.slices[r];
+    s.global = static_cast<int64_t>(globals[r]);
+    s.round_end_ns = now_ns - _options.borrow_cooldown_ns;
+    if (s.global == 0) continue;
+    // The remainder goes to the lowest shards, so the homes add up to G.
+    s.home = s.global / _shard_count + (static_cast<int64_t>(_shard) < s.global % _shard_count ? 1 : 0);
+    s.bucket = token_bucket(s.home, now_ns);
+  }
+}
+
+void shard_slices::add_keys(std::span<const key_limits> more, int64_t now_ns) {
+  const size_t first = _keys.size();
+  SLUICE_VERIFY(first + more.size() <= _stride);
+  _keys.resize(first + more.size());
+  for (size_t i = 0; i < more.size(); ++i) {
+    init_key(_keys[first + i], more[i], now_ns);
+    publish(static_cast<uint32_t>(first + i));
+  }
+  std::vector<message> early;
+  early.swap(_early);
+  _early.reserve(1024);
+  for (const message& m : early) on_message(m, now_ns);
+}
+
 message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexcept {
   message_effect effect;
   effect.key = m.key;
   // A message from before a reload: the capacity it carries belonged to the
   // old generation, whose slices are gone.
-  if (m.epoch != _options.epoch || m.key >= _keys.size()) return effect;
+  if (m.epoch != _options.epoch) return effect;
+  if (m.key >= _keys.size()) {
+    // A key a peer added by reload before this shard did: kept for
+    // add_keys(), so the capacity it may carry is not lost. A full stash
+    // (a reload racing a thousand borrow rounds) drops it.
+    if (_early.size() < _early.capacity()) _early.push_back(m);
+    return effect;
+  }
   SLUICE_ASSERT(m.from_shard < _shard_count && m.from_shard != _shard);
   SLUICE_ASSERT(index_of(m.res) < k_resource_count);
   SLUICE_ASSERT(m.level >= 0 && m.level <= m.capacity);
@@ -345,7 +370,7 @@ rate_headers shard_slices::headers(uint32_t key, int64_t now_ns) noexcept {
       others = 0;
       for (uint32_t peer = 0; peer < _shard_count; ++peer) {
         if (peer == _shard) continue;
-        const size_t cell = (size_t{peer} * _keys.size() + key) * 2 + r;
+        const size_t cell = (size_t{peer} * _stride + key) * 2 + r;
         others += std::max<int64_t>(_options.published[cell].load(std::memory_order_relaxed), 0);
       }
     }

@@ -102,6 +102,7 @@ group_table::group_table(const config::config& cfg)
       _auto_model(cfg.router.auto_model),
       _default_group(cfg.router.default_group_index == UINT32_MAX ? k_none : cfg.router.default_group_index) {
   for (uint32_t g = 0; g < _group_count; ++g) {
+    if (cfg.groups[g].removed) continue;  // a reload's placeholder: matches nothing
     for (const std::string& m : cfg.groups[g].models) {
       if (m.find_first_of("*?[") != std::string::npos) {
         _patterns.push_back({m, g});

@@ -1,6 +1,8 @@
 // A shard's routing replica (see table.hpp).
 #include "sluice/route/table.hpp"
 
+#include <algorithm>
+
 #include "sluice/core/assert.hpp"
 
 namespace sluice::route {
@@ -27,6 +29,24 @@ table::table(const config::config& cfg, uint32_t shard, uint32_t shard_count)
     s.ring.rebuild(s.members);
     s.keys = {parse_balance_mode(gc.balance), gc.prefix_messages, gc.prefix_bytes};
     s.bounded_load = gc.bounded_load;
+  }
+}
+
+table::table(const config::config& cfg, const table& previous) : table(cfg, previous._shard, previous._shard_count) {
+  const size_t backends = cfg.backends.size();
+  const size_t known = std::min(backends, previous._up.size());
+  for (size_t b = 0; b < known; ++b) {
+    _up[b] = previous._up[b];
+    _draining[b] = previous._draining[b];
+    _local[b] = previous._local[b];
+    _remote_sum[b] = previous._remote_sum[b];
+    _waiting[b] = previous._waiting[b];
+    for (size_t s = 0; s < _shard_count; ++s) _remote[s * backends + b] = previous._remote[s * previous._up.size() + b];
+  }
+  for (size_t b = 0; b < backends; ++b) {
+    if (cfg.backends[b].removed) _up[b] = 0;
+    set_load(static_cast<uint32_t>(b));
+    refresh_skip(static_cast<uint32_t>(b));
   }
 }
 

@@ -79,6 +79,7 @@ struct backend_config {
   std::string url;          // as written: "http://127.0.0.1:8000"
   std::string host_header;  // "127.0.0.1:8000"
   socket_address address;   // resolved at load
+  bool removed = false;     // gone from the file at a reload; kept so indices stay valid (see reconcile)
 };
 
 // Health checking (route::backend_health): active GET /health probes from
@@ -136,6 +137,7 @@ struct group_config {
   // reject the field (then content events are counted instead).
   bool inject_usage = true;
   health_config health;              // [health] with this group's overrides
+  bool removed = false;              // gone from the file at a reload: matches no model (see reconcile)
 };
 
 struct key_config {
@@ -145,6 +147,7 @@ struct key_config {
   uint64_t requests_per_minute = 0;        // 0 = unlimited
   uint32_t max_concurrent = 0;             // 0 = unlimited
   std::vector<std::string> groups{"*"};    // group names or globs
+  bool removed = false;                    // gone (or re-limited) at a reload: never authenticates
 };
 
 struct config {
@@ -187,6 +190,25 @@ std::string_view embedded_default_toml();
 std::shared_ptr<const config> load(std::string_view toml_text, std::string_view source, const flags& f);
 // Reads f.config_path (or the embedded default) and calls load().
 std::shared_ptr<const config> load_from_flags(const flags& f);
+
+// Live reload (SIGHUP). Shards and in-flight requests hold positions in
+// config::backends, groups and keys (pools, rings, quota slices, metrics
+// rows), so a reloaded snapshot keeps them: backends by URL, groups by name
+// and keys by id (with the same limits) stay where they were; ones the file
+// no longer has stay as `removed` placeholders (an in-flight request may
+// still finish on them; nothing new reaches them); new ones are appended. A
+// key whose limits changed is a new key (fresh buckets) and its old entry a
+// placeholder. [server] and [audit] keep their running values: sockets,
+// shards and audit files are set up at start (`notes` says when the file
+// changed them). Returns: the reconciled snapshot; `notes` gets one line
+// per change, for the log. Throws config_error when the result would need
+// more than `capacity` entries (the process sizes its tables at start).
+struct reload_capacity {
+  size_t backends = 0, groups = 0, keys = 0;
+};
+reload_capacity capacity_for(const config& at_start);
+std::shared_ptr<const config> reconcile(const config& next, const config& running, const reload_capacity& capacity,
+                                        std::vector<std::string>& notes);
 
 // "0-3,8" -> {0,1,2,3,8}. Throws config_error on bad syntax.
 std::vector<int> parse_cpu_list(std::string_view text);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sluice/metrics/counter.hpp"
@@ -90,6 +91,7 @@ class shard_metrics {
     row[latency_bucket_count].add(us);
   }
 
+  // Row counts (the registry's capacity); the last row of each is `none`.
   size_t _groups = 0, _backends = 0, _keys = 0;
   counter* _requests = nullptr;   // [(groups+1) × (backends+1) × status_code_count]
   counter* _tokens = nullptr;     // [(groups+1) × token_kind_count]
@@ -101,8 +103,9 @@ class shard_metrics {
 };
 
 // Process-wide. Created from the config before the shards start, destroyed
-// after they stop. A config reload that changes groups/backends/keys builds
-// a new registry (the label space is fixed per registry).
+// after they stop. Rows are sized for the names plus `room` more of each, so
+// a config reload that appends groups, backends or keys (config::reconcile
+// keeps every existing position) only renames: shards never see a row move.
 class registry {
  public:
   struct names {
@@ -111,7 +114,11 @@ class registry {
     std::vector<std::string> keys;      // config.keys[i].id
   };
 
-  registry(size_t shard_count, names n);
+  struct room {
+    size_t groups = 0, backends = 0, keys = 0;
+  };
+  registry(size_t shard_count, names n, room extra);
+  registry(size_t shard_count, names n) : registry(shard_count, std::move(n), room{0, 0, 0}) {}
   ~registry();
   registry(const registry&) = delete;
   registry& operator=(const registry&) = delete;
@@ -119,6 +126,10 @@ class registry {
   size_t shard_count() const noexcept { return _shards.size(); }
   shard_metrics& shard(size_t i) noexcept { return _shards[i]; }
   const names& label_names() const noexcept { return _names; }
+  // Control thread (the thread that renders): the label names after a
+  // reload. Returns: false (nothing changes) when a list would shrink or
+  // outgrow the rows.
+  bool rename(names n);
 
   // Control thread (health checker): single writer of these gauges.
   void set_backend_up(uint32_t backend, bool up) noexcept;
@@ -130,6 +141,7 @@ class registry {
 
  private:
   names _names;
+  size_t _group_rows = 0, _backend_rows = 0, _key_rows = 0;  // capacity, without the `none` row
   std::vector<shard_metrics> _shards;
   // One allocation per shard, 64-byte aligned and padded to whole cache
   // lines, so no line is written by two cores.

@@ -30,6 +30,17 @@ class gateway {
   const metrics::registry& metrics() const noexcept { return *_metrics; }
   metrics::registry& metrics() noexcept { return *_metrics; }
 
+  // SIGHUP: `next` must come from config::reconcile() against the running
+  // snapshot, within capacity(). Every shard swaps to it between two
+  // completions (in-flight requests carry on); the metrics get its names.
+  void reload(std::shared_ptr<const config::config> next);
+  const config::reload_capacity& capacity() const noexcept { return _capacity; }
+  // Control thread: reload outcomes, for /metrics.
+  void count_reload(bool ok) noexcept { ++(ok ? _reloads_ok : _reloads_failed); _last_reload_ok = ok; }
+  uint64_t reloads_ok() const noexcept { return _reloads_ok; }
+  uint64_t reloads_failed() const noexcept { return _reloads_failed; }
+  bool last_reload_ok() const noexcept { return _last_reload_ok; }
+
   // SIGUSR1: every shard reopens the audit log (after a rename by logrotate).
   void reopen_audit() noexcept;
 
@@ -58,6 +69,9 @@ class gateway {
   std::unique_ptr<mesh_storage> _mesh;
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
+  config::reload_capacity _capacity;
+  uint64_t _reloads_ok = 0, _reloads_failed = 0;
+  bool _last_reload_ok = true;
 };
 
 }  // namespace sluice::proxy

@@ -26,10 +26,14 @@ class health_checker {
   // Call once per control loop iteration.
   void on_iteration(uint64_t now_ms) noexcept;
   void stop() noexcept { _stopping = true; }
+  // SIGHUP, after gateway::reload(next): probes for new backends, new
+  // parameters for the others; removed backends are no longer probed.
+  void reload(std::shared_ptr<const config::config> next);
 
   struct probe;
 
  private:
+  void add_probe(uint32_t backend);
   void start_probe(probe& p, uint64_t now_ms) noexcept;
   void finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept;
   void apply(uint32_t backend, route::health_event e) noexcept;

@@ -127,6 +127,9 @@ struct slices_options {
   // key's, not one shard's. Null: headers() reports this slice plus what
   // peers hold (an upper bound).
   std::atomic<int64_t>* published = nullptr;
+  // Keys per shard in `published` (0 = the key count at construction); a
+  // process that may add keys on reload sizes it for them up front.
+  uint32_t published_stride = 0;
 };
 
 // Returned by on_message(): when round_complete, waiters of `key` should
@@ -164,6 +167,13 @@ class shard_slices {
   // request itself stays counted. Returns: false (and changes nothing) when
   // `held` was settled already: settlement happens exactly once.
   bool settle(reservation& held, uint64_t actual_tokens, int64_t now_ns) noexcept;
+
+  // Reload (cold path): appends keys `key_count()`.. with fresh buckets at
+  // their home shares, as at construction; existing keys keep everything.
+  // Then applies the messages peers sent for those keys before this shard
+  // knew them (a peer that reloaded first). Refuses (SLUICE_VERIFY) more
+  // keys than the published stride.
+  void add_keys(std::span<const key_limits> more, int64_t now_ns);
 
   // Applies a message from a peer (in the order its queue delivers them).
   message_effect on_message(const message& m, int64_t now_ns) noexcept;
@@ -231,6 +241,7 @@ class shard_slices {
   slice& at(uint32_t key, resource r) noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }
   const slice& at(uint32_t key, resource r) const noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }
   bool idle(const key_state& k, int64_t now_ns) const noexcept;
+  void init_key(key_state& k, const key_limits& limits, int64_t now_ns);
   void publish(uint32_t key) noexcept;
   step evaluate(slice& s, resource r, int64_t need, int64_t now_ns) noexcept;
   uint32_t retry_ms(const slice& s, resource r, int64_t need) const noexcept;
@@ -244,6 +255,10 @@ class shard_slices {
   uint32_t _shard_count;
   slices_options _options;
   std::vector<key_state> _keys;
+  uint32_t _stride = 0;                // keys per shard in options.published
+  // Messages for keys this shard does not know yet (a peer reloaded first);
+  // applied by add_keys(). Reserved up front: on_message never allocates.
+  std::vector<message> _early;
   // One ring per peer (the slot of this shard stays empty): free-running
   // head/tail, index & mask.
   std::vector<message> _outbox;

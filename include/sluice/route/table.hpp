@@ -52,6 +52,11 @@ struct choice {
 class table {
  public:
   table(const config::config& cfg, uint32_t shard, uint32_t shard_count);  // cold path
+  // Reload (cold path): the rings of `cfg`, carrying over the routing state
+  // (up, draining, every load figure) of each backend `previous` knew;
+  // reconciled snapshots keep backend positions (config::reconcile). New
+  // backends start up, as at start; removed ones are down.
+  table(const config::config& cfg, const table& previous);
   table(const table&) = delete;
   table& operator=(const table&) = delete;
 

@@ -354,3 +354,28 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, R"(sluice_request_duration_seconds_count{group="g0"})") == shards * per_shard);
   }
 }
+
+TEST_SUITE("metrics::registry reload") {
+  TEST_CASE("rename appends labels within the room; counts written before stay on their rows") {
+    registry r(2, registry::names{{"g"}, {"http://b0"}, {"alice"}}, registry::room{1, 1, 2});
+    r.shard(0).request_done(0, 0, 200);
+    CHECK_FALSE(r.rename(registry::names{{"g", "h", "i"}, {"http://b0"}, {"alice"}}));  // no room for 2 more groups
+    CHECK_FALSE(r.rename(registry::names{{}, {"http://b0"}, {"alice"}}));               // never shrinks
+    REQUIRE(r.rename(registry::names{{"g", "h"}, {"http://b0", "http://b1"}, {"alice", "bob", "alice"}}));
+    r.shard(1).request_done(1, 1, 200);
+    r.shard(1).quota_rejected(0, reject_reason::requests);
+    r.shard(0).quota_rejected(2, reject_reason::requests);  // alice again, re-limited: the same series
+    r.set_backend_up(1, true);
+    std::string out;
+    r.render(out);
+    CHECK(out.find("sluice_requests_total{group=\"g\",backend=\"http://b0\",code=\"200\"} 1\n") != std::string::npos);
+    CHECK(out.find("sluice_requests_total{group=\"h\",backend=\"http://b1\",code=\"200\"} 1\n") != std::string::npos);
+    CHECK(out.find("sluice_quota_rejected_total{key=\"alice\",reason=\"requests\"} 2\n") != std::string::npos);
+    CHECK(out.find("sluice_backend_up{backend=\"http://b1\"} 1\n") != std::string::npos);
+    // A request with no group still lands on the `none` row.
+    r.shard(0).request_done(sluice::metrics::none, sluice::metrics::none, 401);
+    out.clear();
+    r.render(out);
+    CHECK(out.find("sluice_requests_total{group=\"\",backend=\"\",code=\"401\"} 1\n") != std::string::npos);
+  }
+}

@@ -121,3 +121,53 @@ TEST_SUITE("route::table") {
     CHECK(on_two < 8500);
   }
 }
+
+TEST_SUITE("route::table reload") {
+  TEST_CASE("a reloaded table keeps each backend's health, drain and load, and routes keys to the new backend") {
+    auto cfg3 = sluice::config::load(
+        "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:8001\", \"http://127.0.0.1:8002\", \"http://127.0.0.1:8003\"]\n[[key]]\nid = \"k\"\nkey = \"k\"\n",
+        "a.toml", {});
+    auto cfg4 = sluice::config::load(
+        "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:8001\", \"http://127.0.0.1:8002\", \"http://127.0.0.1:8003\", "
+        "\"http://127.0.0.1:8004\"]\n[[key]]\nid = \"k\"\nkey = \"k\"\n",
+        "b.toml", {});
+    std::vector<std::string> notes;
+    auto next = sluice::config::reconcile(*cfg4, *cfg3, sluice::config::capacity_for(*cfg3), notes);
+    table old(*cfg3, 1, 2);
+    old.apply({message_kind::backend_down, 0, 0, 0, k_none, 0});
+    old.apply({message_kind::backend_drain, 0, 0, 1, k_none, 1});
+    old.on_request_start(2);
+    old.apply({message_kind::load_report, 0, 0, 2, k_none, 5});
+    old.apply({message_kind::backend_waiting, 0, 0, 2, k_none, 3});
+    table t(*next, old);
+    CHECK_FALSE(t.backend_up(0));
+    CHECK(t.backend_draining(1));
+    CHECK(t.load(2) == 1 + 5 + 3);
+    CHECK(t.backend_up(3));
+    CHECK(t.load(3) == 0);
+    // The in-flight request that started on the old table ends on the new one.
+    t.on_request_end(2);
+    CHECK(t.load(2) == 5 + 3);
+    // Backends 0 and 1 take nothing new: keys land on 2 and 3, both used.
+    size_t on_new = 0;
+    for (uint64_t i = 0; i < 400; ++i) {
+      const uint32_t b = t.pick(0, key(i)).backend;
+      CHECK((b == 2 || b == 3));
+      on_new += b == 3;
+    }
+    CHECK(on_new > 100);
+  }
+
+  TEST_CASE("a backend removed by a reload is down in the new table") {
+    auto cfg2 = sluice::config::load(
+        "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:8001\", \"http://127.0.0.1:8002\"]\n[[key]]\nid = \"k\"\nkey = \"k\"\n", "a.toml", {});
+    auto cfg1 = sluice::config::load("[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:8002\"]\n[[key]]\nid = \"k\"\nkey = \"k\"\n", "b.toml", {});
+    std::vector<std::string> notes;
+    auto next = sluice::config::reconcile(*cfg1, *cfg2, sluice::config::capacity_for(*cfg2), notes);
+    table old(*cfg2, 0, 1);
+    table t(*next, old);
+    CHECK_FALSE(t.backend_up(0));
+    CHECK(t.backend_up(1));
+    for (uint64_t i = 0; i < 100; ++i) CHECK(t.pick(0, key(i)).backend == 1);
+  }
+}
