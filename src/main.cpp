@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
     proxy::admin_server admin(*r, *g, admin_fd);
     admin.start();
     proxy::health_checker health(*r, *g, cfg);
+    admin.set_health(&health);
 
     control ctl;
     ctl.r = r.get();

@@ -10,6 +10,7 @@
 #include "sluice/core/log.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/openai/error.hpp"
+#include "sluice/proxy/health.hpp"
 
 namespace sluice::proxy {
 
@@ -143,10 +144,74 @@ void admin_server::respond(conn* c, uint16_t status, const char* content_type, s
   submit_send(c);
 }
 
+namespace {
+
+// The value of `name` in a query string, percent-decoded; "" when absent.
+std::string query_value(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return {};
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name || eq == std::string_view::npos) continue;
+    std::string out;
+    const std::string_view v = pair.substr(eq + 1);
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto hex = [](char h) { return h >= '0' && h <= '9' ? h - '0' : (h | 0x20) >= 'a' && (h | 0x20) <= 'f' ? (h | 0x20) - 'a' + 10 : -1; };
+      if (v[i] == '%' && i + 2 < v.size() && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
+        out += static_cast<char>(hex(v[i + 1]) * 16 + hex(v[i + 2]));
+        i += 2;
+      } else {
+        out += v[i] == '+' ? ' ' : v[i];
+      }
+    }
+    return out;
+  }
+  return {};
+}
+
+std::string admin_error(std::string_view message) {
+  char body[512];
+  openai::error_fields e;
+  e.message = message;
+  return std::string(body, openai::write_error_body(body, sizeof body, e));
+}
+
+}  // namespace
+
 void admin_server::handle(conn* c) noexcept {
   const std::string_view path = c->head.path;
+  if ((path == "/backends/drain" || path == "/backends/undrain") && _health != nullptr) {
+    if (c->head.meth != http::method::post) {
+      respond(c, 405, "application/json", admin_error("Use POST."));
+      return;
+    }
+    const std::string url = query_value(c->head.target, "url");
+    if (url.empty()) {
+      respond(c, 400, "application/json", admin_error("Missing ?url=BACKEND_URL (as GET /backends lists it)."));
+      return;
+    }
+    const bool drain = path == "/backends/drain";
+    if (!_health->set_draining(url, drain)) {
+      respond(c, 404, "application/json", admin_error("No such backend; GET /backends lists them."));
+      return;
+    }
+    std::string body;
+    _health->describe_json(body);
+    respond(c, 200, "application/json", body);
+    return;
+  }
   if (c->head.meth != http::method::get) {
     respond(c, 405, "text/plain", "method not allowed\n");
+    return;
+  }
+  if (path == "/backends" && _health != nullptr) {
+    std::string body;
+    _health->describe_json(body);
+    respond(c, 200, "application/json", body);
     return;
   }
   if (path == "/healthz") {
@@ -212,6 +277,7 @@ void admin_server::handle(conn* c) noexcept {
                    "# TYPE sluice_config_last_reload_successful gauge\nsluice_config_last_reload_successful {}\n",
                    _g.reloads_ok(), _g.reloads_failed(), _g.last_reload_ok() ? 1 : 0);
     _g.metrics().render(m);
+    if (_health != nullptr) _health->render_metrics(m);
     respond(c, 200, "text/plain; version=0.0.4", m);
     return;
   }

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "sluice/core/log.hpp"
@@ -104,6 +105,66 @@ void health_checker::reload(std::shared_ptr<const config::config> next) {
     apply(b, route::health_event::became_up);
   }
   for (uint32_t b = static_cast<uint32_t>(known); b < _cfg->backends.size(); ++b) add_probe(b);
+}
+
+bool health_checker::set_draining(std::string_view url, bool draining) noexcept {
+  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
+    if (_cfg->backends[b].removed || _cfg->backends[b].url != url) continue;
+    probe& p = *_probes[b];
+    if (p.health.draining() != draining) {
+      p.health.set_draining(draining);
+      log::info("backend {}: {}", url, draining ? "draining (no new requests)" : "no longer draining");
+    }
+    route::message m;
+    m.kind = route::message_kind::backend_drain;
+    m.backend = b;
+    m.value = draining ? 1 : 0;
+    _g.broadcast(m);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+void put_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  out += '"';
+}
+}  // namespace
+
+void health_checker::describe_json(std::string& out) const {
+  out += "{\"backends\":[";
+  bool first = true;
+  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
+    if (_cfg->backends[b].removed) continue;
+    const probe& p = *_probes[b];
+    if (!first) out += ',';
+    first = false;
+    out += "{\"url\":";
+    put_json_string(out, _cfg->backends[b].url);
+    fmt::format_to(std::back_inserter(out), ",\"up\":{},\"draining\":{},\"takes_requests\":{}}}",
+                   p.health.state() == route::health_state::up, p.health.draining(), p.health.takes_requests());
+  }
+  out += "]}\n";
+}
+
+void health_checker::render_metrics(std::string& out) const {
+  out += "# HELP sluice_backend_draining 1 while an operator drains the backend (no new requests).\n"
+         "# TYPE sluice_backend_draining gauge\n";
+  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
+    if (_cfg->backends[b].removed) continue;
+    out += "sluice_backend_draining{backend=\"";
+    for (char c : _cfg->backends[b].url) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c != '\n') out += c;
+    }
+    fmt::format_to(std::back_inserter(out), "\"}} {}\n", _probes[b]->health.draining() ? 1 : 0);
+  }
 }
 
 health_checker::~health_checker() {

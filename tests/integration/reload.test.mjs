@@ -247,3 +247,74 @@ describe('SIGHUP changing keys', () => {
     assert.ok(is_openai_error(JSON.parse(a_after[0].text)));
   });
 });
+
+describe('operator drain (admin POST /backends/drain)', () => {
+  let backends;
+  let sluice;
+
+  before(async () => {
+    backends = await start_backends(3, { tokens_per_sec: 40, reply_tokens: 20 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        groups: [{ name: 'g', models: ['*'], balance: 'session', backends: backends.map((b) => b.url) }],
+        keys: [{ id: 'all', key, groups: ['*'] }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, ...(backends ?? [])));
+
+  const admin = async (method, target) => {
+    const res = await fetch(`${sluice.admin_url}${target}`, { method });
+    return { status: res.status, json: await res.json() };
+  };
+
+  it('a draining backend takes no new sessions, finishes its streams, and comes back when undrained', async () => {
+    const sessions = Array.from({ length: 45 }, (_, i) => `drain-session-${i}`);
+    const before_map = await run_pool(sessions.length, 1, (i) => send(sluice.url, chat(`d ${i}`), { session: sessions[i] }));
+    const victim = before_map[0].backend;
+    const url = backends[victim].url;
+
+    // Streams in flight on the victim when the drain starts (two: bounded
+    // load lets a backend take two at once whatever the others carry).
+    const mine = sessions.filter((_, i) => before_map[i].backend === victim).slice(0, 2);
+    const streams = Promise.all(mine.map((s) => send(sluice.url, chat(`long ${s}`, { stream: true, max_tokens: 20 }), { session: s })));
+    await new Promise((r) => setTimeout(r, 150));
+    const drained = await admin('POST', `/backends/drain?url=${encodeURIComponent(url)}`);
+    assert.equal(drained.status, 200);
+    assert.deepEqual(drained.json.backends.find((b) => b.url === url), { url, up: true, draining: true, takes_requests: false });
+
+    const finished = await streams;
+    for (const r of finished) {
+      assert.equal(r.status, 200);
+      assert.ok(r.done, 'a stream in flight finishes whole');
+      assert.equal(r.backend, victim);
+    }
+    const during = await run_pool(sessions.length, 1, (i) => send(sluice.url, chat(`d ${i}`), { session: sessions[i] }));
+    for (let i = 0; i < sessions.length; ++i) {
+      assert.equal(during[i].status, 200);
+      assert.notEqual(during[i].backend, victim, 'no request reaches the draining backend');
+      // The others' sessions stay where they were.
+      if (before_map[i].backend !== victim) assert.equal(during[i].backend, before_map[i].backend);
+    }
+    const { parsed } = await scrape(sluice.admin_url);
+    assert.equal(samples(parsed, 'sluice_backend_draining', { backend: url })[0]?.value, 1);
+
+    assert.equal((await admin('POST', `/backends/undrain?url=${encodeURIComponent(url)}`)).status, 200);
+    const back = await run_pool(sessions.length, 1, (i) => send(sluice.url, chat(`d ${i}`), { session: sessions[i] }));
+    for (let i = 0; i < sessions.length; ++i) assert.equal(back[i].backend, before_map[i].backend, 'every session is home again');
+  });
+
+  it('refuses an unknown backend (404), a missing url (400) and GET (405), in OpenAI\'s error shape', async () => {
+    const unknown = await admin('POST', '/backends/drain?url=http%3A%2F%2F127.0.0.1%3A1');
+    assert.equal(unknown.status, 404);
+    assert.ok(is_openai_error(unknown.json));
+    const missing = await admin('POST', '/backends/drain');
+    assert.equal(missing.status, 400);
+    assert.ok(is_openai_error(missing.json));
+    const get = await admin('GET', '/backends/drain?url=x');
+    assert.equal(get.status, 405);
+    const list = await admin('GET', '/backends');
+    assert.equal(list.status, 200);
+    assert.deepEqual(list.json.backends.map((b) => b.url), backends.map((b) => b.url));
+  });
+});

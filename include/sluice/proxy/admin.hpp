@@ -9,6 +9,8 @@
 
 namespace sluice::proxy {
 
+class health_checker;
+
 class admin_server {
  public:
   // Takes ownership of listen_fd.
@@ -20,6 +22,9 @@ class admin_server {
   void start() noexcept;
   void stop_accepting() noexcept;
   void set_draining(bool d) noexcept { _draining = d; }
+  // Backend state and operator drain (GET /backends, POST /backends/drain
+  // and /backends/undrain ?url=URL) go through the health checker.
+  void set_health(health_checker* h) noexcept { _health = h; }
 
   struct conn;
 
@@ -38,6 +43,7 @@ class admin_server {
 
   shard::reactor& _r;
   const gateway& _g;
+  health_checker* _health = nullptr;
   int _listen_fd;
   accept_op _accept_op;
   bool _draining = false;

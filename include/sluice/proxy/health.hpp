@@ -5,6 +5,8 @@
 // backend; every change becomes a ring-rebalancing message to all shards.
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "sluice/config/config.hpp"
@@ -29,6 +31,16 @@ class health_checker {
   // SIGHUP, after gateway::reload(next): probes for new backends, new
   // parameters for the others; removed backends are no longer probed.
   void reload(std::shared_ptr<const config::config> next);
+
+  // Operator drain (admin POST /backends/drain): a draining backend takes no
+  // new requests, so no new sessions; requests in flight finish. Survives
+  // reloads. Returns: false when `url` names no backend of the config.
+  bool set_draining(std::string_view url, bool draining) noexcept;
+
+  // Admin GET /backends and /metrics: one JSON object per backend, and the
+  // sluice_backend_draining gauge.
+  void describe_json(std::string& out) const;
+  void render_metrics(std::string& out) const;
 
   struct probe;
 
