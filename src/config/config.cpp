@@ -33,9 +33,9 @@ const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key
 const names k_server_keys = {
     "listen", "admin", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
-    "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "splice"};
+    "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "memory_max_bytes", "splice"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
-                                   "total_timeout_ms", "max_retries", "pool_idle_max"};
+                                   "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max"};
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens"};
 const names k_audit_keys = {"path"};
 const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "upstream",
@@ -250,6 +250,7 @@ void read_upstream(const reader& r, const toml::table& t, std::string_view name,
   r.read_timeout(t, name, "total_timeout_ms", u.total_timeout_ms, 0);
   r.read_uint(t, name, "max_retries", u.max_retries, 0, 10);
   r.read_uint(t, name, "pool_idle_max", u.pool_idle_max, 0, 65536);
+  r.read_uint(t, name, "connections_max", u.connections_max, 1, 1u << 20);
 }
 
 void read_health(const reader& r, const toml::table& t, std::string_view name, health_config& h) {
@@ -292,6 +293,7 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
   r.read_timeout(t, "server", "drain_timeout_ms", s.drain_timeout_ms);
   r.read_uint(t, "server", "connections_max", s.connections_max, 1, 1u << 20);
   r.read_uint(t, "server", "inflight_max", s.inflight_max, 1, 1u << 20);
+  r.read_uint(t, "server", "memory_max_bytes", s.memory_max_bytes, 0, 1ull << 40, " (0 = no cap, else up to 1 TiB)");
   r.read_bool(t, "server", "splice", s.splice);
   if (s.max_line_bytes > s.max_head_bytes) {
     const toml::node* n = t.get("max_line_bytes");

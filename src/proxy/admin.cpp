@@ -267,8 +267,17 @@ void admin_server::handle(conn* c) noexcept {
             "counter", &shard_stats::usage_chunks_cut);
     counter("sluice_shed_connections_total", "Connections refused over server.connections_max.", "counter",
             &shard_stats::shed_connections);
-    counter("sluice_shed_requests_total", "Requests refused with 503 over server.inflight_max.", "counter",
-            &shard_stats::shed_requests);
+    fmt::format_to(std::back_inserter(m),
+                   "# HELP sluice_shed_requests_total Requests refused with 503 + retry-after, by cap: "
+                   "server.inflight_max, upstream.connections_max, server.memory_max_bytes.\n"
+                   "# TYPE sluice_shed_requests_total counter\n"
+                   "sluice_shed_requests_total{{reason=\"inflight\"}} {}\n"
+                   "sluice_shed_requests_total{{reason=\"upstream_pool\"}} {}\n"
+                   "sluice_shed_requests_total{{reason=\"memory\"}} {}\n",
+                   sum(&shard_stats::shed_requests), sum(&shard_stats::shed_upstream_pool),
+                   sum(&shard_stats::shed_memory));
+    counter("sluice_connection_memory_bytes", "Connection objects and buffers held by the shards.", "gauge",
+            &shard_stats::memory_bytes);
     fmt::format_to(std::back_inserter(m),
                    "# HELP sluice_config_reloads_total SIGHUP reloads by result (failed: the running config stayed).\n"
                    "# TYPE sluice_config_reloads_total counter\n"

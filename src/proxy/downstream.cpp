@@ -399,10 +399,13 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
     answer_models(d);
     return;
   }
-  // The shard's in-flight cap: answered before the body is parsed, so an
-  // overloaded shard spends as little as possible on what it refuses.
-  if (_stats.requests_inflight.get() > _cfg->server.inflight_max) {
-    _stats.shed_requests.add();
+  // The shard's in-flight and memory caps: answered before the body is
+  // parsed, so an overloaded shard spends as little as possible on what it
+  // refuses, and before the exchange takes upstream buffers.
+  const uint64_t memory_max = _cfg->server.memory_max_bytes;
+  const bool over_memory = memory_max != 0 && connection_memory_bytes() > static_cast<int64_t>(memory_max);
+  if (_stats.requests_inflight.get() > _cfg->server.inflight_max || over_memory) {
+    (over_memory ? _stats.shed_memory : _stats.shed_requests).add();
     answer_error(d, 503, "The server is overloaded. Please try again.", "server_error", {}, "overloaded", false,
                  "retry-after: 1\r\n");
     return;
@@ -742,6 +745,7 @@ void shard_server::maybe_free(downstream_conn* d) noexcept {
   if (d->all_hook.next != nullptr) d->all_hook.next->all_hook.prev = d->all_hook.prev;
   --_conn_count;
   _stats.connections_open.sub();
+  account_connection_memory(-static_cast<int64_t>(sizeof(downstream_conn) + (d->sse ? sizeof(http::sse_scanner) : 0)));
   delete d;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -15,6 +16,13 @@
 #include "sluice/net/socket.hpp"
 
 namespace sluice::proxy {
+
+namespace {
+thread_local int64_t t_connection_memory = 0;
+}  // namespace
+
+int64_t connection_memory_bytes() noexcept { return t_connection_memory; }
+void account_connection_memory(int64_t delta) noexcept { t_connection_memory += delta; }
 
 byte_buf::~byte_buf() { release(); }
 
@@ -26,11 +34,13 @@ bool byte_buf::reserve(size_t n) noexcept {
   void* p = std::realloc(data, next);
   if (p == nullptr) return false;
   data = static_cast<char*>(p);
+  t_connection_memory += static_cast<int64_t>(next) - cap;
   cap = static_cast<uint32_t>(next);
   return true;
 }
 
 void byte_buf::release() noexcept {
+  t_connection_memory -= cap;
   std::free(data);
   data = nullptr;
   len = cap = 0;
@@ -50,6 +60,16 @@ quota::slices_options slices_options_of(const shard_mesh& mesh) {
   o.published_stride = mesh.quota_keys_max;
   return o;
 }
+
+// Over a per-shard cap, or out of memory before a connection object exists:
+// shed at once rather than degrade everyone, with an answer the client can
+// act on. One non-blocking send on a fresh socket (its buffer is empty).
+constexpr std::string_view k_shed =
+    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 122\r\n"
+    "retry-after: 1\r\nconnection: close\r\n\r\n"
+    "{\"error\":{\"message\":\"The server is overloaded. Please try again.\",\"type\":\"server_error\","
+    "\"param\":null,\"code\":\"overloaded\"}}";
+static_assert(k_shed.size() - k_shed.find("\r\n\r\n") - 4 == 122, "content-length of the shed answer");
 
 http::limits limits_from(const config::server_config& s) {
   http::limits l;
@@ -97,6 +117,7 @@ shard_server::~shard_server() {
     while (upstream_conn* u = _backends[i].idle_head) {
       _backends[i].idle_head = u->pool_hook.next;
       if (u->fd >= 0) ::close(u->fd);
+      account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
       delete u;
     }
   }
@@ -137,15 +158,6 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
     if (_draining) {
       ::close(fd);
     } else if (_conn_count >= _cfg->server.connections_max) {
-      // Over the per-shard cap: shed at once rather than degrade everyone,
-      // with an answer the client can act on. One non-blocking send on a
-      // fresh socket (its buffer is empty), only on this overload path.
-      static constexpr std::string_view k_shed =
-          "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 122\r\n"
-          "retry-after: 1\r\nconnection: close\r\n\r\n"
-          "{\"error\":{\"message\":\"The server is overloaded. Please try again.\",\"type\":\"server_error\","
-          "\"param\":null,\"code\":\"overloaded\"}}";
-      static_assert(k_shed.size() - k_shed.find("\r\n\r\n") - 4 == 122, "content-length of the shed answer");
       _stats.shed_connections.add();
       ssize_t sent = ::send(fd, k_shed.data(), k_shed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)sent;  // best effort: the close says the rest
@@ -153,8 +165,12 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
     } else {
       auto* d = new (std::nothrow) downstream_conn(_limits);
       if (d == nullptr) {
+        _stats.shed_memory.add();
+        ssize_t sent = ::send(fd, k_shed.data(), k_shed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)sent;
         ::close(fd);
       } else {
+        account_connection_memory(sizeof(downstream_conn));
         d->srv = this;
         d->fd = fd;
         d->recv_op.owner = d->send_op.owner = d->splice_op.owner = d->poll_op.owner = d;
@@ -228,6 +244,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   if (_audit) _audit->tick(now);
   _metrics.set_loop(_r.iterations(), _r.cqes());
   _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
+  _stats.memory_bytes.v.store(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)), std::memory_order_relaxed);
   _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);
   _bufs->publish();
 }

@@ -66,6 +66,12 @@ struct shard_mesh {
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 
+// Connection memory of the calling shard thread: connection objects and
+// their buffers (server.memory_max_bytes). Thread-local: each shard counts
+// its own, with no atomics; the shard publishes it to its stats per tick.
+int64_t connection_memory_bytes() noexcept;
+void account_connection_memory(int64_t delta) noexcept;
+
 // A growable byte buffer owned by one connection. Grows (rarely: bodies
 // larger than the first size) and is kept across keep-alive requests.
 struct byte_buf {
@@ -262,6 +268,7 @@ struct backend_state {
   upstream_conn* idle_head = nullptr;
   uint32_t idle_count = 0;
   uint32_t inflight = 0;
+  uint32_t open = 0;            // connections to it, pooled or busy (upstream.connections_max)
 };
 
 // Shard-local; created and run by the shard thread.
@@ -349,7 +356,10 @@ class shard_server {
   void forward(downstream_conn* d, const openai::request_fields& f) noexcept;
   void start_attempt(downstream_conn* d) noexcept;
   bool build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept;
-  upstream_conn* acquire_upstream(uint32_t backend) noexcept;
+  // Returns: a pooled connection, else a new one while the backend has
+  // fewer than `open_max` on this shard; null when at the cap or out of
+  // resources.
+  upstream_conn* acquire_upstream(uint32_t backend, uint32_t open_max) noexcept;
   void release_upstream(upstream_conn* u, bool reusable) noexcept;
   void close_upstream(upstream_conn* u) noexcept;
   void maybe_free(upstream_conn* u) noexcept;

@@ -199,9 +199,15 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   for (uint8_t i = 1; i < d->up_iov_count; ++i) d->up_msg_iov[n++] = d->up_iov[i];
   d->up_msg_iov_count = n;
 
-  upstream_conn* u = acquire_upstream(backend);
+  upstream_conn* u = acquire_upstream(backend, g.upstream.connections_max);
   if (u == nullptr) {
-    answer_error(d, 503, "Too many connections to the backend.", "server_error", {}, "overloaded", false);
+    // The backend's pool is at upstream.connections_max on this shard (or
+    // a socket/allocation failed): shed, with a time to come back.
+    const bool pool_full = _backends[backend].open >= g.upstream.connections_max;
+    (pool_full ? _stats.shed_upstream_pool : _stats.shed_memory).add();
+    answer_error(d, 503, pool_full ? "Too many requests to the backend right now. Please try again."
+                                   : "The server is overloaded. Please try again.",
+                 "server_error", {}, "overloaded", false, "retry-after: 1\r\n");
     return;
   }
   u->owner = d;
@@ -222,7 +228,7 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   }
 }
 
-upstream_conn* shard_server::acquire_upstream(uint32_t backend) noexcept {
+upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_max) noexcept {
   backend_state& bs = _backends[backend];
   while (upstream_conn* u = bs.idle_head) {
     bs.idle_head = u->pool_hook.next;
@@ -237,6 +243,7 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend) noexcept {
     u->reused = true;
     return u;
   }
+  if (bs.open >= open_max) return nullptr;
   auto* u = new (std::nothrow) upstream_conn();
   if (u == nullptr) return nullptr;
   const config::backend_config& b = _cfg->backends[backend];
@@ -245,6 +252,8 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend) noexcept {
     delete u;
     return nullptr;
   }
+  account_connection_memory(sizeof(upstream_conn));
+  ++bs.open;
   u->srv = this;
   u->backend = backend;
   u->connect_op.owner = u->send_op.owner = u->recv_op.owner = u->watch_op.owner = u;
@@ -253,8 +262,8 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend) noexcept {
   u->recv_op.fn = &shard_server::on_up_recv;
   u->watch_op.fn = &shard_server::on_up_watch;
   if (!u->buf.reserve(k_upstream_buf_bytes)) {
-    ::close(u->fd);
-    delete u;
+    u->closing = true;
+    maybe_free(u);
     return nullptr;
   }
   return u;
@@ -333,6 +342,8 @@ void shard_server::close_upstream(upstream_conn* u) noexcept {
 void shard_server::maybe_free(upstream_conn* u) noexcept {
   if (!u->closing || u->ops > 0) return;
   ::close(u->fd);
+  --_backends[u->backend].open;
+  account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
   delete u;
 }
 
@@ -517,7 +528,10 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   d->facts = stream_facts{};
   if (rh.event_stream) {
     // One scanner per connection, made on its first stream and kept.
-    if (!d->sse) d->sse.reset(new (std::nothrow) http::sse_scanner(&shard_server::on_sse_event, d));
+    if (!d->sse) {
+      d->sse.reset(new (std::nothrow) http::sse_scanner(&shard_server::on_sse_event, d));
+      if (d->sse) account_connection_memory(sizeof(http::sse_scanner));
+    }
     if (d->sse) d->sse->reset();
   }
   set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);

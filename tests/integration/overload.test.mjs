@@ -5,7 +5,7 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 
 import { chat_body, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
-import { gateway_config, post_fresh, samples, scrape } from './lib/gateway.mjs';
+import { gateway_config, poll, post_fresh, samples, scrape } from './lib/gateway.mjs';
 
 function connect(port) {
   return new Promise((resolve, reject) => {
@@ -54,7 +54,9 @@ describe('overload', () => {
     assert.equal(body.error.type, 'server_error');
     assert.equal((await mock.requests()).length, 1, 'only the admitted request reached the backend');
     const m = (await scrape(sluice.admin_url)).parsed;
-    assert.equal(samples(m, 'sluice_shed_requests_total')[0].value, 1);
+    assert.equal(samples(m, 'sluice_shed_requests_total', { reason: 'inflight' })[0].value, 1);
+    assert.equal(samples(m, 'sluice_shed_requests_total', { reason: 'upstream_pool' })[0].value, 0);
+    assert.equal(samples(m, 'sluice_shed_requests_total', { reason: 'memory' })[0].value, 0);
   });
 
   it('over server.connections_max a new connection gets 503 and is closed; the others keep working', async () => {
@@ -74,5 +76,89 @@ describe('overload', () => {
     }
     const m = (await scrape(sluice.admin_url)).parsed;
     assert.ok(samples(m, 'sluice_shed_connections_total')[0].value >= 1);
+  });
+});
+
+describe('overload: a backend\'s connection pool at upstream.connections_max', () => {
+  let mock;
+  let sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({ ttft_ms: 1000, reply_tokens: 2 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { upstream: { connections_max: 1 } },
+        groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],  // one shard: the cap is per backend per shard
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('a request that would need one more connection gets 503 with retry-after; the pooled one serves the next', async () => {
+    await mock.clear_requests();
+    const replies = await Promise.all([0, 1].map(() =>
+      post_fresh(sluice.url, chat_body({ max_tokens: 2 }), { key: 'test-key' })));
+    assert.deepEqual(replies.map((r) => r.status).sort(), [200, 503]);
+    const shed = replies.find((r) => r.status === 503);
+    assert.equal(shed.headers['retry-after'], '1');
+    assert.equal(JSON.parse(shed.text).error.code, 'overloaded');
+    assert.equal((await mock.requests()).length, 1, 'the shed request reached no backend');
+    // The one connection is back in the pool: the next request uses it.
+    const next = await post_fresh(sluice.url, chat_body({ max_tokens: 2 }), { key: 'test-key' });
+    assert.equal(next.status, 200);
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.equal(samples(m, 'sluice_shed_requests_total', { reason: 'upstream_pool' })[0].value, 1);
+  });
+});
+
+describe('overload: connection memory over server.memory_max_bytes', () => {
+  let mock;
+  let sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({ reply_tokens: 2 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { memory_max_bytes: 400000 } },
+        groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],  // one shard: the budget is per shard
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('while one upload holds the memory, new requests get 503 with retry-after; once it is gone they pass', async () => {
+    const first = await post_fresh(sluice.url, chat_body({ max_tokens: 2 }), { key: 'test-key' });
+    assert.equal(first.status, 200, 'under the budget a request passes');
+    // A 1 MiB body, 700 KB of it sent: its buffer holds ~1 MiB of the shard's budget.
+    const big = await connect(sluice.port);
+    const body_len = 1 << 20;
+    big.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer test-key\r\ncontent-type: application/json\r\ncontent-length: ${body_len}\r\n\r\n`);
+    big.write(Buffer.alloc(700 * 1024, 0x20));
+    let m;
+    await poll(async () => {
+      m = (await scrape(sluice.admin_url)).parsed;
+      return samples(m, 'sluice_connection_memory_bytes')[0].value > 400000;
+    }, { what: 'the upload to fill the budget' });
+    await mock.clear_requests();
+    const shed = await post_fresh(sluice.url, chat_body({ max_tokens: 2 }), { key: 'test-key' });
+    assert.equal(shed.status, 503);
+    assert.equal(shed.headers['retry-after'], '1');
+    assert.equal(JSON.parse(shed.text).error.code, 'overloaded');
+    assert.equal((await mock.requests()).length, 0, 'the shed request reached no backend');
+    m = (await scrape(sluice.admin_url)).parsed;
+    assert.ok(samples(m, 'sluice_shed_requests_total', { reason: 'memory' })[0].value >= 1);
+
+    big.destroy();
+    const ok = await poll(async () => {
+      const r = await post_fresh(sluice.url, chat_body({ max_tokens: 2 }), { key: 'test-key' });
+      return r.status === 200 ? r : null;
+    }, { what: 'a request to pass once the upload is gone' });
+    assert.equal(ok.status, 200);
+    m = (await scrape(sluice.admin_url)).parsed;
+    assert.ok(samples(m, 'sluice_connection_memory_bytes')[0].value < 400000);
   });
 });

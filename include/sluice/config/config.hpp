@@ -49,6 +49,7 @@ struct server_config {
   uint32_t drain_timeout_ms = 30000;     // SIGTERM: finish in-flight up to this
   uint32_t connections_max = 16384;      // per shard; beyond: 503 + close
   uint32_t inflight_max = 4096;          // per shard requests in flight; beyond: 503
+  uint64_t memory_max_bytes = 1ull << 30; // per shard connection memory; beyond: new requests get 503 (0 = no cap)
   bool splice = true;                    // SSE body by splice; false = copy path
 };
 
@@ -59,6 +60,7 @@ struct upstream_config {
   uint32_t total_timeout_ms = 0;          // 0 = none
   uint32_t max_retries = 1;               // only before any response byte reached the client
   uint32_t pool_idle_max = 64;            // idle keep-alive connections per backend per shard
+  uint32_t connections_max = 1024;        // open connections per backend per shard; beyond: 503
 };
 
 struct quota_config {

@@ -34,6 +34,9 @@ struct alignas(64) shard_stats {
   counter usage_chunks_cut;       // injected usage chunks removed from client streams
   counter shed_connections;       // over server.connections_max
   counter shed_requests;          // over server.inflight_max (503)
+  counter shed_upstream_pool;     // over upstream.connections_max to the chosen backend (503)
+  counter shed_memory;            // over server.memory_max_bytes of connection memory (503)
+  counter memory_bytes;           // gauge: this shard's connection memory, as of its last tick
   counter loop_iterations;
   counter loop_cqes;
 };

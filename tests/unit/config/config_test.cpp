@@ -98,6 +98,7 @@ idle_timeout_ms = 3000
 drain_timeout_ms = 4000
 connections_max = 100
 inflight_max = 10
+memory_max_bytes = 0
 splice = false
 
 [upstream]
@@ -107,6 +108,7 @@ stream_idle_timeout_ms = 700
 total_timeout_ms = 800
 max_retries = 3
 pool_idle_max = 5
+connections_max = 7
 
 [quota]
 input_weight = 2
@@ -156,6 +158,7 @@ groups = ["qw*"]
     CHECK(s.drain_timeout_ms == 4000);
     CHECK(s.connections_max == 100);
     CHECK(s.inflight_max == 10);
+    CHECK(s.memory_max_bytes == 0);
     CHECK_FALSE(s.splice);
     CHECK(c->upstream.connect_timeout_ms == 500);
     CHECK(c->upstream.first_byte_timeout_ms == 600);
@@ -163,6 +166,7 @@ groups = ["qw*"]
     CHECK(c->upstream.total_timeout_ms == 800);
     CHECK(c->upstream.max_retries == 3);
     CHECK(c->upstream.pool_idle_max == 5);
+    CHECK(c->upstream.connections_max == 7);
     CHECK(c->quota.input_weight == 2);
     CHECK(c->quota.output_weight == 3);
     CHECK(c->quota.default_max_tokens == 100);
@@ -233,6 +237,8 @@ TEST_SUITE("config::errors") {
       {"body too large", "[server]\nmax_body_bytes = 2147483648\n", 2, "out of range"},
       {"zero timeout", "[server]\n\n\nidle_timeout_ms = 0\n", 4, "server.idle_timeout_ms = 0 is out of range"},
       {"negative number", "[upstream]\nmax_retries = -1\n", 2, "upstream.max_retries = -1"},
+      {"no upstream connections", "[upstream]\nconnections_max = 0\n", 2, "upstream.connections_max = 0 is out of range"},
+      {"memory cap too large", "[server]\nmemory_max_bytes = 2199023255552\n", 2, "0 = no cap, else up to 1 TiB"},
       {"boolean type", "[server]\nsplice = 1\n", 2, "server.splice must be true or false"},
       {"line larger than head", "[server]\nmax_head_bytes = 2048\nmax_line_bytes = 4096\n", 3, "larger than server.max_head_bytes"},
       {"bad listen address", "[server]\nlisten = \"localhost:80\"\n", 2, "server.listen: bad address \"localhost:80\""},
