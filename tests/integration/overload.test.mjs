@@ -23,21 +23,28 @@ function read_all(socket, timeout_ms = 5000) {
   });
 }
 
+// One mock-vllm and a one-shard sluice in front of it (the caps are per
+// shard) with the given config tables; resolves with both.
+async function start_pair(mock_options, tables) {
+  const mock = await start_mock_vllm(mock_options);
+  const sluice = await start_sluice({
+    config: gateway_config({
+      tables,
+      groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
+      keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
+    }),
+    extra_args: ['--cpus', '0'],
+  }).catch(async (err) => { await mock.stop(); throw err; });
+  return { mock, sluice };
+}
+
 describe('overload', () => {
   let mock;
   let sluice;
 
   before(async () => {
     // Requests stay in flight ~1 s, so the in-flight cap is reached.
-    mock = await start_mock_vllm({ ttft_ms: 1000, reply_tokens: 2 });
-    sluice = await start_sluice({
-      config: gateway_config({
-        tables: { server: { connections_max: 2, inflight_max: 1 } },
-        groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
-        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
-      }),
-      extra_args: ['--cpus', '0'],  // one shard: the caps are per shard
-    });
+    ({ mock, sluice } = await start_pair({ ttft_ms: 1000, reply_tokens: 2 }, { server: { connections_max: 2, inflight_max: 1 } }));
   });
   after(() => stop_all(sluice, mock));
 
@@ -84,15 +91,7 @@ describe('overload: a backend\'s connection pool at upstream.connections_max', (
   let sluice;
 
   before(async () => {
-    mock = await start_mock_vllm({ ttft_ms: 1000, reply_tokens: 2 });
-    sluice = await start_sluice({
-      config: gateway_config({
-        tables: { upstream: { connections_max: 1 } },
-        groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
-        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
-      }),
-      extra_args: ['--cpus', '0'],  // one shard: the cap is per backend per shard
-    });
+    ({ mock, sluice } = await start_pair({ ttft_ms: 1000, reply_tokens: 2 }, { upstream: { connections_max: 1 } }));
   });
   after(() => stop_all(sluice, mock));
 
@@ -118,15 +117,7 @@ describe('overload: connection memory over server.memory_max_bytes', () => {
   let sluice;
 
   before(async () => {
-    mock = await start_mock_vllm({ reply_tokens: 2 });
-    sluice = await start_sluice({
-      config: gateway_config({
-        tables: { server: { memory_max_bytes: 400000 } },
-        groups: [{ name: 'default', models: ['*'], backends: [mock.url] }],
-        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
-      }),
-      extra_args: ['--cpus', '0'],  // one shard: the budget is per shard
-    });
+    ({ mock, sluice } = await start_pair({ reply_tokens: 2 }, { server: { memory_max_bytes: 400000 } }));
   });
   after(() => stop_all(sluice, mock));
 
