@@ -31,6 +31,7 @@ response_parser::response_parser() noexcept {
   _settings.on_headers_complete = on_headers_complete;
   _settings.on_body = on_body;
   _settings.on_message_complete = on_message_complete;
+  _settings.on_chunk_header = on_chunk_header;
   _settings.on_chunk_complete = on_chunk_complete;
   reset();
 }
@@ -48,8 +49,9 @@ void response_parser::reset(bool head_request) noexcept {
   _in_value = false;
   _failed = false;
   _paused_at_head = false;
-  _paused_at_chunk = false;
   _chunked = false;
+  _chunk_is_last = false;
+  _last_body_end = nullptr;
   _until_close = false;
   _tail_len = 0;
 }
@@ -89,16 +91,32 @@ int response_parser::on_headers_complete(llhttp_t* p) {
 
 int response_parser::on_body(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
+  self->_last_body_end = at + len;
   if (self->_sink != nullptr && self->_sink->on_data != nullptr) self->_sink->on_data(self->_sink->ctx, at, len);
+  return 0;
+}
+
+int response_parser::on_chunk_header(llhttp_t* p) {
+  auto* self = static_cast<response_parser*>(p->data);
+  self->_chunk_is_last = p->content_length == 0;
+  self->_last_body_end = nullptr;
   return 0;
 }
 
 int response_parser::on_chunk_complete(llhttp_t* p) {
   auto* self = static_cast<response_parser*>(p->data);
-  // Pause so feed_body() learns where the chunk ended (callbacks get no
-  // position); it resumes at once. One extra return per chunk.
-  self->_paused_at_chunk = true;
-  return HPE_PAUSED;
+  // Where the chunk ended, without pausing the parser (a pause per chunk
+  // costs a return and a re-entry): just past the CRLF after its data.
+  // The data's end is known when it came in this call; otherwise only that
+  // CRLF is here, at the very start (llhttp checked it: "\r\n", or "\n"
+  // when the CR came last in the previous call). The terminal chunk's end
+  // is the message's end, reported by feed_body() itself.
+  if (self->_chunk_is_last) return 0;
+  const char* end = self->_last_body_end != nullptr ? self->_last_body_end + 2
+                                                     : self->_feed_begin + (self->_feed_begin[0] == '\r' ? 2 : 1);
+  self->_chunk_end = static_cast<size_t>(end - self->_feed_begin);
+  self->_last_body_end = nullptr;
+  return 0;
 }
 
 int response_parser::on_message_complete(llhttp_t* p) {
@@ -231,36 +249,27 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     _paused_at_head = false;
   }
   _sink = &sink;
-  size_t off = 0;
-  size_t chunk_end = 0;
-  for (;;) {
-    const llhttp_errno_t e = llhttp_execute(&_parser, data + off, len - off);
-    if (e == HPE_OK) {
-      _sink = nullptr;
-      if (_chunked) keep_tail(data, len);
-      return body_status{errc::ok, len, false, chunk_end};
-    }
-    const auto at = static_cast<size_t>(llhttp_get_error_pos(&_parser) - data);
-    if (e == HPE_PAUSED && _paused_at_chunk && !_message_done) {
-      _paused_at_chunk = false;
-      chunk_end = at;
-      llhttp_resume(&_parser);
-      off = at;
-      continue;
-    }
-    _sink = nullptr;
-    if (e == HPE_PAUSED && _message_done) {
-      _paused_at_chunk = false;
-      if (_chunked && !ends_with_crlfcrlf(data, at)) {
-        _failed = true;
-        _message_done = false;
-        return body_status{errc::upstream_protocol, at, false, chunk_end};
-      }
-      return body_status{errc::ok, at, true, at};
-    }
-    _failed = true;
-    return body_status{errc::upstream_protocol, at, false, chunk_end};
+  _feed_begin = data;
+  _last_body_end = nullptr;  // a pointer into the previous call's bytes means nothing here
+  _chunk_end = 0;
+  const llhttp_errno_t e = llhttp_execute(&_parser, data, len);
+  _sink = nullptr;
+  const size_t chunk_end = _chunk_end;
+  if (e == HPE_OK) {
+    if (_chunked) keep_tail(data, len);
+    return body_status{errc::ok, len, false, chunk_end};
   }
+  const auto at = static_cast<size_t>(llhttp_get_error_pos(&_parser) - data);
+  if (e == HPE_PAUSED && _message_done) {
+    if (_chunked && !ends_with_crlfcrlf(data, at)) {
+      _failed = true;
+      _message_done = false;
+      return body_status{errc::upstream_protocol, at, false, chunk_end};
+    }
+    return body_status{errc::ok, at, true, at};
+  }
+  _failed = true;
+  return body_status{errc::upstream_protocol, at, false, chunk_end};
 }
 
 bool response_parser::finish_at_eof() noexcept {

@@ -1,6 +1,7 @@
-// SSE scanning of the tee'd, de-chunked copy of a streaming response. Runs
-// per body piece on the hot path: data values are copied with memcpy and
-// line ends found with memchr, never a byte-by-byte loop over the payload.
+// SSE scanning of the de-chunked body of a streaming response. Runs per body
+// piece on the hot path: line ends are found with memchr, never a byte-by-
+// byte loop over the payload, and an event's data is copied only when it
+// has several lines or spans two pieces.
 #include "sluice/http/sse.hpp"
 
 #include <cstring>
@@ -22,6 +23,8 @@ const char* find_eol(const char* p, const char* end) noexcept {
 void sse_scanner::reset() noexcept {
   _events = 0;
   _len = 0;
+  _view = nullptr;
+  _view_len = 0;
   _truncated = false;
   _has_data = false;
   _after_cr = false;
@@ -40,6 +43,13 @@ void sse_scanner::begin_data_line() noexcept {
 }
 
 void sse_scanner::append(const char* data, size_t len) noexcept {
+  if (_len == 0 && _view == nullptr && !_truncated) {
+    // The first bytes of the event: keep a view, copy nothing yet.
+    _view = data;
+    _view_len = len;
+    return;
+  }
+  if (_view != nullptr) copy_view();
   const size_t room = k_event_bytes_max - _len;
   const size_t n = len < room ? len : room;
   std::memcpy(_buf + _len, data, n);
@@ -47,11 +57,29 @@ void sse_scanner::append(const char* data, size_t len) noexcept {
   if (n < len) _truncated = true;
 }
 
+void sse_scanner::copy_view() noexcept {
+  // Runs with _len == 0: the view is always the event's first bytes.
+  const size_t n = _view_len < k_event_bytes_max ? _view_len : k_event_bytes_max;
+  std::memcpy(_buf, _view, n);
+  _len = n;
+  if (n < _view_len) _truncated = true;
+  _view = nullptr;
+  _view_len = 0;
+}
+
 void sse_scanner::dispatch() noexcept {
   if (_has_data) {
     ++_events;
-    if (_cb != nullptr) _cb(_ctx, sse_event{std::string_view(_buf, _len), _truncated});
+    if (_cb != nullptr) {
+      if (_view != nullptr) {
+        _cb(_ctx, sse_event{std::string_view(_view, _view_len), false, true});
+      } else {
+        _cb(_ctx, sse_event{std::string_view(_buf, _len), _truncated, false});
+      }
+    }
   }
+  _view = nullptr;
+  _view_len = 0;
   _len = 0;
   _truncated = false;
   _has_data = false;
@@ -110,6 +138,8 @@ void sse_scanner::feed(const char* data, size_t len) noexcept {
       }
     }
   }
+  // The caller's bytes go away: an event still open keeps its own copy.
+  if (_view != nullptr) copy_view();
 }
 
 }  // namespace sluice::http

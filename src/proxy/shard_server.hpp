@@ -250,6 +250,7 @@ struct downstream_conn {
   uint32_t send_end = 0;          // copy path: end of the bytes being sent
   bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
   bool usage_in_batch = false;    // the batch being relayed holds the usage-only event
+  const char* usage_event_at = nullptr;  // that event's data in up->buf, when the scan saw it in place
 
   // Splice path.
   net::pipe_fds pipe;             // backend socket -> pipe -> client socket

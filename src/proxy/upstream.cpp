@@ -505,7 +505,12 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
     ++s.content_events;
     if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
   }
-  if (info.usage_only) d->usage_in_batch = true;
+  if (info.usage_only) {
+    d->usage_in_batch = true;
+    // In place, the event lies in the batch being relayed: relay() cuts
+    // its chunk starting from here instead of searching the batch.
+    d->usage_event_at = ev.in_place ? ev.data.data() : nullptr;
+  }
   if (info.has_usage) {
     s.prompt_tokens = info.prompt_tokens;
     s.completion_tokens = info.completion_tokens;
@@ -592,9 +597,20 @@ namespace {
 // is checked -- the size line against the event's length -- so a shape it
 // does not know is left alone rather than cut wrong.
 // Returns: whether [begin, end) is that chunk.
-bool find_usage_chunk(const char* p, size_t n, size_t& begin, size_t& end) noexcept {
+// `from`: where to start looking (the usage event's own offset when the
+// scan saw it in place: the search is then a few hundred bytes, not the
+// whole batch).
+bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_t& end) noexcept {
   const std::string_view all(p, n);
-  for (size_t u = all.find("\"usage\":{"); u != std::string_view::npos; u = all.find("\"usage\":{", u + 1)) {
+  constexpr std::string_view k_usage = "\"usage\":{";
+  // memmem, not string_view::find: the latter calls memchr once per '"'
+  // of the JSON before it (thousands in a 40 KB batch).
+  auto next = [&](size_t at) -> size_t {
+    if (at >= n) return std::string_view::npos;
+    const void* hit = ::memmem(p + at, n - at, k_usage.data(), k_usage.size());
+    return hit == nullptr ? std::string_view::npos : static_cast<size_t>(static_cast<const char*>(hit) - p);
+  };
+  for (size_t u = next(from); u != std::string_view::npos; u = next(u + 1)) {
     const size_t ev = all.rfind("data:", u);
     if (ev == std::string_view::npos || ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
     size_t h = ev - 2;  // the size line ends here
@@ -625,6 +641,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   http::body_sink sink{&shard_server::on_body_data, d};
   http::body_status bs{};
   d->usage_in_batch = false;
+  d->usage_event_at = nullptr;
   if (parse_from < u->buf.len || (with_head && (!rh.chunked || (rh.has_content_length && rh.content_length == 0)))) {
     bs = d->rparser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
   }
@@ -653,8 +670,14 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   uint8_t n = 0;
   if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
   size_t cut_begin = 0, cut_end = 0;
+  size_t usage_from = 0;
+  const char* const batch = u->buf.data + d->fwd_from;
+  if (d->usage_event_at != nullptr && d->usage_event_at >= batch && d->usage_event_at < u->buf.data + send_end) {
+    usage_from = static_cast<size_t>(d->usage_event_at - batch);
+  }
+  d->usage_event_at = nullptr;
   if (d->cut_usage && d->usage_in_batch && send_end > d->fwd_from &&
-      find_usage_chunk(u->buf.data + d->fwd_from, send_end - d->fwd_from, cut_begin, cut_end)) {
+      find_usage_chunk(batch, send_end - d->fwd_from, usage_from, cut_begin, cut_end)) {
     _stats.usage_chunks_cut.add();
     d->cut_usage = false;  // one per stream
     if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->fwd_from, cut_begin};

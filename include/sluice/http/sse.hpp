@@ -1,8 +1,10 @@
 #pragma once
 // http: Server-Sent Events scanner over a de-chunked text/event-stream body.
-// Bounded: one event is buffered up to k_event_bytes_max; a longer event is
-// reported with `truncated` set (the bytes still flow to the client; only
-// the scan copy is cut). No allocation.
+// Zero-copy for the common case: an event with one data line that lies whole
+// in one feed() call is reported in place. Otherwise it is assembled in a
+// bounded buffer of k_event_bytes_max; a longer one is reported with
+// `truncated` set (the bytes still flow to the client; only the scan copy
+// is cut). No allocation.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -12,6 +14,10 @@ namespace sluice::http {
 struct sse_event {
   std::string_view data;   // the `data:` field value(s) of one event, lines joined by '\n'
   bool truncated = false;
+  // `data` points into the bytes given to feed() (not a copy): the event
+  // had one data line and lay whole in that call, as nearly every event
+  // of a stream does.
+  bool in_place = false;
 };
 
 // Shard-local, one per streaming response.
@@ -44,12 +50,15 @@ class sse_scanner {
   void end_line(char eol) noexcept;
   void begin_data_line() noexcept;
   void append(const char* data, size_t len) noexcept;
+  void copy_view() noexcept;
   void dispatch() noexcept;
 
   callback _cb;
   void* _ctx;
   uint64_t _events = 0;
   size_t _len = 0;            // bytes of _buf holding the event's data
+  const char* _view = nullptr;  // the event's data in place (in the current feed() bytes), else null
+  size_t _view_len = 0;
   bool _truncated = false;
   bool _has_data = false;     // the event has a data line (else nothing is dispatched)
   bool _after_cr = false;     // the last byte was CR: an LF right after it ends nothing

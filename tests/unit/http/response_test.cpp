@@ -240,6 +240,51 @@ TEST_SUITE("http::response_parser") {
     CHECK(s3.chunk_end == c.size());
   }
 
+  TEST_CASE("chunk_end is right for every split of a chunked body, CRLFs cut in half included") {
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string body = "5\r\nhello\r\n1;ext=1\r\n!\r\nA\r\n0123456789\r\n0\r\n\r\n";
+    // Ends of the non-terminal chunks (just past their CRLF) in `body`.
+    const size_t ends[] = {10, 22, 37};
+    auto expect = [&](size_t from, size_t to) -> size_t {
+      size_t e = 0;
+      for (size_t x : ends) {
+        if (x > from && x <= to) e = x - from;
+      }
+      return e;
+    };
+    // Every set of cut points of size <= 2, then every byte alone.
+    std::vector<std::vector<size_t>> splits;
+    for (size_t i = 1; i < body.size(); ++i) {
+      splits.push_back({i});
+      for (size_t j = i + 1; j < body.size(); ++j) splits.push_back({i, j});
+    }
+    std::vector<size_t> each;
+    for (size_t i = 1; i < body.size(); ++i) each.push_back(i);
+    splits.push_back(each);
+    for (const auto& cuts : splits) {
+      response_parser p;
+      response_head h;
+      REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
+      body_sink none{};
+      size_t from = 0;
+      std::vector<size_t> bounds = cuts;
+      bounds.push_back(body.size());
+      for (size_t to : bounds) {
+        const auto st = p.feed_body(body.data() + from, to - from, none);
+        CAPTURE(from);
+        CAPTURE(to);
+        REQUIRE(st.error == sluice::errc::ok);
+        if (st.complete) {
+          CHECK(to == body.size());
+          CHECK(st.chunk_end == st.consumed);
+        } else {
+          CHECK(st.chunk_end == expect(from, to));
+        }
+        from = to;
+      }
+    }
+  }
+
   TEST_CASE("a body delimited by the close completes only at EOF") {
     const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n";
     response_parser p;

@@ -103,18 +103,48 @@ TEST_SUITE("http::sse_scanner") {
     }
   }
 
-  TEST_CASE("an event longer than the buffer is reported truncated and the next one is whole") {
+  TEST_CASE("an event longer than the buffer is reported truncated when it spans pieces, and the next one is whole") {
     const std::string big(sse_scanner::k_event_bytes_max + 100, 'x');
     const std::string in = "data: " + big + "\n\ndata: next\n\n";
     recorder r;
     auto s = std::make_unique<sse_scanner>(recorder::on_event, &r);
-    s->feed(in.data(), in.size());
+    s->feed(in.data(), 1000);
+    s->feed(in.data() + 1000, in.size() - 1000);
     REQUIRE(r.events.size() == 2);
     CHECK(r.truncated[0]);
     CHECK(r.events[0].size() == sse_scanner::k_event_bytes_max);
     CHECK(r.events[0] == big.substr(0, sse_scanner::k_event_bytes_max));
     CHECK_FALSE(r.truncated[1]);
     CHECK(r.events[1] == "next");
+  }
+
+  TEST_CASE("an event with one data line inside one piece is reported in place, whatever its size") {
+    const std::string big(sse_scanner::k_event_bytes_max + 100, 'x');
+    const std::string in = "data: " + big + "\n\ndata: a\ndata: b\n\n: c\ndata: tail";
+    struct seen_t {
+      std::vector<std::string> data;
+      std::vector<bool> in_place;
+      std::vector<const char*> at;
+    } seen;
+    sse_scanner s(
+        [](void* ctx, const sse_event& ev) {
+          auto* x = static_cast<seen_t*>(ctx);
+          x->data.emplace_back(ev.data);
+          x->in_place.push_back(ev.in_place);
+          x->at.push_back(ev.data.data());
+        },
+        &seen);
+    s.feed(in.data(), in.size());
+    const std::string more = "\n\n";
+    s.feed(more.data(), more.size());
+    REQUIRE(seen.data.size() == 3);
+    CHECK(seen.in_place[0]);
+    CHECK(seen.at[0] == in.data() + 6);  // the caller's bytes, not a copy
+    CHECK(seen.data[0] == big);
+    CHECK_FALSE(seen.in_place[1]);       // two data lines are joined in a copy
+    CHECK(seen.data[1] == "a\nb");
+    CHECK_FALSE(seen.in_place[2]);       // its end came in the next piece
+    CHECK(seen.data[2] == "tail");
   }
 
   TEST_CASE("an event that fills the buffer exactly is not truncated") {
