@@ -19,6 +19,8 @@ namespace {
 using detail::iequals;
 
 constexpr uint32_t k_chunk_ext_bytes_max = 4096;
+// The least framing a chunked body may carry, whatever body_bytes_max is.
+constexpr uint64_t k_chunk_framing_floor_bytes = 64u << 10;
 
 parse_status error_status(uint16_t status, std::string_view message) noexcept {
   errc e = errc::bad_request;  // also 417 and 501: errc has no code for those
@@ -139,6 +141,7 @@ void request_parser::reset() noexcept {
   _trailer_bytes = 0;
   _chunk_size = 0;
   _body_total = 0;
+  _framing_bytes = 0;
   _body_status = parse_status{errc::need_more, 0, {}};
 }
 
@@ -346,6 +349,7 @@ parse_status request_parser::decode_chunked(char* in, size_t len, char* out, siz
   consumed = 0;
   produced = 0;
   if (!_body_status.need_more()) return _body_status;
+  const uint64_t framing_max = std::max(_limits.body_bytes_max, k_chunk_framing_floor_bytes);
   size_t i = 0;
   while (i < len) {
     if (_chunk == chunk_state::data) {
@@ -360,6 +364,10 @@ parse_status request_parser::decode_chunked(char* in, size_t len, char* out, siz
       continue;
     }
     const auto c = static_cast<unsigned char>(in[i++]);
+    // The trailer section has its own bound (head_bytes_max).
+    if (_chunk < chunk_state::trailer_start && ++_framing_bytes > framing_max) {
+      return chunk_fail(413, "request body too large (chunk framing)");
+    }
     switch (_chunk) {
       case chunk_state::size_first:
       case chunk_state::size: {

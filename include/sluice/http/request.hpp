@@ -120,9 +120,12 @@ class request_parser {
   // Returns need_more until the last chunk and trailer section are consumed,
   // then ok (`consumed` then ends just past the final CRLF: later bytes are
   // the next request); 413 when the running total passes
-  // limits.body_bytes_max. Strict: hex sizes of at most 16 digits, CRLF
-  // everywhere, extensions ignored (at most 4 KiB per chunk), trailers
-  // validated like header lines and dropped.
+  // limits.body_bytes_max, or when the framing (size lines, extensions,
+  // CRLFs) passes max(limits.body_bytes_max, 64 KiB): the caller holds the
+  // raw bytes until the body is complete, so tiny chunks with long
+  // extensions must not make it hold many times the body limit. Strict: hex
+  // sizes of at most 16 digits, CRLF everywhere, extensions ignored (at most
+  // 4 KiB per chunk), trailers validated like header lines and dropped.
   parse_status decode_chunked(char* in, size_t len, char* out, size_t& consumed,
                               size_t& produced) noexcept;
 
@@ -155,6 +158,7 @@ class request_parser {
   uint32_t _trailer_bytes = 0;
   uint64_t _chunk_size = 0;       // the size being read, then the bytes left in the chunk
   uint64_t _body_total = 0;
+  uint64_t _framing_bytes = 0;    // chunk-size lines, extensions and CRLFs so far
   parse_status _body_status{errc::need_more, 0, {}};
 };
 

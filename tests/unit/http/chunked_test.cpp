@@ -176,6 +176,25 @@ TEST_SUITE("http::request_parser::decode_chunked") {
     CHECK(o.payload == std::string(64, 'x'));
   }
 
+  TEST_CASE("framing past 64 KiB is refused with 413 though the payload is under the limit") {
+    // 60 one-byte chunks with 1100-byte extensions: 60 payload bytes (the
+    // limit is 64), 66360 framing bytes.
+    std::string body;
+    for (int i = 0; i < 60; ++i) body += "1;" + std::string(1100, 'e') + "\r\nx\r\n";
+    body += "0\r\n\r\n";
+    CHECK(decode(body, [] { return size_t{97}; }).status == 413);
+    CHECK(decode(body, [&] { return body.size(); }).status == 413);
+  }
+
+  TEST_CASE("framing under 64 KiB is accepted whatever the body limit") {
+    std::string body;
+    for (int i = 0; i < 50; ++i) body += "1;" + std::string(1100, 'e') + "\r\nx\r\n";
+    body += "0\r\n\r\n";
+    const outcome o = decode(body, [] { return size_t{97}; });
+    CHECK(o.status == 0);
+    CHECK(o.payload == std::string(50, 'x'));
+  }
+
   TEST_CASE("after completion further calls consume nothing") {
     request_parser p(k_limits);
     request_head h;
