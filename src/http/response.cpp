@@ -111,10 +111,14 @@ int response_parser::on_chunk_complete(llhttp_t* p) {
   // CRLF is here, at the very start (llhttp checked it: "\r\n", or "\n"
   // when the CR came last in the previous call). The terminal chunk's end
   // is the message's end, reported by feed_body() itself.
+  // Clamped to this call's bytes: llhttp's two-byte match, resumed across
+  // calls, can complete on a malformed "\n\r" (the next byte is then an
+  // error), and chunk_end must never pass what was given.
   if (self->_chunk_is_last) return 0;
-  const char* end = self->_last_body_end != nullptr ? self->_last_body_end + 2
-                                                     : self->_feed_begin + (self->_feed_begin[0] == '\r' ? 2 : 1);
-  self->_chunk_end = static_cast<size_t>(end - self->_feed_begin);
+  const size_t end = self->_last_body_end != nullptr
+                         ? static_cast<size_t>(self->_last_body_end - self->_feed_begin) + 2
+                         : (self->_feed_begin[0] == '\r' ? 2 : 1);
+  self->_chunk_end = end < self->_feed_len ? end : self->_feed_len;
   self->_last_body_end = nullptr;
   return 0;
 }
@@ -250,6 +254,7 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
   }
   _sink = &sink;
   _feed_begin = data;
+  _feed_len = len;
   _last_body_end = nullptr;  // a pointer into the previous call's bytes means nothing here
   _chunk_end = 0;
   const llhttp_errno_t e = llhttp_execute(&_parser, data, len);

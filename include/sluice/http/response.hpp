@@ -106,6 +106,7 @@ class response_parser {
   bool _until_close = false;       // body delimited by the connection close
   bool _chunk_is_last = false;     // the chunk being parsed is the terminal (size 0) one
   const char* _feed_begin = nullptr;     // feed_body(): the bytes of this call
+  size_t _feed_len = 0;
   const char* _last_body_end = nullptr;  // end of the current chunk's data, when it came in this call
   size_t _chunk_end = 0;                 // this call's last chunk end (body_status::chunk_end)
   // The last body bytes fed before the current call: the terminal chunk's

@@ -285,6 +285,22 @@ TEST_SUITE("http::response_parser") {
     }
   }
 
+  TEST_CASE("chunk_end never passes the bytes given, even where llhttp completes a chunk on a malformed LF CR") {
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string body = "5\r\nhello\n\r\n0\r\n\r\n";
+    response_parser p;
+    response_head h;
+    REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
+    body_sink none{};
+    bool failed = false;
+    for (size_t i = 0; i < body.size() && !failed; ++i) {
+      const auto st = p.feed_body(body.data() + i, 1, none);
+      CHECK(st.chunk_end <= st.consumed);
+      failed = st.error != sluice::errc::ok;
+    }
+    CHECK(failed);  // the stray byte after "\n\r" is a framing error
+  }
+
   TEST_CASE("a body delimited by the close completes only at EOF") {
     const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n";
     response_parser p;
