@@ -118,9 +118,9 @@ struct upstream_conn {
   bool in_pool = false;
   bool closing = false;
   bool reused = false;          // taken from the pool (a stale socket may fail: retry)
-  bool watch_armed = false;     // POLLIN watch while idle in the pool
+  bool recv_armed = false;      // a receive is in flight (also while idle in the pool)
   downstream_conn* owner = nullptr;
-  op<upstream_conn> connect_op, send_op, recv_op, watch_op, splice_op, tee_op;
+  op<upstream_conn> connect_op, send_op, recv_op, splice_op, tee_op;
   list_hook<upstream_conn> pool_hook;
   byte_buf buf;                 // response bytes (head, and body on the copy path)
 };
@@ -370,11 +370,10 @@ class shard_server {
   void submit_connect(upstream_conn* u) noexcept;
   void submit_upstream_send(downstream_conn* d) noexcept;
   void submit_upstream_recv(downstream_conn* d) noexcept;
-  void submit_watch(upstream_conn* u) noexcept;
+  void submit_recv(upstream_conn* u) noexcept;  // no-op while one is armed
   static void on_up_connect(shard::completion* c, const io_uring_cqe* cqe);
   static void on_up_send(shard::completion* c, const io_uring_cqe* cqe);
   static void on_up_recv(shard::completion* c, const io_uring_cqe* cqe);
-  static void on_up_watch(shard::completion* c, const io_uring_cqe* cqe);
   void on_up_connect_cqe(upstream_conn* u, int res) noexcept;
   void on_up_send_cqe(upstream_conn* u, int res) noexcept;
   void on_up_recv_cqe(upstream_conn* u, int res) noexcept;

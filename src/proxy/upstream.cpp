@@ -236,10 +236,7 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
     u->pool_hook = {};
     u->in_pool = false;
     --bs.idle_count;
-    if (u->watch_armed) {
-      io_uring_sqe* s = _r.sqe_untracked();
-      io_uring_prep_poll_remove(s, reinterpret_cast<uint64_t>(&u->watch_op));
-    }
+    // Its idle receive stays armed: it will take the response.
     u->reused = true;
     return u;
   }
@@ -256,11 +253,10 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
   ++bs.open;
   u->srv = this;
   u->backend = backend;
-  u->connect_op.owner = u->send_op.owner = u->recv_op.owner = u->watch_op.owner = u;
+  u->connect_op.owner = u->send_op.owner = u->recv_op.owner = u;
   u->connect_op.fn = &shard_server::on_up_connect;
   u->send_op.fn = &shard_server::on_up_send;
   u->recv_op.fn = &shard_server::on_up_recv;
-  u->watch_op.fn = &shard_server::on_up_watch;
   if (!u->buf.reserve(k_upstream_buf_bytes)) {
     u->closing = true;
     maybe_free(u);
@@ -284,35 +280,22 @@ void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
   if (bs.idle_head != nullptr) bs.idle_head->pool_hook.prev = u;
   bs.idle_head = u;
   ++bs.idle_count;
-  submit_watch(u);
+  // An idle pooled connection keeps a receive armed: it completes at once
+  // if the backend closes the connection (uvicorn closes idle keep-alive
+  // connections after 5 s) or sends bytes nobody asked for -- either way
+  // the connection leaves the pool -- and otherwise it is the receive of the
+  // next request's response, so reuse costs no extra ring operation (a
+  // POLLIN watch would need a poll_remove and a new recv per request).
+  u->buf.len = 0;
+  submit_recv(u);
 }
 
-void shard_server::submit_watch(upstream_conn* u) noexcept {
-  // An idle pooled connection watches for the backend closing it (uvicorn
-  // closes idle keep-alive connections after 5 s): such a socket leaves the
-  // pool at once instead of failing the next request.
-  if (u->watch_armed) return;
-  io_uring_sqe* s = _r.sqe(&u->watch_op);
-  io_uring_prep_poll_add(s, u->fd, POLLIN | POLLRDHUP);
-  u->watch_armed = true;
+void shard_server::submit_recv(upstream_conn* u) noexcept {
+  if (u->recv_armed) return;
+  io_uring_sqe* s = _r.sqe(&u->recv_op);
+  io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
+  u->recv_armed = true;
   ++u->ops;
-}
-
-void shard_server::on_up_watch(shard::completion* c, const io_uring_cqe* cqe) {
-  auto* u = static_cast<op<upstream_conn>*>(c)->owner;
-  --u->ops;
-  u->watch_armed = false;
-  shard_server* srv = u->srv;
-  if (u->closing) {
-    srv->maybe_free(u);
-    return;
-  }
-  if (cqe->res == -ECANCELED || cqe->res == -ENOENT) return;  // taken from the pool
-  if (u->in_pool) {
-    // Readable while idle: EOF or bytes nobody asked for. Either way the
-    // connection cannot carry another request.
-    srv->close_upstream(u);
-  }
 }
 
 void shard_server::close_upstream(upstream_conn* u) noexcept {
@@ -331,11 +314,7 @@ void shard_server::close_upstream(upstream_conn* u) noexcept {
   }
   // shutdown() sends the FIN now even while io_uring operations still hold
   // the file: the backend sees the close at once (vLLM aborts the request).
-  ::shutdown(u->fd, SHUT_RDWR);
-  if (u->watch_armed) {
-    io_uring_sqe* s = _r.sqe_untracked();
-    io_uring_prep_poll_remove(s, reinterpret_cast<uint64_t>(&u->watch_op));
-  }
+  ::shutdown(u->fd, SHUT_RDWR);  // also completes an armed receive
   maybe_free(u);
 }
 
@@ -408,18 +387,17 @@ void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
     submit_upstream_send(d);
     return;
   }
-  submit_upstream_recv(d);
+  // A pooled connection's receive is armed already, and its completion may
+  // even have come first (then the exchange has moved on): only a request
+  // still waiting for its head needs one.
+  if (d->state == conn_state::upstream) submit_recv(u);
 }
 
-void shard_server::submit_upstream_recv(downstream_conn* d) noexcept {
-  upstream_conn* u = d->up;
-  io_uring_sqe* s = _r.sqe(&u->recv_op);
-  io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
-  ++u->ops;
-}
+void shard_server::submit_upstream_recv(downstream_conn* d) noexcept { submit_recv(d->up); }
 
 void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
+  u->recv_armed = false;
   u->srv->on_up_recv_cqe(u, cqe->res);
 }
 
