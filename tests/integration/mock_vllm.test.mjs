@@ -259,6 +259,50 @@ test('--fail-after-tokens drops the connection with no terminal chunk', async ()
   assert.equal(mock.lines.filter((l) => l.startsWith('abort')).length, 0);
 });
 
+test('x-mock-fail-after-tokens fails that request alone', async () => {
+  const mock = await start_mock();
+  const raw = await exchange(mock.port, post('/v1/chat/completions', { stream: true, messages: [] }, { 'x-mock-fail-after-tokens': '3' }));
+  assert.ok(raw.includes('" tok2"'));
+  assert.ok(!raw.includes('tok3'));
+  assert.ok(!ended(raw));
+  const next = await exchange(mock.port, post('/v1/chat/completions', { stream: true, messages: [] }), { until: ended });
+  assert.ok(next.includes('" tok15"'));
+  assert.ok(next.includes('data: [DONE]\n\n'));
+});
+
+test('--token-pad pads every token; a long unpaced reply is made as fast as it is read', async () => {
+  const mock = await start_mock(['--token-pad', '5', '--reply-tokens', '3']);
+  const raw = await exchange(mock.port, post('/v1/chat/completions', { messages: [] }), { until: (t) => t.endsWith('}') });
+  assert.match(raw, /"content":"tok0xxxxx tok1xxxxx tok2xxxxx"/);
+  assert.match(raw, /"completion_tokens":3/);
+
+  // ~200 MB of events to a client that reads nothing for a while: the mock
+  // keeps about 1 MiB queued instead of the whole reply, and is still
+  // generating (running = 1) until the client reads on.
+  const big = await start_mock(['--token-pad', '2000', '--reply-tokens', '100000']);
+  const socket = net.connect(big.port, '127.0.0.1');
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.pause();
+  socket.write(post('/v1/chat/completions', { stream: true, messages: [] }));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const rss_kb = Number(fs.readFileSync(`/proc/${big.child.pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+)/m)[1]);
+  assert.ok(rss_kb < 64 * 1024, `mock-vllm RSS ${rss_kb} kB with a paused reader`);
+  assert.match(await (await fetch(`${big.url}/metrics`)).text(), /^vllm:num_requests_running\{[^}]*\} 1\.0$/m);
+  let bytes = 0;
+  let tail = '';
+  await new Promise((resolve) => {
+    socket.on('data', (d) => {
+      bytes += d.length;
+      tail = (tail + d.toString('latin1')).slice(-32);
+      if (tail.endsWith('0\r\n\r\n')) resolve();
+    });
+    socket.resume();
+  });
+  socket.destroy();
+  assert.ok(bytes > 200e6, `${bytes} bytes`);
+  assert.ok(tail.includes('data: [DONE]'));
+});
+
 test('500 concurrent streams on two loops all complete', async () => {
   const mock = await start_mock(['--threads', '2', '--tokens-per-sec', '100', '--reply-tokens', '5']);
   const results = await Promise.all(Array.from({ length: 500 }, (_, i) =>

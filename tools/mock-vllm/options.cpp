@@ -20,7 +20,12 @@ flags:
   --ttft-ms N            time to first token in ms (default 0)
   --tokens-per-sec N     tokens per second per stream; 0 = at once (default 0)
   --reply-tokens N       reply length in tokens (default 16)
-  --fail-after-tokens N  drop the connection after N content tokens (0 = never)
+  --fail-after-tokens N  drop the connection after N content tokens (0 = never);
+                         a request header "x-mock-fail-after-tokens: N"
+                         sets it for that request alone
+  --token-pad N          append N filler bytes 'x' to every token's text, so a
+                         reply of many MiB needs few tokens (default 0; at
+                         most 65536)
   --threads N            event loops, one SO_REUSEPORT listener each (default 1)
   --api-key KEY          require "Authorization: Bearer KEY" on /v1/* (401
                          {"error":"Unauthorized"} otherwise, as vLLM)
@@ -33,7 +38,8 @@ flags:
   --help                 this text
 
 reply: token i (0-based) is "tok<i>", preceded by one space for i > 0, so the
-  text is "tok0 tok1 ... tok<n-1>". n = min(--reply-tokens, max_tokens) where
+  text is "tok0 tok1 ... tok<n-1>" (each "tok<i>" followed by --token-pad
+  bytes 'x'). n = min(--reply-tokens, max_tokens) where
   max_tokens is max_completion_tokens, else max_tokens, of the request.
   finish_reason is "length" when max_tokens < --reply-tokens, else "stop".
   completion_tokens = n.
@@ -88,7 +94,7 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
     }
     static constexpr std::string_view valued[] = {
         "--port",    "--host",    "--model",   "--ttft-ms",       "--tokens-per-sec", "--reply-tokens",
-        "--fail-after-tokens", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity",
+        "--fail-after-tokens", "--token-pad", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity",
         "--error-format"};
     bool known = false;
     for (std::string_view v : valued) known = known || v == flag;
@@ -121,6 +127,8 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
       ok = parse_number(value, out.reply_tokens) && out.reply_tokens <= 1'000'000;
     } else if (flag == "--fail-after-tokens") {
       ok = parse_number(value, out.fail_after_tokens);
+    } else if (flag == "--token-pad") {
+      ok = parse_number(value, out.token_pad) && out.token_pad <= 65536;
     } else if (flag == "--threads") {
       ok = parse_number(value, out.threads) && out.threads >= 1 && out.threads <= 256;
     } else if (flag == "--api-key") {

@@ -60,8 +60,8 @@ void append_usage_object(std::string& out, usage_counts u, bool with_details) {
   out += with_details ? ",\"prompt_tokens_details\":null}" : "}";
 }
 
-void append_reply_text(std::string& out, uint32_t tokens) {
-  for (uint32_t i = 0; i < tokens; ++i) append_token_text(out, i);
+void append_reply_text(std::string& out, uint32_t tokens, uint32_t pad) {
+  for (uint32_t i = 0; i < tokens; ++i) append_token_text(out, i, pad);
 }
 
 // Frames `scratch` (a finished "data: ...\n\n" event) as one HTTP chunk.
@@ -106,9 +106,10 @@ void append_int(std::string& out, int64_t v) {
   out.append(buf, static_cast<size_t>(r.ptr - buf));
 }
 
-void append_token_text(std::string& out, uint32_t i) {
+void append_token_text(std::string& out, uint32_t i, uint32_t pad) {
   out += i == 0 ? "tok" : " tok";
   append_uint(out, i);
+  out.append(pad, 'x');
 }
 
 std::string_view http_date::at(time_t now_s) noexcept {
@@ -231,10 +232,11 @@ void append_role_event(std::string& out, std::string& scratch, std::string_view 
 }
 
 void append_token_event(std::string& out, std::string& scratch, endpoint kind,
-                        std::string_view prefix, uint32_t index, bool ends_by_length) {
+                        std::string_view prefix, uint32_t index, bool ends_by_length,
+                        uint32_t token_pad) {
   begin_event(scratch, prefix);
   scratch += kind == endpoint::chat ? "{\"index\":0,\"delta\":{\"content\":\"" : "{\"index\":0,\"text\":\"";
-  append_token_text(scratch, index);
+  append_token_text(scratch, index, token_pad);
   if (kind == endpoint::chat) {
     // The token that hits max_tokens carries the finish (vLLM's last output).
     scratch += ends_by_length
@@ -275,7 +277,7 @@ void append_done_events(std::string& out) {
 }
 
 void append_chat_body(std::string& out, std::string_view id, int64_t created, std::string_view model,
-                      uint32_t tokens, bool ends_by_length, usage_counts u) {
+                      uint32_t tokens, bool ends_by_length, usage_counts u, uint32_t token_pad) {
   out += "{\"id\":";
   append_json_string(out, id);
   out += ",\"object\":\"chat.completion\",\"created\":";
@@ -283,7 +285,7 @@ void append_chat_body(std::string& out, std::string_view id, int64_t created, st
   out += ",\"model\":";
   append_json_string(out, model);
   out += ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"";
-  append_reply_text(out, tokens);
+  append_reply_text(out, tokens, token_pad);
   out +=
       "\",\"refusal\":null,\"annotations\":null,\"audio\":null,\"function_call\":null,"
       "\"tool_calls\":[],\"reasoning_content\":null},\"logprobs\":null,\"finish_reason\":";
@@ -295,7 +297,7 @@ void append_chat_body(std::string& out, std::string_view id, int64_t created, st
 
 void append_completion_body(std::string& out, std::string_view id, int64_t created,
                             std::string_view model, uint32_t tokens, bool ends_by_length,
-                            usage_counts u) {
+                            usage_counts u, uint32_t token_pad) {
   out += "{\"id\":";
   append_json_string(out, id);
   out += ",\"object\":\"text_completion\",\"created\":";
@@ -303,7 +305,7 @@ void append_completion_body(std::string& out, std::string_view id, int64_t creat
   out += ",\"model\":";
   append_json_string(out, model);
   out += ",\"choices\":[{\"index\":0,\"text\":\"";
-  append_reply_text(out, tokens);
+  append_reply_text(out, tokens, token_pad);
   out += "\",\"logprobs\":null,\"finish_reason\":";
   out += ends_by_length ? "\"length\"" : "\"stop\"";
   out +=

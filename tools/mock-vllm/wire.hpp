@@ -28,8 +28,9 @@ void append_json_string(std::string& out, std::string_view s);
 void append_json_bytes(std::string& out, std::string_view s);
 void append_uint(std::string& out, uint64_t v);
 void append_int(std::string& out, int64_t v);
-// Token i of every reply: "tok<i>", with a leading space for i > 0.
-void append_token_text(std::string& out, uint32_t i);
+// Token i of every reply: "tok<i>", with a leading space for i > 0, then
+// `pad` filler bytes 'x' (--token-pad: long replies in few tokens).
+void append_token_text(std::string& out, uint32_t i, uint32_t pad = 0);
 
 // The `date` header value, formatted once per second (per event loop).
 class http_date {
@@ -72,7 +73,8 @@ void append_chunk_prefix(std::string& out, endpoint kind, std::string_view id, i
 // framed as one HTTP chunk, as vLLM yields one chunk per event.
 void append_role_event(std::string& out, std::string& scratch, std::string_view prefix);
 void append_token_event(std::string& out, std::string& scratch, endpoint kind,
-                        std::string_view prefix, uint32_t index, bool ends_by_length);
+                        std::string_view prefix, uint32_t index, bool ends_by_length,
+                        uint32_t token_pad = 0);
 void append_stop_event(std::string& out, std::string& scratch, endpoint kind, std::string_view prefix);
 void append_usage_event(std::string& out, std::string& scratch, std::string_view prefix, usage_counts u);
 // "data: [DONE]\n\n" and the terminal zero-length chunk.
@@ -80,10 +82,10 @@ void append_done_events(std::string& out);
 
 // Non-stream bodies (JSONResponse(model_dump()): every field, nulls included).
 void append_chat_body(std::string& out, std::string_view id, int64_t created, std::string_view model,
-                      uint32_t tokens, bool ends_by_length, usage_counts u);
+                      uint32_t tokens, bool ends_by_length, usage_counts u, uint32_t token_pad = 0);
 void append_completion_body(std::string& out, std::string_view id, int64_t created,
                             std::string_view model, uint32_t tokens, bool ends_by_length,
-                            usage_counts u);
+                            usage_counts u, uint32_t token_pad = 0);
 // One vector of 8 floats per input; each float is (nibble - 8) / 8 of the
 // input's hash, so its Python repr is short and exact.
 void append_embedding_body(std::string& out, std::string_view id, int64_t created,

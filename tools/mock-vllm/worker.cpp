@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <ctime>
 
@@ -22,6 +23,10 @@ namespace {
 
 constexpr size_t k_read_size = 64 * 1024;
 constexpr size_t k_input_max = 64 * 1024 * 1024;  // a client that never stops sending
+// An unpaced stream stops generating while this much waits to be sent and
+// goes on when the socket has taken it: a reply of hundreds of MiB to a slow
+// reader is produced as fast as it is read, not held whole in memory.
+constexpr size_t k_output_high = 1024 * 1024;
 constexpr size_t k_free_max = 4096;
 constexpr int k_events_max = 512;
 constexpr uint32_t k_read_events = EPOLLIN | EPOLLRDHUP;
@@ -69,6 +74,7 @@ struct worker::connection {
   bool closing = false;  // close once `out` is sent
   bool dead = false;
   bool peer_eof = false;
+  bool blocked = false;  // generation waits for `out` to drain (k_output_high)
 
   // The reply in progress; `busy` while it is not fully generated.
   bool busy = false;
@@ -80,6 +86,7 @@ struct worker::connection {
   bool role_sent = false;
   uint32_t tokens = 0;
   uint32_t sent = 0;
+  uint32_t fail_after = 0;  // --fail-after-tokens, or this request's x-mock-fail-after-tokens
   uint32_t prompt_tokens = 0;
   int64_t created = 0;
   uint64_t first_token_ns = 0;
@@ -301,7 +308,7 @@ void worker::accept_all() {
     c->out.clear();
     c->out_sent = 0;
     c->request_ready = false;
-    c->want_write = c->closing = c->dead = c->peer_eof = c->busy = c->waiting = false;
+    c->want_write = c->closing = c->dead = c->peer_eof = c->busy = c->waiting = c->blocked = false;
     c->timer_serial = 0;
     llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings());
     c->parser.data = c;
@@ -491,6 +498,13 @@ void worker::start_generation(connection& c, endpoint kind) {
   c.ends_by_length = _plan.ends_by_length;
   c.prompt_tokens = _plan.prompt_tokens;
   c.sent = 0;
+  c.fail_after = _opts.fail_after_tokens;
+  if (const std::string* fail = find_header(c.headers, "x-mock-fail-after-tokens")) {
+    // A test's per-request failure (soak traffic); a bad value is ignored.
+    uint32_t n = 0;
+    auto [end, ec] = std::from_chars(fail->data(), fail->data() + fail->size(), n);
+    if (ec == std::errc{} && end == fail->data() + fail->size()) c.fail_after = n;
+  }
   c.role_sent = kind != endpoint::chat;  // completions have no role chunk
   c.busy = true;
   c.waiting = true;
@@ -523,10 +537,11 @@ void worker::advance(connection& c) {
   while (c.sent < c.tokens) {
     uint32_t index = c.sent;
     if (c.stream) {
-      append_token_event(c.out, _scratch, c.kind, c.prefix, index, c.ends_by_length && index + 1 == c.tokens);
+      append_token_event(c.out, _scratch, c.kind, c.prefix, index, c.ends_by_length && index + 1 == c.tokens,
+                         _opts.token_pad);
     }
     ++c.sent;
-    if (_opts.fail_after_tokens != 0 && c.sent == _opts.fail_after_tokens && c.sent < c.tokens) {
+    if (c.fail_after != 0 && c.sent == c.fail_after && c.sent < c.tokens) {
       fail_connection(c);
       return;
     }
@@ -537,6 +552,10 @@ void worker::advance(connection& c) {
         return;
       }
     }
+    if (c.sent < c.tokens && _interval_ns == 0 && c.out.size() - c.out_sent > k_output_high) {
+      c.blocked = true;  // flush() resumes once the socket took it all
+      return;
+    }
   }
   usage_counts usage{c.prompt_tokens, c.tokens};
   if (c.stream) {
@@ -546,9 +565,10 @@ void worker::advance(connection& c) {
   } else {
     _scratch.clear();
     if (c.kind == endpoint::chat) {
-      append_chat_body(_scratch, c.id, c.created, _opts.model, c.tokens, c.ends_by_length, usage);
+      append_chat_body(_scratch, c.id, c.created, _opts.model, c.tokens, c.ends_by_length, usage, _opts.token_pad);
     } else {
-      append_completion_body(_scratch, c.id, c.created, _opts.model, c.tokens, c.ends_by_length, usage);
+      append_completion_body(_scratch, c.id, c.created, _opts.model, c.tokens, c.ends_by_length, usage,
+                             _opts.token_pad);
     }
     respond_json(c, 200, _scratch);
   }
@@ -591,22 +611,36 @@ void worker::fire_timers() {
 }
 
 void worker::flush(connection& c) {
-  while (c.out_sent < c.out.size()) {
-    ssize_t n = send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      c.out_sent += static_cast<size_t>(n);
-      continue;
+  for (int rounds = 0;; ++rounds) {
+    while (c.out_sent < c.out.size()) {
+      ssize_t n = send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        set_write_interest(c, true);
+        return;
+      }
+      peer_gone(c);  // EPIPE, ECONNRESET: the client is gone
+      return;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    c.out.clear();
+    c.out_sent = 0;
+    if (!c.blocked || !c.busy) break;
+    if (rounds == 8) {
+      // A fast reader of a long reply: let the other connections of this
+      // loop have a turn; the socket's writability brings us back.
       set_write_interest(c, true);
       return;
     }
-    peer_gone(c);  // EPIPE, ECONNRESET: the client is gone
-    return;
+    // The socket took everything: produce the next part of the reply.
+    c.blocked = false;
+    advance(c);
+    if (!c.busy) process_input(c);  // a pipelined request may be waiting
+    if (c.dead) return;
   }
-  c.out.clear();
-  c.out_sent = 0;
   if (c.want_write) set_write_interest(c, false);
   if (c.closing) destroy(c);
 }
