@@ -269,12 +269,12 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     if (_chunked && !ends_with_crlfcrlf(data, at)) {
       _failed = true;
       _message_done = false;
-      return body_status{errc::upstream_protocol, at, false, chunk_end};
+      return body_status{errc::upstream_protocol, at, false, chunk_end < at ? chunk_end : at};
     }
     return body_status{errc::ok, at, true, at};
   }
   _failed = true;
-  return body_status{errc::upstream_protocol, at, false, chunk_end};
+  return body_status{errc::upstream_protocol, at, false, chunk_end < at ? chunk_end : at};
 }
 
 bool response_parser::finish_at_eof() noexcept {

@@ -299,6 +299,15 @@ TEST_SUITE("http::response_parser") {
       failed = st.error != sluice::errc::ok;
     }
     CHECK(failed);  // the stray byte after "\n\r" is a framing error
+    // The same bytes in one call: the error comes one byte after that
+    // "chunk end", and chunk_end stays within what was consumed.
+    response_parser whole;
+    REQUIRE(whole.parse_head(head.data(), head.size(), h).ok());
+    const auto st = whole.feed_body(body.data(), 10, none);
+    CHECK(st.error == sluice::errc::ok);
+    const auto st2 = whole.feed_body(body.data() + 10, body.size() - 10, none);
+    CHECK(st2.error == sluice::errc::upstream_protocol);
+    CHECK(st2.chunk_end <= st2.consumed);
   }
 
   TEST_CASE("a body delimited by the close completes only at EOF") {
