@@ -524,6 +524,15 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
   e.param = param;
   e.code = code;
   const size_t bl = openai::write_error_body(body, sizeof body, e);
+  _stats.local_errors.add();
+  send_answer(d, status, std::string_view(body, bl), close, extra_headers,
+              code.empty() ? std::string_view("invalid_request") : code);
+}
+
+void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_view body, bool close,
+                               std::string_view extra_headers, std::string_view error_code) noexcept {
+  if (d->request_id_len == 0) make_request_id(d);
+  const size_t bl = body.size();
   close = close || !d->head.keep_alive || _draining || d->state == conn_state::idle;
   if (!d->out.reserve(bl + 1024)) {
     close_downstream(d);
@@ -536,7 +545,7 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
                             "x-request-id: {}\r\n{}{}{}\r\n",
                             status, reason_phrase(status), bl, std::string_view(d->request_id, d->request_id_len),
                             std::string_view(rate, rl), extra_headers, close ? "connection: close\r\n" : "");
-  std::memcpy(d->out.data + r.size, body, bl);
+  std::memcpy(d->out.data + r.size, body.data(), bl);
   d->out.len = static_cast<uint32_t>(r.size + bl);
   d->status = status;
   d->close_after_send = close;
@@ -545,8 +554,7 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
     _stats.requests_inflight.add();
     d->inflight_counted = true;
   }
-  _stats.local_errors.add();
-  d->error_code = code.empty() ? std::string_view("invalid_request") : code;
+  d->error_code = error_code;
   d->state = conn_state::local;
   set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
   if (d->send_busy) {
@@ -667,6 +675,7 @@ void shard_server::next_request(downstream_conn* d) noexcept {
   d->error_code = {};
   d->resp_body.len = 0;
   d->resp_body_overflow = false;
+  d->hold_error = false;
   d->facts = stream_facts{};
   d->quota_cost = d->quota_charged = d->input_estimate = 0;
   d->wait_since_ms = d->wait_until_ms = 0;

@@ -249,6 +249,7 @@ struct downstream_conn {
   uint32_t fwd_from = 0;          // copy path: first byte of up->buf not yet sent
   uint32_t send_end = 0;          // copy path: end of the bytes being sent
   bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
+  bool hold_error = false;        // a backend error answer is being read whole, to be reshaped
   bool usage_in_batch = false;    // the batch being relayed holds the usage-only event
   const char* usage_event_at = nullptr;  // that event's data in up->buf, when the scan saw it in place
 
@@ -321,6 +322,10 @@ class shard_server {
   void answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
                     std::string_view param, std::string_view code, bool close,
                     std::string_view extra_headers = {}) noexcept;
+  // Sends a JSON answer sluice wrote (an error body) with sluice's headers;
+  // `error_code` (a static string) goes to the audit record.
+  void send_answer(downstream_conn* d, uint16_t status, std::string_view body, bool close,
+                   std::string_view extra_headers, std::string_view error_code) noexcept;
   void send_out(downstream_conn* d) noexcept;
   void submit_send(downstream_conn* d) noexcept;
   static void on_send(shard::completion* c, const io_uring_cqe* cqe);
@@ -383,6 +388,8 @@ class shard_server {
   // the response head first when with_head).
   void relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept;
   void after_body_sent(downstream_conn* d) noexcept;
+  // A held backend error (hold_error), read whole: answered in OpenAI's shape.
+  void answer_backend_error(downstream_conn* d) noexcept;
   void abort_exchange(downstream_conn* d) noexcept;
   // splice path (splice.cpp)
   bool start_splice(downstream_conn* d) noexcept;

@@ -504,9 +504,25 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
 void shard_server::on_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->rhead;
   const config::group_config& g = _cfg->groups[d->group];
+  if (d->up != nullptr) report_outcome(d->up->backend, rh.status >= 500);
+  // A backend that says 502/503 before anything reached the client: the
+  // next backend on the key's ring gets the request (max_retries).
+  if ((rh.status == 502 || rh.status == 503) && d->attempts < g.upstream.max_retries && d->up != nullptr) {
+    upstream_conn* u = d->up;
+    d->up = nullptr;
+    u->owner = nullptr;
+    _routes->on_request_end(u->backend);
+    close_upstream(u);  // its body is not read: the connection cannot be reused
+    ++d->attempts;
+    if (d->route_position < 64) d->tried_mask |= uint64_t{1} << d->route_position;
+    d->resp_body.len = 0;
+    d->resp_body_overflow = false;
+    _stats.upstream_retries.add();
+    start_attempt(d);
+    return;
+  }
   d->state = conn_state::streaming;
   d->upstream_head = true;
-  if (d->up != nullptr) report_outcome(d->up->backend, rh.status >= 500);
   d->up_reusable = rh.keep_alive;
   d->facts = stream_facts{};
   if (rh.event_stream) {
@@ -518,6 +534,21 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
     if (d->sse) d->sse->reset();
   }
   set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);
+
+  // A backend's error answer is held and answered in OpenAI's shape
+  // (DESIGN.md §8: vLLM's flat body, integer codes): nothing of it goes out
+  // until its body is read. vLLM's are a few hundred bytes; a larger one
+  // (or one of unknown length) is held up to the body buffer's bound.
+  constexpr uint64_t k_error_hold_max = 64u << 10;
+  d->hold_error = rh.status >= 400 && !rh.event_stream &&
+                  ((rh.has_content_length && rh.content_length <= k_error_hold_max) || rh.chunked);
+  if (d->hold_error) {
+    d->status = rh.status;
+    d->cut_usage = false;
+    d->fwd_from = rh.head_bytes;
+    relay(d, rh.head_bytes, true);
+    return;
+  }
 
   // The client's head: the backend's status and end-to-end fields, plus
   // x-request-id; framing (Content-Length / chunked) passes through as is,
@@ -633,6 +664,16 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   d->response_complete = bs.complete;
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
   if (bs.complete && parsed_end != u->buf.len) d->up_reusable = false;  // bytes past the end
+  if (d->hold_error) {
+    // The body went to resp_body (on_body_data); nothing is sent yet.
+    if (bs.complete) {
+      answer_backend_error(d);
+    } else {
+      d->send_end = parsed_end;
+      after_body_sent(d);
+    }
+    return;
+  }
   // What may go out now: everything parsed, or -- while the usage chunk may
   // still have to be cut -- only up to the last whole chunk; a partial chunk
   // waits at the front of the buffer for the rest of its bytes.
@@ -671,6 +712,21 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   }
   d->send_iov_count = n;
   submit_send(d);
+}
+
+void shard_server::answer_backend_error(downstream_conn* d) noexcept {
+  upstream_conn* u = d->up;
+  d->up = nullptr;
+  d->hold_error = false;
+  if (u != nullptr) {
+    _routes->on_request_end(u->backend);
+    release_upstream(u, d->up_reusable);
+  }
+  char body[1024];
+  uint16_t status = d->status;
+  const size_t bl = openai::normalize_backend_error(d->status, std::string_view(d->resp_body.data, d->resp_body.len),
+                                                    d->resp_body_overflow, body, sizeof body, status);
+  send_answer(d, status, std::string_view(body, bl), false, {}, "upstream_error");
 }
 
 void shard_server::after_body_sent(downstream_conn* d) noexcept {

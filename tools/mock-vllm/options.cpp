@@ -26,6 +26,10 @@ flags:
   --token-pad N          append N filler bytes 'x' to every token's text, so a
                          reply of many MiB needs few tokens (default 0; at
                          most 65536)
+  --fail-status N        answer every completion/chat/embedding request with
+                         HTTP N and vLLM's error body, as an engine that is
+                         down or overloaded does: 400, 422, 429, 500, 502,
+                         503 or 504 (default 0: never)
   --threads N            event loops, one SO_REUSEPORT listener each (default 1)
   --api-key KEY          require "Authorization: Bearer KEY" on /v1/* (401
                          {"error":"Unauthorized"} otherwise, as vLLM)
@@ -94,7 +98,7 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
     }
     static constexpr std::string_view valued[] = {
         "--port",    "--host",    "--model",   "--ttft-ms",       "--tokens-per-sec", "--reply-tokens",
-        "--fail-after-tokens", "--token-pad", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity",
+        "--fail-after-tokens", "--token-pad", "--fail-status", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity",
         "--error-format"};
     bool known = false;
     for (std::string_view v : valued) known = known || v == flag;
@@ -129,6 +133,10 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
       ok = parse_number(value, out.fail_after_tokens);
     } else if (flag == "--token-pad") {
       ok = parse_number(value, out.token_pad) && out.token_pad <= 65536;
+    } else if (flag == "--fail-status") {
+      ok = parse_number(value, out.fail_status) &&
+           (out.fail_status == 400 || out.fail_status == 422 || out.fail_status == 429 ||
+            (out.fail_status >= 500 && out.fail_status <= 504 && out.fail_status != 501));
     } else if (flag == "--threads") {
       ok = parse_number(value, out.threads) && out.threads >= 1 && out.threads <= 256;
     } else if (flag == "--api-key") {

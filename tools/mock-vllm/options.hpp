@@ -20,6 +20,7 @@ struct options {
   uint32_t reply_tokens = 16;
   uint32_t fail_after_tokens = 0;  // 0 = never
   uint32_t token_pad = 0;          // filler bytes after each token's text
+  uint32_t fail_status = 0;        // answer every generation request with this error status (0 = never)
   uint32_t threads = 1;
   std::string api_key;  // empty = no authentication
   int64_t created = -1;  // < 0 = the current time per request

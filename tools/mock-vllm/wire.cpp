@@ -139,6 +139,11 @@ std::string_view status_line(int status) noexcept {
     case 404: return "HTTP/1.1 404 Not Found\r\n";
     case 405: return "HTTP/1.1 405 Method Not Allowed\r\n";
     case 413: return "HTTP/1.1 413 Request Entity Too Large\r\n";
+    case 422: return "HTTP/1.1 422 Unprocessable Entity\r\n";
+    case 429: return "HTTP/1.1 429 Too Many Requests\r\n";
+    case 502: return "HTTP/1.1 502 Bad Gateway\r\n";
+    case 503: return "HTTP/1.1 503 Service Unavailable\r\n";
+    case 504: return "HTTP/1.1 504 Gateway Timeout\r\n";
     default: return "HTTP/1.1 500 Internal Server Error\r\n";
   }
 }

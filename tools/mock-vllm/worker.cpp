@@ -472,6 +472,12 @@ void worker::start_generation(connection& c, endpoint kind) {
   // simdjson reads up to SIMDJSON_PADDING bytes past the end.
   c.body.reserve(c.body.size() + simdjson::SIMDJSON_PADDING);
   _error.clear();
+  if (_opts.fail_status != 0) {
+    respond_error(c, static_cast<int>(_opts.fail_status),
+                  _opts.fail_status >= 500 ? "ServiceUnavailableError" : "BadRequestError",
+                  "The engine cannot take requests right now (mock-vllm --fail-status).");
+    return;
+  }
   if (!make_plan(_json, c.body, kind, _opts.reply_tokens, _plan, _error)) {
     respond_error(c, 400, "BadRequestError", _error);
     return;

@@ -35,4 +35,18 @@ size_t json_escape(char* out, size_t cap, std::string_view s) noexcept;
 // otherwise. An empty `message` takes a default one for the status.
 error_fields default_error_for_status(uint16_t status, std::string_view message) noexcept;
 
+// A backend's error answer (status >= 400, body `body`) in OpenAI's shape,
+// for the client: vLLM's flat {"object":"error","message",...,"code":400},
+// its `--api-key` 401 {"error":"Unauthorized"}, FastAPI's {"detail":...}
+// and OpenAI-shaped bodies with an integer code all become
+// {"error":{"message","type","param","code"}} -- the message kept, the type
+// OpenAI's for the status unless the backend gave one of OpenAI's, a code
+// kept only when it is a string. A backend's 401/403 means sluice's own
+// credentials for it were refused, not the client's: 502. An unreadable
+// body gets a generic message. `overflow`: the body was cut (too long to
+// read). Returns: bytes written to out (cap >= 512); `status_out` is the
+// status to answer with. Cold path (backend errors only).
+size_t normalize_backend_error(uint16_t status, std::string_view body, bool overflow, char* out, size_t cap,
+                               uint16_t& status_out) noexcept;
+
 }  // namespace sluice::openai
