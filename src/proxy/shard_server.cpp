@@ -116,7 +116,12 @@ shard_server::~shard_server() {
   for (size_t i = 0; i < _cfg->backends.size(); ++i) {
     while (upstream_conn* u = _backends[i].idle_head) {
       _backends[i].idle_head = u->pool_hook.next;
-      if (u->fd >= 0) ::close(u->fd);
+      // Its armed receive ends with the shutdown (no byte can land in the
+      // buffer after it is freed); the ring goes right after.
+      if (u->fd >= 0) {
+        ::shutdown(u->fd, SHUT_RDWR);
+        ::close(u->fd);
+      }
       account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
       delete u;
     }
@@ -303,6 +308,11 @@ void shard_server::begin_drain(uint64_t deadline_ms) noexcept {
     // Connections still in this listener's queue are reset; with
     // SO_REUSEPORT the kernel stops routing new ones here at once.
     ::shutdown(_listen_fd, SHUT_RDWR);
+  }
+  // Pooled backend connections close now (their armed receives complete
+  // and free them while the drain runs).
+  for (size_t i = 0; i < _cfg->backends.size(); ++i) {
+    while (upstream_conn* u = _backends[i].idle_head) close_upstream(u);
   }
   // Idle keep-alive connections close now; busy ones after their response.
   downstream_conn* d = _conns;

@@ -330,9 +330,14 @@ bool shard_server::upstream_gone(upstream_conn* u) noexcept {
   --u->ops;
   if (!u->closing && u->owner != nullptr) return false;
   // The exchange ended (client gone, timeout) while this operation was in
-  // flight: the connection is of no further use.
-  if (!u->closing) close_upstream(u);
-  maybe_free(u);
+  // flight, or the receive a pooled connection keeps armed completed (the
+  // backend closed it): the connection is of no further use. close_upstream
+  // frees it itself when no operation is left.
+  if (!u->closing) {
+    close_upstream(u);
+  } else {
+    maybe_free(u);
+  }
   return true;
 }
 
