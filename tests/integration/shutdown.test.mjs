@@ -64,3 +64,37 @@ describe('SIGTERM during active streams', () => {
     assert.deepEqual(exit, { code: 0, signal: null }, `sluice output:\n${sluice.proc.output()}`);
   });
 });
+
+describe('pooled backend connections the backend closes', () => {
+  let mock;
+  let sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({});
+    sluice = await start_sluice({ backends: [mock.url], extra_args: ['--cpus', '0'] });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('leave the pool cleanly (the next requests use new connections) and SIGTERM still exits 0', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
+    const post = () => http_post(sluice.url, '/v1/chat/completions', chat_body({}), {
+      agent, headers: { authorization: `Bearer ${test_key}` },
+    });
+    try {
+      // Fill the pool with several connections, then the backend goes away
+      // and comes back on the same port: every pooled socket sees EOF.
+      const first = await Promise.all(Array.from({ length: 8 }, post));
+      assert.ok(first.every((r) => r.status === 200));
+      const port = mock.port;
+      await mock.stop();
+      mock = await start_mock_vllm({ port });
+      const again = await Promise.all(Array.from({ length: 8 }, post));
+      assert.deepEqual(again.map((r) => r.status), Array(8).fill(200));
+    } finally {
+      agent.destroy();
+    }
+    sluice.proc.child.kill('SIGTERM');
+    const exit = await with_timeout(sluice.proc.exited, bound_ms(15000), 'sluice to exit after SIGTERM');
+    assert.deepEqual(exit, { code: 0, signal: null }, `sluice output:\n${sluice.proc.output()}`);
+  });
+});
