@@ -29,7 +29,9 @@ byte_buf::~byte_buf() { release(); }
 bool byte_buf::reserve(size_t n) noexcept {
   if (n <= cap) return true;
   if (n > (1u << 30)) return false;
-  size_t next = cap == 0 ? 4096 : cap;
+  // 1 KiB first: a request head, a response head and most chat bodies fit;
+  // an idle stream then holds ~3 KiB of buffers, not ~12.
+  size_t next = cap == 0 ? 1024 : cap;
   while (next < n) next *= 2;
   void* p = std::realloc(data, next);
   if (p == nullptr) return false;
