@@ -86,6 +86,21 @@ void sse_scanner::dispatch() noexcept {
 }
 
 void sse_scanner::feed(const char* data, size_t len) noexcept {
+  // The common piece is exactly one event, "data: <json>\n\n" (vLLM writes
+  // one per chunk, and chunks arrive whole): with nothing pending, it is
+  // reported in place after two memchr, without the line state machine.
+  if (_state == line_state::start && !_after_cr && !_has_data && _view == nullptr && _len == 0 && len >= 7 &&
+      std::memcmp(data, "data:", 5) == 0 && data[len - 1] == '\n' && data[len - 2] == '\n') {
+    const char* v = data + 5;
+    const char* const v_end = data + len - 2;
+    if (v < v_end && *v == ' ') ++v;
+    const auto n = static_cast<size_t>(v_end - v);
+    if (std::memchr(v, '\n', n) == nullptr && std::memchr(v, '\r', n) == nullptr) {
+      ++_events;
+      if (_cb != nullptr) _cb(_ctx, sse_event{std::string_view(v, n), false, true});
+      return;
+    }
+  }
   const char* p = data;
   const char* const end = data + len;
   while (p < end) {
