@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "sluice/core/assert.hpp"
@@ -34,7 +35,12 @@ std::unique_ptr<writer> writer::open(shard::reactor& r, std::string path, const 
     log::error("audit: cannot open {}: {}", w->_path, std::strerror(errno));
     return nullptr;
   }
-  for (batch& b : w->_batches) b.data.reset(new char[opt.buffer_bytes]);
+  if (opt.max_buffer_bytes < opt.buffer_bytes) opt.max_buffer_bytes = opt.buffer_bytes;
+  w->_opt = opt;
+  for (batch& b : w->_batches) {
+    b.data.reset(new char[opt.buffer_bytes]);
+    b.cap = opt.buffer_bytes;
+  }
   w->_now_ms = r.now_ms();
   return w;
 }
@@ -54,22 +60,27 @@ bool writer::append(const record& rec) noexcept {
     return false;
   }
   batch* b = &_batches[_filling];
-  size_t n = format_line(rec, b->data.get() + b->len, _opt.buffer_bytes - b->len);
+  size_t n = format_line(rec, b->data.get() + b->len, b->cap - b->len);
   if (n == 0) {
     // The filling batch is full. Hand it over if the kernel is done with the
-    // other one; otherwise both are busy and this record is dropped.
+    // other one; otherwise grow it (a burst), and drop only past the bound.
     SLUICE_ASSERT(b->len > 0);
     if (_inflight) {
-      _stats.lines_dropped.add();
-      if (!_drop_logged) {
-        _drop_logged = true;
-        log::warn("audit: shard {}: both batch buffers busy, dropping records (counted in stats)", _opt.shard);
+      if (!grow(*b)) {
+        _stats.lines_dropped.add();
+        if (!_drop_logged) {
+          _drop_logged = true;
+          log::warn("audit: shard {}: both batch buffers busy at {} bytes, dropping records (counted in stats)",
+                    _opt.shard, _opt.max_buffer_bytes);
+        }
+        return false;
       }
-      return false;
+      n = format_line(rec, b->data.get() + b->len, b->cap - b->len);
+    } else {
+      start_batch();
+      b = &_batches[_filling];
+      n = format_line(rec, b->data.get(), b->cap);
     }
-    start_batch();
-    b = &_batches[_filling];
-    n = format_line(rec, b->data.get(), _opt.buffer_bytes);
     SLUICE_VERIFY(n > 0);  // max_line_bytes bounds every line
   }
   if (b->len == 0) _batch_started_ms = _now_ms;
@@ -78,7 +89,19 @@ bool writer::append(const record& rec) noexcept {
   _stats.lines_appended.add();
   // Nearly full: write now rather than wait for the timer, so the other
   // buffer is free again by the time this one runs out.
-  if (_opt.buffer_bytes - b->len < max_line_bytes && !_inflight) start_batch();
+  if (b->cap - b->len < max_line_bytes && !_inflight) start_batch();
+  return true;
+}
+
+bool writer::grow(batch& b) noexcept {
+  const size_t next = b.cap * 2 < _opt.max_buffer_bytes ? b.cap * 2 : _opt.max_buffer_bytes;
+  if (next - b.len < max_line_bytes) return false;
+  std::unique_ptr<char[]> bigger(new (std::nothrow) char[next]);
+  if (!bigger) return false;
+  std::memcpy(bigger.get(), b.data.get(), b.len);
+  b.data = std::move(bigger);
+  b.cap = next;
+  _stats.buffer_grows.add();
   return true;
 }
 
@@ -169,7 +192,7 @@ void writer::finish_batch(uint64_t lines_ok, uint64_t lines_bad) noexcept {
   if (fd != _fd) release_fd(fd);
   // A batch that filled up meanwhile should not wait for the next tick.
   const batch& f = _batches[_filling];
-  if (!_closed && f.len > 0 && (_opt.buffer_bytes - f.len < max_line_bytes || _closing)) start_batch();
+  if (!_closed && f.len > 0 && (f.cap - f.len < max_line_bytes || _closing)) start_batch();
 }
 
 void writer::release_fd(int fd) noexcept {

@@ -276,6 +276,12 @@ void admin_server::handle(conn* c) noexcept {
                    "sluice_shed_requests_total{{reason=\"memory\"}} {}\n",
                    sum(&shard_stats::shed_requests), sum(&shard_stats::shed_upstream_pool),
                    sum(&shard_stats::shed_memory));
+    fmt::format_to(std::back_inserter(m),
+                   "# HELP sluice_audit_lines_total Audit lines by fate: written (on disk), dropped (buffers full "
+                   "at their bound, or no file), lost (a failed write).\n# TYPE sluice_audit_lines_total counter\n"
+                   "sluice_audit_lines_total{{result=\"written\"}} {}\nsluice_audit_lines_total{{result=\"dropped\"}} {}\n"
+                   "sluice_audit_lines_total{{result=\"lost\"}} {}\n",
+                   sum(&shard_stats::audit_written), sum(&shard_stats::audit_dropped), sum(&shard_stats::audit_lost));
     counter("sluice_connection_memory_bytes", "Connection objects and buffers held by the shards.", "gauge",
             &shard_stats::memory_bytes);
     fmt::format_to(std::back_inserter(m),

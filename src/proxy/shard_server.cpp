@@ -248,7 +248,13 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     _drain_deadline_ms = 0;
   }
   pump_mesh(now);
-  if (_audit) _audit->tick(now);
+  if (_audit) {
+    _audit->tick(now);
+    const audit::writer_stats& a = _audit->stats();
+    _stats.audit_written.v.store(a.lines_written.get(), std::memory_order_relaxed);
+    _stats.audit_dropped.v.store(a.lines_dropped.get(), std::memory_order_relaxed);
+    _stats.audit_lost.v.store(a.lines_lost.get(), std::memory_order_relaxed);
+  }
   _metrics.set_loop(_r.iterations(), _r.cqes());
   _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
   _stats.memory_bytes.v.store(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)), std::memory_order_relaxed);

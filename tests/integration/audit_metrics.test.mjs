@@ -153,6 +153,16 @@ describe('audit log', () => {
         'mix-401-0': 401, 'mix-401-1': 401, 'mix-rpm-ok': 200, 'mix-429-0': 429, 'mix-400-0': 400, 'mix-400-1': 400, 'mix-404-0': 404,
       });
 
+      // The writer's own count: every line on disk, none dropped or lost
+      // (the batch timer writes within 100 ms).
+      await poll(async () => {
+        const m = (await scrape(sluice.admin_url)).parsed;
+        return samples(m, 'sluice_audit_lines_total', { result: 'written' })[0]?.value === ids.length;
+      }, { what: `sluice_audit_lines_total{result="written"} to reach ${ids.length}` });
+      const m = (await scrape(sluice.admin_url)).parsed;
+      assert.equal(samples(m, 'sluice_audit_lines_total', { result: 'dropped' })[0].value, 0);
+      assert.equal(samples(m, 'sluice_audit_lines_total', { result: 'lost' })[0].value, 0);
+
       // SIGTERM flushes; then the file holds exactly these lines.
       const exit = await sluice.proc.stop();
       assert.equal(exit.code, 0, sluice.proc.output());

@@ -20,8 +20,11 @@
 // One buffer fills while the other is in the kernel; at most one write is in
 // flight per shard, so a shard's lines stay in order and a short write's
 // remainder goes out before the next batch. When the filling buffer is full
-// and the other is still being written, the record is dropped and counted:
-// the data plane never blocks on the disk and never allocates per record.
+// and the other is still being written (a burst faster than the disk: ten
+// thousand streams ending at once), the filling buffer grows, doubling, up
+// to max_buffer_bytes: audit lines are billing records and are not dropped
+// for a burst. Only past that bound is a record dropped and counted: the
+// data plane never blocks on the disk, and allocates only in such a burst.
 #include <sys/types.h>
 
 #include <cstddef>
@@ -39,7 +42,8 @@ namespace sluice::audit {
 struct writer_stats {
   metrics::counter lines_appended;   // accepted into a batch
   metrics::counter lines_written;    // confirmed by a write completion
-  metrics::counter lines_dropped;    // both buffers busy, or no file open
+  metrics::counter lines_dropped;    // both buffers busy at max_buffer_bytes, or no file open
+  metrics::counter buffer_grows;     // a burst grew the filling buffer
   metrics::counter lines_lost;       // in a batch whose write failed
   metrics::counter bytes_written;
   metrics::counter batches_written;
@@ -55,6 +59,7 @@ class writer {
  public:
   struct options {
     size_t buffer_bytes = 256 * 1024;   // per buffer; two per shard
+    size_t max_buffer_bytes = 64u << 20; // a filling buffer grows up to this while the other is in flight
     uint32_t flush_interval_ms = 100;   // a non-empty batch waits at most this long
     unsigned shard = 0;                 // for log lines only
   };
@@ -106,6 +111,7 @@ class writer {
   // the kernel from submit until its CQE): `_inflight` says which.
   struct batch {
     std::unique_ptr<char[]> data;
+    size_t cap = 0;        // bytes of data
     size_t len = 0;        // bytes formatted
     size_t written = 0;    // bytes confirmed by completions (in flight only)
     uint64_t lines = 0;
@@ -119,6 +125,8 @@ class writer {
   static void on_write(shard::completion* c, const io_uring_cqe* cqe);
   void submit_write() noexcept;
   void start_batch() noexcept;
+  // Doubles the filling batch (bounded). Returns: whether a line fits now.
+  bool grow(batch& b) noexcept;
   void finish_batch(uint64_t lines_ok, uint64_t lines_bad) noexcept;
   void release_fd(int fd) noexcept;
 

@@ -37,6 +37,9 @@ struct alignas(64) shard_stats {
   counter shed_upstream_pool;     // over upstream.connections_max to the chosen backend (503)
   counter shed_memory;            // over server.memory_max_bytes of connection memory (503)
   counter memory_bytes;           // gauge: this shard's connection memory, as of its last tick
+  counter audit_written;          // audit lines confirmed on disk (copied from the writer per tick)
+  counter audit_dropped;          // audit lines dropped (both buffers busy at their bound, no file)
+  counter audit_lost;             // audit lines in a batch whose write failed
   counter loop_iterations;
   counter loop_cqes;
 };

@@ -15,6 +15,7 @@ TEST_SUITE("audit::allocation") {
     REQUIRE(r != nullptr);
     sluice::audit::writer::options o;
     o.buffer_bytes = 32 * 1024;
+    o.max_buffer_bytes = o.buffer_bytes;  // steady state: no burst growth (that path allocates, by design)
     auto w = sluice::audit::writer::open(*r, "/dev/null", o);
     REQUIRE(w != nullptr);
     sluice::audit::record rec;
