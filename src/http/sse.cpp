@@ -5,6 +5,7 @@
 #include "sluice/http/sse.hpp"
 
 #include <cstring>
+#include <new>
 
 namespace sluice::http {
 
@@ -50,21 +51,39 @@ void sse_scanner::append(const char* data, size_t len) noexcept {
     return;
   }
   if (_view != nullptr) copy_view();
+  if (!have_buffer()) {
+    _truncated = true;  // out of memory: the bytes still flow, the scan copy is cut
+    return;
+  }
   const size_t room = k_event_bytes_max - _len;
   const size_t n = len < room ? len : room;
-  std::memcpy(_buf + _len, data, n);
+  std::memcpy(_buf.get() + _len, data, n);
   _len += n;
   if (n < len) _truncated = true;
 }
 
+bool sse_scanner::have_buffer() noexcept {
+  // Made on the first event that needs a copy (several data lines, or one
+  // that spans two pieces) and kept: a stream whose events all arrive whole
+  // never holds it (an idle stream then costs ~16 KiB less).
+  if (!_buf) _buf.reset(new (std::nothrow) char[k_event_bytes_max]);
+  return _buf != nullptr;
+}
+
 void sse_scanner::copy_view() noexcept {
   // Runs with _len == 0: the view is always the event's first bytes.
-  const size_t n = _view_len < k_event_bytes_max ? _view_len : k_event_bytes_max;
-  std::memcpy(_buf, _view, n);
-  _len = n;
-  if (n < _view_len) _truncated = true;
+  const char* v = _view;
+  const size_t len = _view_len;
   _view = nullptr;
   _view_len = 0;
+  if (!have_buffer()) {
+    _truncated = true;
+    return;
+  }
+  const size_t n = len < k_event_bytes_max ? len : k_event_bytes_max;
+  std::memcpy(_buf.get(), v, n);
+  _len = n;
+  if (n < len) _truncated = true;
 }
 
 void sse_scanner::dispatch() noexcept {
@@ -74,7 +93,7 @@ void sse_scanner::dispatch() noexcept {
       if (_view != nullptr) {
         _cb(_ctx, sse_event{std::string_view(_view, _view_len), false, true});
       } else {
-        _cb(_ctx, sse_event{std::string_view(_buf, _len), _truncated, false});
+        _cb(_ctx, sse_event{std::string_view(_buf ? _buf.get() : "", _len), _truncated, false});
       }
     }
   }

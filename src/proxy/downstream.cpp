@@ -754,7 +754,7 @@ void shard_server::maybe_free(downstream_conn* d) noexcept {
   if (d->all_hook.next != nullptr) d->all_hook.next->all_hook.prev = d->all_hook.prev;
   --_conn_count;
   _stats.connections_open.sub();
-  account_connection_memory(-static_cast<int64_t>(sizeof(downstream_conn) + (d->sse ? sizeof(http::sse_scanner) : 0)));
+  account_connection_memory(-static_cast<int64_t>(sizeof(downstream_conn) + (d->sse ? k_sse_scanner_bytes : 0)));
   delete d;
 }
 

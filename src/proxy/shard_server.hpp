@@ -70,6 +70,9 @@ struct shard_mesh {
 // their buffers (server.memory_max_bytes). Thread-local: each shard counts
 // its own, with no atomics; the shard publishes it to its stats per tick.
 int64_t connection_memory_bytes() noexcept;
+// A connection's SSE scanner, counted with the event buffer it may make.
+inline constexpr int64_t k_sse_scanner_bytes =
+    static_cast<int64_t>(sizeof(http::sse_scanner) + http::sse_scanner::k_event_bytes_max);
 void account_connection_memory(int64_t delta) noexcept;
 
 // A growable byte buffer owned by one connection. Grows (rarely: bodies

@@ -534,7 +534,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
     // One scanner per connection, made on its first stream and kept.
     if (!d->sse) {
       d->sse.reset(new (std::nothrow) http::sse_scanner(&shard_server::on_sse_event, d));
-      if (d->sse) account_connection_memory(sizeof(http::sse_scanner));
+      if (d->sse) account_connection_memory(k_sse_scanner_bytes);
     }
     if (d->sse) d->sse->reset();
   }

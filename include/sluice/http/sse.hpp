@@ -2,11 +2,12 @@
 // http: Server-Sent Events scanner over a de-chunked text/event-stream body.
 // Zero-copy for the common case: an event with one data line that lies whole
 // in one feed() call is reported in place. Otherwise it is assembled in a
-// bounded buffer of k_event_bytes_max; a longer one is reported with
-// `truncated` set (the bytes still flow to the client; only the scan copy
-// is cut). No allocation.
+// bounded buffer of k_event_bytes_max, allocated on the first such event
+// and kept; a longer one is reported with `truncated` set (the bytes still
+// flow to the client; only the scan copy is cut).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 namespace sluice::http {
@@ -51,6 +52,7 @@ class sse_scanner {
   void begin_data_line() noexcept;
   void append(const char* data, size_t len) noexcept;
   void copy_view() noexcept;
+  bool have_buffer() noexcept;
   void dispatch() noexcept;
 
   callback _cb;
@@ -65,7 +67,7 @@ class sse_scanner {
   line_state _state = line_state::start;
   uint8_t _name_len = 0;
   char _name[5] = {};         // enough to tell "data" from anything else
-  char _buf[k_event_bytes_max];
+  std::unique_ptr<char[]> _buf;  // k_event_bytes_max, made on first need
 };
 
 }  // namespace sluice::http
