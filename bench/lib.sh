@@ -12,6 +12,7 @@ WRK_DIR=$BENCH_DIR/wrk
 CLK_TCK=$(getconf CLK_TCK)
 
 BENCH_PIDS=()      # every process we started, stopped in reverse order
+declare -A BENCH_NAMES=()   # pid -> the name start_bg gave it (its log's name)
 BENCH_PORTS=()     # ports handed out by free_port in this run
 BENCH_TMP=""
 BENCH_KEEP_TMP=0
@@ -51,12 +52,18 @@ bench_cleanup() {
 }
 
 # Stop one process we started (TERM, then KILL after 3 s) and forget it.
+# A process that dies of another signal (a crash while draining) is named.
 stop_pid() {
-    local pid=$1 keep=() p
+    local pid=$1 keep=() p rc=0 killed=1
     kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || { killed=0; break; }; sleep 0.1; done
+    if ((killed)); then kill -KILL "$pid" 2>/dev/null || true; fi
+    wait "$pid" 2>/dev/null || rc=$?
+    if ((killed)); then
+        log "warning: ${BENCH_NAMES[$pid]:-process $pid} did not stop within 3 s of SIGTERM: killed"
+    elif ((rc > 128 && rc != 128 + 15)); then
+        log "warning: ${BENCH_NAMES[$pid]:-process $pid} died of signal $((rc - 128)) when stopped (log: $BENCH_TMP/${BENCH_NAMES[$pid]:-}.log)"
+    fi
     for p in "${BENCH_PIDS[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
     BENCH_PIDS=("${keep[@]}")
 }
@@ -109,6 +116,7 @@ start_bg() {
     "$@" >"$logf" 2>&1 &
     local pid=$!
     BENCH_PIDS+=("$pid")
+    BENCH_NAMES[$pid]=$name
     echo "\$ $*" >>"$BENCH_TMP/commands.txt"
     if ! wait_ready "$pid" "$port" "$logf" "${START_TIMEOUT_S:-10}"; then
         stop_pid "$pid"
@@ -163,14 +171,16 @@ start_sluice() {
     START_TIMEOUT_S=5 start_bg "$name" "$port" "$@" "$bin" "${args[@]}"
 }
 
-# write_sluice_config FILE SPLICE BACKEND_PORT: the embedded default's
-# settings (one group for any model, key test-key) with splice on or off and
-# the audit log kept in the temp dir.
+# write_sluice_config FILE SPLICE BACKEND_PORT [EXTRA]: the embedded
+# default's settings (one group for any model, key test-key) with splice on
+# or off and the audit log kept in the temp dir. EXTRA (TOML) goes right
+# after `splice`: more [server] keys, then other tables.
 write_sluice_config() {
-    local file=$1 splice=$2 backend=$3
+    local file=$1 splice=$2 backend=$3 extra=${4:-}
     cat >"$file" <<EOF
 [server]
 splice = $splice
+$extra
 
 [audit]
 path = "$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl"
@@ -194,6 +204,12 @@ start_nginx() {
     local user_line="" nofile
     nofile=$(ulimit -n)
     [[ $(id -u) == 0 ]] && user_line="user root;"
+    # A proxied stream is two connections (client and upstream), both counted
+    # in worker_connections. Once fewer than 1/16 of them are free, nginx
+    # closes the connections it deems reusable, among them new ones still
+    # waiting for their request: 1/8 above the descriptor limit, which stays
+    # the real cap, keeps that from happening below it.
+    NGINX_WORKER_CONNECTIONS=$((nofile * 9 / 8))
     cat >"$dir/nginx.conf" <<EOF
 # Written by bench: a plain keep-alive reverse proxy, as commonly put in
 # front of vLLM, with SSE unbuffered.
@@ -204,7 +220,7 @@ daemon off;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
 events {
-    worker_connections $((nofile - 64));
+    worker_connections $NGINX_WORKER_CONNECTIONS;
 }
 http {
     access_log off;
@@ -236,13 +252,18 @@ EOF
 }
 
 # start_haproxy PORT BACKEND_PORT THREADS PIN...
+# HAPROXY_DEFAULTS_EXTRA: a line for its defaults section (bench/compare's
+# (c) sets "option http-no-delay").
 start_haproxy() {
     local port=$1 backend=$2 threads=$3; shift 3
     local dir=$BENCH_TMP/haproxy-$port
     mkdir -p "$dir"
     # HAProxy refuses to start if maxconn needs more descriptors than the
-    # limit allows (two per proxied connection).
-    local maxconn=$(( $(ulimit -n) / 2 - 200 ))
+    # limit allows: two per proxied connection, and a few of its own (2.6:
+    # maxconn 9990 is the most a limit of 20,000 allows). Workload (f) holds
+    # that many streams open, hence so close to the limit.
+    local maxconn=$(( ($(ulimit -n) - 32) / 2 ))
+    HAPROXY_MAXCONN=$maxconn
     cat >"$dir/haproxy.cfg" <<EOF
 # Written by bench: HTTP mode with server-side connection reuse.
 global
@@ -252,6 +273,7 @@ defaults
     mode http
     option http-keep-alive
     http-reuse always
+    ${HAPROXY_DEFAULTS_EXTRA:-}
     timeout connect 5s
     timeout client 120s
     timeout server 120s
@@ -278,6 +300,28 @@ proc_ticks() {
         total=$((total + f[11] + f[12]))   # utime (14), stime (15)
     done
     echo "$total"
+}
+
+# proc_cpu_ns PID: CPU time (user+system) in ns of PID's threads and its
+# direct children's, from /proc/PID/task/*/schedstat: nanoseconds where
+# /proc/PID/stat counts 10 ms ticks, precise enough for a light load
+# measured over a few seconds. Threads that exited are not counted.
+proc_cpu_ns() {
+    local pid sum=0 f v
+    for pid in "$1" $(pgrep -P "$1" 2>/dev/null); do
+        for f in /proc/"$pid"/task/*/schedstat; do
+            read -r v _ 2>/dev/null <"$f" || continue
+            sum=$((sum + v))
+        done
+    done
+    echo "$sum"
+}
+
+# proc_pids PID: PID and its direct children (nginx's workers), comma-separated.
+proc_pids() {
+    local list=$1 c
+    for c in $(pgrep -P "$1" 2>/dev/null); do list+=",$c"; done
+    echo "$list"
 }
 
 # Busy ticks of one CPU (user+nice+system+irq+softirq) or of all when no arg.
@@ -332,11 +376,15 @@ fetch_body() {
         sed -E 's/"id":"[^"]*"/"id":"X"/g; s/"created":[0-9]+/"created":0/g'
 }
 
-# probe PORT: HTTP status of one non-stream chat request.
+# probe PORT [STREAM]: HTTP status of one chat request, non-stream, or with
+# STREAM=1 a streaming one given up after 1 s: its head is what counts (the
+# backend of bench/compare's workload (f) sends the head, then nothing).
 probe() {
-    curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
+    local stream=${2:-0} max_s=5
+    ((stream)) && max_s=1
+    curl -s -o /dev/null -w '%{http_code}' --max-time "$max_s" \
         -H 'Authorization: Bearer test-key' -H 'Content-Type: application/json' \
-        --data-binary "$(chat_body 0 16)" "http://127.0.0.1:$1/v1/chat/completions" || true
+        --data-binary "$(chat_body "$stream" 16)" "http://127.0.0.1:$1/v1/chat/completions" || true
 }
 
 # Median of numbers on stdin (one per line, "-" lines ignored); "-" if none.
