@@ -317,11 +317,9 @@ void shard_server::begin_drain(uint64_t deadline_ms) noexcept {
     // SO_REUSEPORT the kernel stops routing new ones here at once.
     ::shutdown(_listen_fd, SHUT_RDWR);
   }
-  // Pooled backend connections close now (their armed receives complete
-  // and free them while the drain runs).
-  for (size_t i = 0; i < _cfg->backends.size(); ++i) {
-    while (upstream_conn* u = _backends[i].idle_head) close_upstream(u);
-  }
+  // Pooled backend connections stay in their pools: the destructor shuts
+  // them down and frees them (closing them here would leave them waiting
+  // for their receive's completion, which may come after the loop ends).
   // Idle keep-alive connections close now; busy ones after their response.
   downstream_conn* d = _conns;
   while (d != nullptr) {
