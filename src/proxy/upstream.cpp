@@ -444,68 +444,6 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
   relay(d, before, false);
 }
 
-void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
-  auto* d = static_cast<downstream_conn*>(ctx);
-  if (d->rhead.event_stream) {
-    if (d->sse) d->sse->feed(data, len);
-    return;
-  }
-  // A non-stream body is kept (up to 1 MiB) to read its usage at the end.
-  constexpr size_t k_body_keep_max = 1u << 20;
-  if (d->resp_body_overflow) return;
-  if (d->resp_body.len + len > k_body_keep_max || !d->resp_body.reserve(d->resp_body.len + len)) {
-    d->resp_body_overflow = true;
-    return;
-  }
-  std::memcpy(d->resp_body.data + d->resp_body.len, data, len);
-  d->resp_body.len += static_cast<uint32_t>(len);
-}
-
-void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
-  auto* d = static_cast<downstream_conn*>(ctx);
-  stream_facts& s = d->facts;
-  // Nearly every event of a stream is one content delta that vLLM ends with
-  // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
-  // counted without a parse (a parse per event costs ~330 ns; this, a
-  // compare). The first event (the role chunk) and any other shape -- a
-  // finish, usage or error chunk, other backends' layouts -- get the full
-  // scan. vLLM writes compact JSON, so the tail is exact.
-  constexpr std::string_view k_plain_tail = "\"finish_reason\":null}]}";
-  std::string_view p = ev.data;
-  while (!p.empty() && (p.back() == ' ' || p.back() == '\n' || p.back() == '\r')) p.remove_suffix(1);
-  if (s.events > 0 && !ev.truncated && p.size() > k_plain_tail.size() &&
-      p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
-    ++s.events;
-    ++s.content_events;
-    if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
-    return;
-  }
-  const openai::stream_event_info info = openai::scan_stream_event(ev.data);
-  ++s.events;
-  if (info.done) s.done = true;
-  if (info.error) s.error = true;
-  if (info.has_content) {
-    ++s.content_events;
-    if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
-  }
-  if (info.usage_only) {
-    d->usage_in_batch = true;
-    // In place, the event lies in the batch being relayed: relay() cuts
-    // its chunk starting from here instead of searching the batch.
-    d->usage_event_at = ev.in_place ? ev.data.data() : nullptr;
-  }
-  if (info.has_usage) {
-    s.prompt_tokens = info.prompt_tokens;
-    s.completion_tokens = info.completion_tokens;
-  }
-  if (!info.finish_reason.empty()) {
-    const size_t n = info.finish_reason.size() < sizeof s.finish_reason ? info.finish_reason.size()
-                                                                       : sizeof s.finish_reason;
-    std::memcpy(s.finish_reason, info.finish_reason.data(), n);
-    s.finish_reason_len = static_cast<uint8_t>(n);
-  }
-}
-
 void shard_server::on_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->rhead;
   const config::group_config& g = _cfg->groups[d->group];
@@ -717,21 +655,6 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   }
   d->send_iov_count = n;
   submit_send(d);
-}
-
-void shard_server::answer_backend_error(downstream_conn* d) noexcept {
-  upstream_conn* u = d->up;
-  d->up = nullptr;
-  d->hold_error = false;
-  if (u != nullptr) {
-    _routes->on_request_end(u->backend);
-    release_upstream(u, d->up_reusable);
-  }
-  char body[1024];
-  uint16_t status = d->status;
-  const size_t bl = openai::normalize_backend_error(d->status, std::string_view(d->resp_body.data, d->resp_body.len),
-                                                    d->resp_body_overflow, body, sizeof body, status);
-  send_answer(d, status, std::string_view(body, bl), false, {}, "upstream_error");
 }
 
 void shard_server::after_body_sent(downstream_conn* d) noexcept {
