@@ -175,20 +175,24 @@ start_sluice() {
 # default's settings (one group for any model, key test-key) with splice on
 # or off and the audit log kept in the temp dir. EXTRA (TOML) goes right
 # after `splice`: more [server] keys, then other tables.
+# LEAN=1: audit off and no usage injection (what the features cost).
 write_sluice_config() {
     local file=$1 splice=$2 backend=$3 extra=${4:-}
+    local audit_path="$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl" inject=true
+    if [[ ${LEAN:-0} == 1 ]]; then audit_path="" inject=false; fi
     cat >"$file" <<EOF
 [server]
 splice = $splice
 $extra
 
 [audit]
-path = "$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl"
+path = "$audit_path"
 
 [[group]]
 name = "default"
 models = ["*"]
 backends = ["http://127.0.0.1:$backend"]
+inject_usage = $inject
 
 [[key]]
 id = "bench"
