@@ -275,7 +275,10 @@ describe('audit log', () => {
     let traffic;
     try {
       traffic = load(sluice, 'rot');
-      await poll(() => traffic.completed.length >= 200, { timeout_ms: bound_ms(20000), what: '200 completed requests' });
+      // Some lines on disk before the rename (a batch waits up to 100 ms),
+      // so the rotated file is not empty whatever the speed.
+      await poll(() => traffic.completed.length >= 200 && read_audit(audit_path(sluice)).length >= 1,
+        { timeout_ms: bound_ms(20000), what: '200 completed requests and a first batch on disk' });
       const rotated = `${audit_path(sluice)}.1`;
       fs.renameSync(audit_path(sluice), rotated);
       sluice.proc.child.kill('SIGUSR1');
