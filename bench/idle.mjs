@@ -24,18 +24,10 @@
 //     open_ms=..
 import fs from 'node:fs';
 import net from 'node:net';
+import { parse_args } from './args.mjs';
 import { chat_request } from './chat-body.mjs';
 
-function parse_args(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; ++i) {
-    if (!argv[i].startsWith('--')) throw new Error(`unexpected argument ${argv[i]}`);
-    out[argv[i].slice(2)] = argv[++i];
-  }
-  return out;
-}
-
-const args = parse_args(process.argv.slice(2));
+const args = parse_args(process.argv.slice(2), { positional: false });
 const host = args.host ?? '127.0.0.1';
 const port = Number(args.port);
 const asked = Number(args.streams ?? 10000);

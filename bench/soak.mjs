@@ -21,21 +21,13 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { pathToFileURL } from 'node:url';
+import { parse_args } from './args.mjs';
 
 const repo = new URL('..', import.meta.url);
 const sdk_entry = new URL('tests/integration/node_modules/openai/index.mjs', repo);
 const model = 'mock-model';
 const key = 'test-key';
 const oversize_bytes = 80 * 1024;   // over the soak config's max_body_bytes (64 KiB)
-
-function parse_args(argv) {
-  const out = { _: [] };
-  for (let i = 0; i < argv.length; ++i) {
-    if (argv[i].startsWith('--')) out[argv[i].slice(2)] = argv[++i];
-    else out._.push(argv[i]);
-  }
-  return out;
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 

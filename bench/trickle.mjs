@@ -26,18 +26,10 @@
 // events (the pacing the client sees; 10 ms at 100 tokens/s).
 import fs from 'node:fs';
 import http from 'node:http';
+import { parse_args } from './args.mjs';
 import { chat_body } from './chat-body.mjs';
 
-function parse_args(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; ++i) {
-    if (!argv[i].startsWith('--')) throw new Error(`unexpected argument ${argv[i]}`);
-    out[argv[i].slice(2)] = argv[++i];
-  }
-  return out;
-}
-
-const args = parse_args(process.argv.slice(2));
+const args = parse_args(process.argv.slice(2), { positional: false });
 const url = new URL(args.url);
 const streams = Number(args.streams ?? 256);
 const max_tokens = Number(args['max-tokens'] ?? 300);
