@@ -464,8 +464,6 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
     need += g.name.size() + 96;
     for (const auto& m : g.models) need += m.size() + 96;
   }
-  char body_start_marker = 0;
-  (void)body_start_marker;
   if (!o.reserve(need + 512)) {
     close_downstream(d);
     return;

@@ -377,7 +377,6 @@ class shard_server {
   bool upstream_gone(upstream_conn* u) noexcept;
   void submit_connect(upstream_conn* u) noexcept;
   void submit_upstream_send(downstream_conn* d) noexcept;
-  void submit_upstream_recv(downstream_conn* d) noexcept;
   void submit_recv(upstream_conn* u) noexcept;  // no-op while one is armed
   static void on_up_connect(shard::completion* c, const io_uring_cqe* cqe);
   static void on_up_send(shard::completion* c, const io_uring_cqe* cqe);

@@ -398,8 +398,6 @@ void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
   if (d->state == conn_state::upstream) submit_recv(u);
 }
 
-void shard_server::submit_upstream_recv(downstream_conn* d) noexcept { submit_recv(d->up); }
-
 void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
   u->recv_armed = false;
@@ -430,7 +428,7 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
         upstream_failed(d, errc::upstream_protocol);
         return;
       }
-      submit_upstream_recv(d);
+      submit_recv(d->up);
       return;
     }
     if (!st.ok()) {
@@ -679,7 +677,7 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
   if (_cfg->server.splice && long_body && !d->cut_usage && left == 0 && start_splice(d)) return;
   _stats.streams_copied.add(d->counted_stream ? 0 : 1);
   d->counted_stream = true;
-  submit_upstream_recv(d);
+  submit_recv(d->up);
 }
 
 void shard_server::finish_exchange(downstream_conn* d) noexcept {
