@@ -67,31 +67,11 @@ std::string_view trim_ows(std::string_view s) noexcept;
 // Returns: whether `s` is such a value; `out` is set when it is.
 bool parse_content_length(std::string_view s, uint64_t& out) noexcept;
 
-// llhttp hands a field name or value over in one or more spans that are
-// adjacent in the caller's buffer. These build a header list from them.
-// Returns: 0, or -1 when a field would exceed `max` (or a value has no name).
+// llhttp hands a span over in one or more pieces that are adjacent in the
+// caller's buffer: this joins them.
 inline std::string_view extend_span(std::string_view s, const char* at, size_t len) noexcept {
   return s.data() == nullptr ? std::string_view(at, len)
                              : std::string_view(s.data(), static_cast<size_t>(at + len - s.data()));
-}
-
-inline int on_field_span(header* headers, uint16_t& count, uint16_t max, bool& in_value, const char* at,
-                         size_t len) noexcept {
-  if (in_value || count == 0) {
-    if (count == max) return -1;
-    headers[count++] = header{std::string_view(at, len), {}};
-    in_value = false;
-    return 0;
-  }
-  headers[count - 1].name = extend_span(headers[count - 1].name, at, len);
-  return 0;
-}
-
-inline int on_value_span(header* headers, uint16_t count, bool& in_value, const char* at, size_t len) noexcept {
-  if (count == 0) return -1;
-  headers[count - 1].value = extend_span(headers[count - 1].value, at, len);
-  in_value = true;
-  return 0;
 }
 
 }  // namespace sluice::http::detail

@@ -61,7 +61,6 @@ method method_of(uint8_t m) noexcept {
 }
 
 void clear_head(request_head& h) noexcept {
-  // Not `h = request_head{}`: that would also rewrite the 4 KiB header array.
   h.meth = method::other;
   h.method_name = h.target = h.path = {};
   h.version_major = 1;
@@ -75,6 +74,7 @@ void clear_head(request_head& h) noexcept {
   h.authorization = h.host = h.session_id = h.request_id = {};
   h.content_type = h.connection = h.upgrade = {};
   h.header_count = 0;
+  h.field_lines = {};
 }
 
 bool is_hex(unsigned char c, unsigned& v) noexcept {
@@ -111,28 +111,45 @@ void request_head::rebase(const char* old_base, const char* new_base) noexcept {
   move(content_type);
   move(connection);
   move(upgrade);
-  for (uint16_t i = 0; i < header_count; ++i) {
-    move(headers[i].name);
-    move(headers[i].value);
-  }
+  move(field_lines);
+}
+
+bool header_fields::next(header& out) noexcept {
+  if (_rest.empty()) return false;
+  const char* p = _rest.data();
+  const auto* lf = static_cast<const char*>(std::memchr(p, '\n', _rest.size()));
+  if (lf == nullptr || lf == p) return false;  // not a parsed head: cannot happen
+  const size_t line = static_cast<size_t>(lf - p) - 1;  // without the CR
+  const auto* colon = static_cast<const char*>(std::memchr(p, ':', line));
+  if (colon == nullptr) return false;
+  out.name = std::string_view(p, static_cast<size_t>(colon - p));
+  out.value = detail::trim_ows(std::string_view(colon + 1, static_cast<size_t>(p + line - colon - 1)));
+  _rest.remove_prefix(static_cast<size_t>(lf + 1 - p));
+  return true;
 }
 
 request_parser::request_parser(const limits& l) noexcept : _limits(l) {
-  // The head array is fixed: more fields than it holds cannot be accepted.
   _limits.header_count_max = std::min(_limits.header_count_max, k_headers_max);
-  llhttp_settings_init(&_settings);
-  _settings.on_header_field = on_header_field;
-  _settings.on_header_value = on_header_value;
-  _settings.on_headers_complete = on_headers_complete;
   reset();
 }
 
+const llhttp_settings_t* request_parser::settings() noexcept {
+  // One for every parser: llhttp only reads it. The fields themselves are
+  // not taken from llhttp's callbacks (see header_fields).
+  static const llhttp_settings_t s = [] {
+    llhttp_settings_t v;
+    llhttp_settings_init(&v);
+    v.on_headers_complete = on_headers_complete;
+    return v;
+  }();
+  return &s;
+}
+
 void request_parser::reset() noexcept {
-  llhttp_init(&_parser, HTTP_REQUEST, &_settings);
+  llhttp_init(&_parser, HTTP_REQUEST, settings());
   _parser.data = this;
   _scan = detail::head_scan_state{};
   _head = nullptr;
-  _in_value = false;
   _pending = parse_status{errc::need_more, 0, {}};
   _chunk = chunk_state::size_first;
   _chunk_digits = 0;
@@ -143,19 +160,6 @@ void request_parser::reset() noexcept {
   _body_total = 0;
   _framing_bytes = 0;
   _body_status = parse_status{errc::need_more, 0, {}};
-}
-
-int request_parser::on_header_field(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<request_parser*>(p->data);
-  request_head& h = *self->_head;
-  // The pre-scan bounded the count; llhttp agreeing is checked anyway.
-  return detail::on_field_span(h.headers, h.header_count, k_headers_max, self->_in_value, at, len);
-}
-
-int request_parser::on_header_value(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<request_parser*>(p->data);
-  request_head& h = *self->_head;
-  return detail::on_value_span(h.headers, h.header_count, self->_in_value, at, len);
 }
 
 int request_parser::on_headers_complete(llhttp_t* p) {
@@ -207,9 +211,8 @@ parse_status request_parser::check_fields() noexcept {
   bool seen_sid = false, seen_rid = false, seen_ctype = false;
   bool http10 = h.version_minor == 0;
   std::string_view te;
-  for (uint16_t i = 0; i < h.header_count; ++i) {
-    header& f = h.headers[i];
-    f.value = detail::trim_ows(f.value);
+  header f;
+  for (header_fields it = h.fields(); it.next(f);) {
     const std::string_view n = f.name, v = f.value;
     // Dispatch on the length first: most fields are not well-known.
     switch (n.size()) {
@@ -321,6 +324,9 @@ parse_status request_parser::parse_head(const char* data, size_t len, request_he
   _head = &out;
   clear_head(out);
   out.head_bytes = _scan.head_bytes;
+  out.header_count = _scan.fields;
+  // The field lines: after the request line's CRLF, up to the empty line.
+  out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
   if (parse_status s = parse_request_line(data); !s.ok()) return _pending = s;
 
   // llhttp sees exactly the head, from the request line on.

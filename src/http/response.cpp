@@ -23,21 +23,27 @@ parse_status upstream_error(std::string_view message) noexcept {
 
 }  // namespace
 
-response_parser::response_parser() noexcept {
-  llhttp_settings_init(&_settings);
-  _settings.on_status = on_status;
-  _settings.on_header_field = on_header_field;
-  _settings.on_header_value = on_header_value;
-  _settings.on_headers_complete = on_headers_complete;
-  _settings.on_body = on_body;
-  _settings.on_message_complete = on_message_complete;
-  _settings.on_chunk_header = on_chunk_header;
-  _settings.on_chunk_complete = on_chunk_complete;
-  reset();
+response_parser::response_parser() noexcept { reset(); }
+
+const llhttp_settings_t* response_parser::settings() noexcept {
+  // One for every parser: llhttp only reads it. The fields themselves are
+  // not taken from llhttp's callbacks (see header_fields).
+  static const llhttp_settings_t s = [] {
+    llhttp_settings_t v;
+    llhttp_settings_init(&v);
+    v.on_status = on_status;
+    v.on_headers_complete = on_headers_complete;
+    v.on_body = on_body;
+    v.on_message_complete = on_message_complete;
+    v.on_chunk_header = on_chunk_header;
+    v.on_chunk_complete = on_chunk_complete;
+    return v;
+  }();
+  return &s;
 }
 
 void response_parser::reset(bool head_request) noexcept {
-  llhttp_init(&_parser, HTTP_RESPONSE, &_settings);
+  llhttp_init(&_parser, HTTP_RESPONSE, settings());
   _parser.data = this;
   _scan = detail::head_scan_state{};
   _head = nullptr;
@@ -46,7 +52,6 @@ void response_parser::reset(bool head_request) noexcept {
   _head_request = head_request;
   _head_done = false;
   _message_done = false;
-  _in_value = false;
   _failed = false;
   _paused_at_head = false;
   _chunked = false;
@@ -60,18 +65,6 @@ int response_parser::on_status(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
   self->_head->reason = detail::extend_span(self->_head->reason, at, len);
   return 0;
-}
-
-int response_parser::on_header_field(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<response_parser*>(p->data);
-  response_head& h = *self->_head;
-  return detail::on_field_span(h.headers, h.header_count, k_response_headers_max, self->_in_value, at, len);
-}
-
-int response_parser::on_header_value(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<response_parser*>(p->data);
-  response_head& h = *self->_head;
-  return detail::on_value_span(h.headers, h.header_count, self->_in_value, at, len);
 }
 
 int response_parser::on_headers_complete(llhttp_t* p) {
@@ -142,9 +135,8 @@ parse_status response_parser::check_fields() noexcept {
   if (h.status < 200) return upstream_error("backend sent a 1xx interim response");
   if (h.status > 599) return upstream_error("backend sent an invalid status code");
   bool seen_cl = false, seen_te = false;
-  for (uint16_t i = 0; i < h.header_count; ++i) {
-    header& f = h.headers[i];
-    f.value = detail::trim_ows(f.value);
+  header f;
+  for (header_fields it = h.fields(); it.next(f);) {
     const std::string_view n = f.name, v = f.value;
     switch (n.size()) {
       case 12:
@@ -205,6 +197,9 @@ parse_status response_parser::parse_head(const char* data, size_t len, response_
   _head = &out;
   out = response_head{};
   out.head_bytes = _scan.head_bytes;
+  out.header_count = _scan.fields;
+  // The field lines: after the status line's CRLF, up to the empty line.
+  out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
   const char* begin = data + _scan.start_begin;
   const llhttp_errno_t e = llhttp_execute(&_parser, begin, _scan.head_bytes - _scan.start_begin);
   if (e == HPE_PAUSED && _pending.ok()) {

@@ -134,8 +134,8 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   d->host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
   append(o, "\r\n");
   std::string_view xff_prior;
-  for (uint16_t i = 0; i < h.header_count; ++i) {
-    const http::header& hd = h.headers[i];
+  http::header hd;
+  for (http::header_fields it = h.fields(); it.next(hd);) {
     if (iequals(hd.name, "x-forwarded-for")) xff_prior = hd.value;
     if (drop_request_header(hd.name)) continue;
     if (!h.connection.empty() && named_in_connection(h.connection, hd.name)) continue;
@@ -508,8 +508,8 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   append(o, std::string_view(line, r.size));
   append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
   append(o, "\r\n");
-  for (uint16_t i = 0; i < rh.header_count; ++i) {
-    const http::header& hd = rh.headers[i];
+  http::header hd;
+  for (http::header_fields it = rh.fields(); it.next(hd);) {
     if (drop_response_header(hd.name)) continue;
     append(o, hd.name);
     append(o, ": ");

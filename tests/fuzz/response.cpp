@@ -225,10 +225,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   SLUICE_FUZZ_CHECK(!(h.chunked && h.has_content_length));
   SLUICE_FUZZ_CHECK(inside(h.reason, data, h.head_bytes) && inside(h.content_type, data, h.head_bytes));
   SLUICE_FUZZ_CHECK(h.header_count <= k_response_headers_max);
-  for (uint16_t i = 0; i < h.header_count; ++i) {
-    SLUICE_FUZZ_CHECK(inside(h.headers[i].name, data, h.head_bytes));
-    SLUICE_FUZZ_CHECK(inside(h.headers[i].value, data, h.head_bytes));
+  uint16_t fields = 0;
+  header f;
+  for (header_fields it = h.fields(); it.next(f); ++fields) {
+    SLUICE_FUZZ_CHECK(!f.name.empty());
+    SLUICE_FUZZ_CHECK(inside(f.name, data, h.head_bytes));
+    SLUICE_FUZZ_CHECK(inside(f.value, data, h.head_bytes));
   }
+  SLUICE_FUZZ_CHECK(fields == h.header_count);
   SLUICE_FUZZ_CHECK(bytewise.parse_head(data, len, byte_head).ok());
 
   const char* body = data + h.head_bytes;

@@ -30,7 +30,26 @@ struct header {
   std::string_view value;  // leading/trailing whitespace removed
 };
 
+// The most header fields a request head may have (server.max_header_count
+// is clamped to it).
 inline constexpr uint16_t k_headers_max = 128;
+
+// The header fields of a head the parser accepted, in order. A head keeps
+// no array of fields (that would be ~4 KiB in every connection): its field
+// lines are walked again when needed. The pre-scan has proven every line
+// `name:value` CRLF (no fold, no bare CR/LF, no space before the colon), so
+// splitting at the first colon and the LF is exact.
+class header_fields {
+ public:
+  header_fields() noexcept = default;
+  // `lines`: the field lines, each with its CRLF, without the empty line.
+  explicit header_fields(std::string_view lines) noexcept : _rest(lines) {}
+  // Returns: false past the last field; else the next field in `out`.
+  bool next(header& out) noexcept;
+
+ private:
+  std::string_view _rest;
+};
 
 // Shard-local, one per downstream connection (inside request_parser).
 struct request_head {
@@ -60,7 +79,9 @@ struct request_head {
   std::string_view connection;
   std::string_view upgrade;
   uint16_t header_count = 0;
-  header headers[k_headers_max];
+  std::string_view field_lines;   // every field line with its CRLF; see header_fields
+
+  header_fields fields() const noexcept { return header_fields(field_lines); }
 
   // Moves every view from a buffer at old_base to the same offsets at
   // new_base (after the caller grew and moved its buffer).
@@ -130,8 +151,7 @@ class request_parser {
                               size_t& produced) noexcept;
 
  private:
-  static int on_header_field(llhttp_t*, const char*, size_t);
-  static int on_header_value(llhttp_t*, const char*, size_t);
+  static const llhttp_settings_t* settings() noexcept;
   static int on_headers_complete(llhttp_t*);
   parse_status parse_request_line(const char* data) noexcept;
   parse_status check_fields() noexcept;
@@ -144,11 +164,9 @@ class request_parser {
   };
 
   limits _limits;
-  llhttp_settings_t _settings;
   llhttp_t _parser;
   detail::head_scan_state _scan;
   request_head* _head = nullptr;
-  bool _in_value = false;
   parse_status _pending{errc::need_more, 0, {}};    // sticky once ok or failed
   // Chunked decoder, resumable at any byte.
   chunk_state _chunk = chunk_state::size_first;

@@ -15,6 +15,7 @@
 
 namespace sluice::http {
 
+// The most header fields a backend's response head may have.
 inline constexpr uint16_t k_response_headers_max = 64;
 
 struct response_head {
@@ -29,7 +30,9 @@ struct response_head {
   std::string_view reason;
   std::string_view content_type;
   uint16_t header_count = 0;
-  header headers[k_response_headers_max];
+  std::string_view field_lines;    // every field line with its CRLF; see header_fields
+
+  header_fields fields() const noexcept { return header_fields(field_lines); }
 };
 
 // Receives the de-chunked body payload, piece by piece, in order.
@@ -79,8 +82,7 @@ class response_parser {
 
  private:
   static int on_status(llhttp_t*, const char*, size_t);
-  static int on_header_field(llhttp_t*, const char*, size_t);
-  static int on_header_value(llhttp_t*, const char*, size_t);
+  static const llhttp_settings_t* settings() noexcept;
   static int on_headers_complete(llhttp_t*);
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
@@ -90,7 +92,6 @@ class response_parser {
   bool ends_with_crlfcrlf(const char* data, size_t consumed) const noexcept;
   void keep_tail(const char* data, size_t len) noexcept;
 
-  llhttp_settings_t _settings;
   llhttp_t _parser;
   detail::head_scan_state _scan;
   response_head* _head = nullptr;
@@ -99,7 +100,6 @@ class response_parser {
   bool _head_request = false;
   bool _head_done = false;
   bool _message_done = false;
-  bool _in_value = false;
   bool _failed = false;
   bool _paused_at_head = false;    // llhttp paused in on_headers_complete: resume first
   bool _chunked = false;

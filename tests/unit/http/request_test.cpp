@@ -12,6 +12,8 @@
 
 using namespace std::literals;
 using sluice::errc;
+using sluice::http::header;
+using sluice::http::header_fields;
 using sluice::http::limits;
 using sluice::http::method;
 using sluice::http::parse_status;
@@ -25,6 +27,13 @@ constexpr limits k_limits{.head_bytes_max = 1024, .line_bytes_max = 128,
                           .header_count_max = 8, .body_bytes_max = 1000};
 
 std::string big(char c, size_t n) { return std::string(n, c); }
+
+std::vector<header> all_fields(const request_head& h) {
+  std::vector<header> v;
+  header f;
+  for (header_fields it = h.fields(); it.next(f);) v.push_back(f);
+  return v;
+}
 
 struct accepted {
   method meth = method::get;
@@ -187,10 +196,13 @@ void check_accepted(const head_case& c, const request_head& h, std::string_view 
   // Every view lies inside the head.
   CHECK(h.head_bytes <= input.size());
   CHECK(input.substr(0, h.head_bytes).ends_with("\r\n\r\n"));
-  for (uint16_t i = 0; i < h.header_count; ++i) {
-    CHECK(h.headers[i].name.data() >= input.data());
-    CHECK(h.headers[i].name.data() + h.headers[i].name.size() <= input.data() + h.head_bytes);
+  uint16_t seen = 0;
+  header f;
+  for (header_fields it = h.fields(); it.next(f); ++seen) {
+    CHECK(f.name.data() >= input.data());
+    CHECK(f.value.data() + f.value.size() <= input.data() + h.head_bytes);
   }
+  CHECK(seen == h.header_count);
 }
 
 }  // namespace
@@ -250,8 +262,10 @@ TEST_SUITE("http::request_parser") {
     CHECK(h.connection == "keep-alive");
     CHECK(h.upgrade == "h2c");
     CHECK(h.header_count == 8);
-    CHECK(h.headers[2].name == "X-SESSION-ID");
-    CHECK(h.headers[2].value == "s-1");
+    const std::vector<header> f = all_fields(h);
+    REQUIRE(f.size() == 8);
+    CHECK(f[2].name == "X-SESSION-ID");
+    CHECK(f[2].value == "s-1");
     CHECK(h.head_bytes == in.size() - 2);
   }
 
@@ -337,6 +351,33 @@ TEST_SUITE("http::request_parser") {
     }
   }
 
+  TEST_CASE("the fields are walked from the head's lines: names, trimmed values, colons in values") {
+    const std::string in = "POST /x HTTP/1.1\r\nHost:gw\r\nX-Empty:\r\nX-Url: \t http://a:1/b \t\r\n"
+                           "Content-Length: 0\r\n\r\n";
+    request_parser p(k_limits);
+    request_head h;
+    REQUIRE(p.parse_head(in.data(), in.size(), h).ok());
+    const std::vector<header> f = all_fields(h);
+    REQUIRE(f.size() == 4);
+    CHECK(h.header_count == 4);
+    CHECK(f[0].name == "Host");
+    CHECK(f[0].value == "gw");
+    CHECK(f[1].name == "X-Empty");
+    CHECK(f[1].value.empty());
+    CHECK(f[2].name == "X-Url");
+    CHECK(f[2].value == "http://a:1/b");
+    CHECK(f[3].name == "Content-Length");
+    CHECK(f[3].value == "0");
+
+    // No fields at all (HTTP/1.0 needs no Host): nothing to walk.
+    const std::string bare = "GET / HTTP/1.0\r\n\r\n";
+    request_parser q(k_limits);
+    request_head g;
+    REQUIRE(q.parse_head(bare.data(), bare.size(), g).ok());
+    CHECK(g.header_count == 0);
+    CHECK(all_fields(g).empty());
+  }
+
   TEST_CASE("rebase moves every view to the new buffer") {
     std::string a = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer k\r\n"
                     "X-Session-ID: s\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n";
@@ -354,9 +395,12 @@ TEST_SUITE("http::request_parser") {
     CHECK(h.session_id == "s");
     CHECK(h.content_type == "application/json");
     CHECK(h.request_id.empty());
-    CHECK(h.headers[4].name == "Content-Length");
-    CHECK(h.headers[4].value == "0");
-    CHECK(h.headers[0].name.data() >= b.data());
+    const std::vector<header> f = all_fields(h);
+    REQUIRE(f.size() == 5);
+    CHECK(f[4].name == "Content-Length");
+    CHECK(f[4].value == "0");
+    CHECK(f[0].name.data() >= b.data());
+    CHECK(f[4].value.data() < b.data() + b.size());
   }
 
   TEST_CASE("header_count_max above the head array is clamped to it") {

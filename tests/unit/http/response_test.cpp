@@ -186,8 +186,14 @@ TEST_SUITE("http::response_parser") {
     REQUIRE(p.parse_head(in.data(), in.size(), h).ok());
     CHECK(h.reason == "Too Many Requests");
     CHECK(h.header_count == 3);
-    CHECK(h.headers[0].name == "Retry-After");
-    CHECK(h.headers[0].value == "2");
+    std::vector<sluice::http::header> f;
+    sluice::http::header one;
+    for (sluice::http::header_fields it = h.fields(); it.next(one);) f.push_back(one);
+    REQUIRE(f.size() == 3);
+    CHECK(f[0].name == "Retry-After");
+    CHECK(f[0].value == "2");
+    CHECK(f[1].value == "application/json");
+    CHECK(f[2].name == "Content-Length");
     CHECK(h.content_type == "application/json");
     CHECK(h.head_bytes == in.size() - 2);
   }
