@@ -263,6 +263,9 @@ void admin_server::handle(conn* c) noexcept {
             &shard_stats::streams_spliced);
     counter("sluice_streams_copied_total", "Response bodies relayed by copy.", "counter",
             &shard_stats::streams_copied);
+    counter("sluice_upstream_buffer_fallbacks_total",
+            "Backend receives that found every pooled receive buffer lent and used a buffer of their own.", "counter",
+            &shard_stats::upstream_own_buffers);
     counter("sluice_usage_chunks_cut_total", "Usage chunks sluice asked for and removed from client streams.",
             "counter", &shard_stats::usage_chunks_cut);
     counter("sluice_shed_connections_total", "Connections refused over server.connections_max.", "counter",

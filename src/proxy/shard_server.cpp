@@ -124,6 +124,7 @@ shard_server::~shard_server() {
         ::shutdown(u->fd, SHUT_RDWR);
         ::close(u->fd);
       }
+      drop_upstream_buffer(u);
       account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
       delete u;
     }
@@ -137,6 +138,13 @@ bool shard_server::init() noexcept {
   // turn over quickly; 8 MiB per shard bounds what the kernel may fill.
   _bufs = net::buffer_ring::create(_r.ring(), 0, 512, 16 * 1024);
   if (!_bufs) return false;
+  // 64 x 64 KiB for the backends' responses: lent from a receive's
+  // completion until its bytes are sent (a 41 KB SSE burst fits one), so
+  // idle streams and pooled connections hold no receive buffer. The kernel
+  // takes them in turn, so all 4 MiB are touched in time: a fixed cost per
+  // shard. Beyond 64 lent at once a connection allocates its own.
+  _up_bufs = net::buffer_ring::create(_r.ring(), 1, 64, 64 * 1024);
+  if (!_up_bufs) return false;
   if (!_cfg->audit.path.empty()) {
     audit::writer::options o;
     o.shard = _index;
@@ -225,6 +233,7 @@ void shard_server::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms
 
 void shard_server::on_iteration(uint64_t now) noexcept {
   _bufs->publish();
+  _up_bufs->publish();
   if (!_accept_armed && !_draining) submit_accept();
   // Deadlines are swept every tick: timeouts are seconds long, so a tick's
   // precision is plenty, and a sweep costs one compare per connection.
@@ -260,6 +269,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   _stats.memory_bytes.v.store(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)), std::memory_order_relaxed);
   _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);
   _bufs->publish();
+  _up_bufs->publish();
 }
 
 void shard_server::report_outcome(uint32_t backend, bool failure) noexcept {

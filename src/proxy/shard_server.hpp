@@ -122,10 +122,17 @@ struct upstream_conn {
   bool closing = false;
   bool reused = false;          // taken from the pool (a stale socket may fail: retry)
   bool recv_armed = false;      // a receive is in flight (also while idle in the pool)
+  bool buf_lent = false;        // buf is the shard's upstream ring buffer buf_bid
+  uint16_t buf_bid = 0;
   downstream_conn* owner = nullptr;
-  op<upstream_conn> connect_op, send_op, recv_op, splice_op, tee_op;
+  op<upstream_conn> connect_op, send_op, recv_op;
   list_hook<upstream_conn> pool_hook;
-  byte_buf buf;                 // response bytes (head, and body on the copy path)
+  // Response bytes (head, and body on the copy path). Only while the
+  // connection holds bytes: a receive with nothing held takes a buffer from
+  // the shard's upstream ring when data comes (an idle stream or pooled
+  // connection holds none); the buffer goes back once its bytes are sent.
+  // Its own allocation only when the ring was empty.
+  byte_buf buf;
 };
 
 // What the scan of a streamed response saw (for billing and audit).
@@ -263,6 +270,8 @@ struct downstream_conn {
   uint32_t pipe_forward = 0;      // of those, bytes that belong to the response
   uint32_t tee_expected = 0;
   bool splice_out_wait = false;   // the client socket was full: poll POLLOUT first
+  byte_buf tee_buf;               // what the tee read gives back, for the scan (its own: a
+                                  // read in flight must never outlive its buffer)
   op<downstream_conn> tee_op, read_op;
 
   explicit downstream_conn(const http::limits& l) : parser(l) {}
@@ -377,7 +386,12 @@ class shard_server {
   bool upstream_gone(upstream_conn* u) noexcept;
   void submit_connect(upstream_conn* u) noexcept;
   void submit_upstream_send(downstream_conn* d) noexcept;
-  void submit_recv(upstream_conn* u) noexcept;  // no-op while one is armed
+  // No-op while one is armed. With no bytes held (u->buf empty) the
+  // receive takes a buffer from _up_bufs; else it appends to u->buf.
+  void submit_recv(upstream_conn* u) noexcept;
+  // Gives u->buf's storage back (to _up_bufs when lent). Only while no
+  // operation writes to it.
+  void drop_upstream_buffer(upstream_conn* u) noexcept;
   static void on_up_connect(shard::completion* c, const io_uring_cqe* cqe);
   static void on_up_send(shard::completion* c, const io_uring_cqe* cqe);
   static void on_up_recv(shard::completion* c, const io_uring_cqe* cqe);
@@ -432,7 +446,8 @@ class shard_server {
   http::limits _limits;
   op<shard_server> _accept_op;
   bool _accept_armed = false;
-  std::unique_ptr<net::buffer_ring> _bufs;
+  std::unique_ptr<net::buffer_ring> _bufs;      // downstream receives (multishot)
+  std::unique_ptr<net::buffer_ring> _up_bufs;   // upstream receives with nothing held
   net::pipe_pool _pipes;
   openai::request_reader _reader;
   std::unique_ptr<backend_state[]> _backends;

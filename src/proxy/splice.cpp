@@ -20,6 +20,7 @@ namespace sluice::proxy {
 
 namespace {
 constexpr unsigned k_splice_flags = SPLICE_F_NONBLOCK | SPLICE_F_MOVE;
+constexpr uint32_t k_splice_batch_bytes = 64u << 10;
 
 void on_poll_done(shard::completion* c, const io_uring_cqe*) {
   auto* d = static_cast<op<downstream_conn>*>(c)->owner;
@@ -33,6 +34,8 @@ void on_poll_done(shard::completion* c, const io_uring_cqe*) {
 void shard_server::free_if_closing(downstream_conn* d) noexcept { maybe_free(d); }
 
 bool shard_server::start_splice(downstream_conn* d) noexcept {
+  // One splice moves at most what the scan buffer takes back from the tee.
+  if (!d->tee_buf.reserve(k_splice_batch_bytes)) return false;
   if (!d->pipe.valid()) {
     d->pipe = _pipes.acquire();
     if (!d->pipe.valid()) return false;
@@ -64,7 +67,7 @@ void shard_server::splice_step(downstream_conn* d) noexcept {
   ++d->ops;
   d->splice_op.fn = &shard_server::on_splice_in;
   io_uring_sqe* s = _r.sqe(&d->splice_op);
-  io_uring_prep_splice(s, u->fd, -1, d->pipe.write_fd, -1, u->buf.cap, k_splice_flags);
+  io_uring_prep_splice(s, u->fd, -1, d->pipe.write_fd, -1, d->tee_buf.cap, k_splice_flags);
   ++d->ops;
 }
 
@@ -96,13 +99,12 @@ void shard_server::on_splice_in_cqe(downstream_conn* d, int res) noexcept {
   }
   const auto n = static_cast<uint32_t>(res);
   d->pipe_bytes += n;
-  upstream_conn* u = d->up;
   io_uring_sqe* t = _r.sqe(&d->tee_op);
   io_uring_prep_tee(t, d->pipe.read_fd, d->tee_pipe.write_fd, n, SPLICE_F_NONBLOCK);
   t->flags |= IOSQE_IO_LINK;
   ++d->ops;
   io_uring_sqe* r = _r.sqe(&d->read_op);
-  io_uring_prep_read(r, d->tee_pipe.read_fd, u->buf.data, n, 0);
+  io_uring_prep_read(r, d->tee_pipe.read_fd, d->tee_buf.data, n, 0);
   ++d->ops;
   d->tee_expected = n;
 }
@@ -122,9 +124,8 @@ void shard_server::on_tee_read_cqe(downstream_conn* d, int res) noexcept {
     upstream_failed(d, errc::upstream_closed);
     return;
   }
-  upstream_conn* u = d->up;
   http::body_sink sink{&shard_server::on_body_data, d};
-  http::body_status bs = d->rparser.feed_body(u->buf.data, static_cast<size_t>(res), sink);
+  http::body_status bs = d->rparser.feed_body(d->tee_buf.data, static_cast<size_t>(res), sink);
   if (bs.error != errc::ok) {
     upstream_failed(d, errc::upstream_protocol);
     return;

@@ -257,11 +257,6 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
   u->connect_op.fn = &shard_server::on_up_connect;
   u->send_op.fn = &shard_server::on_up_send;
   u->recv_op.fn = &shard_server::on_up_recv;
-  if (!u->buf.reserve(k_upstream_buf_bytes)) {
-    u->closing = true;
-    maybe_free(u);
-    return nullptr;
-  }
   return u;
 }
 
@@ -285,17 +280,35 @@ void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
   // connections after 5 s) or sends bytes nobody asked for -- either way
   // the connection leaves the pool -- and otherwise it is the receive of the
   // next request's response, so reuse costs no extra ring operation (a
-  // POLLIN watch would need a poll_remove and a new recv per request).
-  u->buf.len = 0;
+  // POLLIN watch would need a poll_remove and a new recv per request). It
+  // holds no buffer until bytes come.
+  drop_upstream_buffer(u);
   submit_recv(u);
 }
 
 void shard_server::submit_recv(upstream_conn* u) noexcept {
   if (u->recv_armed) return;
   io_uring_sqe* s = _r.sqe(&u->recv_op);
-  io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
+  if (u->buf.data == nullptr) {
+    io_uring_prep_recv(s, u->fd, nullptr, _up_bufs->buffer_bytes(), 0);
+    s->flags |= IOSQE_BUFFER_SELECT;
+    s->buf_group = _up_bufs->group_id();
+  } else {
+    io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
+  }
   u->recv_armed = true;
   ++u->ops;
+}
+
+void shard_server::drop_upstream_buffer(upstream_conn* u) noexcept {
+  if (u->buf_lent) {
+    _up_bufs->recycle(u->buf_bid);
+    u->buf_lent = false;
+    u->buf.data = nullptr;
+    u->buf.len = u->buf.cap = 0;
+  } else if (u->buf.data != nullptr) {
+    u->buf.release();
+  }
 }
 
 void shard_server::close_upstream(upstream_conn* u) noexcept {
@@ -320,6 +333,7 @@ void shard_server::close_upstream(upstream_conn* u) noexcept {
 
 void shard_server::maybe_free(upstream_conn* u) noexcept {
   if (!u->closing || u->ops > 0) return;
+  drop_upstream_buffer(u);
   ::close(u->fd);
   --_backends[u->backend].open;
   account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
@@ -400,8 +414,34 @@ void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
 
 void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
+  shard_server* srv = u->srv;
   u->recv_armed = false;
-  u->srv->on_up_recv_cqe(u, cqe->res);
+  if ((cqe->flags & IORING_CQE_F_BUFFER) != 0) {
+    // A buffer from the ring: it holds the bytes from now on (the receive
+    // was armed with nothing held, so u->buf had no storage).
+    const auto bid = static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+    if (u->buf.data != nullptr) {
+      srv->_up_bufs->recycle(bid);  // cannot happen: submit_recv selects only with no storage
+    } else {
+      u->buf.data = srv->_up_bufs->buffer(bid);
+      u->buf.cap = srv->_up_bufs->buffer_bytes();
+      u->buf.len = 0;
+      u->buf_lent = true;
+      u->buf_bid = bid;
+    }
+  }
+  if (cqe->res == -ENOBUFS && !u->closing && u->buf.data == nullptr) {
+    // Every ring buffer is lent (that many responses are waiting for slow
+    // clients): this connection takes its own, and goes back to the ring
+    // once its bytes are sent.
+    srv->_stats.upstream_own_buffers.add();
+    if (u->buf.reserve(k_upstream_buf_bytes)) {
+      --u->ops;
+      srv->submit_recv(u);
+      return;
+    }
+  }
+  srv->on_up_recv_cqe(u, cqe->res);
 }
 
 void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
@@ -661,10 +701,15 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
     return;
   }
   upstream_conn* u = d->up;
-  // Keep what was parsed but not sent (a partial chunk) at the front.
+  // Keep what was parsed but not sent (a partial chunk) at the front;
+  // with nothing left, the buffer goes back until more bytes come.
   const uint32_t left = u->buf.len - d->send_end;
-  if (left != 0) std::memmove(u->buf.data, u->buf.data + d->send_end, left);
-  u->buf.len = left;
+  if (left != 0) {
+    std::memmove(u->buf.data, u->buf.data + d->send_end, left);
+    u->buf.len = left;
+  } else {
+    drop_upstream_buffer(u);
+  }
   d->fwd_from = 0;
   d->send_end = 0;
   // The splice path cannot hold a partial chunk back, so a stream whose

@@ -6,7 +6,9 @@
 //   them reaches the backend.
 // - a slow reader of a 400 MiB stream: the client takes bytes in bursts, far
 //   slower than mock-vllm makes them; sluice's RSS must stay within 8 MiB of
-//   where it started (backpressure, not buffering), the backend must still be
+//   where it started (backpressure, not buffering; on the copy path the
+//   shard's 4 MiB ring of backend receive buffers is taken in turn, so it
+//   warms up within the run), the backend must still be
 //   generating when a quarter has been read (it is read only as fast as the
 //   client takes), and the client must get every byte the backend sent.
 //   Splice and copy paths both.

@@ -31,6 +31,7 @@ struct alignas(64) shard_stats {
   counter downstream_aborts;      // client gone mid-response: backend request cancelled
   counter streams_spliced;
   counter streams_copied;
+  counter upstream_own_buffers;   // backend receives that found the shard's buffer ring empty
   counter usage_chunks_cut;       // injected usage chunks removed from client streams
   counter shed_connections;       // over server.connections_max
   counter shed_requests;          // over server.inflight_max (503)
