@@ -138,12 +138,13 @@ bool shard_server::init() noexcept {
   // turn over quickly; 8 MiB per shard bounds what the kernel may fill.
   _bufs = net::buffer_ring::create(_r.ring(), 0, 512, 16 * 1024);
   if (!_bufs) return false;
-  // 64 x 64 KiB for the backends' responses: lent from a receive's
-  // completion until its bytes are sent (a 41 KB SSE burst fits one), so
-  // idle streams and pooled connections hold no receive buffer. The kernel
-  // takes them in turn, so all 4 MiB are touched in time: a fixed cost per
-  // shard. Beyond 64 lent at once a connection allocates its own.
-  _up_bufs = net::buffer_ring::create(_r.ring(), 1, 64, 64 * 1024);
+  // server.upstream_buffers (64) x 64 KiB for the backends' responses:
+  // lent from a receive's completion until its bytes are sent (a 41 KB SSE
+  // burst fits one), so idle streams and pooled connections hold no receive
+  // buffer. The kernel takes them in turn, so all are touched in time (4 MiB
+  // by default): a fixed cost per shard. With every one lent, a connection
+  // allocates its own.
+  _up_bufs = net::buffer_ring::create(_r.ring(), 1, _cfg->server.upstream_buffers, 64 * 1024);
   if (!_up_bufs) return false;
   if (!_cfg->audit.path.empty()) {
     audit::writer::options o;

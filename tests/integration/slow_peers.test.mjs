@@ -340,3 +340,71 @@ describe('slow reader of a 400 MiB stream', () => {
     });
   }
 });
+
+// ---------------------------------------------------------------------------
+// Backend receive buffers all lent: a response's bytes hold a buffer from the
+// shard's ring until they are sent; a client that takes nothing keeps its
+// buffer lent. With one ring buffer and four paused readers at once, the
+// others must fall back to buffers of their own, and every byte of every
+// stream must still arrive (copy path).
+
+describe('backend receive buffers all lent', () => {
+  const tokens = 8000;  // ~18 MB per stream: more than the loopback socket buffers take
+  let mock;
+
+  before(async () => {
+    mock = await start_mock_vllm({ reply_tokens: tokens, extra_args: ['--token-pad', String(token_pad), '--no-record'] });
+  });
+  after(async () => { await stop_all(mock); });
+
+  it('four paused readers on one ring buffer: the others take their own, and every byte arrives', async () => {
+    const sluice = await start_sluice({
+      config: sluice_config({ backends: [mock.url], server: { splice: false, upstream_buffers: 1 } }),
+    });
+    try {
+      const ids = ['lent-0', 'lent-1', 'lent-2', 'lent-3'];
+      const direct = await Promise.all(ids.map((id) => read_stream(mock.url, id)));
+      for (const d of direct) assert.ok(d.bytes > 16 * MiB, `a stream is ${d.bytes} bytes`);
+      const fallbacks = async () => samples((await scrape(sluice.admin_url)).parsed, 'sluice_upstream_buffer_fallbacks_total')
+        .reduce((n, x) => n + x.value, 0);
+      const before_count = await fallbacks();
+
+      // Each reader stops reading at its first piece until all four have
+      // one, and 500 ms more: sluice's sends block on full sockets, each
+      // holding the buffer its bytes are in.
+      let paused = 0;
+      let release;
+      const all_paused = new Promise((resolve) => { release = resolve; });
+      const reads = ids.map((id) => {
+        let waiting = false;
+        return read_stream(sluice.url, id, {
+          headers: auth,
+          on_piece(res) {
+            if (waiting) return;
+            waiting = true;
+            res.pause();
+            if (++paused === ids.length) setTimeout(release, 500);
+            all_paused.then(() => res.resume());
+          },
+        });
+      });
+      const got = await Promise.all(reads);
+      const after_count = await fallbacks();
+      console.log(`fallbacks to own buffers: ${after_count - before_count}; streams ${got.map((g) => (g.bytes / MiB).toFixed(1)).join(', ')} MiB`);
+
+      for (let i = 0; i < ids.length; i++) {
+        assert.equal(got[i].status, 200);
+        assert.equal(got[i].complete, true, `${ids[i]} ended with its terminal chunk`);
+        assert.equal(got[i].bytes, direct[i].bytes, `${ids[i]}: bytes through sluice = bytes mock-vllm sent`);
+        assert.equal(got[i].sha256, direct[i].sha256, `${ids[i]}: the same bytes`);
+      }
+      assert.ok(after_count - before_count >= ids.length - 1,
+        `at least ${ids.length - 1} receives found the ring empty (got ${after_count - before_count})`);
+      // And sluice still serves, with its one buffer back.
+      const next = await http_post(sluice.url, '/v1/chat/completions', chat_body({ max_tokens: 4 }), { headers: auth });
+      assert.equal(next.status, 200);
+    } finally {
+      await stop_all(sluice);
+    }
+  });
+});

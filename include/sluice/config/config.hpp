@@ -51,6 +51,7 @@ struct server_config {
   uint32_t inflight_max = 4096;          // per shard requests in flight; beyond: 503
   uint64_t memory_max_bytes = 1ull << 30; // per shard connection memory; beyond: new requests get 503 (0 = no cap)
   bool splice = false;                   // true: long bodies by splice; false (default): copy path (README: why)
+  uint32_t upstream_buffers = 64;        // per shard, 64 KiB each, lent to backend receives while bytes are held
 };
 
 struct upstream_config {

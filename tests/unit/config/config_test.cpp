@@ -63,6 +63,7 @@ TEST_SUITE("config::load") {
     CHECK(c->server.cpus.empty());
     CHECK(c->server.max_body_bytes == 8u << 20);
     CHECK_FALSE(c->server.splice);  // the copy path wins the trickle workload (bench/RESULTS.md)
+    CHECK(c->server.upstream_buffers == 64);
     CHECK(c->upstream.first_byte_timeout_ms == 120000);
     CHECK(c->audit.path == "sluice-audit.jsonl");
     REQUIRE(c->groups.size() == 1);
@@ -100,6 +101,7 @@ connections_max = 100
 inflight_max = 10
 memory_max_bytes = 0
 splice = true
+upstream_buffers = 8
 
 [upstream]
 connect_timeout_ms = 500
@@ -160,6 +162,7 @@ groups = ["qw*"]
     CHECK(s.inflight_max == 10);
     CHECK(s.memory_max_bytes == 0);
     CHECK(s.splice);
+    CHECK(s.upstream_buffers == 8);
     CHECK(c->upstream.connect_timeout_ms == 500);
     CHECK(c->upstream.first_byte_timeout_ms == 600);
     CHECK(c->upstream.stream_idle_timeout_ms == 700);
@@ -240,6 +243,8 @@ TEST_SUITE("config::errors") {
       {"no upstream connections", "[upstream]\nconnections_max = 0\n", 2, "upstream.connections_max = 0 is out of range"},
       {"memory cap too large", "[server]\nmemory_max_bytes = 2199023255552\n", 2, "0 = no cap, else up to 1 TiB"},
       {"boolean type", "[server]\nsplice = 1\n", 2, "server.splice must be true or false"},
+      {"upstream buffers not a power of two", "[server]\nupstream_buffers = 48\n", 2, "is not a power of two"},
+      {"no upstream buffers", "[server]\nupstream_buffers = 0\n", 2, "upstream_buffers = 0 is out of range"},
       {"line larger than head", "[server]\nmax_head_bytes = 2048\nmax_line_bytes = 4096\n", 3, "larger than server.max_head_bytes"},
       {"bad listen address", "[server]\nlisten = \"localhost:80\"\n", 2, "server.listen: bad address \"localhost:80\""},
       {"listen without port", "[server]\nlisten = \"127.0.0.1\"\n", 2, "missing \":port\""},
