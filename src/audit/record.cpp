@@ -1,5 +1,6 @@
 #include "sluice/audit/record.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -84,6 +85,17 @@ void put_string(out_cursor& o, std::string_view v) noexcept {
   const auto* s = reinterpret_cast<const unsigned char*>(v.data());
   size_t i = 0;
   while (i < v.size() && o.ok) {
+    // A run of bytes that need no escape goes out in one copy.
+    size_t plain = i;
+    while (plain < v.size() && s[plain] >= 0x20 && s[plain] < 0x80 && s[plain] != '"' && s[plain] != '\\') ++plain;
+    if (plain > i) {
+      const size_t n = std::min(plain - i, max_field_bytes - emitted);
+      o.put(std::string_view(v.data() + i, n));
+      emitted += n;
+      i += n;
+      if (emitted == max_field_bytes) break;
+      continue;
+    }
     char esc[8];
     std::string_view piece;
     size_t consumed;

@@ -1,6 +1,7 @@
 #include "sluice/quota/estimate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 
 namespace sluice::quota {
@@ -50,6 +51,22 @@ inline character classify(const unsigned char* p, const unsigned char* end) noex
   return {kind::other, 1};  // a stray continuation byte
 }
 
+// ASCII bytes by class; kind::none for 0x80 and up (classify() decodes those).
+constexpr std::array<kind, 256> k_ascii = [] {
+  std::array<kind, 256> t{};
+  for (unsigned c = 0; c < 0x80; ++c) {
+    const unsigned char b = static_cast<unsigned char>(c);
+    t[c] = ((b | 0x20) >= 'a' && (b | 0x20) <= 'z') ? kind::letter
+           : (b >= '0' && b <= '9')                  ? kind::digit
+           : (b == ' ' || b == '\t')                 ? kind::space
+           : (b == '\n' || b == '\r')               ? kind::newline
+                                                     : kind::punct;
+  }
+  return t;
+}();
+
+inline bool is_whitespace(kind k) noexcept { return k == kind::space || k == kind::newline; }
+
 }  // namespace
 
 uint64_t estimate_input_tokens(std::string_view text) noexcept {
@@ -88,6 +105,25 @@ uint64_t estimate_input_tokens(std::string_view text) noexcept {
   };
 
   while (p < end) {
+    // ASCII (nearly all of a chat body): the rest of the run in one loop.
+    if (const kind k = k_ascii[*p]; k != kind::none) {
+      const bool ws = is_whitespace(k);
+      if (ws ? !is_whitespace(run) : k != run) {
+        close(k);
+        run = k;
+        run_chars = 0;
+        run_has_newline = false;
+      }
+      const unsigned char* q = p;
+      if (ws) {
+        for (kind c; q < end && is_whitespace(c = k_ascii[*q]); ++q) run_has_newline |= c == kind::newline;
+      } else {
+        while (q < end && k_ascii[*q] == k) ++q;
+      }
+      run_chars += static_cast<uint64_t>(q - p);
+      p = q;
+      continue;
+    }
     const character ch = classify(p, end);
     const bool whitespace = ch.k == kind::space || ch.k == kind::newline;
     const bool same = whitespace ? (run == kind::space || run == kind::newline) : ch.k == run;
