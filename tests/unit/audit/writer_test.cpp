@@ -83,6 +83,9 @@ TEST_SUITE("audit::writer") {
     auto r = make_reactor();
     writer::options o;
     o.buffer_bytes = 32 * 1024;  // small: many batches
+    // No burst growth: how many batches it takes must not depend on how
+    // fast the disk completes writes (append_all waits instead).
+    o.max_buffer_bytes = o.buffer_bytes;
     auto w = writer::open(*r, path, o);
     REQUIRE(w != nullptr);
     constexpr int n = 20000;
