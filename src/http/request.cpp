@@ -18,7 +18,6 @@ namespace {
 
 using detail::iequals;
 
-constexpr uint32_t k_chunk_ext_bytes_max = 4096;
 // The least framing a chunked body may carry, whatever body_bytes_max is.
 constexpr uint64_t k_chunk_framing_floor_bytes = 64u << 10;
 
@@ -77,15 +76,6 @@ void clear_head(request_head& h) noexcept {
   h.field_lines = {};
 }
 
-bool is_hex(unsigned char c, unsigned& v) noexcept {
-  if (c >= '0' && c <= '9') { v = c - '0'; return true; }
-  const unsigned lc = c | 0x20u;
-  if (lc >= 'a' && lc <= 'f') { v = lc - 'a' + 10; return true; }
-  return false;
-}
-
-bool is_field_ctl(unsigned char c) noexcept { return (c < 0x20 && c != '\t') || c == 0x7f; }
-
 // One well-known field: remembers the first value, rejects a second.
 bool take_once(std::string_view& slot, bool& seen, std::string_view value) noexcept {
   if (seen) return false;
@@ -130,6 +120,15 @@ bool header_fields::next(header& out) noexcept {
 
 request_parser::request_parser(const limits& l) noexcept : _limits(l) {
   _limits.header_count_max = std::min(_limits.header_count_max, k_headers_max);
+  // The raw bytes are held until the body is complete, so tiny chunks with
+  // long extensions must not make a connection hold many times the body
+  // limit: the framing is bounded too.
+  chunk_limits cl;
+  cl.body_bytes_max = _limits.body_bytes_max;
+  cl.framing_bytes_max = std::max(_limits.body_bytes_max, k_chunk_framing_floor_bytes);
+  cl.trailer_bytes_max = _limits.head_bytes_max;
+  cl.trailer_fields_max = _limits.header_count_max;
+  _chunk.set_limits(cl);
   reset();
 }
 
@@ -151,14 +150,7 @@ void request_parser::reset() noexcept {
   _scan = detail::head_scan_state{};
   _head = nullptr;
   _pending = parse_status{errc::need_more, 0, {}};
-  _chunk = chunk_state::size_first;
-  _chunk_digits = 0;
-  _trailer_fields = 0;
-  _chunk_ext_bytes = 0;
-  _trailer_bytes = 0;
-  _chunk_size = 0;
-  _body_total = 0;
-  _framing_bytes = 0;
+  _chunk.reset();
   _body_status = parse_status{errc::need_more, 0, {}};
 }
 
@@ -355,142 +347,22 @@ parse_status request_parser::decode_chunked(char* in, size_t len, char* out, siz
   consumed = 0;
   produced = 0;
   if (!_body_status.need_more()) return _body_status;
-  const uint64_t framing_max = std::max(_limits.body_bytes_max, k_chunk_framing_floor_bytes);
-  size_t i = 0;
-  while (i < len) {
-    if (_chunk == chunk_state::data) {
-      // The payload: the one part that is not per byte. out <= in, and
-      // every byte written lies before the next byte read: memmove is safe.
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(_chunk_size, len - i));
-      std::memmove(out + produced, in + i, n);
-      produced += n;
-      i += n;
-      _chunk_size -= n;
-      if (_chunk_size == 0) _chunk = chunk_state::data_cr;
-      continue;
-    }
-    const auto c = static_cast<unsigned char>(in[i++]);
-    // The trailer section has its own bound (head_bytes_max).
-    if (_chunk < chunk_state::trailer_start && ++_framing_bytes > framing_max) {
-      return chunk_fail(413, "request body too large (chunk framing)");
-    }
-    switch (_chunk) {
-      case chunk_state::size_first:
-      case chunk_state::size: {
-        unsigned digit = 0;
-        if (is_hex(c, digit)) {
-          // 16 hex digits fill a uint64_t: the value below cannot wrap.
-          if (++_chunk_digits > 16) return chunk_fail(400, "chunk size has too many digits");
-          _chunk_size = (_chunk_size << 4) | digit;
-          if (_chunk_size > _limits.body_bytes_max - _body_total) {
-            return chunk_fail(413, "request body too large");
-          }
-          _chunk = chunk_state::size;
-        } else if (_chunk == chunk_state::size_first) {
-          return chunk_fail(400, "invalid chunk size");
-        } else if (c == '\r') {
-          _chunk = chunk_state::size_lf;
-        } else if (c == ';') {
-          _chunk = chunk_state::ext;
-        } else if (c == ' ' || c == '\t') {
-          _chunk = chunk_state::size_ws;  // BWS before ';' (RFC 9112 §7.1.1)
-        } else if (c == '\n') {
-          return chunk_fail(400, "bare LF in chunk size line");
-        } else {
-          return chunk_fail(400, "invalid chunk size");
-        }
-        break;
-      }
-      case chunk_state::size_ws:
-        if (c == ';') {
-          _chunk = chunk_state::ext;
-        } else if (c != ' ' && c != '\t') {
-          return chunk_fail(400, "invalid chunk size");
-        }
-        break;
-      case chunk_state::ext:
-        // Extensions mean nothing to sluice: skip them, bounded.
-        if (c == '\r') {
-          _chunk = chunk_state::size_lf;
-        } else if (c == '\n') {
-          return chunk_fail(400, "bare LF in chunk extension");
-        } else if (is_field_ctl(c)) {
-          return chunk_fail(400, "control character in chunk extension");
-        } else if (++_chunk_ext_bytes > k_chunk_ext_bytes_max) {
-          return chunk_fail(400, "chunk extension too long");
-        }
-        break;
-      case chunk_state::size_lf:
-        if (c != '\n') return chunk_fail(400, "bare CR in chunk size line");
-        if (_chunk_size == 0) {
-          _chunk = chunk_state::trailer_start;
-        } else {
-          _body_total += _chunk_size;
-          _chunk = chunk_state::data;
-        }
-        break;
-      case chunk_state::data_cr:
-        if (c != '\r') return chunk_fail(400, "chunk data not followed by CRLF");
-        _chunk = chunk_state::data_lf;
-        break;
-      case chunk_state::data_lf:
-        if (c != '\n') return chunk_fail(400, "chunk data not followed by CRLF");
-        _chunk = chunk_state::size_first;
-        _chunk_size = 0;
-        _chunk_digits = 0;
-        _chunk_ext_bytes = 0;
-        break;
-      case chunk_state::trailer_start:
-      case chunk_state::trailer_name:
-      case chunk_state::trailer_value:
-      case chunk_state::trailer_lf:
-        // Trailer fields are checked like header lines, then dropped.
-        if (++_trailer_bytes > _limits.head_bytes_max) {
-          return chunk_fail(431, "trailer section too large");
-        }
-        if (_chunk == chunk_state::trailer_start) {
-          if (c == '\r') {
-            _chunk = chunk_state::end_lf;
-          } else if (c == ' ' || c == '\t') {
-            return chunk_fail(400, "obsolete line folding in trailer section");
-          } else if (!detail::is_tchar(c)) {
-            return chunk_fail(400, "invalid trailer field");
-          } else if (++_trailer_fields > _limits.header_count_max) {
-            return chunk_fail(431, "too many trailer fields");
-          } else {
-            _chunk = chunk_state::trailer_name;
-          }
-        } else if (_chunk == chunk_state::trailer_name) {
-          if (c == ':') {
-            _chunk = chunk_state::trailer_value;
-          } else if (c == ' ' || c == '\t') {
-            return chunk_fail(400, "whitespace between trailer field name and colon");
-          } else if (!detail::is_tchar(c)) {
-            return chunk_fail(400, "invalid trailer field");
-          }
-        } else if (_chunk == chunk_state::trailer_value) {
-          if (c == '\r') {
-            _chunk = chunk_state::trailer_lf;
-          } else if (c == '\n') {
-            return chunk_fail(400, "bare LF in trailer section");
-          } else if (is_field_ctl(c)) {
-            return chunk_fail(400, "control character in trailer field");
-          }
-        } else {
-          if (c != '\n') return chunk_fail(400, "bare CR in trailer section");
-          _chunk = chunk_state::trailer_start;
-        }
-        break;
-      case chunk_state::end_lf:
-        if (c != '\n') return chunk_fail(400, "bare CR after the last chunk");
-        _chunk = chunk_state::done;
-        consumed = i;
-        return _body_status = parse_status{};
-      case chunk_state::data:
-      case chunk_state::done: break;  // handled above / unreachable
-    }
+  // out <= in, and every byte written lies before the next byte read: the
+  // payload is compacted in place with memmove.
+  const chunk_step st = _chunk.walk(in, len, [&](size_t at, size_t n) noexcept {
+    std::memmove(out + produced, in + at, n);
+    produced += n;
+  });
+  consumed = st.consumed;
+  switch (st.error) {
+    case chunk_error::none: break;
+    case chunk_error::body_too_large: return chunk_fail(413, "request body too large");
+    case chunk_error::framing_too_large: return chunk_fail(413, "request body too large (chunk framing)");
+    case chunk_error::trailer_too_large:
+    case chunk_error::too_many_trailer_fields: return chunk_fail(431, chunk_message(st.error));
+    default: return chunk_fail(400, chunk_message(st.error));
   }
-  consumed = i;
+  if (st.done) _body_status = parse_status{};
   return _body_status;
 }
 

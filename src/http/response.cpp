@@ -23,7 +23,15 @@ parse_status upstream_error(std::string_view message) noexcept {
 
 }  // namespace
 
-response_parser::response_parser() noexcept { reset(); }
+response_parser::response_parser() noexcept {
+  // A backend's body is not held (its bytes go on as they come), so neither
+  // the payload nor the framing has a bound here; the trailers do.
+  chunk_limits cl;
+  cl.trailer_bytes_max = k_head_bytes_max;
+  cl.trailer_fields_max = k_response_headers_max;
+  _chunk.set_limits(cl);
+  reset();
+}
 
 const llhttp_settings_t* response_parser::settings() noexcept {
   // One for every parser: llhttp only reads it. The fields themselves are
@@ -35,8 +43,6 @@ const llhttp_settings_t* response_parser::settings() noexcept {
     v.on_headers_complete = on_headers_complete;
     v.on_body = on_body;
     v.on_message_complete = on_message_complete;
-    v.on_chunk_header = on_chunk_header;
-    v.on_chunk_complete = on_chunk_complete;
     return v;
   }();
   return &s;
@@ -55,10 +61,8 @@ void response_parser::reset(bool head_request) noexcept {
   _failed = false;
   _paused_at_head = false;
   _chunked = false;
-  _chunk_is_last = false;
-  _last_body_end = nullptr;
+  _chunk.reset();
   _until_close = false;
-  _tail_len = 0;
 }
 
 int response_parser::on_status(llhttp_t* p, const char* at, size_t len) {
@@ -84,35 +88,7 @@ int response_parser::on_headers_complete(llhttp_t* p) {
 
 int response_parser::on_body(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<response_parser*>(p->data);
-  self->_last_body_end = at + len;
   if (self->_sink != nullptr && self->_sink->on_data != nullptr) self->_sink->on_data(self->_sink->ctx, at, len);
-  return 0;
-}
-
-int response_parser::on_chunk_header(llhttp_t* p) {
-  auto* self = static_cast<response_parser*>(p->data);
-  self->_chunk_is_last = p->content_length == 0;
-  self->_last_body_end = nullptr;
-  return 0;
-}
-
-int response_parser::on_chunk_complete(llhttp_t* p) {
-  auto* self = static_cast<response_parser*>(p->data);
-  // Where the chunk ended, without pausing the parser (a pause per chunk
-  // costs a return and a re-entry): just past the CRLF after its data.
-  // The data's end is known when it came in this call; otherwise only that
-  // CRLF is here, at the very start (llhttp checked it: "\r\n", or "\n"
-  // when the CR came last in the previous call). The terminal chunk's end
-  // is the message's end, reported by feed_body() itself.
-  // Clamped to this call's bytes: llhttp's two-byte match, resumed across
-  // calls, can complete on a malformed "\n\r" (the next byte is then an
-  // error), and chunk_end must never pass what was given.
-  if (self->_chunk_is_last) return 0;
-  const size_t end = self->_last_body_end != nullptr
-                         ? static_cast<size_t>(self->_last_body_end - self->_feed_begin) + 2
-                         : (self->_feed_begin[0] == '\r' ? 2 : 1);
-  self->_chunk_end = end < self->_feed_len ? end : self->_feed_len;
-  self->_last_body_end = nullptr;
   return 0;
 }
 
@@ -213,63 +189,37 @@ parse_status response_parser::parse_head(const char* data, size_t len, response_
   return _pending = upstream_error(reason != nullptr ? reason : "malformed backend response head");
 }
 
-void response_parser::keep_tail(const char* data, size_t len) noexcept {
-  char joined[6];
-  size_t n = 0;
-  for (uint8_t i = 0; i < _tail_len; ++i) joined[n++] = _tail[i];
-  const size_t take = len < 3 ? len : 3;
-  std::memcpy(joined + n, data + len - take, take);
-  n += take;
-  const size_t keep = n < 3 ? n : 3;
-  std::memcpy(_tail, joined + n - keep, keep);
-  _tail_len = static_cast<uint8_t>(keep);
-}
-
-bool response_parser::ends_with_crlfcrlf(const char* data, size_t consumed) const noexcept {
-  // llhttp 8.1 takes "0\r\n\n" as a terminal chunk; sluice wants the CRLF.
-  char last[4];
-  size_t n = 0;
-  for (size_t k = 4; k > 0; --k) {
-    const size_t back = k;  // 4, 3, 2, 1 bytes before `consumed`
-    if (back <= consumed) {
-      last[n++] = data[consumed - back];
-    } else if (back - consumed <= _tail_len) {
-      last[n++] = _tail[_tail_len - (back - consumed)];
-    }
-  }
-  return n == 4 && std::memcmp(last, "\r\n\r\n", 4) == 0;
-}
-
 body_status response_parser::feed_body(const char* data, size_t len, const body_sink& sink) noexcept {
   if (_failed || !_head_done) return body_status{errc::upstream_protocol, 0, false};
   if (_message_done) return body_status{errc::ok, 0, true};
+  if (_chunked) {
+    // The chunk walker, not llhttp: one pass over the framing, the payload
+    // handed on in spans, no callback per chunk.
+    const chunk_step st = _chunk.walk(data, len, [&](size_t at, size_t n) noexcept {
+      if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n);
+    });
+    if (st.error != chunk_error::none) {
+      _failed = true;
+      return body_status{errc::upstream_protocol, st.consumed, false, st.chunk_end};
+    }
+    if (st.done) {
+      _message_done = true;
+      return body_status{errc::ok, st.consumed, true, st.consumed};
+    }
+    return body_status{errc::ok, len, false, st.chunk_end};
+  }
   if (_paused_at_head) {
     llhttp_resume(&_parser);
     _paused_at_head = false;
   }
   _sink = &sink;
-  _feed_begin = data;
-  _feed_len = len;
-  _last_body_end = nullptr;  // a pointer into the previous call's bytes means nothing here
-  _chunk_end = 0;
   const llhttp_errno_t e = llhttp_execute(&_parser, data, len);
   _sink = nullptr;
-  const size_t chunk_end = _chunk_end;
-  if (e == HPE_OK) {
-    if (_chunked) keep_tail(data, len);
-    return body_status{errc::ok, len, false, chunk_end};
-  }
+  if (e == HPE_OK) return body_status{errc::ok, len, false};
   const auto at = static_cast<size_t>(llhttp_get_error_pos(&_parser) - data);
-  if (e == HPE_PAUSED && _message_done) {
-    if (_chunked && !ends_with_crlfcrlf(data, at)) {
-      _failed = true;
-      _message_done = false;
-      return body_status{errc::upstream_protocol, at, false, chunk_end < at ? chunk_end : at};
-    }
-    return body_status{errc::ok, at, true, at};
-  }
+  if (e == HPE_PAUSED && _message_done) return body_status{errc::ok, at, true, at};
   _failed = true;
-  return body_status{errc::upstream_protocol, at, false, chunk_end < at ? chunk_end : at};
+  return body_status{errc::upstream_protocol, at, false};
 }
 
 bool response_parser::finish_at_eof() noexcept {

@@ -6,6 +6,7 @@
 // the message, the payload and the events. The SSE scanner is also checked
 // on the raw input against a plain reference of the WHATWG event-stream
 // rules.
+#include <cctype>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,86 @@ void check_scanner_alone(const std::vector<char>& bytes, split_rng& rng) {
       SLUICE_FUZZ_CHECK(std::string_view(ref[i]).substr(0, e.data.size()) == e.data);
     } else {
       SLUICE_FUZZ_CHECK(ref[i] == e.data);
+    }
+  }
+}
+
+// The chunked coding (RFC 9112 §7.1) written plainly, line by line, as the
+// reference for response_parser's walker. Limits aside (inputs here are
+// small). Returns: 1 complete (`consumed` just past the final CRLF,
+// `payload` the data), -1 malformed, 0 incomplete.
+bool is_tchar_plain(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+bool ctl_plain(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return (u < 0x20 && u != '\t') || u == 0x7f;
+}
+int reference_dechunk(std::string_view s, size_t& consumed, std::string& payload) {
+  size_t i = 0;
+  // Returns the line at i without its CRLF; false when malformed, `more`
+  // when no LF yet.
+  auto line_at = [&](size_t at, std::string_view& line, bool& more) {
+    const size_t lf = s.find('\n', at);
+    more = lf == std::string_view::npos;
+    if (more) return true;
+    if (lf == at || s[lf - 1] != '\r') return false;
+    line = s.substr(at, lf - 1 - at);
+    return line.find('\r') == std::string_view::npos;
+  };
+  while (true) {
+    std::string_view line;
+    bool more = false;
+    if (!line_at(i, line, more)) return -1;
+    if (more) return 0;
+    size_t d = 0;
+    uint64_t size = 0;
+    while (d < line.size() && std::isxdigit(static_cast<unsigned char>(line[d])) != 0) {
+      const char c = line[d];
+      size = size * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+      ++d;
+    }
+    if (d == 0 || d > 16) return -1;
+    std::string_view rest = line.substr(d);
+    while (!rest.empty() && (rest[0] == ' ' || rest[0] == '\t')) rest.remove_prefix(1);
+    if (rest.size() != line.size() - d && (rest.empty() || rest[0] != ';')) return -1;  // BWS only before ';'
+    if (!rest.empty()) {
+      if (rest[0] != ';') return -1;
+      for (char c : rest) {
+        if (ctl_plain(c)) return -1;
+      }
+    }
+    i += line.size() + 2;
+    if (size == 0) break;
+    if (s.size() - i < size) return 0;
+    payload.append(s.substr(i, size));
+    i += size;
+    if (s.size() - i < 2) {
+      if (s.size() > i && s[i] != '\r') return -1;
+      return 0;
+    }
+    if (s[i] != '\r' || s[i + 1] != '\n') return -1;
+    i += 2;
+  }
+  size_t fields = 0;
+  while (true) {  // trailer fields (as many as a head may have), then the empty line
+    std::string_view line;
+    bool more = false;
+    if (!line_at(i, line, more)) return -1;
+    if (more) return 0;
+    i += line.size() + 2;
+    if (line.empty()) {
+      consumed = i;
+      return 1;
+    }
+    if (++fields > k_response_headers_max) return -1;
+    const size_t colon = line.find(':');
+    if (colon == 0 || colon == std::string_view::npos) return -1;
+    for (size_t k = 0; k < colon; ++k) {
+      if (!is_tchar_plain(line[k])) return -1;
+    }
+    for (size_t k = colon + 1; k < line.size(); ++k) {
+      if (ctl_plain(line[k])) return -1;
     }
   }
 }
@@ -246,6 +327,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   if (one.complete && h.has_content_length && !head_request && h.status != 204 &&
       h.status != 304) {
     SLUICE_FUZZ_CHECK(one.consumed == h.content_length);
+  }
+  // Chunked bodies agree with the plain reference.
+  if (h.chunked && !head_request && h.status != 204 && h.status != 304 && body_len < 4000) {
+    size_t ref_consumed = 0;
+    std::string ref_payload;
+    const int ref = reference_dechunk(std::string_view(body, body_len), ref_consumed, ref_payload);
+    if (ref == 1) {
+      SLUICE_FUZZ_CHECK(one.complete && one.error == errc::ok);
+      SLUICE_FUZZ_CHECK(one.consumed == ref_consumed);
+      SLUICE_FUZZ_CHECK(one.body.payload == ref_payload);
+    } else if (ref == -1) {
+      SLUICE_FUZZ_CHECK(one.error == errc::upstream_protocol);
+    } else {
+      SLUICE_FUZZ_CHECK(!one.complete);
+    }
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "sluice/core/result.hpp"
+#include "sluice/http/chunked.hpp"
 
 namespace sluice::http {
 
@@ -157,26 +158,12 @@ class request_parser {
   parse_status check_fields() noexcept;
   parse_status chunk_fail(uint16_t status, std::string_view message) noexcept;
 
-  // Chunked body decoder states (RFC 9112 §7.1); see decode_chunked().
-  enum class chunk_state : uint8_t {
-    size_first, size, size_ws, ext, size_lf, data, data_cr, data_lf,
-    trailer_start, trailer_name, trailer_value, trailer_lf, end_lf, done,
-  };
-
   limits _limits;
   llhttp_t _parser;
   detail::head_scan_state _scan;
   request_head* _head = nullptr;
   parse_status _pending{errc::need_more, 0, {}};    // sticky once ok or failed
-  // Chunked decoder, resumable at any byte.
-  chunk_state _chunk = chunk_state::size_first;
-  uint8_t _chunk_digits = 0;
-  uint16_t _trailer_fields = 0;
-  uint32_t _chunk_ext_bytes = 0;
-  uint32_t _trailer_bytes = 0;
-  uint64_t _chunk_size = 0;       // the size being read, then the bytes left in the chunk
-  uint64_t _body_total = 0;
-  uint64_t _framing_bytes = 0;    // chunk-size lines, extensions and CRLFs so far
+  chunk_walker _chunk;            // the chunked body (decode_chunked)
   parse_status _body_status{errc::need_more, 0, {}};
 };
 

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "sluice/core/result.hpp"
+#include "sluice/http/chunked.hpp"
 #include "sluice/http/request.hpp"
 
 namespace sluice::http {
@@ -86,11 +87,7 @@ class response_parser {
   static int on_headers_complete(llhttp_t*);
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
-  static int on_chunk_header(llhttp_t*);
-  static int on_chunk_complete(llhttp_t*);
   parse_status check_fields() noexcept;
-  bool ends_with_crlfcrlf(const char* data, size_t consumed) const noexcept;
-  void keep_tail(const char* data, size_t len) noexcept;
 
   llhttp_t _parser;
   detail::head_scan_state _scan;
@@ -104,15 +101,7 @@ class response_parser {
   bool _paused_at_head = false;    // llhttp paused in on_headers_complete: resume first
   bool _chunked = false;
   bool _until_close = false;       // body delimited by the connection close
-  bool _chunk_is_last = false;     // the chunk being parsed is the terminal (size 0) one
-  const char* _feed_begin = nullptr;     // feed_body(): the bytes of this call
-  size_t _feed_len = 0;
-  const char* _last_body_end = nullptr;  // end of the current chunk's data, when it came in this call
-  size_t _chunk_end = 0;                 // this call's last chunk end (body_status::chunk_end)
-  // The last body bytes fed before the current call: the terminal chunk's
-  // final CRLF may arrive split from the rest of it.
-  uint8_t _tail_len = 0;
-  char _tail[3] = {};
+  chunk_walker _chunk;             // chunked bodies: walked here, not by llhttp
 };
 
 }  // namespace sluice::http

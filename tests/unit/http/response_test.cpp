@@ -291,29 +291,70 @@ TEST_SUITE("http::response_parser") {
     }
   }
 
-  TEST_CASE("chunk_end never passes the bytes given, even where llhttp completes a chunk on a malformed LF CR") {
+  TEST_CASE("a chunk whose data ends in LF CR is refused at the LF, and chunk_end stays within what was consumed") {
     const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
     const std::string body = "5\r\nhello\n\r\n0\r\n\r\n";
     response_parser p;
     response_head h;
     REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
     body_sink none{};
+    size_t fed = 0;
     bool failed = false;
-    for (size_t i = 0; i < body.size() && !failed; ++i) {
-      const auto st = p.feed_body(body.data() + i, 1, none);
+    for (; fed < body.size() && !failed; ++fed) {
+      const auto st = p.feed_body(body.data() + fed, 1, none);
       CHECK(st.chunk_end <= st.consumed);
       failed = st.error != sluice::errc::ok;
     }
-    CHECK(failed);  // the stray byte after "\n\r" is a framing error
-    // The same bytes in one call: the error comes one byte after that
-    // "chunk end", and chunk_end stays within what was consumed.
+    CHECK(failed);
+    CHECK(fed == 9);  // "5\r\nhello" and the LF
     response_parser whole;
     REQUIRE(whole.parse_head(head.data(), head.size(), h).ok());
-    const auto st = whole.feed_body(body.data(), 10, none);
-    CHECK(st.error == sluice::errc::ok);
-    const auto st2 = whole.feed_body(body.data() + 10, body.size() - 10, none);
-    CHECK(st2.error == sluice::errc::upstream_protocol);
-    CHECK(st2.chunk_end <= st2.consumed);
+    const auto st = whole.feed_body(body.data(), body.size(), none);
+    CHECK(st.error == sluice::errc::upstream_protocol);
+    CHECK(st.consumed == 9);
+    CHECK(st.chunk_end == 0);
+  }
+
+  TEST_CASE("chunked framing is strict: each malformed body is refused, its well-formed twin accepted") {
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    struct row {
+      std::string body;
+      bool ok;
+    };
+    const row rows[] = {
+        {"5\r\nhello\r\n0\r\n\r\n", true},
+        {"5;name=value;x\r\nhello\r\n0\r\n\r\n", true},      // extensions are skipped
+        {"5 ;x\r\nhello\r\n0\r\n\r\n", true},                // BWS before ';'
+        {"0005\r\nhello\r\n000\r\n\r\n", true},              // leading zeros
+        {"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n", true},  // a trailer field, dropped
+        {"5 \r\nhello\r\n0\r\n\r\n", false},                 // whitespace not before ';'
+        {"5\nhello\r\n0\r\n\r\n", false},                     // bare LF after the size
+        {"5\r\nhello\r\n0\r\n\n", false},                     // the last CRLF without its CR
+        {"5\r\nhello\r\n0\r\nX : 1\r\n\r\n", false},        // space before the trailer colon
+        {"5\r\nhello\r\n0\r\n X: 1\r\n\r\n", false},        // folded trailer
+        {"5\r\nhello\r\n0\r\nX: \x01\r\n\r\n", false},      // CTL in a trailer value
+        {"5;\x01\r\nhello\r\n0\r\n\r\n", false},              // CTL in an extension
+        {"g\r\nhello\r\n0\r\n\r\n", false},                   // not hex
+        {"10000000000000000\r\n", false},                        // 17 digits
+        {"5\r\nhelloX\r\n0\r\n\r\n", false},                  // data longer than its size
+    };
+    for (const row& r : rows) {
+      CAPTURE(r.body);
+      response_parser p;
+      response_head h;
+      REQUIRE(p.parse_head(head.data(), head.size(), h).ok());
+      collector col;
+      const body_status st = p.feed_body(r.body.data(), r.body.size(), col.sink());
+      if (r.ok) {
+        CHECK(st.error == errc::ok);
+        CHECK(st.complete);
+        CHECK(st.consumed == r.body.size());
+        CHECK(col.data == "hello");
+      } else {
+        CHECK(st.error == errc::upstream_protocol);
+        CHECK_FALSE(st.complete);
+      }
+    }
   }
 
   TEST_CASE("a body delimited by the close completes only at EOF") {

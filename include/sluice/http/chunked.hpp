@@ -1,0 +1,203 @@
+#pragma once
+// http: the chunked transfer coding (RFC 9112 §7.1), walked strictly and
+// resumable at any byte. One walker serves both directions: a request body
+// is decoded in place (request_parser::decode_chunked), a backend's response
+// body is only read -- its bytes go to the client unchanged -- and its
+// payload handed to the scan. Strict: hex sizes of at most 16 digits, CRLF
+// everywhere, extensions skipped (bounded per chunk), trailer fields checked
+// like header lines (token name, no whitespace before the colon, no fold, no
+// control characters) and dropped.
+//
+// Shard-local, one per message; reset() between messages.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace sluice::http {
+
+struct chunk_limits {
+  uint64_t body_bytes_max = UINT64_MAX;     // payload total
+  uint64_t framing_bytes_max = UINT64_MAX;  // size lines, extensions and CRLFs (trailers aside)
+  uint32_t trailer_bytes_max = 64u << 10;
+  uint16_t trailer_fields_max = 100;
+};
+
+enum class chunk_error : uint8_t {
+  none,
+  size_too_many_digits,
+  invalid_size,
+  bare_lf_in_size_line,
+  bare_lf_in_extension,
+  ctl_in_extension,
+  extension_too_long,
+  bare_cr_in_size_line,
+  data_not_followed_by_crlf,
+  body_too_large,
+  framing_too_large,
+  trailer_too_large,
+  too_many_trailer_fields,
+  trailer_obs_fold,
+  invalid_trailer_field,
+  trailer_space_before_colon,
+  bare_lf_in_trailer,
+  ctl_in_trailer,
+  bare_cr_in_trailer,
+  bare_cr_after_last_chunk,
+};
+
+// A static, human-readable reason.
+std::string_view chunk_message(chunk_error e) noexcept;
+
+struct chunk_step {
+  size_t consumed = 0;      // bytes used; when done, just past the final CRLF
+  bool done = false;        // the last chunk and the trailer section were read
+  chunk_error error = chunk_error::none;  // sticky; `consumed` is then where it was found
+  // The offset just past the last chunk (its data and CRLF) that ended in
+  // this call, or 0 when none did; when done, the end of the message.
+  size_t chunk_end = 0;
+};
+
+namespace detail {
+// Hex digit values by byte; 0xFF for anything else.
+inline constexpr auto k_hex_value = [] {
+  struct table {
+    uint8_t v[256];
+    constexpr uint8_t operator[](unsigned char c) const { return v[c]; }
+  } t{};
+  for (unsigned c = 0; c < 256; ++c) {
+    t.v[c] = c >= '0' && c <= '9' ? static_cast<uint8_t>(c - '0')
+             : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? static_cast<uint8_t>((c | 0x20) - 'a' + 10)
+                                                      : uint8_t{0xFF};
+  }
+  return t;
+}();
+}  // namespace detail
+
+class chunk_walker {
+ public:
+  explicit chunk_walker(const chunk_limits& l = {}) noexcept : _limits(l) {}
+  void set_limits(const chunk_limits& l) noexcept { _limits = l; }
+  void reset() noexcept;
+  bool done() const noexcept { return _state == state::done; }
+  chunk_error error() const noexcept { return _error; }
+
+  // Walks `len` bytes at `data`, the next ones of the body. Each piece of
+  // payload is passed to on_data(offset, n): offset into `data`, n > 0, in
+  // order. Stops at the end of the message (bytes after it are left) or at
+  // the first error.
+  template <class OnData>
+  chunk_step walk(const char* data, size_t len, OnData&& on_data) noexcept;
+
+ private:
+  enum class state : uint8_t {
+    size_first, size, size_ws, ext, size_lf, data, data_cr, data_lf,
+    trailer_start, trailer_name, trailer_value, trailer_lf, end_lf, done,
+  };
+  // One framing byte (anything but payload). Returns: false on an error (set).
+  bool framing_byte(unsigned char c) noexcept;
+  bool fail(chunk_error e) noexcept {
+    _error = e;
+    return false;
+  }
+
+  chunk_limits _limits;
+  state _state = state::size_first;
+  chunk_error _error = chunk_error::none;
+  uint8_t _digits = 0;
+  uint16_t _trailer_fields = 0;
+  uint32_t _ext_bytes = 0;
+  uint32_t _trailer_bytes = 0;
+  uint64_t _size = 0;          // the size being read, then the bytes left in the chunk
+  uint64_t _body_total = 0;
+  uint64_t _framing_bytes = 0;
+};
+
+template <class OnData>
+chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) noexcept {
+  chunk_step st;
+  if (_error != chunk_error::none) {
+    st.error = _error;
+    return st;
+  }
+  if (_state == state::done) {
+    st.done = true;
+    return st;
+  }
+  size_t i = 0;
+  while (i < len) {
+    if (_state == state::size_first) {
+      // The common size line, "<hex>CRLF" whole in this call: read at once.
+      size_t j = i;
+      uint64_t size = 0;
+      while (j < len && j - i < 16 && detail::k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
+        size = size << 4 | detail::k_hex_value[static_cast<unsigned char>(data[j])];
+        ++j;
+      }
+      if (size != 0 && j + 1 < len && data[j] == '\r' && data[j + 1] == '\n' &&
+          size <= _limits.body_bytes_max - _body_total &&
+          _framing_bytes + (j + 2 - i) <= _limits.framing_bytes_max) {
+        _framing_bytes += j + 2 - i;
+        _body_total += size;
+        _size = size;
+        _state = state::data;
+        i = j + 2;
+        continue;
+      }
+      // Anything else (the last chunk, extensions, a line cut by the read,
+      // an error) byte by byte.
+    }
+    if (_state == state::data_cr && len - i >= 2 && data[i] == '\r' && data[i + 1] == '\n' &&
+        _framing_bytes + 2 <= _limits.framing_bytes_max) {
+      // The CRLF after a chunk's data, whole in this call.
+      i += 2;
+      _framing_bytes += 2;
+      _state = state::size_first;
+      _size = 0;
+      _digits = 0;
+      _ext_bytes = 0;
+      st.chunk_end = i;
+      continue;
+    }
+    if (_state == state::data) {
+      // The payload: the one part that is not walked byte by byte.
+      const size_t n = _size < len - i ? static_cast<size_t>(_size) : len - i;
+      on_data(i, n);
+      i += n;
+      _size -= n;
+      if (_size == 0) _state = state::data_cr;
+      continue;
+    }
+    if (_state == state::data_lf && data[i] == '\n') {
+      // The common end of a chunk, kept off the general path.
+      ++i;
+      _state = state::size_first;
+      _size = 0;
+      _digits = 0;
+      _ext_bytes = 0;
+      st.chunk_end = i;
+      if (++_framing_bytes > _limits.framing_bytes_max) {
+        fail(chunk_error::framing_too_large);
+        st.consumed = i;
+        st.error = _error;
+        return st;
+      }
+      continue;
+    }
+    if (!framing_byte(static_cast<unsigned char>(data[i++]))) {
+      st.consumed = i;
+      st.error = _error;
+      st.chunk_end = st.chunk_end < i ? st.chunk_end : i;
+      return st;
+    }
+    if (_state == state::done) {
+      st.consumed = i;
+      st.done = true;
+      st.chunk_end = i;
+      return st;
+    }
+  }
+  st.consumed = i;
+  return st;
+}
+
+}  // namespace sluice::http
