@@ -2,6 +2,9 @@
 // (tests/fixtures/tokenizer/corpus.json, made by tools/gen-token-fixture).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <random>
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -50,6 +53,44 @@ TEST_SUITE("quota::estimate") {
       std::printf("estimator %-4s n=%2zu  min %+6.1f%%  median %+6.1f%%  max %+6.1f%%  mean %+6.1f%%  mean|err| %5.1f%%\n",
                   cls, e.size(), e.front() * 100, e[e.size() / 2] * 100, e.back() * 100, sum / n * 100,
                   abs_sum / n * 100);
+    }
+  }
+
+  TEST_CASE("pure ASCII (costed from bit masks, 64 bytes at a time) gets what the rules give run by run") {
+    // The rules of estimate.hpp, applied plainly to ASCII text: split into
+    // runs of one class (space and newline together), cost each run.
+    const auto plain = [](std::string_view t) {
+      const auto cls = [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        if ((u | 0x20) >= 'a' && (u | 0x20) <= 'z') return 'L';
+        if (u >= '0' && u <= '9') return 'D';
+        if (u == ' ' || u == '\t' || u == '\n' || u == '\r') return 'W';
+        return 'P';
+      };
+      uint64_t cost = 0;
+      for (size_t i = 0; i < t.size();) {
+        const char k = cls(t[i]);
+        size_t j = i;
+        bool newline = false;
+        while (j < t.size() && cls(t[j]) == k) newline |= t[j] == '\n' || t[j] == '\r', ++j;
+        const uint64_t n = j - i;
+        const bool letter_next = j < t.size() && cls(t[j]) == 'L';
+        if (k == 'L') cost += 62 + 5 * (n > 5 ? n - 5 : 0);
+        if (k == 'D') cost += 64 * n;
+        if (k == 'P' && n - (letter_next ? 1 : 0) > 0) cost += 75 + 9 * (n - (letter_next ? 1 : 0) - 1);
+        if (k == 'W' && (newline || n >= 2 || j == t.size())) cost += 75;
+        i = j;
+      }
+      return t.empty() ? 0 : std::max<uint64_t>(1, cost / 64);
+    };
+    std::mt19937_64 rng(1234);
+    const std::string_view pools[] = {"ab cd\n", "a{\":,.}0", " \t\r\n", "x  y!", "0123456789 ", "abcdefghijk"};
+    for (int i = 0; i < 20000; ++i) {
+      const std::string_view pool = pools[rng() % std::size(pools)];
+      std::string t(rng() % 300, ' ');
+      for (char& c : t) c = (rng() & 7) == 0 ? static_cast<char>(rng() % 128) : pool[rng() % pool.size()];
+      CAPTURE(t);
+      REQUIRE(estimate_input_tokens(t) == plain(t));
     }
   }
 
