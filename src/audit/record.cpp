@@ -4,39 +4,12 @@
 #include <charconv>
 #include <cstring>
 
+#include "sluice/core/text.hpp"
+
 namespace sluice::audit {
 namespace {
 
-// Bounded output cursor: every put checks room; after the first miss `ok`
-// stays false and nothing more is written.
-struct out_cursor {
-  char* p;
-  char* end;
-  bool ok = true;
-
-  void put(char c) noexcept {
-    if (p == end) {
-      ok = false;
-      return;
-    }
-    *p++ = c;
-  }
-  void put(std::string_view s) noexcept {
-    if (static_cast<size_t>(end - p) < s.size()) {
-      ok = false;
-      p = end;
-      return;
-    }
-    std::memcpy(p, s.data(), s.size());
-    p += s.size();
-  }
-  template <class Int>
-  void put_int(Int v) noexcept {
-    char tmp[24];
-    auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
-    put(std::string_view(tmp, static_cast<size_t>(r.ptr - tmp)));
-  }
-};
+using out_cursor = text_writer;
 
 inline bool is_cont(unsigned char c) noexcept { return (c & 0xC0) == 0x80; }
 
@@ -146,7 +119,7 @@ void put_bool(out_cursor& o, bool b) noexcept { o.put(b ? std::string_view("true
 }  // namespace
 
 size_t format_line(const record& r, char* out, size_t cap) noexcept {
-  out_cursor o{out, out + cap};
+  out_cursor o(out, cap);
   // Field order is part of the format: tools that read the log by column
   // (cut, awk on a fixed prefix) and diff-based tests rely on it.
   o.put("{\"time_ms\":");

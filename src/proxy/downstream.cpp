@@ -14,6 +14,7 @@
 #include "text.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/quota/estimate.hpp"
 
@@ -353,9 +354,11 @@ void shard_server::make_request_id(downstream_conn* d) noexcept {
   x ^= x >> 31;
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 29;
-  auto r = fmt::format_to_n(d->request_id, sizeof d->request_id, "{:02x}{:016x}{:08x}", _index, x,
-                            static_cast<uint32_t>(_request_seq));
-  d->request_id_len = static_cast<uint8_t>(r.size);
+  text_writer w(d->request_id, sizeof d->request_id);
+  w.put_hex(_index, 2);
+  w.put_hex(x, 16);
+  w.put_hex(static_cast<uint32_t>(_request_seq), 8);
+  d->request_id_len = static_cast<uint8_t>(w.p - d->request_id);
 }
 
 int32_t shard_server::authenticate(const http::request_head& h) noexcept {

@@ -5,6 +5,7 @@
 
 #include "shard_server.hpp"
 #include "sluice/core/log.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/quota/duration.hpp"
 #include "sluice/quota/estimate.hpp"
 
@@ -128,11 +129,21 @@ size_t shard_server::write_rate_headers(downstream_conn* d, char* out, size_t ca
     if (w.limit == 0) return;  // unlimited: OpenAI's headers would only mislead
     char reset[32];
     const size_t rl = quota::format_duration(w.reset_ms, reset);
-    auto r = fmt::format_to_n(out + n, cap - n,
-                              "x-ratelimit-limit-{0}: {1}\r\nx-ratelimit-remaining-{0}: {2}\r\n"
-                              "x-ratelimit-reset-{0}: {3}\r\n",
-                              what, w.limit, w.remaining, std::string_view(reset, rl));
-    n += r.size < cap - n ? r.size : cap - n;
+    text_writer t(out + n, cap - n);
+    t.put("x-ratelimit-limit-");
+    t.put(what);
+    t.put(": ");
+    t.put_int(w.limit);
+    t.put("\r\nx-ratelimit-remaining-");
+    t.put(what);
+    t.put(": ");
+    t.put_int(w.remaining);
+    t.put("\r\nx-ratelimit-reset-");
+    t.put(what);
+    t.put(": ");
+    t.put(std::string_view(reset, rl));
+    t.put("\r\n");
+    n += static_cast<size_t>(t.p - (out + n));
   };
   window("requests", h.requests);
   window("tokens", h.tokens);

@@ -12,6 +12,7 @@
 #include "shard_server.hpp"
 #include "text.hpp"
 #include "sluice/core/log.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
 
@@ -145,9 +146,13 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
     append(o, "\r\n");
   }
   char line[256];
-  auto r = fmt::format_to_n(line, sizeof line, "content-length: {}\r\nx-request-id: {}\r\nx-forwarded-for: ", body_len,
-                            std::string_view(d->request_id, d->request_id_len));
-  append(o, std::string_view(line, r.size));
+  text_writer w(line, sizeof line);
+  w.put("content-length: ");
+  w.put_int(body_len);
+  w.put("\r\nx-request-id: ");
+  w.put(std::string_view(d->request_id, d->request_id_len));
+  w.put("\r\nx-forwarded-for: ");
+  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   if (!xff_prior.empty() && xff_prior.size() < 1024) {
     if (!o.reserve(static_cast<size_t>(o.len) + xff_prior.size() + 128)) return false;
     append(o, xff_prior);
@@ -544,8 +549,11 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   byte_buf& o = d->out;
   o.len = 0;
   char line[160];
-  auto r = fmt::format_to_n(line, sizeof line, "HTTP/1.1 {} ", rh.status);
-  append(o, std::string_view(line, r.size));
+  text_writer w(line, sizeof line);
+  w.put("HTTP/1.1 ");
+  w.put_int(rh.status);
+  w.put(' ');
+  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
   append(o, "\r\n");
   http::header hd;
@@ -564,9 +572,13 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
     upstream_failed(d, errc::internal);
     return;
   }
-  r = fmt::format_to_n(line, sizeof line, "x-request-id: {}\r\nopenai-processing-ms: {}\r\n",
-                       std::string_view(d->request_id, d->request_id_len), now_ms() - d->request_start_ms);
-  append(o, std::string_view(line, r.size));
+  w = text_writer(line, sizeof line);
+  w.put("x-request-id: ");
+  w.put(std::string_view(d->request_id, d->request_id_len));
+  w.put("\r\nopenai-processing-ms: ");
+  w.put_int(now_ms() - d->request_start_ms);
+  w.put("\r\n");
+  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   append(o, std::string_view(rate, rl));
   append(o, close ? "connection: close\r\n\r\n" : "\r\n");
   d->status = rh.status;

@@ -119,7 +119,17 @@ class_masks masks_of(const unsigned char* p, size_t n) noexcept {  // n <= 64
   return m;
 }
 
-inline uint64_t bits(uint64_t x) noexcept { return static_cast<uint64_t>(__builtin_popcountll(x)); }
+inline uint64_t bits(uint64_t x) noexcept {
+#if defined(__POPCNT__)
+  return static_cast<uint64_t>(__builtin_popcountll(x));
+#else
+  // Without the instruction (baseline x86-64), inline SWAR beats libgcc's call.
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return (x * 0x0101010101010101ull) >> 56;
+#endif
+}
 
 uint64_t ascii_cost(const unsigned char* p, size_t n) noexcept {
   int64_t cost = 0;
