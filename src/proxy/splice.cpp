@@ -34,8 +34,6 @@ void on_poll_done(shard::completion* c, const io_uring_cqe*) {
 void shard_server::free_if_closing(downstream_conn* d) noexcept { maybe_free(d); }
 
 bool shard_server::start_splice(downstream_conn* d) noexcept {
-  // One splice moves at most what the scan buffer takes back from the tee.
-  if (!d->tee_buf.reserve(k_splice_batch_bytes)) return false;
   if (!d->pipe.valid()) {
     d->pipe = _pipes.acquire();
     if (!d->pipe.valid()) return false;
@@ -67,7 +65,7 @@ void shard_server::splice_step(downstream_conn* d) noexcept {
   ++d->ops;
   d->splice_op.fn = &shard_server::on_splice_in;
   io_uring_sqe* s = _r.sqe(&d->splice_op);
-  io_uring_prep_splice(s, u->fd, -1, d->pipe.write_fd, -1, d->tee_buf.cap, k_splice_flags);
+  io_uring_prep_splice(s, u->fd, -1, d->pipe.write_fd, -1, k_splice_batch_bytes, k_splice_flags);
   ++d->ops;
 }
 
@@ -99,6 +97,12 @@ void shard_server::on_splice_in_cqe(downstream_conn* d, int res) noexcept {
   }
   const auto n = static_cast<uint32_t>(res);
   d->pipe_bytes += n;
+  // The scan buffer is made when the first bytes come (an idle stream holds
+  // none) and kept; one splice moves at most k_splice_batch_bytes.
+  if (!d->tee_buf.reserve(k_splice_batch_bytes)) {
+    upstream_failed(d, errc::internal);
+    return;
+  }
   io_uring_sqe* t = _r.sqe(&d->tee_op);
   io_uring_prep_tee(t, d->pipe.read_fd, d->tee_pipe.write_fd, n, SPLICE_F_NONBLOCK);
   t->flags |= IOSQE_IO_LINK;
