@@ -697,7 +697,16 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
       d->send_iov[n++] = {u->buf.data + d->fwd_from + cut_end, send_end - d->fwd_from - cut_end};
     }
   } else if (send_end > d->fwd_from) {
-    d->send_iov[n++] = {u->buf.data + d->fwd_from, send_end - d->fwd_from};
+    const uint32_t body = send_end - d->fwd_from;
+    if (with_head && body <= d->out.cap - d->out.len) {
+      // A short body that came with the head (a non-stream answer): joined
+      // to the head in `out`, so the client gets one plain send.
+      std::memcpy(d->out.data + d->out.len, u->buf.data + d->fwd_from, body);
+      d->out.len += body;
+      d->send_iov[0].iov_len = d->out.len;
+    } else {
+      d->send_iov[n++] = {u->buf.data + d->fwd_from, body};
+    }
   }
   if (n == 0) {
     after_body_sent(d);
