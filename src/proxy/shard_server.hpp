@@ -388,7 +388,8 @@ class shard_server {
   void submit_upstream_send(downstream_conn* d) noexcept;
   // No-op while one is armed. With no bytes held (u->buf empty) the
   // receive takes a buffer from _up_bufs; else it appends to u->buf.
-  void submit_recv(upstream_conn* u) noexcept;
+  // `poll_first`: no bytes can be there yet (skip the first attempt).
+  void submit_recv(upstream_conn* u, bool poll_first = false) noexcept;
   // Gives u->buf's storage back (to _up_bufs when lent). Only while no
   // operation writes to it.
   void drop_upstream_buffer(upstream_conn* u) noexcept;

@@ -288,10 +288,10 @@ void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
   // POLLIN watch would need a poll_remove and a new recv per request). It
   // holds no buffer until bytes come.
   drop_upstream_buffer(u);
-  submit_recv(u);
+  submit_recv(u, true);
 }
 
-void shard_server::submit_recv(upstream_conn* u) noexcept {
+void shard_server::submit_recv(upstream_conn* u, bool poll_first) noexcept {
   if (u->recv_armed) return;
   io_uring_sqe* s = _r.sqe(&u->recv_op);
   if (u->buf.data == nullptr) {
@@ -301,6 +301,10 @@ void shard_server::submit_recv(upstream_conn* u) noexcept {
   } else {
     io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
   }
+  // A response not yet asked for (pooled) or just asked for cannot be
+  // there yet: wait for readiness without a receive attempt that would
+  // only find the socket empty (IORING_RECVSEND_POLL_FIRST, Linux 5.19).
+  if (poll_first) s->ioprio |= IORING_RECVSEND_POLL_FIRST;
   u->recv_armed = true;
   ++u->ops;
 }
@@ -414,7 +418,7 @@ void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
   // A pooled connection's receive is armed already, and its completion may
   // even have come first (then the exchange has moved on): only a request
   // still waiting for its head needs one.
-  if (d->state == conn_state::upstream) submit_recv(u);
+  if (d->state == conn_state::upstream) submit_recv(u, true);
 }
 
 void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
