@@ -208,7 +208,12 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
         w->held = q.held;
         start_attempt(w);
       } else {
-        if (q.result == quota::outcome::wait) q.result = quota::outcome::reject_tokens;
+        if (q.result == quota::outcome::wait) {
+          // Still short after the wait bound (the borrow round is slow):
+          // refused, named after the resource it waited for.
+          q.result = q.wait_rejection;
+          q.retry_after_ms = q.wait_retry_after_ms;
+        }
         answer_rate_limited(w, q);
       }
     }

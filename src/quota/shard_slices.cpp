@@ -114,12 +114,16 @@ decision shard_slices::try_reserve(uint32_t key, uint64_t cost_tokens, int64_t n
   for (resource r : k_order) {
     slice& s = k.slices[index_of(r)];
     const int64_t need = r == resource::tokens ? cost : 1;
-    if (steps[index_of(r)] == step::wait) waiting = true;
-    if (steps[index_of(r)] != step::borrow) continue;
-    if (!start_round(s, key, r, need - s.bucket.level(), now_ns)) {
+    const step st = steps[index_of(r)];
+    if (st != step::wait && st != step::borrow) continue;
+    if (st == step::borrow && !start_round(s, key, r, need - s.bucket.level(), now_ns)) {
       d.result = rejection_for(r);
       d.retry_after_ms = retry_ms(s, r, need);
       return d;
+    }
+    if (!waiting) {  // the first resource waited for names a rejection after the wait
+      d.wait_rejection = rejection_for(r);
+      d.wait_retry_after_ms = retry_ms(s, r, need);
     }
     waiting = true;
   }

@@ -91,6 +91,11 @@ struct decision {
   bool too_large = false;       // cost exceeds the whole bucket: never retry (x-should-retry: false)
   uint32_t retry_after_ms = 0;  // for rejections and wait: when a retry may succeed
   reservation held;             // live only when result == admit
+  // wait: the answer to give when the caller cannot wait any longer -- the
+  // rejection named after the resource the borrow round is for -- and when
+  // a retry may succeed at that resource's own rate.
+  outcome wait_rejection = outcome::reject_tokens;
+  uint32_t wait_retry_after_ms = 0;
 };
 
 enum class message_kind : uint8_t {

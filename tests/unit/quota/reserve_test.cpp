@@ -176,6 +176,22 @@ TEST_SUITE("quota::reserve") {
     CHECK(t.capacity == 4000);
   }
 
+  TEST_CASE("a wait names the resource it waits for: a key limited by requests only is refused as 'requests' if the wait runs out") {
+    cluster c(2, {key_limits{0, 4, 0}}, 0);  // 4 requests per minute, unlimited tokens: 2 per shard
+    CHECK(c[0].try_reserve(0, 10, 0).result == outcome::admit);
+    CHECK(c[0].try_reserve(0, 10, 0).result == outcome::admit);
+    const decision d = c[0].try_reserve(0, 10, 0);  // the slice is empty: a borrow round goes out
+    REQUIRE(d.result == outcome::wait);
+    CHECK(d.wait_rejection == outcome::reject_requests);
+    CHECK(d.wait_retry_after_ms == 15'000);  // 4 per minute: one every 15 s
+    // A token-limited key waits for tokens.
+    cluster t(2, {key_limits{1000, 0, 0}}, 0);
+    const decision e = t[0].try_reserve(0, 800, 0);
+    REQUIRE(e.result == outcome::wait);
+    CHECK(e.wait_rejection == outcome::reject_tokens);
+    CHECK(e.wait_retry_after_ms > 0);
+  }
+
   TEST_CASE("after a round that brought too little the next try is rejected until the cooldown ends") {
     cluster c(2, {key_limits{1000, 0, 0}}, 0);
     decision hot = c[1].try_reserve(0, 400, 0);  // shard 1 is active: lends only above half its home
