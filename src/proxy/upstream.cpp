@@ -747,7 +747,10 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
   if (_cfg->server.splice && long_body && !d->cut_usage && left == 0 && start_splice(d)) return;
   _stats.streams_copied.add(d->counted_stream ? 0 : 1);
   d->counted_stream = true;
-  submit_recv(d->up);
+  // Everything sent of an event stream: the next event comes with the next
+  // token, well after this send, so wait for readiness first. A partial
+  // chunk's rest, or a long plain body, is likely there already: try first.
+  submit_recv(d->up, rh.event_stream && left == 0);
 }
 
 void shard_server::finish_exchange(downstream_conn* d) noexcept {
