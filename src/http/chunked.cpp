@@ -129,10 +129,7 @@ bool chunk_walker::framing_byte(unsigned char c) noexcept {
       return true;
     case state::data_lf:
       if (c != '\n') return fail(chunk_error::data_not_followed_by_crlf);
-      _state = state::size_first;
-      _size = 0;
-      _digits = 0;
-      _ext_bytes = 0;
+      next_chunk();
       return true;
     case state::trailer_start:
     case state::trailer_name:

@@ -95,6 +95,13 @@ class chunk_walker {
   };
   // One framing byte (anything but payload). Returns: false on an error (set).
   bool framing_byte(unsigned char c) noexcept;
+  // After a chunk's CRLF: the next size line starts.
+  void next_chunk() noexcept {
+    _state = state::size_first;
+    _size = 0;
+    _digits = 0;
+    _ext_bytes = 0;
+  }
   bool fail(chunk_error e) noexcept {
     _error = e;
     return false;
@@ -151,10 +158,7 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) no
       // The CRLF after a chunk's data, whole in this call.
       i += 2;
       _framing_bytes += 2;
-      _state = state::size_first;
-      _size = 0;
-      _digits = 0;
-      _ext_bytes = 0;
+      next_chunk();
       st.chunk_end = i;
       continue;
     }
@@ -170,10 +174,7 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) no
     if (_state == state::data_lf && data[i] == '\n') {
       // The common end of a chunk, kept off the general path.
       ++i;
-      _state = state::size_first;
-      _size = 0;
-      _digits = 0;
-      _ext_bytes = 0;
+      next_chunk();
       st.chunk_end = i;
       if (++_framing_bytes > _limits.framing_bytes_max) {
         fail(chunk_error::framing_too_large);
