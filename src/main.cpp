@@ -74,6 +74,7 @@ struct control {
       std::shared_ptr<const config::config> next = config::reconcile(*loaded, *cfg, g->capacity(), notes);
       g->reload(next);
       health->reload(next);
+      g->settle();  // every shard serves the new config once this is logged
       cfg = std::move(next);
       g->count_reload(true);
       log::info("SIGHUP: reloaded {}", cfg->source);

@@ -199,6 +199,9 @@ void admin_server::handle(conn* c) noexcept {
       respond(c, 404, "application/json", admin_error("No such backend; GET /backends lists them."));
       return;
     }
+    // The answer says the backend is (un)drained: make that true on every
+    // shard before saying it.
+    _g.settle();
     std::string body;
     _health->describe_json(body);
     respond(c, 200, "application/json", body);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -59,6 +60,10 @@ struct gateway::shard_slot {
   std::atomic<bool> ready{false};
   std::atomic<bool> failed{false};
   std::atomic<bool> stopped{false};
+  // Control messages pushed to `inbox` (control thread only) and taken by
+  // the shard (written by the shard only): settle() compares them.
+  uint64_t posted = 0;
+  std::atomic<uint64_t> applied{0};
 
   void run() noexcept;
 };
@@ -112,6 +117,7 @@ void gateway::shard_slot::run() noexcept {
         std::unique_ptr<std::shared_ptr<const config::config>> next(m.snapshot);
         c->srv->reload(std::move(*next));
       }
+      c->slot->applied.store(c->slot->applied.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     c->srv->on_iteration(now);
     if (c->srv->drained()) c->r->stop();
@@ -225,8 +231,32 @@ void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noe
     // The queue holds 64 control messages; a full one means the shard is
     // far behind, and waiting for it is the right thing for a control op.
     while (!s->inbox.try_push(m)) std::this_thread::yield();
+    ++s->posted;
     if (s->reactor != nullptr) s->reactor->wake();
   }
+}
+
+bool gateway::settle(uint32_t bound_ms) const noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(bound_ms);
+  for (const auto& s : _shards) {
+    for (uint32_t spins = 0; !s->stopped.load(std::memory_order_acquire) &&
+                             s->applied.load(std::memory_order_acquire) < s->posted;
+         ++spins) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        log::warn("shard {} has not taken a control message within {} ms; it applies it at its next loop turn",
+                  s->index, bound_ms);
+        return false;
+      }
+      // A woken shard takes its inbox within microseconds: yield first,
+      // then sleep in short steps.
+      if (spins < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+  return true;
 }
 
 void gateway::drain(uint32_t drain_ms) noexcept {
@@ -263,6 +293,7 @@ void gateway::reload(std::shared_ptr<const config::config> next) {
     m.what = control_message::kind::reload;
     m.snapshot = new std::shared_ptr<const config::config>(next);
     while (!s->inbox.try_push(m)) std::this_thread::yield();
+    ++s->posted;
     if (s->reactor != nullptr) s->reactor->wake();
   }
 }

@@ -23,10 +23,21 @@ const chat = (user, { stream, max_tokens = 2 } = {}) => {
   return body;
 };
 
-async function send(base_url, body, { session, api_key = key } = {}) {
+async function send(base_url, body, { session, api_key = key, on_data } = {}) {
   const headers = session === undefined ? {} : { 'x-session-id': session };
-  const r = await post_fresh(base_url, body, { key: api_key, headers });
+  const r = await post_fresh(base_url, body, { key: api_key, headers, on_data });
   return { ...r, backend: r.status === 200 ? backend_of(r.text) : -1, done: r.text.endsWith('data: [DONE]\n\n') };
+}
+
+// Starts a stream; `streaming` resolves once its first body bytes arrive
+// (the request was routed and its backend is answering), `result` with the
+// whole reply.
+function send_stream(base_url, body, options = {}) {
+  let first;
+  const streaming = new Promise((resolve) => { first = resolve; });
+  const result = send(base_url, body, { ...options, on_data: () => first() });
+  result.then(() => first());  // a refused or failed request ends the wait too; its result says why
+  return { streaming, result };
 }
 
 // Writes the new file and sends SIGHUP; resolves with the log line that
@@ -176,9 +187,10 @@ describe('SIGHUP removing a backend while streams run on it', () => {
   after(() => stop_all(sluice, ...(backends ?? [])));
 
   it('streams in flight on the removed backend finish whole; no new request reaches it', async () => {
-    const in_flight = run_pool(24, 24, (i) => send(sluice.url, chat(`long ${i}`, { stream: true, max_tokens: 30 })));
-    // Let every stream reach its backend (and start streaming) first.
-    await new Promise((r) => setTimeout(r, 250));
+    const streams = Array.from({ length: 24 }, (_, i) => send_stream(sluice.url, chat(`long ${i}`, { stream: true, max_tokens: 30 })));
+    const in_flight = Promise.all(streams.map((s) => s.result));
+    // Every stream has reached its backend and is streaming before the reload.
+    await Promise.all(streams.map((s) => s.streaming));
     assert.match(await reload(sluice, config_for([backends[0].url, backends[1].url])), /SIGHUP: reloaded/);
     const first = await in_flight;
     const bad = first.filter((r) => r.status !== 200 || !r.done);
@@ -277,8 +289,10 @@ describe('operator drain (admin POST /backends/drain)', () => {
     // Streams in flight on the victim when the drain starts (two: bounded
     // load lets a backend take two at once whatever the others carry).
     const mine = sessions.filter((_, i) => before_map[i].backend === victim).slice(0, 2);
-    const streams = Promise.all(mine.map((s) => send(sluice.url, chat(`long ${s}`, { stream: true, max_tokens: 20 }), { session: s })));
-    await new Promise((r) => setTimeout(r, 150));
+    const started = mine.map((s) => send_stream(sluice.url, chat(`long ${s}`, { stream: true, max_tokens: 20 }), { session: s }));
+    const streams = Promise.all(started.map((s) => s.result));
+    // Both are streaming from the victim before the drain starts.
+    await Promise.all(started.map((s) => s.streaming));
     const drained = await admin('POST', `/backends/drain?url=${encodeURIComponent(url)}`);
     assert.equal(drained.status, 200);
     assert.deepEqual(drained.json.backends.find((b) => b.url === url), { url, up: true, draining: true, takes_requests: false });
@@ -302,6 +316,23 @@ describe('operator drain (admin POST /backends/drain)', () => {
     assert.equal((await admin('POST', `/backends/undrain?url=${encodeURIComponent(url)}`)).status, 200);
     const back = await run_pool(sessions.length, 1, (i) => send(sluice.url, chat(`d ${i}`), { session: sessions[i] }));
     for (let i = 0; i < sessions.length; ++i) assert.equal(back[i].backend, before_map[i].backend, 'every session is home again');
+  });
+
+  it('a drain or undrain holds on every shard once its answer arrives', async () => {
+    const session = 'drain-settle';
+    const home = (await send(sluice.url, chat('home'), { session })).backend;
+    const url = backends[home].url;
+    // Each answer is followed at once by requests on fresh connections
+    // (spread over the shards), one at a time so that bounded load never
+    // moves one: none may still see the state before it.
+    for (let round = 0; round < 20; ++round) {
+      assert.equal((await admin('POST', `/backends/drain?url=${encodeURIComponent(url)}`)).status, 200);
+      const away = await run_pool(4, 1, () => send(sluice.url, chat('home'), { session }));
+      assert.ok(away.every((r) => r.status === 200 && r.backend !== home), `round ${round}: drained, yet ${away.map((r) => r.backend)}`);
+      assert.equal((await admin('POST', `/backends/undrain?url=${encodeURIComponent(url)}`)).status, 200);
+      const back = await run_pool(4, 1, () => send(sluice.url, chat('home'), { session }));
+      assert.ok(back.every((r) => r.status === 200 && r.backend === home), `round ${round}: undrained, yet ${back.map((r) => r.backend)}`);
+    }
   });
 
   it('refuses an unknown backend (404), a missing url (400) and GET (405), in OpenAI\'s error shape', async () => {

@@ -46,6 +46,12 @@ class gateway {
 
   // Control thread: a ring-rebalancing message (health) to every shard.
   void broadcast(const route::message& m) noexcept;
+  // Control thread: waits until every running shard has taken every control
+  // message posted so far (a reload, a drain, a route change), so what the
+  // operator is told has happened holds for the next request on any shard.
+  // Returns false (and logs which shard) if one is still behind after
+  // bound_ms.
+  bool settle(uint32_t bound_ms = 1000) const noexcept;
   // Control thread: the shards' passive reports of upstream outcomes
   // (failure = connect error, timeout, 5xx), in order per shard.
   void drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failure), void* ctx) noexcept;
