@@ -238,11 +238,12 @@ struct downstream_conn {
   byte_buf up_head;    // upstream request head
   iovec send_iov[4] = {};
   uint8_t send_iov_count = 0;
-  iovec up_iov[6] = {};          // [1..]: the body, with its byte edits
+  iovec up_iov[6] = {};          // [1..]: the body, with its byte edits (none: joined to up_head)
   uint8_t up_iov_count = 0;
-  iovec up_msg_iov[8] = {};      // what the upstream sendmsg sends (advanced on short sends)
+  iovec up_msg_iov[8] = {};      // what the upstream send sends (advanced on short sends)
   uint8_t up_msg_iov_count = 0;
   uint32_t host_offset = 0;      // where the backend's host goes in up_head
+  uint32_t host_len = 0;         // the host now written there
   uint64_t up_body_len = 0;
   msghdr up_msg = {};
   msghdr down_msg = {};

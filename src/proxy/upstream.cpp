@@ -21,7 +21,9 @@ namespace sluice::proxy {
 namespace {
 
 constexpr uint32_t k_upstream_buf_bytes = 64u << 10;
-
+// Room kept for the backend's host value when a body joins the head: an
+// address with its port or a short name fits; a longer one grows the buffer.
+constexpr uint32_t k_host_room = 64;
 
 // Hop-by-hop fields (RFC 9110 §7.6.1) and the fields sluice sets itself.
 bool drop_request_header(std::string_view name) noexcept {
@@ -169,6 +171,17 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   }
   append(o, "\r\n");
   d->up_body_len = body_len;
+  d->host_len = 0;
+  // A body that fits in the head's buffer as it is (most chat bodies: the
+  // buffer starts at 1 KiB) joins the head there, so the request goes out
+  // as one plain send; a larger one is sent from the client's buffer.
+  if (static_cast<uint64_t>(o.len) + body_len + k_host_room <= o.cap) {
+    for (uint8_t i = 1; i < d->up_iov_count; ++i) {
+      std::memcpy(o.data + o.len, d->up_iov[i].iov_base, d->up_iov[i].iov_len);
+      o.len += static_cast<uint32_t>(d->up_iov[i].iov_len);
+    }
+    d->up_iov_count = 1;
+  }
   return true;
 }
 
@@ -194,13 +207,23 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   }
   const uint32_t backend = c.backend;
   d->route_position = c.position;
-  // The head has an empty host value at host_offset: this attempt's
-  // backend goes in through the iov, so a retry rebuilds nothing.
+  // This attempt's backend goes in as the host value at host_offset (a
+  // retry swaps it, moving what follows when the length differs).
   const std::string_view host = _cfg->backends[backend].host_header;
-  d->up_msg_iov[0] = {d->up_head.data, d->host_offset};
-  d->up_msg_iov[1] = {const_cast<char*>(host.data()), host.size()};
-  d->up_msg_iov[2] = {d->up_head.data + d->host_offset, d->up_head.len - d->host_offset};
-  uint8_t n = 3;
+  byte_buf& o = d->up_head;
+  if (host.size() != d->host_len) {
+    if (!o.reserve(static_cast<size_t>(o.len) - d->host_len + host.size())) {
+      answer_error(d, 500, "Internal error.", "server_error", {}, {}, false);
+      return;
+    }
+    char* tail = o.data + d->host_offset + d->host_len;
+    std::memmove(o.data + d->host_offset + host.size(), tail, o.len - d->host_offset - d->host_len);
+    o.len = static_cast<uint32_t>(o.len - d->host_len + host.size());
+    d->host_len = static_cast<uint32_t>(host.size());
+  }
+  std::memcpy(o.data + d->host_offset, host.data(), host.size());
+  d->up_msg_iov[0] = {o.data, o.len};
+  uint8_t n = 1;
   for (uint8_t i = 1; i < d->up_iov_count; ++i) d->up_msg_iov[n++] = d->up_iov[i];
   d->up_msg_iov_count = n;
 
@@ -391,11 +414,15 @@ void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
 
 void shard_server::submit_upstream_send(downstream_conn* d) noexcept {
   upstream_conn* u = d->up;
-  d->up_msg = msghdr{};
-  d->up_msg.msg_iov = d->up_msg_iov;
-  d->up_msg.msg_iovlen = d->up_msg_iov_count;
   io_uring_sqe* s = _r.sqe(&u->send_op);
-  io_uring_prep_sendmsg(s, u->fd, &d->up_msg, MSG_NOSIGNAL);
+  if (d->up_msg_iov_count == 1) {
+    io_uring_prep_send(s, u->fd, d->up_msg_iov[0].iov_base, d->up_msg_iov[0].iov_len, MSG_NOSIGNAL);
+  } else {
+    d->up_msg = msghdr{};
+    d->up_msg.msg_iov = d->up_msg_iov;
+    d->up_msg.msg_iovlen = d->up_msg_iov_count;
+    io_uring_prep_sendmsg(s, u->fd, &d->up_msg, MSG_NOSIGNAL);
+  }
   ++u->ops;
 }
 

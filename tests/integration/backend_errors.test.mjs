@@ -8,9 +8,11 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 
 import { chat_body, is_openai_error, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
-import { backend_of, gateway_config, post_fresh, recorded_requests, run_pool, start_backends } from './lib/gateway.mjs';
+import { backend_of, gateway_config, header_of, post_fresh, recorded_requests, run_pool, start_backends } from './lib/gateway.mjs';
 
 const key = 'sk-backend-errors-31c9';
+// The same loopback backend, named by the shorter address form 127.1.
+const short_url = (b) => `http://127.1:${b.port}`;
 
 describe('a backend\'s error answers in OpenAI\'s shape', () => {
   let flat;
@@ -109,7 +111,14 @@ describe('a backend answering 503: retried on the next backend before anything r
     down = await start_mock_vllm({ model: 'down', extra_args: ['--fail-status', '503'] });
     const config = (max_retries) => gateway_config({
       tables: { upstream: { max_retries } },
-      groups: [{ name: 'g', models: ['*'], balance: 'round-robin', backends: [down.url, backends[0].url, backends[1].url] }],
+      // Backend 0 is named by a shorter address form (127.1): a retry from
+      // the failing backend to it rewrites the host to a shorter one.
+      // No passive ejection: the failing backend stays in the ring, so every
+      // test here sees retries.
+      groups: [{
+        name: 'g', models: ['*'], balance: 'round-robin', backends: [down.url, short_url(backends[0]), backends[1].url],
+        health: { eject_after: 0 },
+      }],
       keys: [{ id: 'k', key, groups: ['*'] }],
     });
     sluice = await start_sluice({ config: config(1), extra_args: ['--cpus', '0'] });
@@ -126,6 +135,24 @@ describe('a backend answering 503: retried on the next backend before anything r
     }
     const seen_by_down = (await recorded_requests([down])).length;
     assert.ok(seen_by_down >= 5, `the failing backend was tried (${seen_by_down} times)`);
+  });
+
+  it('every attempt carries its own backend\'s host, and the body arrives byte-identical after a retry', async () => {
+    await down.clear_requests();
+    for (const b of backends) await b.clear_requests();
+    const bodies = Array.from({ length: 12 }, (_, i) => JSON.stringify(chat_body({ content: `host check ${i}` })));
+    const results = await run_pool(bodies.length, 1, (i) => post_fresh(sluice.url, bodies[i], { key }));
+    assert.ok(results.every((r) => r.status === 200));
+    const hosts = [new URL(down.url).host, `127.1:${backends[0].port}`, new URL(backends[1].url).host];
+    const seen = await recorded_requests([down, ...backends]);
+    assert.ok(seen.filter((q) => q.backend === 0).length >= 2, 'round-robin reached the failing backend, and each of those was retried');
+    for (const q of seen) {
+      assert.equal(header_of(q, 'host'), hosts[q.backend], `backend ${q.backend}'s host`);
+      assert.ok(bodies.includes(q.body), `a body arrived altered: ${q.body}`);
+    }
+    // Every body reached a healthy backend exactly once.
+    const served = seen.filter((q) => q.backend > 0).map((q) => q.body).sort();
+    assert.deepEqual(served, [...bodies].sort());
   });
 
   it('with max_retries = 0 the 503 reaches the client, in OpenAI\'s shape', async () => {
