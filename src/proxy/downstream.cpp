@@ -571,17 +571,8 @@ void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_
 
 void shard_server::submit_send(downstream_conn* d) noexcept {
   d->send_busy = true;
-  io_uring_sqe* s = _r.sqe(&d->send_op);
-  if (d->send_iov_count == 1) {
-    // One piece (an SSE batch, an answer with its body in `out`): a plain
-    // send, without the msghdr and iovec the kernel would copy in.
-    io_uring_prep_send(s, d->fd, d->send_iov[0].iov_base, d->send_iov[0].iov_len, MSG_NOSIGNAL);
-  } else {
-    d->down_msg = msghdr{};
-    d->down_msg.msg_iov = d->send_iov;
-    d->down_msg.msg_iovlen = d->send_iov_count;
-    io_uring_prep_sendmsg(s, d->fd, &d->down_msg, MSG_NOSIGNAL);
-  }
+  // One piece (an SSE batch, an answer with its body in `out`) is a plain send.
+  prep_send_iov(_r.sqe(&d->send_op), d->fd, d->send_iov, d->send_iov_count, d->down_msg);
   ++d->ops;
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 // proxy (private): small helpers shared by the downstream and upstream code.
+#include <liburing.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -38,6 +40,20 @@ inline bool advance_iov(iovec* iov, uint8_t& count, size_t sent) noexcept {
   iov[0].iov_len -= sent;
   count = k;
   return true;
+}
+
+// Prepares the send of iov[0..count): one piece is a plain send, without
+// the msghdr and iovec the kernel would copy in; more go as a sendmsg of
+// `msg` (which must live until the completion).
+inline void prep_send_iov(io_uring_sqe* s, int fd, iovec* iov, uint8_t count, msghdr& msg) noexcept {
+  if (count == 1) {
+    io_uring_prep_send(s, fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+    return;
+  }
+  msg = msghdr{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = count;
+  io_uring_prep_sendmsg(s, fd, &msg, MSG_NOSIGNAL);
 }
 
 }  // namespace sluice::proxy

@@ -414,15 +414,7 @@ void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
 
 void shard_server::submit_upstream_send(downstream_conn* d) noexcept {
   upstream_conn* u = d->up;
-  io_uring_sqe* s = _r.sqe(&u->send_op);
-  if (d->up_msg_iov_count == 1) {
-    io_uring_prep_send(s, u->fd, d->up_msg_iov[0].iov_base, d->up_msg_iov[0].iov_len, MSG_NOSIGNAL);
-  } else {
-    d->up_msg = msghdr{};
-    d->up_msg.msg_iov = d->up_msg_iov;
-    d->up_msg.msg_iovlen = d->up_msg_iov_count;
-    io_uring_prep_sendmsg(s, u->fd, &d->up_msg, MSG_NOSIGNAL);
-  }
+  prep_send_iov(_r.sqe(&u->send_op), u->fd, d->up_msg_iov, d->up_msg_iov_count, d->up_msg);
   ++u->ops;
 }
 
