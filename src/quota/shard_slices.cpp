@@ -228,7 +228,19 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
     // would leave the bucket split in two halves too small for it.
     const int64_t keep = s.home / _options.floor_divisor + s.reserved;
     int64_t capacity = s.bucket.capacity() - keep;
-    if (!is_idle) capacity = std::min(capacity, request.capacity);
+    // Contention: this shard is borrowing for the same key and resource.
+    // Lending each other what each asked for would swap equal amounts and
+    // leave every slice as short as before (nobody admitted), so the lower
+    // shard number wins: it lends nothing to a higher-numbered borrower, and
+    // a higher-numbered one gives it all above the floor, as an idle shard
+    // would. The SPSC order makes this settle: a borrower's request reaches
+    // each peer before its answer to that peer's request does.
+    const bool contended = s.replies_pending > 0;
+    if (contended && request.from_shard > _shard) {
+      capacity = 0;
+    } else if (!is_idle && !contended) {
+      capacity = std::min(capacity, request.capacity);
+    }
     if (capacity > 0) {
       const int64_t level = std::clamp<int64_t>(s.bucket.level(), 0, capacity);
       if (request.res == resource::concurrency) capacity = level;  // slots in use stay where they are

@@ -98,6 +98,29 @@ TEST_SUITE("quota::reserve") {
     }
   }
 
+  TEST_CASE("shards that all borrow for one key at once: exactly one request is admitted, not none") {
+    // Each of 2010 of 3000 tokens: no slice can cover it alone, and every
+    // shard asks its peers at the same moment. Lending to each other what
+    // each asks for would swap equal amounts and admit nobody.
+    for (uint32_t shards : {2u, 3u, 4u}) {
+      CAPTURE(shards);
+      cluster c(shards, {key_limits{3000, 0, 0}}, 0);
+      for (uint32_t i = 0; i < shards; ++i) REQUIRE(c[i].try_reserve(0, 2010, 0).result == outcome::wait);
+      int admitted = 0;
+      for (int rounds = 0; rounds < 3; ++rounds) {
+        c.pump(k_ms);
+        for (uint32_t i = 0; i < shards; ++i) {
+          const decision d = c[i].try_reserve(0, 2010, k_ms);
+          if (d.result == outcome::admit) ++admitted;
+        }
+      }
+      CHECK(admitted == 1);
+      const auto t = c.sum(0, resource::tokens);
+      CHECK(t.capacity == 3000);
+      CHECK(t.level_within_capacity);
+    }
+  }
+
   TEST_CASE("a request larger than the whole bucket is rejected as too large") {
     cluster c(1, {key_limits{3000, 0, 0}}, 0);
     const decision d = c[0].try_reserve(0, 3001, 0);
