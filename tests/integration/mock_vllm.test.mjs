@@ -284,10 +284,25 @@ test('--token-pad pads every token; a long unpaced reply is made as fast as it i
   await new Promise((resolve) => socket.once('connect', resolve));
   socket.pause();
   socket.write(post('/v1/chat/completions', { stream: true, messages: [] }));
-  await new Promise((resolve) => setTimeout(resolve, 300));
-  const rss_kb = Number(fs.readFileSync(`/proc/${big.child.pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+)/m)[1]);
+  // Generating (running = 1), then stalled by the full socket: its RSS
+  // holds still over three reads. Without backpressure it would grow by
+  // ~200 MB instead, and the bound below fails.
+  const running = async () => /^vllm:num_requests_running\{[^}]*\} 1\.0$/m.test(await (await fetch(`${big.url}/metrics`)).text());
+  const rss = () => Number(fs.readFileSync(`/proc/${big.child.pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+)/m)[1]);
+  const deadline = performance.now() + 10000;
+  while (!(await running())) {
+    assert.ok(performance.now() < deadline, 'the stream never started');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  let rss_kb = rss();
+  for (let still = 0; still < 3 && performance.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const now = rss();
+    still = now === rss_kb ? still + 1 : 0;
+    rss_kb = now;
+  }
   assert.ok(rss_kb < 64 * 1024, `mock-vllm RSS ${rss_kb} kB with a paused reader`);
-  assert.match(await (await fetch(`${big.url}/metrics`)).text(), /^vllm:num_requests_running\{[^}]*\} 1\.0$/m);
+  assert.ok(await running(), 'still generating, paced by the reader');
   let bytes = 0;
   let tail = '';
   await new Promise((resolve) => {
