@@ -235,7 +235,7 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
     // a higher-numbered one gives it all above the floor, as an idle shard
     // would. The SPSC order makes this settle: a borrower's request reaches
     // each peer before its answer to that peer's request does.
-    const bool contended = s.replies_pending > 0;
+    const bool contended = s.replies_pending > 0 && now_ns - s.round_start_ns < _options.round_timeout_ns;
     if (contended && request.from_shard > _shard) {
       capacity = 0;
     } else if (!is_idle && !contended) {

@@ -33,11 +33,12 @@
 //     an active peer gives at most what was asked for and keeps h / 2.
 //     A grant moves capacity plus as many of the lender's tokens as fit in
 //     it; for concurrency only free slots move.
-//   - Contention: a peer borrowing for the same (key, resource) when a
-//     lend_request arrives answers by shard number, so that concurrent
-//     rounds cannot just swap equal amounts and leave every slice short:
-//     to a higher-numbered borrower it lends nothing, to a lower-numbered
-//     one all above its floor. The lowest borrower collects the most.
+//   - Contention: a peer whose own round for the same (key, resource) is
+//     in flight (not yet past round_timeout_ns) answers a lend_request by
+//     shard number, so that concurrent rounds cannot just swap equal
+//     amounts and leave every slice short: to a higher-numbered borrower
+//     it lends nothing, to a lower-numbered one all above its floor. The
+//     lowest borrower collects the most.
 //   - tick(): an idle slice holding more than its home share hands the
 //     surplus back, split evenly over the peers (give_back), so capacity
 //     drifts home once a hot connection goes quiet.

@@ -121,6 +121,22 @@ TEST_SUITE("quota::reserve") {
     }
   }
 
+  TEST_CASE("a borrow round past its timeout no longer counts as contention: the shard lends again") {
+    // Shard 0's round never completes (its request to shard 1 is never
+    // delivered). Past round_timeout it lends to a higher-numbered
+    // borrower as before, instead of refusing it for good.
+    slices_options o;
+    cluster c(2, {key_limits{3000, 0, 0}}, 0, o);
+    REQUIRE(c[0].try_reserve(0, 2010, 0).result == outcome::wait);
+    c[0].drain_outbox(1, [](const message*, size_t n) { return n; });  // lost on the way
+    const int64_t later = o.round_timeout_ns + k_ms;
+    REQUIRE(c[1].try_reserve(0, 2010, later).result == outcome::wait);
+    std::vector<uint32_t> completed;
+    c.pump(later, &completed);
+    REQUIRE(completed.size() == 1);
+    CHECK(c[1].try_reserve(0, 2010, later).result == outcome::admit);
+  }
+
   TEST_CASE("a request larger than the whole bucket is rejected as too large") {
     cluster c(1, {key_limits{3000, 0, 0}}, 0);
     const decision d = c[0].try_reserve(0, 3001, 0);
