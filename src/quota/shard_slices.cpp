@@ -27,6 +27,10 @@ outcome rejection_for(resource r) {
 // here can predict; one second keeps the OpenAI SDK's retries spaced.
 constexpr uint32_t k_concurrency_retry_ms = 1000;
 
+// Between two shards borrowing for one key at once, the one nearer this
+// slot's leader has priority; the leader moves on every slot.
+constexpr int64_t k_priority_slot_ns = 100'000'000;
+
 }  // namespace
 
 shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const key_limits> keys,
@@ -44,6 +48,11 @@ shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const
   _outbox.resize(size_t{shard_count} * options.outbox_capacity);
   _outbox_head.assign(shard_count, 0);
   _outbox_tail.assign(shard_count, 0);
+}
+
+bool shard_slices::outranks(uint32_t a, uint32_t b, int64_t now_ns) const noexcept {
+  const auto leader = static_cast<uint32_t>(static_cast<uint64_t>(now_ns / k_priority_slot_ns) % _shard_count);
+  return (a + _shard_count - leader) % _shard_count < (b + _shard_count - leader) % _shard_count;
 }
 
 bool shard_slices::idle(const key_state& k, int64_t now_ns) const noexcept {
@@ -223,23 +232,25 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
     // Capacity backing reservations still in flight stays: their refunds
     // must fit when they settle, or those tokens would vanish until refill.
     // An active lender gives what was asked (not more) down to the same
-    // floor as an idle one: one request may need most of the key's bucket
+    // floor as an idle one -- one request may need most of the key's bucket
     // (max_tokens x output_weight), and a lender keeping half its share
-    // would leave the bucket split in two halves too small for it.
+    // would leave the bucket split in two halves too small for it -- but
+    // only as much capacity as its tokens back: a busy slice near empty
+    // would otherwise hand its rate to whichever peer asks most often.
     const int64_t keep = s.home / _options.floor_divisor + s.reserved;
     int64_t capacity = s.bucket.capacity() - keep;
-    // Contention: this shard is borrowing for the same key and resource.
-    // Lending each other what each asked for would swap equal amounts and
-    // leave every slice as short as before (nobody admitted), so the lower
-    // shard number wins: it lends nothing to a higher-numbered borrower, and
-    // a higher-numbered one gives it all above the floor, as an idle shard
-    // would. The SPSC order makes this settle: a borrower's request reaches
-    // each peer before its answer to that peer's request does.
+    // Contention: this shard's own round for the same key and resource is
+    // in flight. Lending each other what each asked for would swap equal
+    // amounts and leave every slice as short as before (nobody admitted),
+    // so one of the borrowers has priority and lends nothing to the others.
+    // Priority rotates over the shards every k_priority_slot_ns (all shards
+    // read one monotonic clock), so that a key that stays contended serves
+    // every shard's clients in turn.
     const bool contended = s.replies_pending > 0 && now_ns - s.round_start_ns < _options.round_timeout_ns;
-    if (contended && request.from_shard > _shard) {
+    if (contended && outranks(_shard, request.from_shard, now_ns)) {
       capacity = 0;
-    } else if (!is_idle && !contended) {
-      capacity = std::min(capacity, request.capacity);
+    } else if (!is_idle) {
+      capacity = std::min({capacity, request.capacity, std::max<int64_t>(s.bucket.level(), 0)});
     }
     if (capacity > 0) {
       const int64_t level = std::clamp<int64_t>(s.bucket.level(), 0, capacity);

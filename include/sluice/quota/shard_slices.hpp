@@ -30,15 +30,16 @@
 //   - A peer answers every lend_request with one grant (possibly empty). An
 //     idle peer (no request of that key in flight, none admitted for
 //     `idle_ns`) gives all capacity above a small floor (h / floor_divisor);
-//     an active peer gives at most what was asked for and keeps h / 2.
+//     an active peer gives at most what was asked for, and no more capacity
+//     than its tokens back (a busy slice near empty keeps its rate).
 //     A grant moves capacity plus as many of the lender's tokens as fit in
 //     it; for concurrency only free slots move.
 //   - Contention: a peer whose own round for the same (key, resource) is
-//     in flight (not yet past round_timeout_ns) answers a lend_request by
-//     shard number, so that concurrent rounds cannot just swap equal
-//     amounts and leave every slice short: to a higher-numbered borrower
-//     it lends nothing, to a lower-numbered one all above its floor. The
-//     lowest borrower collects the most.
+//     in flight (not yet past round_timeout_ns) lends nothing to a borrower
+//     it outranks, so that concurrent rounds cannot just swap equal amounts
+//     and leave every slice short. The ranking rotates over the shards
+//     every 100 ms (one monotonic clock), so a key that stays contended
+//     serves every shard's clients in turn.
 //   - tick(): an idle slice holding more than its home share hands the
 //     surplus back, split evenly over the peers (give_back), so capacity
 //     drifts home once a hot connection goes quiet.
@@ -248,6 +249,8 @@ class shard_slices {
   // retry time is the end of the cooldown (the peers may hold more by then:
   // a reservation that was live during the round may have settled).
   enum class step : uint8_t { fits, wait, borrow, reject, cooldown };
+  // Contention priority (answer()): whether shard a goes before shard b now.
+  bool outranks(uint32_t a, uint32_t b, int64_t now_ns) const noexcept;
 
   slice& at(uint32_t key, resource r) noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }
   const slice& at(uint32_t key, resource r) const noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }

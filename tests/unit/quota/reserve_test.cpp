@@ -121,6 +121,36 @@ TEST_SUITE("quota::reserve") {
     }
   }
 
+  TEST_CASE("two shards that both stay short for one key both keep admitting: neither gets under a third") {
+    // 30,000 tokens per minute asked for at ~240 times that rate from both
+    // shards (every 5 ms each tries a request of 300): every round is
+    // contended. Priority rotates, so both shards keep admitting (with a
+    // fixed winner the other got ~28% and lost its rate to the winner).
+    cluster c(2, {key_limits{30000, 0, 0}}, 0);
+    int admitted[2] = {0, 0};
+    reservation held[2];
+    for (int64_t t = 0; t < 60'000 * k_ms; t += 5 * k_ms) {
+      for (int pass = 0; pass < 2; ++pass) {
+        for (uint32_t i = 0; i < 2; ++i) {
+          if (held[i].live) c[i].settle(held[i], 300, t);
+          const decision d = c[i].try_reserve(0, 300, t);
+          if (d.result == outcome::admit) {
+            ++admitted[i];
+            held[i] = d.held;
+          }
+        }
+        c.pump(t);
+      }
+      c[0].tick(t);
+      c[1].tick(t);
+    }
+    CAPTURE(admitted[0]);
+    CAPTURE(admitted[1]);
+    CHECK(admitted[0] + admitted[1] >= 140);  // ~30,000 / 300 per minute, plus the first full bucket
+    CHECK(admitted[0] * 3 >= (admitted[0] + admitted[1]));
+    CHECK(admitted[1] * 3 >= (admitted[0] + admitted[1]));
+  }
+
   TEST_CASE("a borrow round past its timeout no longer counts as contention: the shard lends again") {
     // Shard 0's round never completes (its request to shard 1 is never
     // delivered). Past round_timeout it lends to a higher-numbered
