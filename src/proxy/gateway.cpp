@@ -57,6 +57,10 @@ struct gateway::shard_slot {
   shard::spsc_queue<control_message, 64> inbox;
   std::thread thread;
   shard::reactor* reactor = nullptr;  // set by the shard thread before `ready`
+  // The shard's reactor, kept until the gateway goes (after every thread
+  // is joined): the control thread and peer shards may still wake it while
+  // the shard leaves its loop.
+  std::unique_ptr<shard::reactor> owned_reactor;
   std::atomic<bool> ready{false};
   std::atomic<bool> failed{false};
   std::atomic<bool> stopped{false};
@@ -68,6 +72,24 @@ struct gateway::shard_slot {
   void run() noexcept;
 };
 
+namespace {
+
+// Control thread: queues `m` for the shard, waiting while its inbox is full,
+// unless the shard has stopped (then it takes nothing more). Returns:
+// whether it was queued.
+bool push_control(gateway::shard_slot& s, const control_message& m) noexcept {
+  for (;;) {
+    if (s.inbox.try_push(m)) {
+      ++s.posted;
+      return true;
+    }
+    if (s.stopped.load(std::memory_order_acquire)) return false;
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
 void gateway::shard_slot::run() noexcept {
   char name[16];
   auto r = fmt::format_to_n(name, sizeof name - 1, "sluice-shard{}", index);
@@ -76,7 +98,8 @@ void gateway::shard_slot::run() noexcept {
   if (cpu >= 0 && !shard::pin_current_thread(cpu)) log::warn("shard {}: could not pin to cpu {}", index, cpu);
 
   shard::reactor::options ro;
-  auto rx = shard::reactor::create(ro);
+  owned_reactor = shard::reactor::create(ro);
+  std::unique_ptr<shard::reactor>& rx = owned_reactor;
   if (!rx) {
     failed = true;
     ready = true;
@@ -217,6 +240,11 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
 gateway::~gateway() {
   drain(0);
   join();
+  // A reload that reached a shard's inbox as it stopped: its snapshot copy.
+  for (auto& s : _shards) {
+    control_message m;
+    while (s->inbox.try_pop(m)) delete m.snapshot;
+  }
 }
 
 const shard_stats& gateway::stats(size_t shard) const noexcept { return _shards[shard]->stats; }
@@ -229,12 +257,13 @@ void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noe
     m.drain_ms = drain_ms;
     if (r != nullptr) m.r = *r;
     // The queue holds 64 control messages; a full one means the shard is
-    // far behind, and waiting for it is the right thing for a control op.
-    while (!s->inbox.try_push(m)) std::this_thread::yield();
-    ++s->posted;
+    // far behind, and waiting for it is the right thing for a control op
+    // (unless the shard has stopped: then it takes nothing more).
+    if (!push_control(*s, m)) continue;
     if (s->reactor != nullptr) s->reactor->wake();
   }
 }
+
 
 bool gateway::settle(uint32_t bound_ms) const noexcept {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(bound_ms);
@@ -292,8 +321,10 @@ void gateway::reload(std::shared_ptr<const config::config> next) {
     control_message m;
     m.what = control_message::kind::reload;
     m.snapshot = new std::shared_ptr<const config::config>(next);
-    while (!s->inbox.try_push(m)) std::this_thread::yield();
-    ++s->posted;
+    if (!push_control(*s, m)) {
+      delete m.snapshot;
+      continue;
+    }
     if (s->reactor != nullptr) s->reactor->wake();
   }
 }
