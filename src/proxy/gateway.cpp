@@ -264,7 +264,6 @@ void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noe
   }
 }
 
-
 bool gateway::settle(uint32_t bound_ms) const noexcept {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(bound_ms);
   for (const auto& s : _shards) {
