@@ -144,6 +144,44 @@ need_built() {
     done
 }
 
+# --- tools --------------------------------------------------------------------
+
+# bench_install CMD...: install the Debian packages of the commands missing
+# (apt-get, as root; the packages' own nginx/HAProxy services are kept from
+# starting). BENCH_INSTALL=0: fail instead. BENCH_DEBS=DIR: install the .deb
+# files in DIR with dpkg first (a machine with no registry: fetch them
+# elsewhere with `apt-get download`, see README.md).
+bench_install() {
+    local -A pkg_of=([nginx]=nginx [haproxy]=haproxy [wrk]=wrk [h2load]=nghttp2-client
+                     [taskset]=util-linux [curl]=curl [ss]=iproute2 [pgrep]=procps
+                     [node]=nodejs [lscpu]=util-linux)
+    local missing=() c
+    for c in "$@"; do
+        command -v "$c" >/dev/null || missing+=("${pkg_of[$c]:-$c}")
+    done
+    ((${#missing[@]})) || return 0
+    ((${BENCH_INSTALL:-1})) || die "missing: ${missing[*]} (run without --no-install, or apt-get install them)"
+    [[ $(id -u) == 0 ]] || die "missing: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}"
+    log "installing: ${missing[*]}"
+    # Keep the packages' own nginx/HAProxy services from starting (they
+    # would listen on all interfaces and outlive this script).
+    local policy=/usr/sbin/policy-rc.d made_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    local rc=0
+    if [[ -n ${BENCH_DEBS:-} ]]; then
+        compgen -G "$BENCH_DEBS/*.deb" >/dev/null || die "no .deb files in $BENCH_DEBS"
+        DEBIAN_FRONTEND=noninteractive dpkg -i "$BENCH_DEBS"/*.deb >&2 || rc=$?
+    else
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends "${missing[@]}"; } >&2 || rc=$?
+    fi
+    ((made_policy)) && rm -f "$policy"
+    ((rc == 0)) || die "installing ${missing[*]} failed"
+    for c in "$@"; do command -v "$c" >/dev/null || die "$c is still missing after the install"; done
+}
+
 # --- the processes under test -------------------------------------------------
 
 # start_mock PORT THREADS PIN... -- MOCK_ARGS...
@@ -158,6 +196,7 @@ start_mock() {
 
 # start_sluice NAME PORT BACKEND_PORT CONFIG CPUS PIN...
 # CONFIG may be empty (embedded default), CPUS may be empty (affinity mask).
+# Sets STARTED_PID and STARTED_ADMIN (its admin port).
 start_sluice() {
     local name=$1 port=$2 backend=$3 config=$4 cpus=$5; shift 5
     local admin args=()
@@ -168,7 +207,8 @@ start_sluice() {
     [[ -n $cpus ]] && args+=(--cpus "$cpus")
     local bin
     bin=$(built sluice) || { log "sluice is not built in $BUILD_DIR"; return 1; }
-    START_TIMEOUT_S=5 start_bg "$name" "$port" "$@" "$bin" "${args[@]}"
+    START_TIMEOUT_S=5 start_bg "$name" "$port" "$@" "$bin" "${args[@]}" || return 1
+    STARTED_ADMIN=$admin
 }
 
 # write_sluice_config FILE SPLICE BACKEND_PORT [EXTRA]: the embedded
@@ -201,6 +241,8 @@ EOF
 }
 
 # start_nginx PORT BACKEND_PORT WORKERS PIN...
+# NGINX_MAIN_EXTRA: a line for the main context (bench/scale binds each
+# worker to its own CPU with "worker_cpu_affinity auto;").
 start_nginx() {
     local port=$1 backend=$2 workers=$3; shift 3
     local dir=$BENCH_TMP/nginx-$port
@@ -219,6 +261,7 @@ start_nginx() {
 # front of vLLM, with SSE unbuffered.
 $user_line
 worker_processes $workers;
+${NGINX_MAIN_EXTRA:-}
 worker_rlimit_nofile $nofile;
 daemon off;
 pid $dir/nginx.pid;
