@@ -278,10 +278,12 @@ void shard_server::end_request(downstream_conn* d) noexcept {
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
     // The first choice's finish_reason. The key followed by `":"` cannot
     // match inside a JSON string, where its quotes would be escaped.
+    // memmem, not string_view::find: the latter calls memchr once per '"'
+    // before the key (~80 in vLLM's body: 196 ns against 45).
     constexpr std::string_view k_finish = "\"finish_reason\":\"";
-    const size_t at = body.find(k_finish);
-    if (at != std::string_view::npos) {
-      const size_t from = at + k_finish.size();
+    const void* hit = ::memmem(body.data(), body.size(), k_finish.data(), k_finish.size());
+    if (hit != nullptr) {
+      const size_t from = static_cast<size_t>(static_cast<const char*>(hit) - body.data()) + k_finish.size();
       const size_t to = body.find('"', from);
       if (to != std::string_view::npos && to - from <= sizeof d->facts.finish_reason) {
         std::memcpy(d->facts.finish_reason, body.data() + from, to - from);
