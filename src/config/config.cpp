@@ -34,7 +34,7 @@ const names k_server_keys = {
     "listen", "admin", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
     "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "memory_max_bytes", "splice",
-    "upstream_buffers"};
+    "upstream_buffers", "idle_poll_us"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
                                    "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max"};
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens"};
@@ -301,6 +301,7 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
     r.fail(*t.get("upstream_buffers"),
            fmt::format("server.upstream_buffers = {} is not a power of two (1, 2, 4, ... 4096)", s.upstream_buffers));
   }
+  r.read_uint(t, "server", "idle_poll_us", s.idle_poll_us, 0, 1000, " (0 = never poll)");
   if (s.max_line_bytes > s.max_head_bytes) {
     const toml::node* n = t.get("max_line_bytes");
     if (n == nullptr) n = t.get("max_head_bytes");

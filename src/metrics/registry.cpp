@@ -79,7 +79,7 @@ registry::registry(size_t shard_count, names n, room extra)
   const size_t tokens = g * token_kind_count;
   const size_t rejected = k * reject_reason_count;
   const size_t hist = g * shard_metrics::histogram_width;
-  size_t total = requests + tokens + rejected + 2 * hist + 1 + 2;
+  size_t total = requests + tokens + rejected + 2 * hist + 1 + 5;
   total = (total + line_counters - 1) / line_counters * line_counters;  // whole cache lines
 
   _shards.resize(shard_count);
@@ -267,6 +267,17 @@ void registry::render(std::string& out) const {
   put_family(out, "sluice_loop_cqes_total", "counter", "Completions handled per shard.");
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_cqes_total{{shard=\"{}\"}} {}\n", s, _shards[s]._loop[1].get());
+  }
+  put_family(out, "sluice_loop_polls_total", "counter",
+             "Polls for a completion before sleeping (server.idle_poll_us), by whether one came in time.");
+  for (size_t s = 0; s < _shards.size(); ++s) {
+    fmt::format_to(it, "sluice_loop_polls_total{{shard=\"{}\",result=\"caught\"}} {}\n", s, _shards[s]._loop[2].get());
+    fmt::format_to(it, "sluice_loop_polls_total{{shard=\"{}\",result=\"missed\"}} {}\n", s, _shards[s]._loop[3].get());
+  }
+  put_family(out, "sluice_loop_poll_seconds_total", "counter", "Time spent polling for completions instead of sleeping.");
+  for (size_t s = 0; s < _shards.size(); ++s) {
+    fmt::format_to(it, "sluice_loop_poll_seconds_total{{shard=\"{}\"}} {:.6f}\n", s,
+                   static_cast<double>(_shards[s]._loop[4].get()) / 1e9);
   }
 }
 

@@ -98,6 +98,7 @@ void gateway::shard_slot::run() noexcept {
   if (cpu >= 0 && !shard::pin_current_thread(cpu)) log::warn("shard {}: could not pin to cpu {}", index, cpu);
 
   shard::reactor::options ro;
+  ro.idle_poll_us = cfg->server.idle_poll_us;
   owned_reactor = shard::reactor::create(ro);
   std::unique_ptr<shard::reactor>& rx = owned_reactor;
   if (!rx) {

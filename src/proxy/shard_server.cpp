@@ -265,7 +265,13 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     _stats.audit_dropped.v.store(a.lines_dropped.get(), std::memory_order_relaxed);
     _stats.audit_lost.v.store(a.lines_lost.get(), std::memory_order_relaxed);
   }
-  _metrics.set_loop(_r.iterations(), _r.cqes());
+  // Poll before sleeping only while few requests are open: then the next
+  // completion (a backend's answer, a client's next request) is often
+  // microseconds away and a wake-up costs more than the poll. Under load
+  // completions come back to back and a poll would only fill the gaps.
+  _r.allow_poll(_stats.requests_inflight.get() <= k_poll_open_max);
+  const shard::reactor::poll_stats& ps = _r.polls();
+  _metrics.set_loop(_r.iterations(), _r.cqes(), ps.caught, ps.missed, ps.ns);
   _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
   _stats.memory_bytes.v.store(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)), std::memory_order_relaxed);
   _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);

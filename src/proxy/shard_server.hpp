@@ -470,6 +470,9 @@ class shard_server {
   auth_cache_entry _auth_cache[k_auth_cache_entries];
   bool _draining = false;
   uint64_t _drain_deadline_ms = 0;
+  // The loop polls before sleeping (server.idle_poll_us) only while at most
+  // this many requests are open on the shard.
+  static constexpr uint64_t k_poll_open_max = 2;
 };
 
 }  // namespace sluice::proxy

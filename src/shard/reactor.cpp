@@ -14,19 +14,24 @@ namespace sluice::shard {
 std::unique_ptr<reactor> reactor::create(const options& o) {
   std::unique_ptr<reactor> r(new reactor());
   r->_tick_ms = o.tick_ms;
+  r->_poll = poll_window(uint64_t{o.idle_poll_us} * 1000);
   io_uring_params p{};
   int rc = -EINVAL;
   // Preferred: one issuer thread, task work run only when we wait
   // (IORING_SETUP_SINGLE_ISSUER: Linux 6.0, IORING_SETUP_DEFER_TASKRUN: 6.1).
   // COOP_TASKRUN (5.19) avoids IPIs when DEFER_TASKRUN is not available.
+  // TASKRUN_FLAG (5.19, as COOP_TASKRUN) marks pending task work in the SQ
+  // ring, so a polling loop sees it without a system call.
   struct attempt {
     unsigned flags;
     const char* name;
   };
   const attempt attempts[] = {
-      {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, "single_issuer+defer_taskrun"},
-      {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN, "single_issuer+coop_taskrun"},
-      {IORING_SETUP_COOP_TASKRUN, "coop_taskrun"},
+      {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+       "single_issuer+defer_taskrun"},
+      {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+       "single_issuer+coop_taskrun"},
+      {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, "coop_taskrun"},
       {0, "plain"},
   };
   for (const attempt& a : attempts) {
@@ -44,6 +49,7 @@ std::unique_ptr<reactor> reactor::create(const options& o) {
     }
     if (rc == 0) {
       r->_setup_mode = a.name;
+      r->_taskrun_flag = (a.flags & IORING_SETUP_TASKRUN_FLAG) != 0;
       break;
     }
     if (rc != -EINVAL) break;  // a real failure, not a missing flag
@@ -109,7 +115,69 @@ void reactor::wake() noexcept {
   (void)n;  // EAGAIN: the counter is saturated, the loop is awake anyway
 }
 
+namespace {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+bool reactor::poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept {
+  const uint64_t until = now_ns + window_ns;
+  for (unsigned i = 1;; ++i) {
+    if (io_uring_cq_ready(&_ring) != 0) return true;
+    if (_taskrun_flag && (IO_URING_READ_ONCE(*_ring.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
+      // A completion waits as task work (a socket became readable, say):
+      // run it, and its CQE lands in the ring.
+      io_uring_get_events(&_ring);
+      continue;
+    }
+    cpu_relax();
+    if ((i & 7) == 0) {
+      now_ns = monotonic_ns();
+      if (now_ns >= until) {
+        // Last look, task work included: the thread may have been off its
+        // core for part of the window.
+        if (_taskrun_flag && (IO_URING_READ_ONCE(*_ring.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
+          io_uring_get_events(&_ring);
+        }
+        return io_uring_cq_ready(&_ring) != 0;
+      }
+    }
+  }
+}
+
 unsigned reactor::run_once(uint32_t wait_ms) noexcept {
+  // Polling: submit first (a send completes inline and posts its CQE now),
+  // then poll for the window, then sleep. How long the wait took teaches
+  // the window (poll_window).
+  const bool poll = _poll_allowed && _poll.max_ns() != 0;
+  bool ready = false;
+  uint64_t wait_start_ns = 0;
+  if (poll) {
+    io_uring_submit(&_ring);
+    ready = io_uring_cq_ready(&_ring) != 0;
+    if (!ready) {
+      wait_start_ns = monotonic_ns();
+      if (_poll.ns() != 0) {
+        uint64_t t = wait_start_ns;
+        ready = poll_for_completion(_poll.ns(), t);
+        if (ready) {
+          ++_poll_stats.caught;
+          t = monotonic_ns();
+          _poll.on_wait(t - wait_start_ns);
+        } else {
+          ++_poll_stats.missed;
+        }
+        _poll_stats.ns += t - wait_start_ns;
+      }
+    }
+  }
   __kernel_timespec ts{};
   ts.tv_sec = wait_ms / 1000;
   ts.tv_nsec = static_cast<long long>(wait_ms % 1000) * 1'000'000;
@@ -118,7 +186,9 @@ unsigned reactor::run_once(uint32_t wait_ms) noexcept {
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY) {
     log::error("io_uring_submit_and_wait_timeout: {}", std::strerror(-rc));
   }
-  _now_ms = monotonic_ms();
+  const uint64_t now_ns = monotonic_ns();
+  _now_ms = now_ns / 1'000'000u;
+  if (poll && wait_start_ns != 0 && !ready) _poll.on_wait(now_ns - wait_start_ns);
   unsigned head;
   unsigned seen = 0;
   io_uring_for_each_cqe(&_ring, head, cqe) {

@@ -436,3 +436,57 @@ describe('/metrics', () => {
     }
   });
 });
+
+describe('idle polling (server.idle_poll_us)', () => {
+  let backend;
+  before(async () => { backend = await start_mock_vllm({ model: 'backend-0', reply_tokens }); });
+  after(() => stop_all(backend));
+
+  // One request after another, each on its own connection: at most one
+  // request is open, so a shard may poll before it sleeps. Returns the
+  // scrape after the last request and the bodies' completion counts.
+  async function sequential(server_table) {
+    const sluice = await start_sluice({
+      config: gateway_config({
+        tables: server_table ? { server: server_table } : {},
+        groups: [{ name: 'g', models: ['m'], backends: [backend.url] }],
+        keys: [{ id: 'alice', key: alice, groups: ['*'] }],
+      }),
+    });
+    try {
+      const completions = [];
+      for (let i = 0; i < 20; ++i) {
+        const r = await post_fresh(sluice.url, chat_body({ model: 'm', content: `poll ${i}`, max_tokens: 4 }), { key: alice });
+        assert.equal(r.status, 200, r.text);
+        completions.push(JSON.parse(r.text).usage.completion_tokens);
+      }
+      return { m: (await scrape(sluice.admin_url)).parsed, completions };
+    } finally {
+      await sluice.stop();
+    }
+  }
+  const sum = (m, name, labels) => samples(m, name, labels).reduce((a, s) => a + s.value, 0);
+
+  it('by default every shard polls before it sleeps while few requests are open, and says how long', async () => {
+    const { m, completions } = await sequential(null);
+    assert.deepEqual(completions, Array(20).fill(4));
+    // The window starts at its largest, so a shard's first wait with
+    // nothing open starts with a poll, whatever it then catches (later
+    // waits adapt the window to the traffic: see poll_window.hpp).
+    const shards = new Set(samples(m, 'sluice_loop_polls_total').map((s) => s.labels.shard));
+    assert.ok(shards.size >= 1);
+    for (const shard of shards) {
+      const polls = sum(m, 'sluice_loop_polls_total', { shard });
+      assert.ok(polls >= 1, `shard ${shard}: ${polls} polls`);
+      assert.ok(sum(m, 'sluice_loop_poll_seconds_total', { shard }) > 0, `shard ${shard}: poll seconds`);
+    }
+  });
+
+  it('idle_poll_us = 0: the same requests, answered the same, and never a poll', async () => {
+    const { m, completions } = await sequential({ idle_poll_us: 0 });
+    assert.deepEqual(completions, Array(20).fill(4));
+    assert.equal(sum(m, 'sluice_loop_polls_total'), 0);
+    assert.equal(sum(m, 'sluice_loop_poll_seconds_total'), 0);
+    assert.ok(samples(m, 'sluice_loop_polls_total').length > 0, 'the family is there, at 0');
+  });
+});

@@ -52,6 +52,7 @@ struct server_config {
   uint64_t memory_max_bytes = 1ull << 30; // per shard connection memory; beyond: new requests get 503 (0 = no cap)
   bool splice = false;                   // true: long bodies by splice; false (default): copy path (README: why)
   uint32_t upstream_buffers = 64;        // per shard, 64 KiB each, lent to backend receives while bytes are held
+  uint32_t idle_poll_us = 50;            // a shard with few requests open polls this long before sleeping (0 = never)
 };
 
 struct upstream_config {

@@ -68,9 +68,13 @@ class shard_metrics {
   void observe_ttft_us(uint32_t group, uint64_t us) noexcept { observe(_ttft, group, us); }
   void observe_duration_us(uint32_t group, uint64_t us) noexcept { observe(_duration, group, us); }
   // From the reactor, once per loop iteration (or less often).
-  void set_loop(uint64_t iterations, uint64_t cqes) noexcept {
+  void set_loop(uint64_t iterations, uint64_t cqes, uint64_t polls_caught = 0, uint64_t polls_missed = 0,
+                uint64_t poll_ns = 0) noexcept {
     _loop[0].set(iterations);
     _loop[1].set(cqes);
+    _loop[2].set(polls_caught);
+    _loop[3].set(polls_missed);
+    _loop[4].set(poll_ns);
   }
 
  private:
@@ -99,7 +103,7 @@ class shard_metrics {
   counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
   counter* _duration = nullptr;   // [(groups+1) × histogram_width]
   counter* _inflight = nullptr;
-  counter* _loop = nullptr;       // [iterations, cqes]
+  counter* _loop = nullptr;       // [iterations, cqes, polls caught, polls missed, poll ns]
 };
 
 // Process-wide. Created from the config before the shards start, destroyed

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "sluice/core/result.hpp"
+#include "sluice/shard/poll_window.hpp"
 
 namespace sluice::shard {
 
@@ -26,6 +27,15 @@ class reactor {
     bool single_issuer = true;   // IORING_SETUP_SINGLE_ISSUER: Linux 6.0
     bool defer_taskrun = true;   // IORING_SETUP_DEFER_TASKRUN: Linux 6.1
     uint32_t tick_ms = 20;       // the loop wakes at least this often for timers
+    // The most the loop polls for a completion before it sleeps, while its
+    // owner allows it (allow_poll): see poll_window. 0: never poll.
+    uint32_t idle_poll_us = 0;
+  };
+
+  struct poll_stats {
+    uint64_t caught = 0;   // polls that found a completion
+    uint64_t missed = 0;   // polls that saw their window pass
+    uint64_t ns = 0;       // time spent polling
   };
 
   struct hooks {
@@ -57,8 +67,16 @@ class reactor {
   // Runs until stop() or a hook asks. Returns after draining the iteration.
   void run(const hooks& h) noexcept;
   // One iteration: submit, wait up to `wait_ms` for a completion, dispatch
-  // what is there. Returns: the number of completions handled.
+  // what is there. Returns: the number of completions handled. While polling
+  // is allowed, the submit goes first and the wait is preceded by a poll of
+  // the window's length (on rings set up with IORING_SETUP_TASKRUN_FLAG).
   unsigned run_once(uint32_t wait_ms) noexcept;
+  // The owner's say, per iteration: whether polling pays now (a shard allows
+  // it while few requests are open: under load completions come back to back
+  // and a poll would only fill the gaps between them).
+  void allow_poll(bool yes) noexcept { _poll_allowed = yes; }
+  const poll_stats& polls() const noexcept { return _poll_stats; }
+  uint64_t poll_window_ns() const noexcept { return _poll.ns(); }
   void stop() noexcept { _stopping = true; }
   bool stopping() const noexcept { return _stopping; }
 
@@ -73,6 +91,9 @@ class reactor {
   reactor() = default;
   static void on_wake(completion* c, const io_uring_cqe* cqe);
   void arm_wake() noexcept;
+  // Spins until a completion is ready or `window_ns` passed. Returns: whether
+  // one is ready; `now_ns` is the clock at the end.
+  bool poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept;
 
   io_uring _ring{};
   int _event_fd = -1;
@@ -88,6 +109,10 @@ class reactor {
   uint64_t _cqes = 0;
   bool _stopping = false;
   bool _ring_ready = false;
+  bool _taskrun_flag = false;  // the kernel flags pending task work in the SQ ring
+  bool _poll_allowed = false;
+  poll_window _poll;
+  poll_stats _poll_stats;
 };
 
 }  // namespace sluice::shard

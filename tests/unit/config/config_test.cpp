@@ -64,6 +64,7 @@ TEST_SUITE("config::load") {
     CHECK(c->server.max_body_bytes == 8u << 20);
     CHECK_FALSE(c->server.splice);  // the copy path wins the trickle workload (bench/RESULTS.md)
     CHECK(c->server.upstream_buffers == 64);
+    CHECK(c->server.idle_poll_us == 50);
     CHECK(c->upstream.first_byte_timeout_ms == 120000);
     CHECK(c->audit.path == "sluice-audit.jsonl");
     REQUIRE(c->groups.size() == 1);
@@ -102,6 +103,7 @@ inflight_max = 10
 memory_max_bytes = 0
 splice = true
 upstream_buffers = 8
+idle_poll_us = 0
 
 [upstream]
 connect_timeout_ms = 500
@@ -163,6 +165,7 @@ groups = ["qw*"]
     CHECK(s.memory_max_bytes == 0);
     CHECK(s.splice);
     CHECK(s.upstream_buffers == 8);
+    CHECK(s.idle_poll_us == 0);
     CHECK(c->upstream.connect_timeout_ms == 500);
     CHECK(c->upstream.first_byte_timeout_ms == 600);
     CHECK(c->upstream.stream_idle_timeout_ms == 700);
@@ -245,6 +248,7 @@ TEST_SUITE("config::errors") {
       {"boolean type", "[server]\nsplice = 1\n", 2, "server.splice must be true or false"},
       {"upstream buffers not a power of two", "[server]\nupstream_buffers = 48\n", 2, "is not a power of two"},
       {"no upstream buffers", "[server]\nupstream_buffers = 0\n", 2, "upstream_buffers = 0 is out of range"},
+      {"poll window too long", "[server]\nidle_poll_us = 1001\n", 2, "server.idle_poll_us = 1001 is out of range"},
       {"line larger than head", "[server]\nmax_head_bytes = 2048\nmax_line_bytes = 4096\n", 3, "larger than server.max_head_bytes"},
       {"bad listen address", "[server]\nlisten = \"localhost:80\"\n", 2, "server.listen: bad address \"localhost:80\""},
       {"listen without port", "[server]\nlisten = \"127.0.0.1\"\n", 2, "missing \":port\""},

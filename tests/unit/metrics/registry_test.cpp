@@ -218,7 +218,8 @@ TEST_SUITE("metrics::registry") {
     const std::vector<std::string> expected = {
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_quota_rejected_total",
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_ttft_seconds",
-        "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total"};
+        "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
+        "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total"};
     CHECK(x.family_order == expected);
     CHECK(x.types.at("sluice_ttft_seconds") == "histogram");
     CHECK(x.types.at("sluice_inflight_requests") == "gauge");
@@ -226,6 +227,8 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, "sluice_backend_up{backend=\"http://b1:8000\"}") == 0);
     CHECK(sample(x, "sluice_ttft_seconds_count{group=\"g0\"}") == 0);
     CHECK(sample(x, "sluice_loop_cqes_total{shard=\"2\"}") == 0);
+    CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 0);
+    CHECK(sample(x, R"(sluice_loop_poll_seconds_total{shard="0"})") == 0);
   }
 
   TEST_CASE("counters written on several shards are summed at scrape time") {
@@ -237,7 +240,7 @@ TEST_SUITE("metrics::registry") {
       m.tokens(1, 10 * (s + 1), 100);
       m.quota_rejected(1, reject_reason::tokens);
       m.inflight_add();
-      m.set_loop(1000 + s, 2000 + s);
+      m.set_loop(1000 + s, 2000 + s, 30 + s, 40 + s, 1'500'000'000 * (s + 1));
     }
     r.shard(0).quota_rejected(0, reject_reason::too_large);
     r.shard(2).inflight_sub();
@@ -252,6 +255,10 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, "sluice_inflight_requests{}") == 2);
     CHECK(sample(x, R"(sluice_loop_iterations_total{shard="1"})") == 1001);
     CHECK(sample(x, R"(sluice_loop_cqes_total{shard="2"})") == 2002);
+    // Per shard, not summed: polls by result, and the time they took.
+    CHECK(sample(x, R"(sluice_loop_polls_total{shard="1",result="caught"})") == 31);
+    CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 42);
+    CHECK(sample(x, R"(sluice_loop_poll_seconds_total{shard="1"})") == doctest::Approx(3.0));
     // Zero series of the sparse families are left out.
     CHECK(x.samples.count(R"(sluice_requests_total{group="g0",backend="http://b0:8000",code="200"})") == 0);
     CHECK(x.samples.count(R"(sluice_quota_rejected_total{key="alice",reason="tokens"})") == 0);

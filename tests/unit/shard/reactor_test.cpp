@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <memory>
+#include <cerrno>
 #include <thread>
 
 #include "sluice/shard/reactor.hpp"
@@ -10,10 +12,28 @@ using sluice::shard::completion;
 using sluice::shard::reactor;
 
 namespace {
+// Counts its completions and keeps the last result.
 struct nop_probe : completion {
   int calls = 0;
   int res = -1;
+  nop_probe() {
+    fn = [](completion* c, const io_uring_cqe* cqe) {
+      auto* self = static_cast<nop_probe*>(c);
+      ++self->calls;
+      self->res = cqe->res;
+    };
+  }
 };
+
+// A reactor allowed to poll for up to `poll_us` before it sleeps.
+std::unique_ptr<reactor> polling_reactor(uint32_t poll_us, uint32_t tick_ms = 20) {
+  reactor::options o;
+  o.idle_poll_us = poll_us;
+  o.tick_ms = tick_ms;
+  auto r = reactor::create(o);
+  if (r) r->allow_poll(true);
+  return r;
+}
 }  // namespace
 
 TEST_SUITE("shard::reactor") {
@@ -21,11 +41,6 @@ TEST_SUITE("shard::reactor") {
     auto r = reactor::create(reactor::options{});
     REQUIRE(r != nullptr);
     nop_probe p;
-    p.fn = [](completion* c, const io_uring_cqe* cqe) {
-      auto* self = static_cast<nop_probe*>(c);
-      ++self->calls;
-      self->res = cqe->res;
-    };
     io_uring_prep_nop(r->sqe(&p));
     for (int i = 0; i < 50 && p.calls == 0; ++i) r->run_once(100);
     CHECK(p.calls == 1);
@@ -67,5 +82,57 @@ TEST_SUITE("shard::reactor") {
     auto r = reactor::create(o);
     REQUIRE(r != nullptr);
     CHECK(std::string_view(r->setup_mode()).find("single_issuer") == std::string_view::npos);
+  }
+
+  TEST_CASE("polling: a completion already there after the submit is taken without a poll") {
+    auto r = polling_reactor(1000);
+    REQUIRE(r != nullptr);
+    nop_probe p;
+    io_uring_prep_nop(r->sqe(&p));
+    CHECK(r->run_once(1000) >= 1);
+    CHECK(p.calls == 1);
+    CHECK(r->polls().caught == 0);
+    CHECK(r->polls().missed == 0);
+  }
+
+  TEST_CASE("polling: a completion that comes within the window is caught by the poll") {
+    auto r = polling_reactor(1000, 60000);  // a sleep would be long: only the poll returns at once
+    REQUIRE(r != nullptr);
+    nop_probe p;
+    __kernel_timespec ts{};
+    ts.tv_nsec = 50'000;  // 50 µs, well inside the 1 ms window
+    io_uring_prep_timeout(r->sqe(&p), &ts, 0, 0);
+    r->run_once(60000);
+    CHECK(p.calls == 1);
+    CHECK(p.res == -ETIME);
+    CHECK(r->polls().caught == 1);
+    CHECK(r->polls().missed == 0);
+    CHECK(r->poll_window_ns() == 1'000'000);  // caught within the window: unchanged
+  }
+
+  TEST_CASE("polling: with nothing to come the poll misses, the loop sleeps, and the long wait halves the window") {
+    auto r = polling_reactor(100);
+    REQUIRE(r != nullptr);
+    CHECK(r->run_once(5) == 0);  // 100 µs of polling, then 5 ms asleep
+    CHECK(r->polls().caught == 0);
+    CHECK(r->polls().missed == 1);
+    CHECK(r->polls().ns >= 100'000);
+    CHECK(r->poll_window_ns() == 50'000);
+  }
+
+  TEST_CASE("polling: a loop not allowed to poll, or set up without it, never polls") {
+    reactor::options o;
+    o.idle_poll_us = 100;
+    auto r = reactor::create(o);
+    REQUIRE(r != nullptr);
+    CHECK(r->run_once(1) == 0);  // allow_poll not called: not allowed
+    reactor::options off;
+    off.idle_poll_us = 0;
+    auto r0 = reactor::create(off);
+    REQUIRE(r0 != nullptr);
+    r0->allow_poll(true);
+    CHECK(r0->run_once(1) == 0);
+    CHECK(r->polls().caught + r->polls().missed + r0->polls().caught + r0->polls().missed == 0);
+    CHECK(r->polls().ns + r0->polls().ns == 0);
   }
 }
