@@ -69,7 +69,8 @@ class reactor {
   // One iteration: submit, wait up to `wait_ms` for a completion, dispatch
   // what is there. Returns: the number of completions handled. While polling
   // is allowed, the submit goes first and the wait is preceded by a poll of
-  // the window's length (on rings set up with IORING_SETUP_TASKRUN_FLAG).
+  // the window's length (with IORING_SETUP_TASKRUN_FLAG the poll also runs
+  // the task work the kernel flags, so it needs no system call to see it).
   unsigned run_once(uint32_t wait_ms) noexcept;
   // The owner's say, per iteration: whether polling pays now (a shard allows
   // it while few requests are open: under load completions come back to back
