@@ -32,6 +32,7 @@ std::unique_ptr<reactor> reactor::create(const options& o) {
       {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
        "single_issuer+coop_taskrun"},
       {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, "coop_taskrun"},
+      {IORING_SETUP_COOP_TASKRUN, "coop_taskrun, no taskrun flag"},
       {0, "plain"},
   };
   for (const attempt& a : attempts) {
@@ -129,24 +130,24 @@ inline void cpu_relax() noexcept {
 
 bool reactor::poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept {
   const uint64_t until = now_ns + window_ns;
+  // Runs the task work the kernel flagged (a socket became readable, say):
+  // its CQEs land in the ring. Returns: false when that failed (the poll
+  // then ends: the wait that follows runs it).
+  const auto run_task_work = [this]() noexcept {
+    if (!_taskrun_flag || (IO_URING_READ_ONCE(*_ring.sq.kflags) & IORING_SQ_TASKRUN) == 0) return true;
+    return io_uring_get_events(&_ring) >= 0;
+  };
   for (unsigned i = 1;; ++i) {
     if (io_uring_cq_ready(&_ring) != 0) return true;
-    if (_taskrun_flag && (IO_URING_READ_ONCE(*_ring.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
-      // A completion waits as task work (a socket became readable, say):
-      // run it, and its CQE lands in the ring.
-      io_uring_get_events(&_ring);
-      continue;
-    }
+    if (!run_task_work()) return false;
+    if (io_uring_cq_ready(&_ring) != 0) return true;
     cpu_relax();
     if ((i & 7) == 0) {
       now_ns = monotonic_ns();
       if (now_ns >= until) {
         // Last look, task work included: the thread may have been off its
         // core for part of the window.
-        if (_taskrun_flag && (IO_URING_READ_ONCE(*_ring.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
-          io_uring_get_events(&_ring);
-        }
-        return io_uring_cq_ready(&_ring) != 0;
+        return run_task_work() && io_uring_cq_ready(&_ring) != 0;
       }
     }
   }
@@ -154,9 +155,10 @@ bool reactor::poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept
 
 unsigned reactor::run_once(uint32_t wait_ms) noexcept {
   // Polling: submit first (a send completes inline and posts its CQE now),
-  // then poll for the window, then sleep. How long the wait took teaches
-  // the window (poll_window).
-  const bool poll = _poll_allowed && _poll.max_ns() != 0;
+  // then poll for the window, then sleep. How long a wait the poll did not
+  // catch took teaches the window (poll_window); a caught one leaves it. A
+  // call that does not wait (wait_ms 0) does not poll either.
+  const bool poll = _poll_allowed && _poll.max_ns() != 0 && wait_ms != 0;
   bool ready = false;
   uint64_t wait_start_ns = 0;
   if (poll) {
@@ -170,7 +172,6 @@ unsigned reactor::run_once(uint32_t wait_ms) noexcept {
         if (ready) {
           ++_poll_stats.caught;
           t = monotonic_ns();
-          _poll.on_wait(t - wait_start_ns);
         } else {
           ++_poll_stats.missed;
         }

@@ -482,6 +482,52 @@ describe('idle polling (server.idle_poll_us)', () => {
     }
   });
 
+  it('a shard with 3 requests open never polls: over 10+ loop iterations the poll counters stand still', async () => {
+    // Tokens 0.5 ms apart for 1.5 s: waits a 1 ms window would catch, so a
+    // shard allowed to poll would poll on most iterations.
+    const slow = await start_mock_vllm({ model: 'slow', reply_tokens: 3000, tokens_per_sec: 2000 });
+    const sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { idle_poll_us: 1000 } },
+        groups: [{ name: 'g', models: ['m'], backends: [slow.url] }],
+        keys: [{ id: 'alice', key: alice, groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],  // one shard: all three requests are its
+    });
+    try {
+      const loop = async () => {
+        const m = (await scrape(sluice.admin_url)).parsed;
+        return { iterations: sum(m, 'sluice_loop_iterations_total'), polls: sum(m, 'sluice_loop_polls_total') };
+      };
+      const streams = [0, 1, 2].map((i) => {
+        let first;
+        const started = new Promise((resolve) => { first = resolve; });
+        const result = post_fresh(sluice.url, chat_body({ model: 'm', stream: true, content: `open ${i}`, max_tokens: 3000 }),
+          { key: alice, on_data: () => first() });
+        result.then(() => first());
+        return { started, result };
+      });
+      await Promise.all(streams.map((x) => x.started));
+      // The loop reads the open count once per iteration: two more, and
+      // what it polled before the third request opened is published.
+      const opened = await loop();
+      let before;
+      await poll(async () => (before = await loop()).iterations >= opened.iterations + 2,
+        { timeout_ms: bound_ms(5000), what: '2 loop iterations' });
+      let after;
+      await poll(async () => (after = await loop()).iterations >= before.iterations + 10,
+        { timeout_ms: bound_ms(5000), what: '10 loop iterations with 3 streams open' });
+      assert.equal(after.polls, before.polls, `polls over ${after.iterations - before.iterations} iterations`);
+      for (const x of streams) {
+        const r = await x.result;
+        assert.equal(r.status, 200);
+        assert.ok(r.text.endsWith('data: [DONE]\n\n'), 'each stream ends whole');
+      }
+    } finally {
+      await stop_all(sluice, slow);
+    }
+  });
+
   it('idle_poll_us = 0: the same requests, answered the same, and never a poll', async () => {
     const { m, completions } = await sequential({ idle_poll_us: 0 });
     assert.deepEqual(completions, Array(20).fill(4));

@@ -67,7 +67,8 @@ class reactor {
   // Runs until stop() or a hook asks. Returns after draining the iteration.
   void run(const hooks& h) noexcept;
   // One iteration: submit, wait up to `wait_ms` for a completion, dispatch
-  // what is there. Returns: the number of completions handled. While polling
+  // what is there (a poll first makes the wait up to the poll window
+  // longer). Returns: the number of completions handled. While polling
   // is allowed, the submit goes first and the wait is preceded by a poll of
   // the window's length (with IORING_SETUP_TASKRUN_FLAG the poll also runs
   // the task work the kernel flags, so it needs no system call to see it).
