@@ -1,6 +1,7 @@
 #include "sluice/audit/record.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstring>
 
@@ -44,6 +45,14 @@ int utf8_sequence(const unsigned char* s, size_t n) noexcept {
   return len;
 }
 
+// Bytes that go into a JSON string as they are: printable ASCII but '"'
+// and '\\' (one table load per byte instead of four compares).
+constexpr std::array<bool, 256> k_plain = [] {
+  std::array<bool, 256> t{};
+  for (unsigned c = 0x20; c < 0x80; ++c) t[c] = c != '"' && c != '\\';
+  return t;
+}();
+
 // Writes `"escaped"`, or null for an empty view. The escaped content is cut
 // at max_field_bytes, always between characters.
 void put_string(out_cursor& o, std::string_view v) noexcept {
@@ -60,7 +69,7 @@ void put_string(out_cursor& o, std::string_view v) noexcept {
   while (i < v.size() && o.ok) {
     // A run of bytes that need no escape goes out in one copy.
     size_t plain = i;
-    while (plain < v.size() && s[plain] >= 0x20 && s[plain] < 0x80 && s[plain] != '"' && s[plain] != '\\') ++plain;
+    while (plain < v.size() && k_plain[s[plain]]) ++plain;
     if (plain > i) {
       const size_t n = std::min(plain - i, max_field_bytes - emitted);
       o.put(std::string_view(v.data() + i, n));
