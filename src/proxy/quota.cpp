@@ -238,9 +238,15 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
       if (r != nullptr) r->wake();
     }
   }
-  // Load reports: changed in-flight counts, at most every 10 ms, without a
-  // wake-up (the peer reads them at its next iteration; they are advice).
-  if (now - _last_report_ms >= 10) {
+  // Load reports: changed in-flight counts, without a wake-up (the peer
+  // reads them at its next iteration; they are advice). Every 10 ms while
+  // the shard is busy; at once when it has gone idle, so that no peer keeps
+  // a load that has ended and spills a session off its backend for it
+  // until this shard's next tick. Idle comes rarely under load (requests
+  // overlap), and at low load a report per request is cheap.
+  const bool changed = _routes->local_version() != _reported_version;
+  if (changed && (now - _last_report_ms >= 10 || _stats.requests_inflight.get() == 0)) {
+    _reported_version = _routes->local_version();
     _last_report_ms = now;
     for (uint32_t b = 0; b < _reported.size(); ++b) {
       const route::message rep = _routes->load_report(b);

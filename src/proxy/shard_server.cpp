@@ -295,6 +295,7 @@ void shard_server::reload(std::shared_ptr<const config::config> next) {
   for (size_t i = 0; i < n.backends.size(); ++i) backends[i].cfg = &n.backends[i];
   _backends = std::move(backends);
   _reported.resize(n.backends.size(), 0);
+  _reported_version = ~uint64_t{0};  // a new table counts afresh: compare at the next report
   _last_failed.resize(n.backends.size(), 0);
   if (n.keys.size() > _cfg->keys.size()) {
     std::vector<quota::key_limits> more;

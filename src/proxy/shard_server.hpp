@@ -443,6 +443,7 @@ class shard_server {
   uint64_t _last_report_ms = 0;
   uint64_t _last_quota_tick_ms = 0;
   std::vector<uint32_t> _reported;       // last load reported per backend (cold-sized)
+  uint64_t _reported_version = ~uint64_t{0};  // _routes->local_version() at the last report
   std::vector<uint8_t> _last_failed;     // last outcome reported per backend was a failure
   int _listen_fd;
   http::limits _limits;

@@ -124,12 +124,14 @@ choice table::pick(uint32_t group, const route_key_result& key, uint64_t tried_m
 
 void table::on_request_start(uint32_t backend) noexcept {
   ++_local[backend];
+  ++_local_version;
   set_load(backend);
 }
 
 void table::on_request_end(uint32_t backend) noexcept {
   SLUICE_ASSERT(_local[backend] > 0);
   if (_local[backend] > 0) --_local[backend];
+  ++_local_version;
   set_load(backend);
 }
 

@@ -45,6 +45,14 @@ function assert_all_ok(results, what) {
   assert.equal(bad.length, 0, `${what}: ${bad.length} of ${results.length} failed; first: ${JSON.stringify(bad[0] && { status: bad[0].status, error: bad[0].error?.message, text: bad[0].text?.slice(0, 300) })}`);
 }
 
+// One session-balanced group "g" over `backends` for every model, and the
+// key with every group.
+const session_group = (backends, bounded_load, tables = {}) => gateway_config({
+  tables,
+  groups: [{ name: 'g', models: ['*'], balance: 'session', bounded_load, backends: backends.map((b) => b.url) }],
+  keys: [{ id: 'all', key, groups: ['*'] }],
+});
+
 async function send(base_url, body, { headers = {}, api_key = key } = {}) {
   const r = await post_fresh(base_url, body, { key: api_key, headers });
   return { ...r, backend: r.status === 200 ? backend_of(r.text) : -1 };
@@ -169,16 +177,12 @@ describe('a backend killed under load', () => {
 
   before(async () => {
     backends = await start_backends(3);
+    // bounded_load = 0: "the other sessions stay put" must not be blurred
+    // by load spill while the victim's sessions pile onto the survivors.
     sluice = await start_sluice({
-      config: gateway_config({
-        tables: {
-          health: { interval_ms: 100, timeout_ms: 200, rise: 2, fall: 1, eject_after: 1, backoff_ms: 60000, backoff_max_ms: 60000 },
-          upstream: { max_retries: 2, connect_timeout_ms: 500 },
-        },
-        // bounded_load = 0: "the other sessions stay put" must not be blurred
-        // by load spill while the victim's sessions pile onto the survivors.
-        groups: [{ name: 'g', models: ['*'], balance: 'session', bounded_load: 0, backends: backends.map((b) => b.url) }],
-        keys: [{ id: 'all', key, groups: ['*'] }],
+      config: session_group(backends, 0, {
+        health: { interval_ms: 100, timeout_ms: 200, rise: 2, fall: 1, eject_after: 1, backoff_ms: 60000, backoff_max_ms: 60000 },
+        upstream: { max_retries: 2, connect_timeout_ms: 500 },
       }),
     });
   });
@@ -325,5 +329,41 @@ describe('bounded load: one hot session at 10x the others\' rate', () => {
   it('with bounded_load = 0 the hot session stays on one backend', async () => {
     const counts = await hot_run('unbounded');
     assert.equal(counts.filter((c) => c > 0).length, 1, `hot session spread: ${counts}`);
+  });
+});
+
+// ---------------------------------------------------------------------------
+
+describe('bounded load right after a burst', () => {
+  let backends;
+  let sluice;
+
+  before(async () => {
+    backends = await start_backends(3);
+    sluice = await start_sluice({ config: session_group(backends, 1.25) });
+  });
+  after(() => stop_all(sluice, ...(backends ?? [])));
+
+  it('a shard that goes idle tells the others at once: two requests of a session right after its burst stay home', async () => {
+    // Short requests one after another, on fresh connections (so over the
+    // shards): each starts and ends within a report interval, so a shard
+    // that reported "1 in flight" only on the interval would leave that
+    // figure with the others until its next tick. Two requests at once
+    // right after would then see their home at 2 (one stale, one real)
+    // over a bound of 2 and spill one, for a load long gone.
+    const trials = 40;
+    const moved = [];
+    for (let t = 0; t < trials; ++t) {
+      const session = `burst-session-${t}`;
+      const burst = [];
+      for (let i = 0; i < 5; ++i) burst.push(await send(sluice.url, chat('any', { user: `burst ${t} ${i}` }), { headers: { 'x-session-id': session } }));
+      assert_all_ok(burst, `trial ${t}: burst`);
+      const home = burst[0].backend;
+      assert.ok(burst.every((r) => r.backend === home), `trial ${t}: one at a time, yet ${burst.map((r) => r.backend)}`);
+      const pair = await Promise.all([0, 1].map((i) => send(sluice.url, chat('any', { user: `pair ${t} ${i}` }), { headers: { 'x-session-id': session } })));
+      assert_all_ok(pair, `trial ${t}: pair`);
+      if (pair.some((r) => r.backend !== home)) moved.push(`trial ${t}: home ${home}, pair ${pair.map((r) => r.backend)}`);
+    }
+    assert.deepEqual(moved, [], 'every pair stays on its session\'s backend');
   });
 });

@@ -76,6 +76,9 @@ class table {
   // This shard's in-flight accounting (call once per attempt, and its end).
   void on_request_start(uint32_t backend) noexcept;
   void on_request_end(uint32_t backend) noexcept;
+  // Moves with every start and end: a reporter that saw the same value has
+  // nothing new to report.
+  uint64_t local_version() const noexcept { return _local_version; }
 
   // This shard's report for `backend`, for the other shards.
   message load_report(uint32_t backend) const noexcept {
@@ -115,6 +118,7 @@ class table {
   std::vector<uint32_t> _remote;      // [shard * backends + backend]: last reports
   std::vector<uint32_t> _waiting;     // vllm:num_requests_waiting
   std::vector<uint32_t> _load;        // the sum of the three: the load view
+  uint64_t _local_version = 0;
 };
 
 }  // namespace sluice::route

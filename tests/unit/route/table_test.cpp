@@ -74,6 +74,21 @@ TEST_SUITE("route::table") {
     t.apply({message_kind::load_report, 0, 0, 99, k_none, 2});  // unknown backend: ignored
   }
 
+  TEST_CASE("the local version moves with every start and end, and only with them") {
+    auto cfg = load("session");
+    table t(*cfg, 0, 2);
+    const uint64_t v0 = t.local_version();
+    t.apply({message_kind::load_report, 0, 1, 0, k_none, 3});  // another shard's report
+    t.apply({message_kind::backend_waiting, 0, 0, 0, k_none, 4});
+    CHECK(t.local_version() == v0);
+    t.on_request_start(1);
+    const uint64_t v1 = t.local_version();
+    CHECK(v1 != v0);
+    t.on_request_end(1);  // back to the same count: still a change to report
+    CHECK(t.local_version() != v1);
+    CHECK(t.local_version() != v0);
+  }
+
   TEST_CASE("a hot key spills under bounded load and stays when it is off") {
     auto spill = load("session");
     auto stay = load("session", "bounded_load = 0\n");
