@@ -50,8 +50,8 @@ shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const
   _outbox_tail.assign(shard_count, 0);
 }
 
-bool shard_slices::outranks(uint32_t a, uint32_t b, int64_t now_ns) const noexcept {
-  const auto leader = static_cast<uint32_t>(static_cast<uint64_t>(now_ns / k_priority_slot_ns) % _shard_count);
+bool shard_slices::outranks(uint32_t a, uint32_t b, int64_t at_ns) const noexcept {
+  const auto leader = static_cast<uint32_t>(static_cast<uint64_t>(at_ns / k_priority_slot_ns) % _shard_count);
   return (a + _shard_count - leader) % _shard_count < (b + _shard_count - leader) % _shard_count;
 }
 
@@ -198,6 +198,7 @@ bool shard_slices::start_round(slice& s, uint32_t key, resource r, int64_t want,
   m.kind = message_kind::lend_request;
   m.res = r;
   m.capacity = want;
+  m.level = now_ns;  // the round's start: see answer()
   uint16_t sent = 0;
   for (uint32_t peer = 0; peer < _shard_count; ++peer) {
     if (peer != _shard && outbox_push(peer, m)) ++sent;
@@ -245,9 +246,12 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
     // so one of the borrowers has priority and lends nothing to the others.
     // Priority rotates over the shards every k_priority_slot_ns (all shards
     // read one monotonic clock), so that a key that stays contended serves
-    // every shard's clients in turn.
+    // every shard's clients in turn. Both sides take the slot of the earlier
+    // of their two rounds' starts, not of the moment each answers: answers
+    // on either side of a slot's end would otherwise each see the other
+    // first (both lend nothing) or each see itself first.
     const bool contended = s.replies_pending > 0 && now_ns - s.round_start_ns < _options.round_timeout_ns;
-    if (contended && outranks(_shard, request.from_shard, now_ns)) {
+    if (contended && outranks(_shard, request.from_shard, std::min(s.round_start_ns, request.level))) {
       capacity = 0;
     } else if (!is_idle) {
       capacity = std::min({capacity, request.capacity, std::max<int64_t>(s.bucket.level(), 0)});
@@ -312,7 +316,7 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
   }
   SLUICE_ASSERT(m.from_shard < _shard_count && m.from_shard != _shard);
   SLUICE_ASSERT(index_of(m.res) < k_resource_count);
-  SLUICE_ASSERT(m.level >= 0 && m.level <= m.capacity);
+  SLUICE_ASSERT(m.kind == message_kind::lend_request || (m.level >= 0 && m.level <= m.capacity));
   slice& s = at(m.key, m.res);
   switch (m.kind) {
     case message_kind::lend_request:

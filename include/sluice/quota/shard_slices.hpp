@@ -121,7 +121,10 @@ struct message {
   message_kind kind = message_kind::lend_request;
   resource res = resource::tokens;
   int64_t capacity = 0;
-  int64_t level = 0;       // <= capacity
+  // grant, give_back: the level that moves (<= capacity). lend_request: the
+  // borrower's round start (ns), so that two contending shards take their
+  // priority from the same moment (answer()).
+  int64_t level = 0;
 };
 static_assert(sizeof(message) == 32);
 
@@ -249,8 +252,9 @@ class shard_slices {
   // retry time is the end of the cooldown (the peers may hold more by then:
   // a reservation that was live during the round may have settled).
   enum class step : uint8_t { fits, wait, borrow, reject, cooldown };
-  // Contention priority (answer()): whether shard a goes before shard b now.
-  bool outranks(uint32_t a, uint32_t b, int64_t now_ns) const noexcept;
+  // Contention priority (answer()): whether shard a goes before shard b in
+  // the priority slot of `at_ns`.
+  bool outranks(uint32_t a, uint32_t b, int64_t at_ns) const noexcept;
 
   slice& at(uint32_t key, resource r) noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }
   const slice& at(uint32_t key, resource r) const noexcept { return _keys[key].slices[static_cast<size_t>(r)]; }

@@ -121,6 +121,32 @@ TEST_SUITE("quota::reserve") {
     }
   }
 
+  TEST_CASE("contending shards whose answers fall on both sides of a priority slot's end still admit one") {
+    // Rounds start at 99 and 99.5 ms; shard 1 answers at 99.8 ms, shard 0
+    // at 100.2 ms, in the next 100 ms slot. Each taking the slot of its own
+    // answer would see a different leader: both lent (an even swap) and
+    // nobody was admitted. The slot of the earlier round start is one for
+    // both.
+    cluster c(2, {key_limits{3000, 0, 0}}, 0);
+    const int64_t t0 = 99 * k_ms, t1 = 99 * k_ms + k_ms / 2;
+    REQUIRE(c[0].try_reserve(0, 2010, t0).result == outcome::wait);
+    c.drain(0, t0, 0);
+    REQUIRE(c[1].try_reserve(0, 2010, t1).result == outcome::wait);
+    c.drain(1, t1, 0);
+    const int64_t answer1 = 99 * k_ms + 8 * k_ms / 10, answer0 = 100 * k_ms + 2 * k_ms / 10;
+    REQUIRE(c.deliver(0, 1, answer1) == 1);  // shard 1 answers shard 0's request
+    c.drain(1, answer1, 0);
+    REQUIRE(c.deliver(1, 0, answer0) == 2);  // shard 0 answers, and takes shard 1's grant
+    c.drain(0, answer0, 0);
+    REQUIRE(c.deliver(0, 1, answer0) == 1);  // shard 1 takes shard 0's grant
+    int admitted = 0;
+    for (uint32_t i = 0; i < 2; ++i) admitted += c[i].try_reserve(0, 2010, answer0).result == outcome::admit ? 1 : 0;
+    CHECK(admitted == 1);
+    const auto t = c.sum(0, resource::tokens);
+    CHECK(t.capacity == 3000);
+    CHECK(t.level_within_capacity);
+  }
+
   TEST_CASE("two shards that both stay short for one key both keep admitting: neither gets under a third") {
     // 30,000 tokens per minute asked for at ~240 times that rate from both
     // shards (every 5 ms each tries a request of 300): every round is
