@@ -248,18 +248,28 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
   if (changed && (now - _last_report_ms >= 10 || _stats.requests_inflight.get() == 0)) {
     _reported_version = _routes->local_version();
     _last_report_ms = now;
+    bool all_sent = true;
     for (uint32_t b = 0; b < _reported.size(); ++b) {
       const route::message rep = _routes->load_report(b);
       if (rep.value == _reported[b]) continue;
-      _reported[b] = rep.value;
+      bool sent = true;
       for (uint32_t to = 0; to < n; ++to) {
         if (to == me) continue;
         shard_message m;
         m.what = shard_message::kind::route;
         m.r = rep;
-        _mesh.queue(me, to)->try_push(m);  // full: the next report carries the value
+        sent &= _mesh.queue(me, to)->try_push(m);
+      }
+      // A full queue: the value counts as unsent, so the next report (the
+      // version is left behind) sends it again; a report is a level, so a
+      // peer that got it twice loses nothing.
+      if (sent) {
+        _reported[b] = rep.value;
+      } else {
+        all_sent = false;
       }
     }
+    if (!all_sent) _reported_version = ~uint64_t{0};
   }
 }
 

@@ -10,7 +10,7 @@ import { after, before, describe, it } from 'node:test';
 
 import {
   bound_ms, build_request, chat_body, http_post, raw_connection, sluice_config, sse_content, sse_events,
-  start_mock_vllm, start_sluice, stop_all, test_key,
+  restart_mock_vllm_on, start_mock_vllm, start_sluice, stop_all, test_key,
 } from './lib/harness.mjs';
 
 const abort_limit_ms = 100;
@@ -127,14 +127,6 @@ describe('backend killed mid-stream', () => {
 });
 
 // Re-binding a port just freed can briefly fail; retry for a bounded time.
-async function start_healthy_on(port) {
-  const deadline = performance.now() + bound_ms(5000);
-  for (;;) {
-    try {
-      return await start_mock_vllm({ port, tokens_per_sec: 1000, reply_tokens: 10 });
-    } catch (err) {
-      if (performance.now() > deadline) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
+function start_healthy_on(port) {
+  return restart_mock_vllm_on(port, { tokens_per_sec: 1000, reply_tokens: 10 });
 }

@@ -13,7 +13,9 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { bound_ms, is_openai_error, start_sluice, stop_all } from './lib/harness.mjs';
-import { backend_of, gateway_config, poll, post_fresh, run_pool, samples, scrape, start_backends } from './lib/gateway.mjs';
+import {
+  backend_of, gateway_config, poll, post_fresh, run_pool, samples, scrape, start_backends, until_idle,
+} from './lib/gateway.mjs';
 
 const key = 'sk-reload-all-6a1e93';
 
@@ -107,6 +109,9 @@ describe('SIGHUP adding a 4th backend under streaming load', () => {
     // Consistent hashing gives the new backend about a quarter of the new sessions.
     assert.ok(on_new >= after_reload.length / 10, `only ${on_new} of ${after_reload.length} new sessions on backend 3`);
 
+    // The lanes' loads are gone from every shard's view before the sessions
+    // are placed again (else a stale one could spill a session).
+    await until_idle(sluice.admin_url);
     const after_map = await run_pool(sessions.length, 1, (i) => send(sluice.url, chat(`fixed ${i}`), { session: sessions[i] }));
     let moved_to_new = 0;
     let moved_elsewhere = 0;

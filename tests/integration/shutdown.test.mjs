@@ -4,7 +4,9 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 
-import { bound_ms, chat_body, http_post, sse_events, start_mock_vllm, start_sluice, stop_all, test_key, with_timeout } from './lib/harness.mjs';
+import {
+  bound_ms, chat_body, http_post, restart_mock_vllm_on, sse_events, start_mock_vllm, start_sluice, stop_all, test_key, with_timeout,
+} from './lib/harness.mjs';
 
 const streams = 50;
 
@@ -87,7 +89,7 @@ describe('pooled backend connections the backend closes', () => {
       assert.ok(first.every((r) => r.status === 200));
       const port = mock.port;
       await mock.stop();
-      mock = await start_mock_vllm({ port });
+      mock = await restart_mock_vllm_on(port);
       const again = await Promise.all(Array.from({ length: 8 }, post));
       assert.deepEqual(again.map((r) => r.status), Array(8).fill(200));
     } finally {

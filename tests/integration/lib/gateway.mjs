@@ -338,6 +338,15 @@ export function samples(parsed, name, match = {}) {
   return f.samples.filter((s) => s.name === name && Object.entries(match).every(([k, v]) => s.labels[k] === v));
 }
 
+// Waits until sluice has no request in flight (sluice_inflight_requests,
+// which drops in the same step as the shard's own in-flight count): from
+// then on the shards' reports of their loads are what the next request
+// is routed by.
+export async function until_idle(admin_url) {
+  await poll(async () => samples((await scrape(admin_url)).parsed, 'sluice_inflight_requests')[0]?.value === 0,
+    { what: 'no request in flight' });
+}
+
 export async function scrape(admin_url) {
   const res = await fetch(`${admin_url}/metrics`);
   const text = await res.text();

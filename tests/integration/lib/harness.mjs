@@ -219,6 +219,21 @@ export async function start_mock_vllm({
   };
 }
 
+// A mock-vllm again on the port a stopped one had. The port may be briefly
+// taken meanwhile (another process's outgoing socket can get it as its
+// local port): retried for a bounded time.
+export async function restart_mock_vllm_on(port, options = {}) {
+  const deadline = performance.now() + bound_ms(5000);
+  for (;;) {
+    try {
+      return await start_mock_vllm({ ...options, port });
+    } catch (err) {
+      if (performance.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // sluice
 
