@@ -504,8 +504,9 @@ describe('idle polling (server.idle_poll_us)', () => {
         const started = new Promise((resolve) => { first = resolve; });
         const result = post_fresh(sluice.url, chat_body({ model: 'm', stream: true, content: `open ${i}`, max_tokens: 3000 }),
           { key: alice, on_data: () => first() });
-        result.then(() => first());
-        return { started, result };
+        const x = { started, result, ended: false };
+        result.then(() => { x.ended = true; first(); });
+        return x;
       });
       await Promise.all(streams.map((x) => x.started));
       // The loop reads the open count once per iteration: two more, and
@@ -517,6 +518,8 @@ describe('idle polling (server.idle_poll_us)', () => {
       let after;
       await poll(async () => (after = await loop()).iterations >= before.iterations + 10,
         { timeout_ms: bound_ms(5000), what: '10 loop iterations with 3 streams open' });
+      // What is measured holds only while all three are open (1.5 s each).
+      assert.deepEqual(streams.map((x) => x.ended), [false, false, false], 'the streams were still open when the counters were read');
       assert.equal(after.polls, before.polls, `polls over ${after.iterations - before.iterations} iterations`);
       for (const x of streams) {
         const r = await x.result;
