@@ -349,6 +349,20 @@ proc_ticks() {
     echo "$total"
 }
 
+# proc_ticks_split PID: as proc_ticks, into PROC_TICKS (user+system) and
+# PROC_USER_TICKS (user only), without a subshell.
+proc_ticks_split() {
+    local pid stat rest f
+    PROC_TICKS=0 PROC_USER_TICKS=0
+    for pid in "$1" $(pgrep -P "$1" 2>/dev/null); do
+        stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+        rest=${stat##*) }
+        read -r -a f <<<"$rest"
+        PROC_TICKS=$((PROC_TICKS + f[11] + f[12]))
+        PROC_USER_TICKS=$((PROC_USER_TICKS + f[11]))
+    done
+}
+
 # proc_cpu_ns PID: CPU time (user+system) in ns of PID's threads and its
 # direct children's, from /proc/PID/task/*/schedstat: nanoseconds where
 # /proc/PID/stat counts 10 ms ticks, precise enough for a light load
