@@ -7,7 +7,8 @@
 // Messages travel over the shards' SPSC queues (shard::spsc_queue): the
 // control thread sends health and weight changes and vLLM's
 // num_requests_waiting; each shard sends its own in-flight counts to the
-// others as load reports (changed backends only, coalesced per tick).
+// others as load reports (changed backends only: every 10 ms while the
+// shard is busy, at once when it goes idle).
 #include <cstdint>
 #include <span>
 #include <type_traits>
