@@ -248,7 +248,6 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
   if (changed && (now - _last_report_ms >= 10 || _stats.requests_inflight.get() == 0)) {
     _reported_version = _routes->local_version();
     _last_report_ms = now;
-    bool all_sent = true;
     for (uint32_t b = 0; b < _reported.size(); ++b) {
       const route::message rep = _routes->load_report(b);
       if (rep.value == _reported[b]) continue;
@@ -260,16 +259,15 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
         m.r = rep;
         sent &= _mesh.queue(me, to)->try_push(m);
       }
-      // A full queue: the value counts as unsent, so the next report (the
-      // version is left behind) sends it again; a report is a level, so a
-      // peer that got it twice loses nothing.
+      // A full queue: the value counts as unsent, and the version is left
+      // behind so the next report sends it again (a report is a level: a
+      // peer that got it twice loses nothing).
       if (sent) {
         _reported[b] = rep.value;
       } else {
-        all_sent = false;
+        _reported_version = ~uint64_t{0};
       }
     }
-    if (!all_sent) _reported_version = ~uint64_t{0};
   }
 }
 
