@@ -131,6 +131,35 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) no
     return st;
   }
   size_t i = 0;
+  if (_state == state::size_first) {
+    // Whole chunks -- "<hex>CRLF<data>CRLF" all in this call, as an event
+    // stream's are (one event per chunk) -- one per turn, the walker's
+    // counters kept in locals across on_data (an opaque call would make
+    // every member a reload and a store) and written back once. Anything
+    // else (a chunk cut by the read, the last chunk, extensions, an error)
+    // stops this loop where that chunk starts, for the general loop below.
+    uint64_t body_total = _body_total, framing = _framing_bytes;
+    while (true) {
+      size_t j = i;
+      uint64_t size = 0;
+      while (j < len && j - i < 16 && detail::k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
+        size = size << 4 | detail::k_hex_value[static_cast<unsigned char>(data[j])];
+        ++j;
+      }
+      if (size == 0 || len - j < 2 || data[j] != '\r' || data[j + 1] != '\n') break;
+      const size_t at = j + 2;
+      if (size > len - at || len - at - size < 2 || data[at + size] != '\r' || data[at + size + 1] != '\n') break;
+      const uint64_t frame = at - i + 2;
+      if (size > _limits.body_bytes_max - body_total || frame > _limits.framing_bytes_max - framing) break;
+      body_total += size;
+      framing += frame;
+      on_data(at, static_cast<size_t>(size));
+      i = at + static_cast<size_t>(size) + 2;
+      st.chunk_end = i;
+    }
+    _body_total = body_total;
+    _framing_bytes = framing;
+  }
   while (i < len) {
     if (_state == state::size_first) {
       // The common size line, "<hex>CRLF" whole in this call: read at once.
