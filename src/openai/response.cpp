@@ -198,6 +198,42 @@ bool read_usage_ondemand(simdjson::ondemand::object uo, usage& u) noexcept {
 
 }  // namespace
 
+usage scan_usage_in_tail(std::string_view tail) noexcept {
+  constexpr std::string_view k_key = "\"usage\":";
+  const size_t key = tail.rfind(k_key);
+  if (key == std::string_view::npos) return usage{};
+  size_t open = key + k_key.size();
+  while (open < tail.size() && (tail[open] == ' ' || tail[open] == '\t' || tail[open] == '\n' || tail[open] == '\r')) ++open;
+  if (open == tail.size() || tail[open] != '{') return usage{};  // "usage": null
+  // The object's end: braces counted outside strings (a string skipped to
+  // its closing quote, escapes included).
+  size_t depth = 0, end = std::string_view::npos;
+  for (size_t i = open; i < tail.size() && end == std::string_view::npos; ++i) {
+    const char c = tail[i];
+    if (c == '"') {
+      for (++i; i < tail.size() && tail[i] != '"'; ++i) {
+        if (tail[i] == '\\') ++i;
+      }
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && --depth == 0) {
+      end = i + 1;
+    }
+  }
+  if (end == std::string_view::npos) return usage{};
+  const std::string_view object = tail.substr(open, end - open);
+  response_scratch& s = scratch();
+  if (!s.pad(object)) return usage{};
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object obj;
+  usage found;
+  if (s.ondemand.iterate(s.buf.get(), object.size(), s.capacity).get(doc) != simdjson::SUCCESS ||
+      doc.get_object().get(obj) != simdjson::SUCCESS || !read_usage_ondemand(obj, found)) {
+    return usage{};
+  }
+  return found;
+}
+
 usage scan_response_usage(std::string_view body) noexcept {
   response_scratch& s = scratch();
   if (!s.pad(body)) return usage{};

@@ -262,6 +262,9 @@ void admin_server::handle(conn* c) noexcept {
             &shard_stats::upstream_truncated);
     counter("sluice_downstream_aborts_total", "Exchanges cancelled because the client went away.", "counter",
             &shard_stats::downstream_aborts);
+    counter("sluice_client_stalls_total",
+            "Responses cut because the client took no bytes for the stream idle timeout.", "counter",
+            &shard_stats::client_stalls);
     counter("sluice_streams_spliced_total", "Response bodies relayed by splice.", "counter",
             &shard_stats::streams_spliced);
     counter("sluice_streams_copied_total", "Response bodies relayed by copy.", "counter",

@@ -271,9 +271,12 @@ void shard_server::end_request(downstream_conn* d) noexcept {
     if (d->facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(d->facts.prompt_tokens);
     completion = d->facts.completion_tokens >= 0 ? static_cast<uint64_t>(d->facts.completion_tokens)
                                                  : d->facts.content_events;
-  } else if (d->upstream_head && !d->resp_body_overflow && d->resp_body.len != 0) {
+  } else if (d->upstream_head && d->resp_body.len != 0) {
+    // Past its bound the body is its last 64 KiB (scan.cpp): the usage
+    // object is read from there.
     const std::string_view body(d->resp_body.data, d->resp_body.len);
-    const openai::usage u = openai::scan_response_usage(body);
+    const openai::usage u =
+        d->resp_body_overflow ? openai::scan_usage_in_tail(body) : openai::scan_response_usage(body);
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
     // The first choice's finish_reason. The key followed by `":"` cannot
@@ -601,8 +604,12 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     }
     return;
   }
-  // A short send resubmits the rest.
+  // A short send resubmits the rest. The client took bytes: a stream's
+  // idle time starts again (a slow reader is not a stalled one).
   if (advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
+    if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {
+      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+    }
     submit_send(d);
     return;
   }
@@ -787,9 +794,21 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
     case deadline_kind::send:
       close_downstream(d);
       return;
+    case deadline_kind::upstream_idle:
+      if (d->state == conn_state::streaming && d->deadline_ms != d->total_deadline_ms &&
+          (d->send_busy || (d->pipe.valid() && d->pipe_forward > 0))) {
+        // The backend is not read while bytes wait for the client (a
+        // stream goes at its slower side's pace): the client took none for
+        // the whole idle time. It is closed as stalled; the backend, which
+        // did nothing wrong, is not blamed.
+        _stats.client_stalls.add();
+        d->error_code = "client_timeout";
+        close_downstream(d);
+        return;
+      }
+      [[fallthrough]];
     case deadline_kind::upstream_connect:
     case deadline_kind::upstream_first_byte:
-    case deadline_kind::upstream_idle:
       _stats.upstream_timeouts.add();
       upstream_failed(d, errc::upstream_timeout);
       return;

@@ -17,15 +17,33 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
     if (d->sse) d->sse->feed(data, len);
     return;
   }
-  // A non-stream body is kept (up to 1 MiB) to read its usage at the end.
+  // A non-stream body is kept (up to 1 MiB) to read its usage at the end;
+  // past that, its last 64 KiB, where vLLM writes the usage (after the
+  // choices, which logprobs or a large `n` can grow past the bound).
   constexpr size_t k_body_keep_max = 1u << 20;
-  if (d->resp_body_overflow) return;
-  if (d->resp_body.len + len > k_body_keep_max || !d->resp_body.reserve(d->resp_body.len + len)) {
+  constexpr size_t k_tail_keep = 64u << 10;
+  byte_buf& b = d->resp_body;
+  if (!d->resp_body_overflow) {
+    if (b.len + len <= k_body_keep_max && b.reserve(b.len + len)) {
+      std::memcpy(b.data + b.len, data, len);
+      b.len += static_cast<uint32_t>(len);
+      return;
+    }
     d->resp_body_overflow = true;
+  }
+  if (!b.reserve(k_tail_keep)) {
+    b.len = 0;  // out of memory: no usage to read
     return;
   }
-  std::memcpy(d->resp_body.data + d->resp_body.len, data, len);
-  d->resp_body.len += static_cast<uint32_t>(len);
+  if (len >= k_tail_keep) {
+    std::memcpy(b.data, data + len - k_tail_keep, k_tail_keep);
+    b.len = static_cast<uint32_t>(k_tail_keep);
+    return;
+  }
+  const size_t keep = b.len < k_tail_keep - len ? b.len : k_tail_keep - len;
+  std::memmove(b.data, b.data + b.len - keep, keep);
+  std::memcpy(b.data + keep, data, len);
+  b.len = static_cast<uint32_t>(keep + len);
 }
 
 void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {

@@ -261,7 +261,7 @@ struct downstream_conn {
   uint32_t send_end = 0;          // copy path: end of the bytes being sent
   bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
   bool hold_error = false;        // a backend error answer is being read whole, to be reshaped
-  bool usage_in_batch = false;    // the batch being relayed holds the usage-only event
+  bool usage_in_batch = false;    // the usage-only event was seen, its chunk not yet cut: in this batch or held at its front
   const char* usage_event_at = nullptr;  // that event's data in up->buf, when the scan saw it in place
 
   // Splice path.

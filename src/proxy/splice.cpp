@@ -189,6 +189,10 @@ void shard_server::on_splice_out_cqe(downstream_conn* d, int res) noexcept {
   d->pipe_forward -= static_cast<uint32_t>(res);
   d->pipe_bytes -= static_cast<uint32_t>(res);
   if (d->pipe_forward > 0) {
+    // The client took bytes: the idle time starts again (see on_send_cqe).
+    if (d->deadline == deadline_kind::upstream_idle) {
+      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+    }
     d->splice_out_wait = false;
     submit_splice_out(d);
     return;

@@ -662,12 +662,15 @@ bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_
 
 void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
   upstream_conn* u = d->up;
-  const http::response_head& rh = d->rhead;
   http::body_sink sink{&shard_server::on_body_data, d};
   http::body_status bs{};
-  d->usage_in_batch = false;
+  // Set again by the scan when the usage event is in this batch; a batch
+  // that held back the chunk of one seen before keeps it (below).
+  if (with_head) d->usage_in_batch = false;
   d->usage_event_at = nullptr;
-  if (parse_from < u->buf.len || (with_head && (!rh.chunked || (rh.has_content_length && rh.content_length == 0)))) {
+  // With the head, even no body bytes: an answer without a body (204, 304,
+  // Content-Length: 0 -- chunked or not) is complete right there.
+  if (parse_from < u->buf.len || with_head) {
     bs = d->rparser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
   }
   if (bs.error != errc::ok) {
@@ -715,11 +718,18 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
       find_usage_chunk(batch, send_end - d->fwd_from, usage_from, cut_begin, cut_end)) {
     _stats.usage_chunks_cut.add();
     d->cut_usage = false;  // one per stream
+    d->usage_in_batch = false;
     if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->fwd_from, cut_begin};
     if (d->fwd_from + cut_end < send_end) {
       d->send_iov[n++] = {u->buf.data + d->fwd_from + cut_end, send_end - d->fwd_from - cut_end};
     }
   } else if (send_end > d->fwd_from) {
+    // The usage event was seen but its chunk is not whole yet (the read
+    // ended between the event's blank line and the chunk's CRLF): it waits
+    // at the front of the buffer and is looked for in the next batch.
+    // Searched whole and not found, it is a shape find_usage_chunk does not
+    // know: left alone.
+    if (send_end == parsed_end) d->usage_in_batch = false;
     const uint32_t body = send_end - d->fwd_from;
     if (with_head && body <= d->out.cap - d->out.len) {
       // A short body that came with the head (a non-stream answer): joined

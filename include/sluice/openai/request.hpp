@@ -127,4 +127,11 @@ struct usage {
 };
 usage scan_response_usage(std::string_view body) noexcept;
 
+// Usage from the last bytes of a body too large to keep whole (vLLM writes
+// "usage" after "choices", which logprobs or many choices can grow past
+// the bound): the last `"usage":` in `tail` -- outside a JSON string that
+// sequence is always a key -- and its object up to the matching brace,
+// parsed alone. All -1 when the tail holds no whole usage object there.
+usage scan_usage_in_tail(std::string_view tail) noexcept;
+
 }  // namespace sluice::openai

@@ -29,6 +29,7 @@ struct alignas(64) shard_stats {
   counter upstream_timeouts;
   counter upstream_truncated;     // backend gone mid-response: client response truncated
   counter downstream_aborts;      // client gone mid-response: backend request cancelled
+  counter client_stalls;          // client took no bytes of a response for stream_idle_timeout_ms: closed
   counter streams_spliced;
   counter streams_copied;
   counter upstream_own_buffers;   // backend receives that found the shard's buffer ring empty

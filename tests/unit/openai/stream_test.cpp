@@ -8,6 +8,7 @@
 #include "sluice/openai/request.hpp"
 
 using sluice::openai::scan_response_usage;
+using sluice::openai::scan_usage_in_tail;
 using sluice::openai::scan_stream_event;
 using sluice::openai::stream_event_info;
 
@@ -26,6 +27,27 @@ struct event_case {
   const char* finish_reason;
   bool malformed;
 };
+
+// One usage scan's input and the token counts it must read (-1: none).
+struct usage_row {
+  const char* name;
+  const char* text;
+  int64_t prompt;
+  int64_t completion;
+  int64_t total;
+};
+
+template <size_t N, class Scan>
+void check_usage_rows(const usage_row (&rows)[N], Scan scan) {
+  for (const usage_row& r : rows) {
+    const std::string name = r.name;
+    CAPTURE(name);
+    const sluice::openai::usage u = scan(r.text);
+    CHECK(u.prompt_tokens == r.prompt);
+    CHECK(u.completion_tokens == r.completion);
+    CHECK(u.total_tokens == r.total);
+  }
+}
 
 }  // namespace
 
@@ -137,14 +159,7 @@ TEST_SUITE("openai::scan_stream_event") {
 
 TEST_SUITE("openai::scan_response_usage") {
   TEST_CASE("usage is read from non-stream responses") {
-    struct row {
-      const char* name;
-      const char* body;
-      int64_t prompt;
-      int64_t completion;
-      int64_t total;
-    };
-    const row rows[] = {
+    const usage_row rows[] = {
         {"chat completion",
          R"({"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi","tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":9,"total_tokens":11,"completion_tokens":2},"prompt_logprobs":null})",
          9, 2, 11},
@@ -158,13 +173,27 @@ TEST_SUITE("openai::scan_response_usage") {
         {"not JSON", R"(<html>502</html>)", -1, -1, -1},
         {"truncated", R"({"usage":{"prompt_tokens":1,)", -1, -1, -1},
     };
-    for (const row& r : rows) {
-      const std::string name = r.name;
-      CAPTURE(name);
-      sluice::openai::usage u = scan_response_usage(r.body);
-      CHECK(u.prompt_tokens == r.prompt);
-      CHECK(u.completion_tokens == r.completion);
-      CHECK(u.total_tokens == r.total);
-    }
+    check_usage_rows(rows, [](const char* text) { return scan_response_usage(text); });
+  }
+  TEST_CASE("usage is read from the last bytes of a body too large to keep whole") {
+    const usage_row rows[] = {
+        {"vLLM's tail, cut inside the choices",
+         R"(":"stop","stop_reason":null}],"usage":{"prompt_tokens":9,"total_tokens":11,"completion_tokens":2},"prompt_logprobs":null})",
+         9, 2, 11},
+        {"a nested details object",
+         R"(null}],"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":1},"completion_tokens":5,"total_tokens":8}})",
+         3, 5, 8},
+        {"braces inside a string of the usage object",
+         R"(x"}],"usage":{"note":"}{\"}","prompt_tokens":2,"completion_tokens":3,"total_tokens":5}})", 2, 3, 5},
+        {"the escaped key inside content is not the key",
+         R"(abc \"usage\":{\"prompt_tokens\":99} xyz","finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":6,"total_tokens":10}})",
+         4, 6, 10},
+        {"whitespace around the object", R"(], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3} })", 1, 2, 3},
+        {"the last usage is null", R"("usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}},"usage":null})", -1, -1, -1},
+        {"the object cut at the end", R"(}],"usage":{"prompt_tokens":9,"tot)", -1, -1, -1},
+        {"no usage", R"(,"logprobs":{"content":[{"token":"a"}]}}]})", -1, -1, -1},
+        {"empty", "", -1, -1, -1},
+    };
+    check_usage_rows(rows, [](const char* text) { return scan_usage_in_tail(text); });
   }
 }

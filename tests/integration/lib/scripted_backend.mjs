@@ -1,0 +1,81 @@
+// A backend whose every answer the test writes itself, byte by byte and in
+// steps it controls: for framing mock-vllm never produces (a read that ends
+// between an event's blank line and its chunk's CRLF, a chunked 204, a body
+// of several MiB). Requests on one connection are answered in order.
+import net from 'node:net';
+
+// `answer(socket, request)`: writes the reply (async; the next request on
+// the connection waits for it). request: {head (text), body (parsed JSON or
+// null)}. Resolves {url, port, requests, stop()}.
+export async function start_scripted_backend(answer) {
+  const sockets = new Set();
+  const requests = [];
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => {});
+    let buf = Buffer.alloc(0);
+    let busy = false;
+    socket.on('data', async (data) => {
+      buf = Buffer.concat([buf, data]);
+      while (!busy) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString('latin1');
+        const m = /\r\ncontent-length:[ \t]*(\d+)/i.exec(head);
+        const length = m ? Number(m[1]) : 0;
+        if (buf.length < end + 4 + length) return;
+        const text = buf.subarray(end + 4, end + 4 + length).toString('utf8');
+        buf = buf.subarray(end + 4 + length);
+        const request = { head, body: text.length > 0 ? JSON.parse(text) : null };
+        requests.push(request);
+        busy = true;
+        try {
+          await answer(socket, request);
+        } catch {
+          socket.destroy();
+          return;
+        } finally {
+          busy = false;
+        }
+      }
+    });
+  });
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const { port } = server.address();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    requests,
+    async stop() {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+// The bytes of one HTTP chunk holding `payload`.
+export function chunk(payload) {
+  const b = Buffer.from(payload);
+  return Buffer.concat([Buffer.from(`${b.length.toString(16)}\r\n`), b, Buffer.from('\r\n')]);
+}
+
+// vLLM's streaming head, chunked, keep-alive.
+export const sse_head = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n';
+
+// vLLM's chat.completion.chunk events for `tokens` content deltas, the
+// finish chunk, the usage-only chunk and [DONE], as SSE payloads.
+export function chat_stream_events({ model = 'mock-model', tokens = 3, prompt_tokens = 7 } = {}) {
+  const base = { id: 'chatcmpl-scripted', object: 'chat.completion.chunk', created: 1700000000, model };
+  const events = [JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] })];
+  for (let i = 0; i < tokens; ++i) {
+    events.push(JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: `${i ? ' ' : ''}tok${i}` }, logprobs: null, finish_reason: null }] }));
+  }
+  events.push(JSON.stringify({ ...base, choices: [{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'stop', stop_reason: null }] }));
+  events.push(JSON.stringify({ ...base, choices: [], usage: { prompt_tokens, total_tokens: prompt_tokens + tokens, completion_tokens: tokens } }));
+  events.push('[DONE]');
+  return events.map((e) => `data: ${e}\n\n`);
+}
