@@ -138,6 +138,10 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
 void shard_server::start_request(downstream_conn* d) noexcept {
   d->state = conn_state::head;
   d->request_start_ms = now_ms();
+  // Nothing of the previous request's head may answer for this one: its
+  // views point at bytes that compaction moved or freed (an error or a 408
+  // before this head parses would echo them, X-Request-ID first).
+  d->head = http::request_head{};
   d->parser.reset();
   d->expect_sent = false;
   set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
@@ -162,6 +166,10 @@ void shard_server::process_input(downstream_conn* d) noexcept {
         make_request_id(d);
         open_request(d);
         d->body_begin = d->req_start + d->head.head_bytes;
+        // Where this request's bytes end: here when it has no body (an early
+        // answer below then moves on to the next request, not to this one
+        // again); the body's end once it is read.
+        d->raw_end = d->body_begin;
         d->body_len = 0;
         d->chunk_raw_pos = d->body_begin;
         const bool has_body = d->head.chunked || d->head.content_length > 0;
@@ -206,7 +214,6 @@ void shard_server::process_input(downstream_conn* d) noexcept {
           return;
         }
         if (!has_body) {
-          d->raw_end = d->body_begin;
           dispatch(d);
           return;
         }

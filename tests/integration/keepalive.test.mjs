@@ -33,6 +33,58 @@ describe('keep-alive, pipelining and forwarded headers', () => {
   after(() => stop_all(sluice, mock));
   beforeEach(() => mock.clear_requests());
 
+  it('an early answer to a bodiless request (401, 404, 405) goes out once; the next request is read', async () => {
+    const conn = await raw_connection.connect(sluice.port);
+    try {
+      const cases = [
+        [build_request({ method: 'GET', target: '/v1/models', headers: [host, ['Authorization', 'Bearer wrong-key']], content_length: false }), 401],
+        [build_request({ method: 'GET', target: '/', headers: [host], content_length: false }), 404],
+        [build_request({ method: 'GET', target: '/v1/chat/completions', headers: [host, auth], content_length: false }), 405],
+        [build_request({ method: 'POST', target: '/v1/chat/completions', headers: [host, ['Authorization', 'Bearer wrong-key']], body: '' }), 401],
+      ];
+      for (const [bytes, status] of cases) {
+        await conn.write(bytes);
+        const r = await conn.read_response({ timeout_ms: bound_ms(5000) });
+        assert.equal(r.status, status);
+        assert.equal(conn.closed, false, 'the connection stays open');
+      }
+      await conn.write(build_request({ method: 'GET', target: '/v1/models', headers: [host, auth], content_length: false }));
+      const last = await conn.read_response({ timeout_ms: bound_ms(5000) });
+      assert.equal(last.status, 200);
+      assert.equal(JSON.parse(last.text()).object, 'list');
+      // One answer per request: nothing more came (an answer repeated for
+      // the same bytes would have queued behind these).
+      assert.equal(conn.responses.length, 0, `${conn.responses.length} more responses: ${conn.responses.map((x) => x.status)}`);
+    } finally {
+      conn.destroy();
+    }
+  });
+
+  it('an answer before the next head parses never echoes the previous request\'s X-Request-ID view', async () => {
+    const conn = await raw_connection.connect(sluice.port);
+    try {
+      // The first request's X-Request-ID value lies at byte 47 of the
+      // connection's buffer; the second, malformed head (a space before a
+      // colon) has its key there. A stale view would answer with the key.
+      const first = Buffer.from(`GET /v1/models?1234567 HTTP/1.1\r\nX-Request-ID: abcdefgh\r\nHost: x\r\nAuthorization: Bearer ${test_key}\r\n\r\n`);
+      assert.equal(first.indexOf('abcdefgh'), 47);
+      await conn.write(first);
+      const r1 = await conn.read_response({ timeout_ms: bound_ms(5000) });
+      assert.equal(r1.status, 200);
+      assert.equal(r1.header('x-request-id'), 'abcdefgh');
+      const second = Buffer.from(`GET /v1/models HTTP/1.1\r\nAuthorization: Bearer ${test_key}\r\nHost : x\r\n\r\n`);
+      assert.equal(second.indexOf(test_key), 47);
+      await conn.write(second);
+      const r2 = await conn.read_response({ timeout_ms: bound_ms(5000) });
+      assert.equal(r2.status, 400);
+      const id = r2.header('x-request-id');
+      assert.ok(id && id !== 'abcdefgh' && !id.includes(test_key), `x-request-id: ${id}`);
+      assert.ok(!r2.text().includes(test_key));
+    } finally {
+      conn.destroy();
+    }
+  });
+
   it('answers two pipelined requests in order, then a third on the same connection', async () => {
     const conn = await raw_connection.connect(sluice.port);
     try {
