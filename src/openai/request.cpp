@@ -302,20 +302,22 @@ bool request_reader::validate(const element& e, uint32_t depth, request_error& e
 
 namespace {
 
-// Reads max_tokens / max_completion_tokens. Returns: false with `err` set when
-// present and not an integer in 1..cap; `out` stays -1 for null.
-bool read_token_cap(const element& v, std::string_view name, int64_t cap, int64_t& out,
-                    char* scratch, size_t scratch_size, request_error& err) noexcept {
-  int64_t n = 0;
+enum class int_member : uint8_t { absent, value, refused };
+
+// An optional integer member: null is absent; a value above INT64_MAX reads
+// as INT64_MAX (too large whatever the bound); any other type is refused
+// with `err` set.
+int_member read_integer(const element& v, std::string_view name, int64_t& n, char* scratch, size_t scratch_size,
+                        request_error& err) noexcept {
   switch (v.type()) {
     case element_type::NULL_VALUE:
-      return true;
+      return int_member::absent;
     case element_type::INT64:
       n = int64_t(v);
-      break;
-    case element_type::UINT64:  // above INT64_MAX: too large whatever the cap
+      return int_member::value;
+    case element_type::UINT64:
       n = INT64_MAX;
-      break;
+      return int_member::value;
     default: {
       const char* got = "a string";
       switch (v.type()) {
@@ -328,8 +330,21 @@ bool read_token_cap(const element& v, std::string_view name, int64_t cap, int64_
       auto r = fmt::format_to_n(scratch, scratch_size,
                                 "Invalid type for '{}': expected an integer, but got {} instead.",
                                 name, got);
-      return fail(err, std::string_view(scratch, std::min(r.size, scratch_size)), name);
+      fail(err, std::string_view(scratch, std::min(r.size, scratch_size)), name);
+      return int_member::refused;
     }
+  }
+}
+
+// Reads max_tokens / max_completion_tokens. Returns: false with `err` set when
+// present and not an integer in 1..cap; `out` stays -1 for null.
+bool read_token_cap(const element& v, std::string_view name, int64_t cap, int64_t& out,
+                    char* scratch, size_t scratch_size, request_error& err) noexcept {
+  int64_t n = 0;
+  switch (read_integer(v, name, n, scratch, scratch_size, err)) {
+    case int_member::absent: return true;
+    case int_member::refused: return false;
+    case int_member::value: break;
   }
   if (n < 1) {
     auto r = fmt::format_to_n(scratch, scratch_size,
@@ -344,6 +359,27 @@ bool read_token_cap(const element& v, std::string_view name, int64_t cap, int64_
                               "tokens, whereas you provided {}.",
                               name, v.type() == element_type::UINT64 ? uint64_t(v) : uint64_t(n),
                               cap, v.type() == element_type::UINT64 ? uint64_t(v) : uint64_t(n));
+    return fail(err, std::string_view(scratch, std::min(r.size, scratch_size)), name);
+  }
+  out = n;
+  return true;
+}
+
+// "n" or "best_of": an integer in 1..request_fields::k_choices_max (OpenAI's
+// bound on n); null is absent (out unchanged).
+bool read_choices(const element& v, std::string_view name, int64_t& out, char* scratch, size_t scratch_size,
+                  request_error& err) noexcept {
+  int64_t n = 0;
+  switch (read_integer(v, name, n, scratch, scratch_size, err)) {
+    case int_member::absent: return true;
+    case int_member::refused: return false;
+    case int_member::value: break;
+  }
+  if (n < 1 || n > request_fields::k_choices_max) {
+    auto r = fmt::format_to_n(scratch, scratch_size,
+                              "Invalid '{}': expected an integer from 1 to {}, but got {} instead.", name,
+                              request_fields::k_choices_max,
+                              v.type() == element_type::UINT64 ? std::to_string(uint64_t(v)) : std::to_string(n));
     return fail(err, std::string_view(scratch, std::min(r.size, scratch_size)), name);
   }
   out = n;
@@ -411,6 +447,17 @@ uint64_t read_prompt_bytes(const element& v, std::string_view& first) noexcept {
     }
   }
   return bytes;
+}
+
+// The prompts of a completions request: a string or an array of token ids
+// is one; an array of strings or of token-id arrays is one per item.
+uint64_t count_prompts(const element& v) noexcept {
+  if (!v.is_array()) return 1;
+  uint64_t prompts = 0;
+  for (element item : simdjson::dom::array(v)) {
+    if (item.is_string() || item.is_array()) ++prompts;
+  }
+  return prompts == 0 ? 1 : prompts;
 }
 
 }  // namespace
@@ -507,6 +554,8 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
   bool has_input = false;
   int64_t max_tokens = -1;
   int64_t max_completion_tokens = -1;
+  int64_t choices = 1;
+  int64_t best_of = 1;
   for (auto kv : simdjson::dom::object(root)) {
     const std::string_view key = kv.key;
     const element& v = kv.value;
@@ -552,6 +601,10 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
                           _scratch, sizeof(_scratch), err)) {
         return false;
       }
+    } else if (key == "n") {
+      if (!read_choices(v, "n", choices, _scratch, sizeof(_scratch), err)) return false;
+    } else if (key == "best_of") {
+      if (!read_choices(v, "best_of", best_of, _scratch, sizeof(_scratch), err)) return false;
     } else if (key == "messages") {
       messages = v;
       has_messages = true;
@@ -626,6 +679,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
       }
       out.input_bytes = read_prompt_bytes(prompt, out.first_user_message);
       out.last_user_message = out.first_user_message;
+      out.output_sequences = count_prompts(prompt);
       break;
     }
     case endpoint::embeddings: {
@@ -638,6 +692,8 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
       break;
     }
   }
+
+  if (ep != endpoint::embeddings) out.output_sequences *= static_cast<uint64_t>(std::max(choices, best_of));
 
   span model_span;
   span stream_options_span;

@@ -459,10 +459,13 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   _prng ^= _prng << 17;
   d->route_key = route::route_key(_routes->keys(g), d->endpoint, f, grp.name, d->head.session_id, _prng);
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
-  // the group's default cap) x output_weight (DESIGN.md §4).
-  const uint64_t max_out = f.max_tokens > 0 ? static_cast<uint64_t>(f.max_tokens)
-                           : grp.default_max_tokens != 0 ? grp.default_max_tokens
-                                                         : _cfg->quota.default_max_tokens;
+  // the group's default cap) x output_weight (DESIGN.md §4), for each answer
+  // the backend generates (n, best_of, prompts of a completions batch).
+  const uint64_t max_tokens = f.max_tokens > 0 ? static_cast<uint64_t>(f.max_tokens)
+                              : grp.default_max_tokens != 0 ? grp.default_max_tokens
+                                                            : _cfg->quota.default_max_tokens;
+  uint64_t max_out = 0;
+  if (__builtin_mul_overflow(max_tokens, f.output_sequences, &max_out)) max_out = UINT64_MAX;
   d->input_estimate = quota::estimate_input_tokens(std::string_view(d->in.data + d->body_begin, d->body_len));
   d->quota_cost = quota::admission_cost(d->input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);

@@ -137,6 +137,22 @@ describe('token and request buckets', () => {
     assert.equal(ok.status, 200, ok.text);
   });
 
+  it('each of n answers is reserved: n x max_tokens past the bucket is refused; n past 128 is a 400', async () => {
+    await fast.clear_requests();
+    // 10 x 200 output tokens x 2 = 4000 > 3000, though one answer's 400 fits.
+    const r = await post_fresh(sluice.url, chat_body({ model: 'fast', max_tokens: 200, extra: { n: 10 } }), { key: keys.huge });
+    assert_rate_limited(r, 'tokens', 'n x max_tokens too large', { retryable: false });
+    const b = await post_fresh(sluice.url, chat_body({ model: 'fast', max_tokens: 200, extra: { n: 2, best_of: 10 } }), { key: keys.huge });
+    assert_rate_limited(b, 'tokens', 'best_of x max_tokens too large', { retryable: false });
+    const bad = await post_fresh(sluice.url, chat_body({ model: 'fast', max_tokens: 10, extra: { n: 129 } }), { key: keys.huge });
+    assert.equal(bad.status, 400, bad.text);
+    const err = JSON.parse(bad.text).error;
+    assert.equal(err.param, 'n');
+    assert.deepEqual(await recorded_requests([fast]), []);
+    const ok = await post_fresh(sluice.url, chat_body({ model: 'fast', max_tokens: 200, extra: { n: 2 } }), { key: keys.huge });
+    assert.equal(ok.status, 200, ok.text);
+  });
+
   it('a 200 carries x-ratelimit-* for tokens and requests, and openai-processing-ms', async () => {
     const r = await post_fresh(sluice.url, chat_body({ model: 'fast', max_tokens: 100 }), { key: keys.hdr });
     assert.equal(r.status, 200, r.text);

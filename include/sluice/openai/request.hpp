@@ -37,6 +37,12 @@ struct request_fields {
   // deprecates max_tokens). Completions: max_tokens (vLLM ignores the other).
   // Both are validated (integer in 1..cap) wherever they appear.
   int64_t max_tokens = -1;
+  // The answers the backend generates, each up to max_tokens: "n" or
+  // "best_of" (the larger; integers in 1..k_choices_max, 1 when absent),
+  // times the prompts of a completions request (an array of strings or of
+  // token-id arrays is one prompt each). Admission reserves output for all.
+  static constexpr int64_t k_choices_max = 128;
+  uint64_t output_sequences = 1;
   uint32_t message_count = 0;      // chat: messages.size()
   // UTF-8 bytes of input text: message content strings and text parts (chat),
   // prompt string(s) (completions), input string(s) (embeddings). A token-id

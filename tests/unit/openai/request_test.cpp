@@ -226,6 +226,15 @@ TEST_SUITE("openai::request_reader") {
         {"max_tokens invalid on completions", endpoint::completions,
          R"({"model":"m","prompt":"x","max_tokens":-1})", "integer below minimum value",
          "max_tokens"},
+        {"n zero", endpoint::chat_completions, chat(R"("n":0)"), "expected an integer from 1 to 128, but got 0",
+         "n"},
+        {"n above 128", endpoint::chat_completions, chat(R"("n":129)"), "but got 129", "n"},
+        {"n above int64", endpoint::chat_completions, chat(R"("n":9223372036854775808)"),
+         "but got 9223372036854775808", "n"},
+        {"n a float", endpoint::chat_completions, chat(R"("n":2.5)"), "Invalid type for 'n'", "n"},
+        {"n a string", endpoint::chat_completions, chat(R"("n":"2")"), "Invalid type for 'n'", "n"},
+        {"best_of negative", endpoint::completions, R"({"model":"m","prompt":"x","best_of":-1})",
+         "expected an integer from 1 to 128", "best_of"},
     };
     request_reader reader(max_body_bytes);
     for (const rejection& r : table) {
@@ -292,7 +301,7 @@ TEST_SUITE("openai::request_reader") {
         R"({"metadata":{"model":"inner"},)"
         R"("messages":[{"role":"user","content":"say \"model\":\"fake\" \\","model":"m2"}],)"
         R"("tools":[{"type":"function","function":{"name":"f","parameters":{"model":{"type":"string"}}}}],)"
-        R"("model":"outer","n":[{"model":"x"},"model"]})";
+        R"("model":"outer","extra":[{"model":"x"},"model"]})";
     request_reader reader(max_body_bytes);
     outcome o = read_body(reader, endpoint::chat_completions, body);
     REQUIRE_MESSAGE(o.ok, o.message);
@@ -436,6 +445,36 @@ TEST_SUITE("openai::request_reader") {
       CHECK(o.fields.max_tokens == -1);  // vLLM's completions ignore max_completion_tokens
       CHECK(o.fields.input_bytes == 2 + 3 + 3 * 4);
       CHECK(o.fields.first_user_message == "ab");
+    }
+  }
+
+  TEST_CASE("the answers a request makes: n or best_of, times a completions batch's prompts") {
+    struct row {
+      const char* name;
+      endpoint ep;
+      std::string body;
+      uint64_t sequences;
+    };
+    const row rows[] = {
+        {"chat, no n", endpoint::chat_completions, chat(""), 1},
+        {"chat, n null", endpoint::chat_completions, chat(R"("n":null)"), 1},
+        {"chat, n 4", endpoint::chat_completions, chat(R"("n":4)"), 4},
+        {"chat, n 128", endpoint::chat_completions, chat(R"("n":128)"), 128},
+        {"chat, best_of above n", endpoint::chat_completions, chat(R"("n":2,"best_of":5)"), 5},
+        {"completions, one string", endpoint::completions, R"({"model":"m","prompt":"x","n":3})", 3},
+        {"completions, three strings", endpoint::completions, R"({"model":"m","prompt":["a","b","c"],"n":2})", 6},
+        {"completions, one token-id prompt", endpoint::completions, R"({"model":"m","prompt":[1,2,3]})", 1},
+        {"completions, two token-id prompts", endpoint::completions, R"({"model":"m","prompt":[[1,2],[3]],"best_of":4})",
+         8},
+        {"embeddings ignore n", endpoint::embeddings, R"({"model":"m","input":["a","b"],"n":3})", 1},
+    };
+    request_reader reader(max_body_bytes);
+    for (const row& r : rows) {
+      const std::string name = r.name;
+      CAPTURE(name);
+      outcome o = read_body(reader, r.ep, r.body);
+      REQUIRE_MESSAGE(o.ok, o.message);
+      CHECK(o.fields.output_sequences == r.sequences);
     }
   }
 
