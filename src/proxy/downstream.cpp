@@ -728,10 +728,7 @@ void shard_server::compact_input(downstream_conn* d) noexcept {
 void shard_server::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
   if (d->state == conn_state::quota_wait) unpark(d);
-  if (d->request_open) {
-    if (d->cancelled) d->status = 499;  // nginx's "client closed request"
-    end_request(d);
-  }
+  if (d->request_open) end_request(d);
   if (d->inflight_counted) {
     _stats.requests_inflight.sub();
     d->inflight_counted = false;

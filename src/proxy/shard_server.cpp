@@ -248,11 +248,19 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     }
   }
   if (_draining && _drain_deadline_ms != 0 && now >= _drain_deadline_ms) {
-    // Drain time is up: cut whatever is left.
+    // Drain time is up: cut whatever is left. A request cut here is
+    // audited as cancelled, with what it had generated so far.
     downstream_conn* d = _conns;
     while (d != nullptr) {
       downstream_conn* next = d->all_hook.next;
-      if (d->state != conn_state::closing) close_downstream(d);
+      if (d->state != conn_state::closing) {
+        if (d->request_open) {
+          d->cancelled = true;
+          d->error_code = "drain_timeout";
+          if (d->status == 0) d->status = 503;
+        }
+        close_downstream(d);
+      }
       d = next;
     }
     _drain_deadline_ms = 0;
@@ -323,7 +331,11 @@ void shard_server::close_audit() noexcept {
 }
 
 void shard_server::begin_drain(uint64_t deadline_ms) noexcept {
-  if (_draining) return;
+  if (_draining) {
+    // A second signal: the deadline only comes closer (drain(0) cuts now).
+    if (_drain_deadline_ms == 0 || deadline_ms < _drain_deadline_ms) _drain_deadline_ms = deadline_ms;
+    return;
+  }
   _draining = true;
   _drain_deadline_ms = deadline_ms;
   if (_accept_armed) {

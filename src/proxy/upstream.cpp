@@ -843,6 +843,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
 void shard_server::abort_exchange(downstream_conn* d) noexcept {
   _stats.downstream_aborts.add();
   d->cancelled = true;
+  d->status = 499;  // nginx's "client closed request"
   d->error_code = "client_closed";
   close_downstream(d);  // closes the upstream connection too
 }
