@@ -258,6 +258,10 @@ void admin_server::handle(conn* c) noexcept {
             "counter", &shard_stats::upstream_retries);
     counter("sluice_upstream_timeouts_total", "Backend connect/first-byte/idle timeouts.", "counter",
             &shard_stats::upstream_timeouts);
+    counter("sluice_upstream_reset_after_send_total",
+            "Backend connections that failed after the whole request was written (502; never retried: the backend may "
+            "have started it).",
+            "counter", &shard_stats::upstream_reset_after_send);
     counter("sluice_upstream_truncated_total", "Responses cut because the backend failed mid-response.", "counter",
             &shard_stats::upstream_truncated);
     counter("sluice_downstream_aborts_total", "Exchanges cancelled because the client went away.", "counter",

@@ -12,6 +12,7 @@
 
 #include "shard_server.hpp"
 #include "text.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
@@ -599,11 +600,25 @@ void shard_server::on_send(shard::completion* c, const io_uring_cqe* cqe) {
 void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
   --d->ops;
   d->send_busy = false;
+  const int res = cqe->res;
+  // A short send resubmits the rest (below), which still reads what the
+  // pin holds; anything else ends the send's use of the upstream buffer.
+  if (d->state == conn_state::closing || res < 0 ||
+      !advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
+    unpin_upstream_buffer(d);
+  } else {
+    // The client took bytes: a stream's idle time starts again (a slow
+    // reader is not a stalled one).
+    if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {
+      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+    }
+    submit_send(d);
+    return;
+  }
   if (d->state == conn_state::closing) {
     maybe_free(d);
     return;
   }
-  int res = cqe->res;
   if (res < 0) {
     // EPIPE/ECONNRESET: the client is gone.
     d->peer_eof = true;
@@ -612,15 +627,6 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     } else {
       close_downstream(d);
     }
-    return;
-  }
-  // A short send resubmits the rest. The client took bytes: a stream's
-  // idle time starts again (a slow reader is not a stalled one).
-  if (advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
-    if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {
-      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
-    }
-    submit_send(d);
     return;
   }
   switch (d->state) {
@@ -666,6 +672,13 @@ void shard_server::on_response_sent(downstream_conn* d) noexcept {
 }
 
 void shard_server::next_request(downstream_conn* d) noexcept {
+  if (d->up_send_inflight) {
+    // The backend answered before it read the whole request; the rest of
+    // the request bytes are still the kernel's until that send completes
+    // (its connection is shut down, so soon).
+    d->after_up_send = after_upstream_send::next_request;
+    return;
+  }
   d->req_start = d->raw_end;
   compact_input(d);
   if (d->stash.len != 0) {
@@ -750,6 +763,7 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
 
 void shard_server::maybe_free(downstream_conn* d) noexcept {
   if (d->state != conn_state::closing || d->ops > 0) return;
+  SLUICE_VERIFY(!d->up_send_inflight && d->send_pin == nullptr && !d->recv_armed && !d->send_busy);
   if (d->pipe.valid()) {
     _pipes.release(d->pipe, false);
     d->pipe = {};

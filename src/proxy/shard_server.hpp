@@ -123,8 +123,13 @@ struct upstream_conn {
   bool reused = false;          // taken from the pool (a stale socket may fail: retry)
   bool recv_armed = false;      // a receive is in flight (also while idle in the pool)
   bool buf_lent = false;        // buf is the shard's upstream ring buffer buf_bid
+  bool buf_pinned = false;      // a downstream send reads buf (counted in ops): it stays until that completes
   uint16_t buf_bid = 0;
   downstream_conn* owner = nullptr;
+  // The exchange whose request bytes (its `in` and `up_head`) the send in
+  // flight reads; that exchange's connection counts the send in its ops
+  // too, and neither moves nor frees those bytes until the completion.
+  downstream_conn* send_for = nullptr;
   op<upstream_conn> connect_op, send_op, recv_op;
   list_hook<upstream_conn> pool_hook;
   // Response bytes (head, and body on the copy path). Only while the
@@ -145,6 +150,15 @@ struct stream_facts {
   bool error = false;    // data: {"error": ...}
   uint8_t finish_reason_len = 0;
   char finish_reason[23] = {};
+};
+
+// What an exchange does once the upstream send still reading its request
+// bytes has completed (see downstream_conn::up_send_inflight).
+enum class after_upstream_send : uint8_t {
+  nothing,
+  next_request,
+  retry,              // decided (a 502/503 answer): start the next attempt
+  retry_unless_sent,  // a failed attempt: retry only if the send had not written the whole request
 };
 
 enum class conn_state : uint8_t {
@@ -217,6 +231,15 @@ struct downstream_conn {
   list_hook<downstream_conn> wait_hook;   // in the shard's quota waiters
   int32_t key_index = -1;
   upstream_conn* up = nullptr;
+  // An upstream send reads this connection's request bytes (counted in ops).
+  bool up_send_inflight = false;
+  // The attempt's whole request reached the backend's socket: from then on
+  // the backend may have started it, and a failure is never retried.
+  bool up_request_sent = false;
+  after_upstream_send after_up_send = after_upstream_send::nothing;
+  // The upstream connection whose receive buffer the downstream send in
+  // flight reads (its buf_pinned): released at that send's completion.
+  upstream_conn* send_pin = nullptr;
   uint8_t attempts = 0;
   uint16_t status = 0;
   char request_id[64] = {};
@@ -401,6 +424,15 @@ class shard_server {
   void on_up_send_cqe(upstream_conn* u, int res) noexcept;
   void on_up_recv_cqe(upstream_conn* u, int res) noexcept;
   void upstream_failed(downstream_conn* d, errc why) noexcept;
+  // The client's answer to an attempt that failed and is not retried.
+  void answer_upstream_failure(downstream_conn* d, errc why) noexcept;
+  // The upstream send that read d's request bytes has completed: what
+  // waited for it (the next request, a retry, the free) goes on.
+  void after_upstream_send_done(downstream_conn* d) noexcept;
+  // The downstream send about to go reads u->buf: u (and its buffer) stays
+  // until that send completes.
+  void pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept;
+  void unpin_upstream_buffer(downstream_conn* d) noexcept;
   void on_response_head(downstream_conn* d) noexcept;
   // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
   // the response head first when with_head).

@@ -11,6 +11,7 @@
 
 #include "shard_server.hpp"
 #include "text.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/net/socket.hpp"
@@ -198,6 +199,13 @@ void shard_server::forward(downstream_conn* d, const openai::request_fields& f) 
 }
 
 void shard_server::start_attempt(downstream_conn* d) noexcept {
+  if (d->up_send_inflight) {
+    // The last attempt's send still reads the request bytes this one would
+    // rewrite (the host) and send again: go on at its completion.
+    d->after_up_send = after_upstream_send::retry;
+    return;
+  }
+  d->up_request_sent = false;
   const config::group_config& g = _cfg->groups[d->group];
   const route::choice c = _routes->pick(d->group, d->route_key, d->tried_mask);
   if (c.backend == route::k_none) {
@@ -290,6 +298,10 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
 
 void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
   u->owner = nullptr;
+  // A backend that answered before it read the whole request: the rest of
+  // the request is still going out, so the connection's byte stream is in
+  // the middle of a request and cannot carry another.
+  if (u->send_for != nullptr) reusable = false;
   backend_state& bs = _backends[u->backend];
   const uint32_t pool_max = _cfg->upstream.pool_idle_max;
   if (!reusable || _draining || bs.idle_count >= pool_max || u->closing || bs.cfg->removed) {
@@ -333,6 +345,7 @@ void shard_server::submit_recv(upstream_conn* u, bool poll_first) noexcept {
 }
 
 void shard_server::drop_upstream_buffer(upstream_conn* u) noexcept {
+  SLUICE_ASSERT(!u->buf_pinned);
   if (u->buf_lent) {
     _up_bufs->recycle(u->buf_bid);
     u->buf_lent = false;
@@ -365,6 +378,7 @@ void shard_server::close_upstream(upstream_conn* u) noexcept {
 
 void shard_server::maybe_free(upstream_conn* u) noexcept {
   if (!u->closing || u->ops > 0) return;
+  SLUICE_VERIFY(u->send_for == nullptr && !u->buf_pinned && !u->recv_armed);
   drop_upstream_buffer(u);
   ::close(u->fd);
   --_backends[u->backend].open;
@@ -410,12 +424,65 @@ void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
   u->connected = true;
   set_deadline(d, deadline_kind::upstream_first_byte, _cfg->groups[d->group].upstream.first_byte_timeout_ms);
   submit_upstream_send(d);
+  // The answer is read while the request goes out, as on a pooled
+  // connection: a backend may answer (413, 400) before it reads a large
+  // body, and would wait for sluice to read while sluice waits to write.
+  submit_recv(u, true);
 }
 
 void shard_server::submit_upstream_send(downstream_conn* d) noexcept {
   upstream_conn* u = d->up;
+  SLUICE_VERIFY(!d->up_send_inflight && u->send_for == nullptr);
   prep_send_iov(_r.sqe(&u->send_op), u->fd, d->up_msg_iov, d->up_msg_iov_count, d->up_msg);
+  // The send uses u's socket and reads d's bytes: it holds both.
   ++u->ops;
+  ++d->ops;
+  u->send_for = d;
+  d->up_send_inflight = true;
+}
+
+void shard_server::after_upstream_send_done(downstream_conn* d) noexcept {
+  const after_upstream_send next = d->after_up_send;
+  d->after_up_send = after_upstream_send::nothing;
+  if (d->state == conn_state::closing) {
+    maybe_free(d);
+    return;
+  }
+  switch (next) {
+    case after_upstream_send::nothing:
+      return;
+    case after_upstream_send::next_request:
+      next_request(d);
+      return;
+    case after_upstream_send::retry:
+      start_attempt(d);
+      return;
+    case after_upstream_send::retry_unless_sent:
+      // The failed attempt's send turned out to have written the whole
+      // request: the backend may have started it.
+      if (d->up_request_sent) {
+        answer_upstream_failure(d, errc::upstream_connect);
+      } else {
+        start_attempt(d);
+      }
+      return;
+  }
+}
+
+void shard_server::pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept {
+  SLUICE_VERIFY(d->send_pin == nullptr && !u->buf_pinned);
+  d->send_pin = u;
+  u->buf_pinned = true;
+  ++u->ops;
+}
+
+void shard_server::unpin_upstream_buffer(downstream_conn* d) noexcept {
+  upstream_conn* u = d->send_pin;
+  if (u == nullptr) return;
+  d->send_pin = nullptr;
+  u->buf_pinned = false;
+  --u->ops;
+  if (u->closing) maybe_free(u);
 }
 
 void shard_server::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
@@ -424,13 +491,26 @@ void shard_server::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
 }
 
 void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
-  if (upstream_gone(u)) return;
-  downstream_conn* d = u->owner;
-  if (res < 0) {
-    upstream_failed(d, errc::upstream_connect);  // nothing was answered yet: safe to retry
+  downstream_conn* d = u->send_for;
+  SLUICE_VERIFY(d != nullptr && d->up_send_inflight);
+  u->send_for = nullptr;
+  d->up_send_inflight = false;
+  --d->ops;
+  const bool more = res >= 0 && advance_iov(d->up_msg_iov, d->up_msg_iov_count, static_cast<size_t>(res));
+  if (res >= 0 && !more) d->up_request_sent = true;
+  if (upstream_gone(u)) {
+    // The exchange let go of the connection while this send was out (an
+    // early answer, a failure, the client gone): what waited for the send
+    // to give back the request bytes goes on now.
+    after_upstream_send_done(d);
     return;
   }
-  if (advance_iov(d->up_msg_iov, d->up_msg_iov_count, static_cast<size_t>(res))) {
+  SLUICE_ASSERT(u->owner == d);
+  if (res < 0) {
+    upstream_failed(d, errc::upstream_connect);  // not written whole: the backend cannot have started it
+    return;
+  }
+  if (more) {
     submit_upstream_send(d);
     return;
   }
@@ -709,6 +789,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
   size_t cut_begin = 0, cut_end = 0;
   size_t usage_from = 0;
+  bool reads_up = false;  // a piece of the send lies in u->buf
   const char* const batch = u->buf.data + d->fwd_from;
   if (d->usage_event_at != nullptr && d->usage_event_at >= batch && d->usage_event_at < u->buf.data + send_end) {
     usage_from = static_cast<size_t>(d->usage_event_at - batch);
@@ -723,6 +804,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
     if (d->fwd_from + cut_end < send_end) {
       d->send_iov[n++] = {u->buf.data + d->fwd_from + cut_end, send_end - d->fwd_from - cut_end};
     }
+    reads_up = n > (with_head ? 1 : 0);
   } else if (send_end > d->fwd_from) {
     // The usage event was seen but its chunk is not whole yet (the read
     // ended between the event's blank line and the chunk's CRLF): it waits
@@ -739,6 +821,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
       d->send_iov[0].iov_len = d->out.len;
     } else {
       d->send_iov[n++] = {u->buf.data + d->fwd_from, body};
+      reads_up = true;
     }
   }
   if (n == 0) {
@@ -746,6 +829,9 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
     return;
   }
   d->send_iov_count = n;
+  // The send reads u's buffer: u and its buffer stay until it completes,
+  // whatever happens to the exchange meanwhile.
+  if (reads_up) pin_upstream_buffer(d, u);
   submit_send(d);
 }
 
@@ -818,7 +904,10 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
     return;
   }
   const config::group_config& g = _cfg->groups[d->group];
-  const bool retryable = why == errc::upstream_connect;
+  // Retried only while the backend cannot have started the request: the
+  // connect failed, or the connection failed before the request was
+  // written whole. A POST the backend may be running is never sent twice.
+  const bool retryable = why == errc::upstream_connect && !d->up_request_sent;
   // A pooled connection the backend had just closed does not count as an
   // attempt: nothing was wrong with the backend.
   if (retryable && (stale || d->attempts < g.upstream.max_retries)) {
@@ -828,10 +917,24 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
       if (d->route_position < 64) d->tried_mask |= uint64_t{1} << d->route_position;
     }
     _stats.upstream_retries.add();
+    if (d->up_send_inflight) {
+      // Its send (shut down with the connection) completes soon; whether
+      // it had written everything decides.
+      d->after_up_send = after_upstream_send::retry_unless_sent;
+      return;
+    }
     start_attempt(d);
     return;
   }
-  if (why == errc::upstream_timeout) {
+  answer_upstream_failure(d, why);
+}
+
+void shard_server::answer_upstream_failure(downstream_conn* d, errc why) noexcept {
+  if (why == errc::upstream_connect && d->up_request_sent) {
+    _stats.upstream_reset_after_send.add();
+    answer_error(d, 502, "The backend closed the connection before answering.", "server_error", {},
+                 "upstream_reset", false);
+  } else if (why == errc::upstream_timeout) {
     answer_error(d, 504, "The backend did not answer in time.", "server_error", {}, "upstream_timeout", false);
   } else if (why == errc::upstream_protocol) {
     answer_error(d, 502, "The backend sent an invalid response.", "server_error", {}, "bad_gateway", false);

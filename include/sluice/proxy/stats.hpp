@@ -27,6 +27,7 @@ struct alignas(64) shard_stats {
   counter upstream_connect_errors;
   counter upstream_retries;
   counter upstream_timeouts;
+  counter upstream_reset_after_send;  // a backend connection failed after the whole request was written: 502, never retried
   counter upstream_truncated;     // backend gone mid-response: client response truncated
   counter downstream_aborts;      // client gone mid-response: backend request cancelled
   counter client_stalls;          // client took no bytes of a response for stream_idle_timeout_ms: closed
