@@ -64,7 +64,7 @@ void shard_server::submit_recv(downstream_conn* d) noexcept {
   io_uring_prep_recv_multishot(s, d->fd, nullptr, 0, 0);
   s->flags |= IOSQE_BUFFER_SELECT;
   s->buf_group = _bufs->group_id();
-  d->recv_armed = true;
+  d->recv.on_armed();
   ++d->ops;
 }
 
@@ -77,7 +77,7 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
   const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
   const int res = cqe->res;
   if (!more) {
-    d->recv_armed = false;
+    d->recv.on_ended();
     --d->ops;
   }
   if (res > 0 && (cqe->flags & IORING_CQE_F_BUFFER) != 0) {
@@ -121,18 +121,17 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     }
     return;
   }
-  if (res == -ECANCELED) {
-    // Our own cancel (pipelining backpressure); re-armed in next_request().
-    return;
-  }
-  if (busy(d->state) && d->stash.len > k_pipeline_bytes_max && d->recv_armed && !d->recv_paused) {
-    d->recv_paused = true;
+  // Too much pipelined input held while a response is in flight: stop
+  // reading (and so the client) until the exchange ends.
+  if (busy(d->state) && d->stash.len > k_pipeline_bytes_max && d->recv.pause()) {
     io_uring_sqe* s = _r.sqe_untracked();
     io_uring_prep_cancel(s, &d->recv_op, 0);
   }
   // A multishot receive ends on its own when the buffer ring runs dry
-  // (-ENOBUFS) or the kernel decides so: re-arm.
-  if (!d->recv_armed && !d->recv_paused) submit_recv(d);
+  // (-ENOBUFS) or the kernel decides so, and with -ECANCELED after our
+  // cancel: re-armed unless paused (a cancel whose completion comes after
+  // the resume re-arms here; the resume found it still armed).
+  if (d->recv.wants_arm()) submit_recv(d);
   if (res > 0) process_input(d);
 }
 
@@ -721,10 +720,8 @@ void shard_server::next_request(downstream_conn* d) noexcept {
     return;
   }
   set_deadline(d, deadline_kind::idle, _cfg->server.idle_timeout_ms);
-  if (d->recv_paused) {
-    d->recv_paused = false;
-    if (!d->recv_armed) submit_recv(d);
-  }
+  d->recv.resume();
+  if (d->recv.wants_arm()) submit_recv(d);
   if (d->in.len > 0) process_input(d);
 }
 
@@ -763,7 +760,7 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
 
 void shard_server::maybe_free(downstream_conn* d) noexcept {
   if (d->state != conn_state::closing || d->ops > 0) return;
-  SLUICE_VERIFY(!d->up_send_inflight && d->send_pin == nullptr && !d->recv_armed && !d->send_busy);
+  SLUICE_VERIFY(!d->up_send_inflight && d->send_pin == nullptr && !d->recv.armed() && !d->send_busy);
   if (d->pipe.valid()) {
     _pipes.release(d->pipe, false);
     d->pipe = {};

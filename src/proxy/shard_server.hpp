@@ -27,6 +27,7 @@
 #include "sluice/route/table.hpp"
 #include "sluice/shard/reactor.hpp"
 #include "sluice/shard/spsc_queue.hpp"
+#include "receive_gate.hpp"
 
 namespace sluice::proxy {
 
@@ -131,6 +132,8 @@ struct upstream_conn {
   // too, and neither moves nor frees those bytes until the completion.
   downstream_conn* send_for = nullptr;
   op<upstream_conn> connect_op, send_op, recv_op;
+  sockaddr_storage peer{};      // the backend's address, read by the connect SQE
+  socklen_t peer_len = 0;
   list_hook<upstream_conn> pool_hook;
   // Response bytes (head, and body on the copy path). Only while the
   // connection holds bytes: a receive with nothing held takes a buffer from
@@ -178,8 +181,7 @@ struct downstream_conn {
   int fd = -1;
   int ops = 0;
   conn_state state = conn_state::idle;
-  bool recv_armed = false;
-  bool recv_paused = false;
+  receive_gate recv;
   bool peer_eof = false;
   bool close_after_send = false;
   bool send_busy = false;

@@ -286,6 +286,8 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
     return nullptr;
   }
   account_connection_memory(sizeof(upstream_conn));
+  u->peer = b.address.storage;
+  u->peer_len = b.address.length;
   ++bs.open;
   u->srv = this;
   u->backend = backend;
@@ -402,9 +404,11 @@ bool shard_server::upstream_gone(upstream_conn* u) noexcept {
 }
 
 void shard_server::submit_connect(upstream_conn* u) noexcept {
-  const config::backend_config& b = _cfg->backends[u->backend];
+  // The address is the connection's own copy: the kernel reads it when the
+  // SQE is submitted (the next loop turn), and a reload may drop the config
+  // snapshot in between.
   io_uring_sqe* s = _r.sqe(&u->connect_op);
-  io_uring_prep_connect(s, u->fd, reinterpret_cast<const sockaddr*>(&b.address.storage), b.address.length);
+  io_uring_prep_connect(s, u->fd, reinterpret_cast<const sockaddr*>(&u->peer), u->peer_len);
   ++u->ops;
 }
 
