@@ -199,8 +199,12 @@ int main(int argc, char** argv) {
       size_t colon = t.rfind(':');
       return colon == std::string::npos ? t : t.substr(0, colon);
     };
-    log::info("sluice listening on http://{}:{} ({} shard{}, splice {})", host_of(cfg->server.listen), g->port(),
-              g->shard_count(), g->shard_count() == 1 ? "" : "s", cfg->server.splice ? "on" : "off");
+    log::info("sluice listening on http://{}:{} ({} shard{})", host_of(cfg->server.listen), g->port(),
+              g->shard_count(), g->shard_count() == 1 ? "" : "s");
+    if (cfg->server.splice) {
+      log::warn("server.splice = true is accepted for old configs and has no effect: every body is relayed by "
+                "copy (README, \"How a request flows\")");
+    }
     log::info("sluice admin on http://{}:{}", host_of(aa), admin_port);
 
     shard::reactor::hooks h;

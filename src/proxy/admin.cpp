@@ -269,10 +269,6 @@ void admin_server::handle(conn* c) noexcept {
     counter("sluice_client_stalls_total",
             "Responses cut because the client took no bytes for the stream idle timeout.", "counter",
             &shard_stats::client_stalls);
-    counter("sluice_streams_spliced_total", "Response bodies relayed by splice.", "counter",
-            &shard_stats::streams_spliced);
-    counter("sluice_streams_copied_total", "Response bodies relayed by copy.", "counter",
-            &shard_stats::streams_copied);
     counter("sluice_upstream_buffer_fallbacks_total",
             "Backend receives that found every pooled receive buffer lent and used a buffer of their own.", "counter",
             &shard_stats::upstream_own_buffers);

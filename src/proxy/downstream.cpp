@@ -761,14 +761,6 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
 void shard_server::maybe_free(downstream_conn* d) noexcept {
   if (d->state != conn_state::closing || d->ops > 0) return;
   SLUICE_VERIFY(!d->up_send_inflight && d->send_pin == nullptr && !d->recv.armed() && !d->send_busy);
-  if (d->pipe.valid()) {
-    _pipes.release(d->pipe, false);
-    d->pipe = {};
-  }
-  if (d->tee_pipe.valid()) {
-    _pipes.release(d->tee_pipe, false);
-    d->tee_pipe = {};
-  }
   ::close(d->fd);
   d->fd = -1;
   if (d->all_hook.prev != nullptr) {
@@ -814,7 +806,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
       return;
     case deadline_kind::upstream_idle:
       if (d->state == conn_state::streaming && d->deadline_ms != d->total_deadline_ms &&
-          (d->send_busy || (d->pipe.valid() && d->pipe_forward > 0))) {
+          d->send_busy) {
         // The backend is not read while bytes wait for the client (a
         // stream goes at its slower side's pace): the client took none for
         // the whole idle time. It is closed as stalled; the backend, which

@@ -96,7 +96,6 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
              slices_options_of(mesh)),
       _listen_fd(listen_fd),
       _limits(limits_from(_cfg->server)),
-      _pipes(_cfg->server.connections_max * 2),
       _reader(_cfg->server.max_body_bytes) {
   _accept_op.owner = this;
   _accept_op.fn = &shard_server::on_accept;
@@ -189,7 +188,7 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
         account_connection_memory(sizeof(downstream_conn));
         d->srv = this;
         d->fd = fd;
-        d->recv_op.owner = d->send_op.owner = d->splice_op.owner = d->poll_op.owner = d;
+        d->recv_op.owner = d->send_op.owner = d;
         d->recv_op.fn = &shard_server::on_recv;
         d->send_op.fn = &shard_server::on_send;
         net::set_nodelay(fd);

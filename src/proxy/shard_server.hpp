@@ -20,7 +20,6 @@
 #include "sluice/http/response.hpp"
 #include "sluice/http/sse.hpp"
 #include "sluice/net/buffer_ring.hpp"
-#include "sluice/net/pipe_pool.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/proxy/stats.hpp"
 #include "sluice/quota/shard_slices.hpp"
@@ -194,13 +193,12 @@ struct downstream_conn {
   bool cancelled = false;          // the client went away mid-exchange
   bool is_stream = false;
   bool inflight_counted = false;
-  bool stream_copy = true;         // body by copy (else splice)
   deadline_kind deadline = deadline_kind::none;
   uint64_t deadline_ms = 0;
   uint64_t request_start_ms = 0;
   uint64_t body_start_ms = 0;
   uint64_t total_deadline_ms = 0;  // upstream.total_timeout_ms for this exchange; 0 = none
-  op<downstream_conn> recv_op, send_op, splice_op, poll_op;
+  op<downstream_conn> recv_op, send_op;
   list_hook<downstream_conn> all_hook;
 
   char peer_ip[48] = {};
@@ -279,7 +277,6 @@ struct downstream_conn {
   bool response_complete = false;
   bool upstream_head = false;     // rhead holds this request's response head
   bool up_reusable = false;
-  bool counted_stream = false;
   std::unique_ptr<http::sse_scanner> sse;
   stream_facts facts;
   uint32_t fwd_from = 0;          // copy path: first byte of up->buf not yet sent
@@ -289,16 +286,6 @@ struct downstream_conn {
   bool usage_in_batch = false;    // the usage-only event was seen, its chunk not yet cut: in this batch or held at its front
   const char* usage_event_at = nullptr;  // that event's data in up->buf, when the scan saw it in place
 
-  // Splice path.
-  net::pipe_fds pipe;             // backend socket -> pipe -> client socket
-  net::pipe_fds tee_pipe;         // tee'd copy of `pipe`, read for scanning
-  uint32_t pipe_bytes = 0;        // bytes in `pipe` not yet spliced out
-  uint32_t pipe_forward = 0;      // of those, bytes that belong to the response
-  uint32_t tee_expected = 0;
-  bool splice_out_wait = false;   // the client socket was full: poll POLLOUT first
-  byte_buf tee_buf;               // what the tee read gives back, for the scan (its own: a
-                                  // read in flight must never outlive its buffer)
-  op<downstream_conn> tee_op, read_op;
 
   explicit downstream_conn(const http::limits& l) : parser(l) {}
 };
@@ -443,22 +430,6 @@ class shard_server {
   // A held backend error (hold_error), read whole: answered in OpenAI's shape.
   void answer_backend_error(downstream_conn* d) noexcept;
   void abort_exchange(downstream_conn* d) noexcept;
-  // splice path (splice.cpp)
-  bool start_splice(downstream_conn* d) noexcept;
-  void splice_step(downstream_conn* d) noexcept;
-  static void on_splice_in(shard::completion* c, const io_uring_cqe* cqe);
-  static void on_tee_read(shard::completion* c, const io_uring_cqe* cqe);
-  static void on_splice_out(shard::completion* c, const io_uring_cqe* cqe);
-  void on_splice_in_cqe(downstream_conn* d, int res) noexcept;
-  void on_tee_read_cqe(downstream_conn* d, int res) noexcept;
-  void on_splice_out_cqe(downstream_conn* d, int res) noexcept;
-  void end_splice(downstream_conn* d, bool pipe_empty) noexcept;
-  void submit_splice_out(downstream_conn* d) noexcept;
-
- public:
-  void free_if_closing(downstream_conn* d) noexcept;
-
- private:
   static void on_body_data(void* ctx, const char* data, size_t len);
   static void on_sse_event(void* ctx, const http::sse_event& ev);
 
@@ -485,7 +456,6 @@ class shard_server {
   bool _accept_armed = false;
   std::unique_ptr<net::buffer_ring> _bufs;      // downstream receives (multishot)
   std::unique_ptr<net::buffer_ring> _up_bufs;   // upstream receives with nothing held
-  net::pipe_pool _pipes;
   openai::request_reader _reader;
   std::unique_ptr<backend_state[]> _backends;
   downstream_conn* _conns = nullptr;   // every live downstream connection

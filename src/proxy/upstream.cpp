@@ -856,16 +856,7 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
   }
   d->fwd_from = 0;
   d->send_end = 0;
-  // The splice path cannot hold a partial chunk back, so a stream whose
-  // usage chunk must be cut stays on the copy path. It is for long bodies
-  // only: event streams and large ones. A short JSON body whose head came
-  // alone would pay four ring operations for a few hundred bytes (bench/:
-  // 20.6 vs 15.9 µs per non-stream request on one core).
   const http::response_head& rh = d->rhead;
-  const bool long_body = rh.event_stream || (rh.has_content_length && rh.content_length > (64u << 10));
-  if (_cfg->server.splice && long_body && !d->cut_usage && left == 0 && start_splice(d)) return;
-  _stats.streams_copied.add(d->counted_stream ? 0 : 1);
-  d->counted_stream = true;
   // Everything sent of an event stream: the next event comes with the next
   // token, well after this send, so wait for readiness first. A partial
   // chunk's rest, or a long plain body, is likely there already: try first.
@@ -877,10 +868,8 @@ void shard_server::finish_exchange(downstream_conn* d) noexcept {
   d->up = nullptr;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
-    release_upstream(u, d->up_reusable && (!d->pipe.valid() || d->pipe_bytes == 0));
+    release_upstream(u, d->up_reusable);
   }
-  if (d->pipe.valid()) end_splice(d, d->pipe_bytes == 0);
-  d->counted_stream = false;
   d->state = conn_state::local;  // so on_response_sent() counts it like any answer
   on_response_sent(d);
 }
@@ -897,13 +886,11 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
     _routes->on_request_end(u->backend);
     close_upstream(u);
   }
-  if (d->pipe.valid()) end_splice(d, false);
   if (d->response_started) {
     // Something already reached the client: never retry, never fake an end.
     // Closing without the terminal chunk tells the client it was cut.
     _stats.upstream_truncated.add();
     d->error_code = "upstream_truncated";
-    d->counted_stream = false;
     close_downstream(d);
     return;
   }

@@ -1,7 +1,7 @@
 // Raw streaming: the SSE bytes a client receives through sluice equal the
 // ones it receives from mock-vllm directly, read with `curl -N` and with a
 // raw socket (which also sees the chunked framing and the keep-alive after
-// the terminal chunk). Both the splice and the copy path.
+// the terminal chunk).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
@@ -11,7 +11,7 @@ import {
   start_mock_vllm, start_sluice, stop_all, test_key, with_timeout,
 } from './lib/harness.mjs';
 
-const modes = [['splice', true], ['copy', false]];
+const modes = [['copy', false]];
 
 // Runs curl -N and resolves {status, content_type, body: Buffer}.
 function curl_stream(url, body, headers) {

@@ -50,7 +50,7 @@ struct server_config {
   uint32_t connections_max = 16384;      // per shard; beyond: 503 + close
   uint32_t inflight_max = 4096;          // per shard requests in flight; beyond: 503
   uint64_t memory_max_bytes = 1ull << 30; // per shard connection memory; beyond: new requests get 503 (0 = no cap)
-  bool splice = false;                   // true: long bodies by splice; false (default): copy path (README: why)
+  bool splice = false;                   // accepted for old configs; no effect (bodies go by copy: README)
   uint32_t upstream_buffers = 64;        // per shard, 64 KiB each, lent to backend receives while bytes are held
   uint32_t idle_poll_us = 50;            // a shard with few requests open polls this long before sleeping (0 = never)
 };

@@ -31,8 +31,6 @@ struct alignas(64) shard_stats {
   counter upstream_truncated;     // backend gone mid-response: client response truncated
   counter downstream_aborts;      // client gone mid-response: backend request cancelled
   counter client_stalls;          // client took no bytes of a response for stream_idle_timeout_ms: closed
-  counter streams_spliced;
-  counter streams_copied;
   counter upstream_own_buffers;   // backend receives that found the shard's buffer ring empty
   counter usage_chunks_cut;       // injected usage chunks removed from client streams
   counter shed_connections;       // over server.connections_max
