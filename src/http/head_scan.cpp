@@ -80,16 +80,6 @@ std::string_view scan_message(scan_error e) noexcept {
 
 bool is_tchar(unsigned char c) noexcept { return k_tchar[c]; }
 
-bool iequals(std::string_view s, std::string_view lower) noexcept {
-  if (s.size() != lower.size()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 'A' && c <= 'Z') c = static_cast<unsigned char>(c | 0x20);
-    if (c != static_cast<unsigned char>(lower[i])) return false;
-  }
-  return true;
-}
-
 bool istarts_with(std::string_view s, std::string_view lower) noexcept {
   return s.size() >= lower.size() && iequals(s.substr(0, lower.size()), lower);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "sluice/core/text.hpp"
 #include "sluice/http/request.hpp"
 
 namespace sluice::http::detail {
@@ -56,8 +57,8 @@ std::string_view scan_message(scan_error e) noexcept;
 // Field names are tokens (RFC 9110 §5.6.2).
 bool is_tchar(unsigned char c) noexcept;
 
-// Case-insensitive ASCII comparison; `lower` must be lower case.
-bool iequals(std::string_view s, std::string_view lower) noexcept;
+// Case-insensitive ASCII comparison (core's).
+using sluice::iequals;
 bool istarts_with(std::string_view s, std::string_view lower) noexcept;
 
 // Strips SP/HTAB on both ends.

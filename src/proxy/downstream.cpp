@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include <xxhash.h>
 
@@ -96,7 +97,7 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
         dst.len += static_cast<uint32_t>(res);
         if (&dst == &d->in && old != nullptr && old != d->in.data &&
             (d->state == conn_state::body)) {
-          d->head.rebase(old, d->in.data);
+          d->x.head.rebase(old, d->in.data);
         }
       }
     }
@@ -137,13 +138,11 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
 
 void shard_server::start_request(downstream_conn* d) noexcept {
   d->state = conn_state::head;
-  d->request_start_ms = now_ms();
-  // Nothing of the previous request's head may answer for this one: its
-  // views point at bytes that compaction moved or freed (an error or a 408
-  // before this head parses would echo them, X-Request-ID first).
-  d->head = http::request_head{};
+  d->x.request_start_ms = now_ms();
+  // The exchange is fresh (reset_exchange): nothing of the previous
+  // request's head, whose views point at bytes compaction moved or freed,
+  // can answer for this one.
   d->parser.reset();
-  d->expect_sent = false;
   set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
 }
 
@@ -155,41 +154,41 @@ void shard_server::process_input(downstream_conn* d) noexcept {
         start_request(d);
         [[fallthrough]];
       case conn_state::head: {
-        http::parse_status st = d->parser.parse_head(d->in.data + d->req_start, d->in.len - d->req_start, d->head);
+        http::parse_status st = d->parser.parse_head(d->in.data + d->req_start, d->in.len - d->req_start, d->x.head);
         if (st.need_more()) return;
         if (!st.ok()) {
           open_request(d);
           answer_error(d, st.status, st.message, "invalid_request_error", {}, {}, true);
           return;
         }
-        d->head_ok = true;
+        d->x.head_ok = true;
         make_request_id(d);
         open_request(d);
-        d->body_begin = d->req_start + d->head.head_bytes;
+        d->body_begin = d->req_start + d->x.head.head_bytes;
         // Where this request's bytes end: here when it has no body (an early
         // answer below then moves on to the next request, not to this one
         // again); the body's end once it is read.
         d->raw_end = d->body_begin;
         d->body_len = 0;
         d->chunk_raw_pos = d->body_begin;
-        const bool has_body = d->head.chunked || d->head.content_length > 0;
+        const bool has_body = d->x.head.chunked || d->x.head.content_length > 0;
         // Route by path and method before reading the body, so a request
         // sluice will refuse never makes it send 100 Continue or buffer 8 MiB.
-        const std::string_view path = d->head.path;
+        const std::string_view path = d->x.head.path;
         bool known = true;
         bool method_ok = true;
         if (path == "/v1/chat/completions") {
-          d->endpoint = openai::endpoint::chat_completions;
-          method_ok = d->head.meth == http::method::post;
+          d->x.endpoint = openai::endpoint::chat_completions;
+          method_ok = d->x.head.meth == http::method::post;
         } else if (path == "/v1/completions") {
-          d->endpoint = openai::endpoint::completions;
-          method_ok = d->head.meth == http::method::post;
+          d->x.endpoint = openai::endpoint::completions;
+          method_ok = d->x.head.meth == http::method::post;
         } else if (path == "/v1/embeddings") {
-          d->endpoint = openai::endpoint::embeddings;
-          method_ok = d->head.meth == http::method::post;
+          d->x.endpoint = openai::endpoint::embeddings;
+          method_ok = d->x.head.meth == http::method::post;
         } else if (path == "/v1/models") {
-          method_ok = d->head.meth == http::method::get;
-          d->is_models = true;
+          method_ok = d->x.head.meth == http::method::get;
+          d->x.is_models = true;
         } else {
           known = false;
         }
@@ -203,10 +202,10 @@ void shard_server::process_input(downstream_conn* d) noexcept {
                        "method_not_allowed", has_body);
           return;
         }
-        d->key_index = authenticate(d->head);
-        if (d->key_index < 0) {
+        d->x.key_index = _keys.find(d->x.head.authorization, _cfg->keys);
+        if (d->x.key_index < 0) {
           answer_error(d, 401,
-                       d->head.authorization.empty()
+                       d->x.head.authorization.empty()
                            ? "You didn't provide an API key. You need to provide your API key in an Authorization "
                              "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
                            : "Incorrect API key provided.",
@@ -218,23 +217,23 @@ void shard_server::process_input(downstream_conn* d) noexcept {
           return;
         }
         d->state = conn_state::body;
-        d->body_start_ms = now_ms();
+        d->x.body_start_ms = now_ms();
         set_deadline(d, deadline_kind::body, _cfg->server.body_timeout_ms);
-        if (d->head.expect_continue && d->in.len < d->body_begin + 1 && !d->send_busy) {
+        if (d->x.head.expect_continue && d->in.len < d->body_begin + 1 && !d->send_busy) {
           static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
           d->send_iov[0] = {const_cast<char*>(k_continue.data()), k_continue.size()};
           d->send_iov_count = 1;
-          d->expect_sent = true;
+          d->x.expect_sent = true;
           submit_send(d);
         }
         [[fallthrough]];
       }
       case conn_state::body: {
         if (d->send_busy) return;  // 100 Continue still going out
-        if (!d->head.chunked) {
+        if (!d->x.head.chunked) {
           const uint64_t have = d->in.len - d->body_begin;
-          if (have < d->head.content_length) return;
-          d->body_len = static_cast<uint32_t>(d->head.content_length);
+          if (have < d->x.head.content_length) return;
+          d->body_len = static_cast<uint32_t>(d->x.head.content_length);
           d->raw_end = d->body_begin + d->body_len;
         } else {
           size_t consumed = 0, produced = 0;
@@ -260,30 +259,30 @@ void shard_server::process_input(downstream_conn* d) noexcept {
 }
 
 void shard_server::open_request(downstream_conn* d) noexcept {
-  if (d->request_open) return;
-  d->request_open = true;
-  d->start_wall_ms = realtime_ms();
+  if (d->x.request_open) return;
+  d->x.request_open = true;
+  d->x.start_wall_ms = realtime_ms();
   _metrics.inflight_add();
 }
 
 void shard_server::end_request(downstream_conn* d) noexcept {
-  if (!d->request_open) return;
-  d->request_open = false;
+  if (!d->x.request_open) return;
+  d->x.request_open = false;
   _metrics.inflight_sub();
   const uint64_t now = now_ms();
   // Tokens: the backend's usage when it sent one; for a stream cut short
   // without it, the content events seen (one token each, as vLLM streams).
   uint64_t prompt = 0, completion = 0;
-  if (d->upstream_head && d->rhead.event_stream) {
-    if (d->facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(d->facts.prompt_tokens);
-    completion = d->facts.completion_tokens >= 0 ? static_cast<uint64_t>(d->facts.completion_tokens)
-                                                 : d->facts.content_events;
-  } else if (d->upstream_head && d->resp_body.len != 0) {
+  if (d->x.rsp.head_seen && d->x.rsp.head.event_stream) {
+    if (d->x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(d->x.rsp.facts.prompt_tokens);
+    completion = d->x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(d->x.rsp.facts.completion_tokens)
+                                                 : d->x.rsp.facts.content_events;
+  } else if (d->x.rsp.head_seen && d->resp_body.len != 0) {
     // Past its bound the body is its last 64 KiB (scan.cpp): the usage
     // object is read from there.
     const std::string_view body(d->resp_body.data, d->resp_body.len);
     const openai::usage u =
-        d->resp_body_overflow ? openai::scan_usage_in_tail(body) : openai::scan_response_usage(body);
+        d->x.rsp.body_overflow ? openai::scan_usage_in_tail(body) : openai::scan_response_usage(body);
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
     // The first choice's finish_reason. The key followed by `":"` cannot
@@ -295,61 +294,61 @@ void shard_server::end_request(downstream_conn* d) noexcept {
     if (hit != nullptr) {
       const size_t from = static_cast<size_t>(static_cast<const char*>(hit) - body.data()) + k_finish.size();
       const size_t to = body.find('"', from);
-      if (to != std::string_view::npos && to - from <= sizeof d->facts.finish_reason) {
-        std::memcpy(d->facts.finish_reason, body.data() + from, to - from);
-        d->facts.finish_reason_len = static_cast<uint8_t>(to - from);
+      if (to != std::string_view::npos && to - from <= sizeof d->x.rsp.facts.finish_reason) {
+        std::memcpy(d->x.rsp.facts.finish_reason, body.data() + from, to - from);
+        d->x.rsp.facts.finish_reason_len = static_cast<uint8_t>(to - from);
       }
     }
   }
-  const bool answered = d->upstream_head && d->rhead.status == 200;
+  const bool answered = d->x.rsp.head_seen && d->x.rsp.head.status == 200;
   // A stream cut before its usage chunk: the prompt is the estimate.
-  if (answered && prompt == 0) prompt = d->input_estimate;
+  if (answered && prompt == 0) prompt = d->x.input_estimate;
   // Settle exactly once: the backend's usage when it answered 200 (a
   // client gone mid-stream pays the prompt and what was streamed); any
   // failure before an answer is refunded.
-  if (d->held.live) settle_quota(d, answered ? prompt : 0, answered ? completion : 0);
-  const bool grouped = d->group != metrics::none;
-  _metrics.request_done(d->group, d->backend_used, d->status);
-  if (grouped && (prompt | completion) != 0) _metrics.tokens(d->group, prompt, completion);
-  const uint64_t duration_ms = now - d->request_start_ms;
+  if (d->x.held.live) settle_quota(d, answered ? prompt : 0, answered ? completion : 0);
+  const bool grouped = d->x.group != metrics::none;
+  _metrics.request_done(d->x.group, d->x.backend_used, d->x.status);
+  if (grouped && (prompt | completion) != 0) _metrics.tokens(d->x.group, prompt, completion);
+  const uint64_t duration_ms = now - d->x.request_start_ms;
   if (grouped) {
-    _metrics.observe_duration_us(d->group, duration_ms * 1000);
-    if (d->first_token_ms != 0) _metrics.observe_ttft_us(d->group, (d->first_token_ms - d->request_start_ms) * 1000);
+    _metrics.observe_duration_us(d->x.group, duration_ms * 1000);
+    if (d->x.first_token_ms != 0) _metrics.observe_ttft_us(d->x.group, (d->x.first_token_ms - d->x.request_start_ms) * 1000);
   }
   if (!_audit) return;
   audit::record r;
-  r.time_ms = d->start_wall_ms;
-  r.request_id = std::string_view(d->request_id, d->request_id_len);
-  if (d->key_index >= 0) r.key_id = _cfg->keys[static_cast<size_t>(d->key_index)].id;
-  if (d->head_ok) {
+  r.time_ms = d->x.start_wall_ms;
+  r.request_id = std::string_view(d->x.request_id, d->x.request_id_len);
+  if (d->x.key_index >= 0) r.key_id = _cfg->keys[static_cast<size_t>(d->x.key_index)].id;
+  if (d->x.head_ok) {
     static constexpr std::string_view k_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
-    r.endpoint = d->is_models ? std::string_view("/v1/models")
-                 : d->model_len != 0 ? k_paths[static_cast<int>(d->endpoint)]
+    r.endpoint = d->x.is_models ? std::string_view("/v1/models")
+                 : d->x.model_len != 0 ? k_paths[static_cast<int>(d->x.endpoint)]
                                      : std::string_view{};
-    r.session_id = d->head.session_id;
+    r.session_id = d->x.head.session_id;
   }
-  r.model = std::string_view(d->model, d->model_len);
-  if (grouped) r.group = _cfg->groups[d->group].name;
-  if (d->backend_used != metrics::none) r.backend = _cfg->backends[d->backend_used].url;
-  r.status = d->status;
+  r.model = std::string_view(d->x.model, d->x.model_len);
+  if (grouped) r.group = _cfg->groups[d->x.group].name;
+  if (d->x.backend_used != metrics::none) r.backend = _cfg->backends[d->x.backend_used].url;
+  r.status = d->x.status;
   r.prompt_tokens = prompt;
   r.completion_tokens = completion;
   r.total_tokens = prompt + completion;
-  r.quota_charged = d->quota_charged;
-  r.ttft_ms = d->first_token_ms != 0 ? static_cast<int64_t>(d->first_token_ms - d->request_start_ms) : -1;
+  r.quota_charged = d->x.quota_charged;
+  r.ttft_ms = d->x.first_token_ms != 0 ? static_cast<int64_t>(d->x.first_token_ms - d->x.request_start_ms) : -1;
   r.duration_ms = duration_ms;
-  r.stream = d->is_stream;
-  r.cancelled = d->cancelled;
-  r.finish_reason = std::string_view(d->facts.finish_reason, d->facts.finish_reason_len);
-  r.error = d->error_code;
+  r.stream = d->x.is_stream;
+  r.cancelled = d->x.cancelled;
+  r.finish_reason = std::string_view(d->x.rsp.facts.finish_reason, d->x.rsp.facts.finish_reason_len);
+  r.error = d->x.error_code;
   _audit->append(r);
 }
 
 void shard_server::make_request_id(downstream_conn* d) noexcept {
   // Keep a client's X-Request-ID when it is a plain token (it reaches logs
   // and the backend); otherwise make one: shard-unique, not guessable.
-  std::string_view rid = d->head.request_id;
-  bool ok = !rid.empty() && rid.size() < sizeof d->request_id;
+  std::string_view rid = d->x.head.request_id;
+  bool ok = !rid.empty() && rid.size() < sizeof d->x.request_id;
   for (char c : rid) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '_' ||
           c == '.' || c == ':')) {
@@ -358,59 +357,27 @@ void shard_server::make_request_id(downstream_conn* d) noexcept {
     }
   }
   if (ok) {
-    std::memcpy(d->request_id, rid.data(), rid.size());
-    d->request_id_len = static_cast<uint8_t>(rid.size());
+    std::memcpy(d->x.request_id, rid.data(), rid.size());
+    d->x.request_id_len = static_cast<uint8_t>(rid.size());
     return;
   }
   uint64_t x = _id_seed + (++_request_seq) * 0x9E3779B97F4A7C15ull;
   x ^= x >> 31;
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 29;
-  text_writer w(d->request_id, sizeof d->request_id);
+  text_writer w(d->x.request_id, sizeof d->x.request_id);
   w.put_hex(_index, 2);
   w.put_hex(x, 16);
   w.put_hex(static_cast<uint32_t>(_request_seq), 8);
-  d->request_id_len = static_cast<uint8_t>(w.p - d->request_id);
-}
-
-int32_t shard_server::authenticate(const http::request_head& h) noexcept {
-  std::string_view a = h.authorization;
-  if (a.size() < 7 || !iequals(a.substr(0, 7), "bearer ")) return -1;
-  std::string_view key = a.substr(7);
-  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
-  if (key.empty()) return -1;
-  // Recently verified keys skip SHA-256: a direct-mapped cache of the exact
-  // key bytes (compared in constant time). Wrong keys are never cached, so
-  // a guess always pays the full hash and compare.
-  const uint64_t tag = XXH3_64bits(key.data(), key.size());
-  auth_cache_entry& e = _auth_cache[tag % k_auth_cache_entries];
-  if (key.size() <= sizeof e.key && e.key_len == key.size() && e.tag == tag && e.key_index >= 0 &&
-      CRYPTO_memcmp(e.key, key.data(), key.size()) == 0) {
-    return e.key_index;
-  }
-  const std::array<uint8_t, 32> digest = config::sha256(key);
-  // Compare against every key, in constant time each, so timing says
-  // nothing about which (or whether a) key matched.
-  int32_t found = -1;
-  for (size_t i = 0; i < _cfg->keys.size(); ++i) {
-    const bool same = CRYPTO_memcmp(_cfg->keys[i].key_sha256.data(), digest.data(), digest.size()) == 0;
-    found = same && !_cfg->keys[i].removed ? static_cast<int32_t>(i) : found;
-  }
-  if (found >= 0 && key.size() <= sizeof e.key) {
-    e.tag = tag;
-    e.key_len = static_cast<uint8_t>(key.size());
-    std::memcpy(e.key, key.data(), key.size());
-    e.key_index = found;
-  }
-  return found;
+  d->x.request_id_len = static_cast<uint8_t>(w.p - d->x.request_id);
 }
 
 void shard_server::dispatch(downstream_conn* d) noexcept {
   set_deadline(d, deadline_kind::none, 0);
   _stats.requests_total.add();
   _stats.requests_inflight.add();
-  d->inflight_counted = true;
-  if (d->is_models) {
+  d->x.inflight_counted = true;
+  if (d->x.is_models) {
     answer_models(d);
     return;
   }
@@ -430,34 +397,34 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   // max_tokens above this is refused (400); the real bound is the model's
   // context, which the backend enforces.
   const int64_t cap = 1 << 20;
-  if (!_reader.read(d->endpoint, d->in.data + d->body_begin, d->body_len, cap, f, e)) {
+  if (!_reader.read(d->x.endpoint, d->in.data + d->body_begin, d->body_len, cap, f, e)) {
     answer_error(d, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return;
   }
-  d->model_len = static_cast<uint8_t>(f.model.size() < sizeof d->model ? f.model.size() : sizeof d->model);
-  std::memcpy(d->model, f.model.data(), d->model_len);
-  d->is_stream = f.stream;
+  d->x.model_len = static_cast<uint8_t>(f.model.size() < sizeof d->x.model ? f.model.size() : sizeof d->x.model);
+  std::memcpy(d->x.model, f.model.data(), d->x.model_len);
+  d->x.is_stream = f.stream;
   // Model -> group (names, patterns, `auto` rules), limited to the groups
   // the key may use: a model outside them reads as unknown (no leak).
-  const uint32_t g = _routes->groups().resolve(f, static_cast<uint32_t>(d->key_index));
+  const uint32_t g = _routes->groups().resolve(f, static_cast<uint32_t>(d->x.key_index));
   if (g == route::k_none) {
     const size_t shown = f.model.size() > 128 ? 128 : f.model.size();
     char quoted[160];
     const size_t ql = openai::json_escape(quoted, sizeof quoted, f.model.substr(0, shown));
-    auto msg = fmt::format_to_n(d->scratch, sizeof d->scratch,
+    auto msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
                                 "The model `{}` does not exist or you do not have access to it.",
                                 std::string_view(quoted, ql));
-    answer_error(d, 404, std::string_view(d->scratch, msg.size < sizeof d->scratch ? msg.size : sizeof d->scratch),
+    answer_error(d, 404, std::string_view(d->x.scratch, msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch),
                  "invalid_request_error", "model", "model_not_found", false);
     return;
   }
-  d->group = g;
+  d->x.group = g;
   const config::group_config& grp = _cfg->groups[g];
-  d->total_deadline_ms = grp.upstream.total_timeout_ms != 0 ? now_ms() + grp.upstream.total_timeout_ms : 0;
+  d->x.total_deadline_ms = grp.upstream.total_timeout_ms != 0 ? now_ms() + grp.upstream.total_timeout_ms : 0;
   _prng ^= _prng << 13;
   _prng ^= _prng >> 7;
   _prng ^= _prng << 17;
-  d->route_key = route::route_key(_routes->keys(g), d->endpoint, f, grp.name, d->head.session_id, _prng);
+  d->x.route_key = route::route_key(_routes->keys(g), d->x.endpoint, f, grp.name, d->x.head.session_id, _prng);
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
   // the group's default cap) x output_weight (DESIGN.md §4), for each answer
   // the backend generates (n, best_of, prompts of a completions batch).
@@ -466,8 +433,8 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
                                                             : _cfg->quota.default_max_tokens;
   uint64_t max_out = 0;
   if (__builtin_mul_overflow(max_tokens, f.output_sequences, &max_out)) max_out = UINT64_MAX;
-  d->input_estimate = quota::estimate_input_tokens(std::string_view(d->in.data + d->body_begin, d->body_len));
-  d->quota_cost = quota::admission_cost(d->input_estimate, max_out, _cfg->quota.input_weight,
+  d->x.input_estimate = quota::estimate_input_tokens(std::string_view(d->in.data + d->body_begin, d->body_len));
+  d->x.quota_cost = quota::admission_cost(d->x.input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);
   d->state = conn_state::upstream;
   forward(d, f);
@@ -517,12 +484,12 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
   auto h = fmt::format_to_n(head, sizeof head,
                             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
                             "x-request-id: {}\r\n{}\r\n",
-                            n, std::string_view(d->request_id, d->request_id_len),
-                            d->head.keep_alive && !_draining ? "" : "connection: close\r\n");
+                            n, std::string_view(d->x.request_id, d->x.request_id_len),
+                            d->x.head.keep_alive && !_draining ? "" : "connection: close\r\n");
   const size_t hl = h.size;
   std::memcpy(o.data + 512 - hl, head, hl);
-  d->status = 200;
-  d->close_after_send = !d->head.keep_alive || _draining;
+  d->x.status = 200;
+  d->close_after_send = !d->x.head.keep_alive || _draining;
   d->state = conn_state::local;
   d->send_iov[0] = {o.data + 512 - hl, hl + n};
   d->send_iov_count = 1;
@@ -532,7 +499,7 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
 void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
                                 std::string_view param, std::string_view code, bool close,
                                 std::string_view extra_headers) noexcept {
-  if (d->request_id_len == 0) make_request_id(d);
+  if (d->x.request_id_len == 0) make_request_id(d);
   char body[1024];
   openai::error_fields e;
   e.message = message;
@@ -547,9 +514,9 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
 
 void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_view body, bool close,
                                std::string_view extra_headers, std::string_view error_code) noexcept {
-  if (d->request_id_len == 0) make_request_id(d);
+  if (d->x.request_id_len == 0) make_request_id(d);
   const size_t bl = body.size();
-  close = close || !d->head.keep_alive || _draining || d->state == conn_state::idle;
+  close = close || !d->x.head.keep_alive || _draining || d->state == conn_state::idle;
   if (!d->out.reserve(bl + 1024)) {
     close_downstream(d);
     return;
@@ -559,18 +526,18 @@ void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_
   auto r = fmt::format_to_n(d->out.data, 1024,
                             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
                             "x-request-id: {}\r\n{}{}{}\r\n",
-                            status, reason_phrase(status), bl, std::string_view(d->request_id, d->request_id_len),
+                            status, reason_phrase(status), bl, std::string_view(d->x.request_id, d->x.request_id_len),
                             std::string_view(rate, rl), extra_headers, close ? "connection: close\r\n" : "");
   std::memcpy(d->out.data + r.size, body.data(), bl);
   d->out.len = static_cast<uint32_t>(r.size + bl);
-  d->status = status;
+  d->x.status = status;
   d->close_after_send = close;
-  if (!d->inflight_counted) {
+  if (!d->x.inflight_counted) {
     _stats.requests_total.add();
     _stats.requests_inflight.add();
-    d->inflight_counted = true;
+    d->x.inflight_counted = true;
   }
-  d->error_code = error_code;
+  d->x.error_code = error_code;
   d->state = conn_state::local;
   set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
   if (d->send_busy) {
@@ -609,7 +576,7 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     // The client took bytes: a stream's idle time starts again (a slow
     // reader is not a stalled one).
     if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {
-      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
     }
     submit_send(d);
     return;
@@ -652,13 +619,13 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
 
 void shard_server::on_response_sent(downstream_conn* d) noexcept {
   end_request(d);
-  if (d->inflight_counted) {
+  if (d->x.inflight_counted) {
     _stats.requests_inflight.sub();
-    d->inflight_counted = false;
+    d->x.inflight_counted = false;
   }
-  if (d->status < 300) {
+  if (d->x.status < 300) {
     _stats.responses_2xx.add();
-  } else if (d->status < 500) {
+  } else if (d->x.status < 500) {
     _stats.responses_4xx.add();
   } else {
     _stats.responses_5xx.add();
@@ -690,30 +657,10 @@ void shard_server::next_request(downstream_conn* d) noexcept {
     d->stash.len = 0;
   }
   d->state = conn_state::idle;
-  d->status = 0;
-  d->is_models = false;
-  d->head_ok = false;
-  d->cancelled = false;
-  d->is_stream = false;
-  d->upstream_head = false;
-  d->model_len = 0;
-  d->key_index = -1;
-  d->group = metrics::none;
-  d->backend_used = metrics::none;
-  d->first_token_ms = 0;
-  d->error_code = {};
+  // The next request starts from a fresh exchange: nothing of this one can
+  // answer for it.
+  reset_exchange(d);
   d->resp_body.len = 0;
-  d->resp_body_overflow = false;
-  d->hold_error = false;
-  d->facts = stream_facts{};
-  d->quota_cost = d->quota_charged = d->input_estimate = 0;
-  d->wait_since_ms = d->wait_until_ms = 0;
-  d->total_deadline_ms = 0;
-  d->tried_mask = 0;
-  d->request_id_len = 0;
-  d->response_started = false;
-  d->response_complete = false;
-  d->attempts = 0;
   d->raw_end = d->body_begin = d->body_len = 0;
   if (_draining && d->in.len == 0) {
     close_downstream(d);
@@ -723,6 +670,16 @@ void shard_server::next_request(downstream_conn* d) noexcept {
   d->recv.resume();
   if (d->recv.wants_arm()) submit_recv(d);
   if (d->in.len > 0) process_input(d);
+}
+
+void shard_server::reset_exchange(downstream_conn* d) noexcept {
+  exchange& x = d->x;
+  // Only between exchanges: the last one is accounted, has let go of its
+  // backend connection, and waits for no quota.
+  SLUICE_VERIFY(!x.request_open && x.up == nullptr && !x.inflight_counted && !x.held.live);
+  SLUICE_VERIFY(x.wait_hook.prev == nullptr && x.wait_hook.next == nullptr);
+  std::destroy_at(&x);
+  std::construct_at(&x);
 }
 
 void shard_server::compact_input(downstream_conn* d) noexcept {
@@ -738,16 +695,17 @@ void shard_server::compact_input(downstream_conn* d) noexcept {
 void shard_server::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
   if (d->state == conn_state::quota_wait) unpark(d);
-  if (d->request_open) end_request(d);
-  if (d->inflight_counted) {
+  if (d->x.request_open) end_request(d);
+  if (d->x.inflight_counted) {
     _stats.requests_inflight.sub();
-    d->inflight_counted = false;
+    d->x.inflight_counted = false;
   }
   d->state = conn_state::closing;
   d->deadline = deadline_kind::none;
-  if (d->up != nullptr) {
-    upstream_conn* u = d->up;
-    d->up = nullptr;
+  _timers.cancel(d->timer);
+  if (d->x.up != nullptr) {
+    upstream_conn* u = d->x.up;
+    d->x.up = nullptr;
     u->owner = nullptr;
     _routes->on_request_end(u->backend);
     close_upstream(u);
@@ -761,6 +719,7 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
 void shard_server::maybe_free(downstream_conn* d) noexcept {
   if (d->state != conn_state::closing || d->ops > 0) return;
   SLUICE_VERIFY(!d->up_send_inflight && d->send_pin == nullptr && !d->recv.armed() && !d->send_busy);
+  SLUICE_VERIFY(!d->timer.armed());
   ::close(d->fd);
   d->fd = -1;
   if (d->all_hook.prev != nullptr) {
@@ -790,7 +749,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
     case deadline_kind::body: {
       // After body_timeout_ms a body may go on as long as it keeps a minimum
       // rate: a large upload on a slow link is fine, a trickle is not.
-      const uint64_t elapsed_ms = now_ms() - d->body_start_ms;
+      const uint64_t elapsed_ms = now_ms() - d->x.body_start_ms;
       const uint64_t received = d->in.len - d->body_begin;
       const uint64_t owed = _cfg->server.body_min_rate_bytes_per_s * elapsed_ms / 1000;
       if (_cfg->server.body_min_rate_bytes_per_s != 0 && received >= owed) {
@@ -805,14 +764,14 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
       close_downstream(d);
       return;
     case deadline_kind::upstream_idle:
-      if (d->state == conn_state::streaming && d->deadline_ms != d->total_deadline_ms &&
+      if (d->state == conn_state::streaming && d->timer.deadline_ms != d->x.total_deadline_ms &&
           d->send_busy) {
         // The backend is not read while bytes wait for the client (a
         // stream goes at its slower side's pace): the client took none for
         // the whole idle time. It is closed as stalled; the backend, which
         // did nothing wrong, is not blamed.
         _stats.client_stalls.add();
-        d->error_code = "client_timeout";
+        d->x.error_code = "client_timeout";
         close_downstream(d);
         return;
       }

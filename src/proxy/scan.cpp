@@ -13,7 +13,7 @@ namespace sluice::proxy {
 
 void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
   auto* d = static_cast<downstream_conn*>(ctx);
-  if (d->rhead.event_stream) {
+  if (d->x.rsp.head.event_stream) {
     if (d->sse) d->sse->feed(data, len);
     return;
   }
@@ -23,13 +23,13 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
   constexpr size_t k_body_keep_max = 1u << 20;
   constexpr size_t k_tail_keep = 64u << 10;
   byte_buf& b = d->resp_body;
-  if (!d->resp_body_overflow) {
+  if (!d->x.rsp.body_overflow) {
     if (b.len + len <= k_body_keep_max && b.reserve(b.len + len)) {
       std::memcpy(b.data + b.len, data, len);
       b.len += static_cast<uint32_t>(len);
       return;
     }
-    d->resp_body_overflow = true;
+    d->x.rsp.body_overflow = true;
   }
   if (!b.reserve(k_tail_keep)) {
     b.len = 0;  // out of memory: no usage to read
@@ -48,7 +48,7 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
 
 void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
   auto* d = static_cast<downstream_conn*>(ctx);
-  stream_facts& s = d->facts;
+  stream_facts& s = d->x.rsp.facts;
   // Nearly every event of a stream is one content delta that vLLM ends with
   // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
   // counted without a parse (a parse per event costs ~330 ns; this, a
@@ -62,7 +62,7 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
       p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
     ++s.events;
     ++s.content_events;
-    if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
+    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->srv->now_ms();
     return;
   }
   const openai::stream_event_info info = openai::scan_stream_event(ev.data);
@@ -71,13 +71,13 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
   if (info.error) s.error = true;
   if (info.has_content) {
     ++s.content_events;
-    if (d->first_token_ms == 0) d->first_token_ms = d->srv->now_ms();
+    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->srv->now_ms();
   }
   if (info.usage_only) {
-    d->usage_in_batch = true;
+    d->x.rsp.usage_in_batch = true;
     // In place, the event lies in the batch being relayed: relay() cuts
     // its chunk starting from here instead of searching the batch.
-    d->usage_event_at = ev.in_place ? ev.data.data() : nullptr;
+    d->x.rsp.usage_event_at = ev.in_place ? ev.data.data() : nullptr;
   }
   if (info.has_usage) {
     s.prompt_tokens = info.prompt_tokens;
@@ -92,17 +92,17 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
 }
 
 void shard_server::answer_backend_error(downstream_conn* d) noexcept {
-  upstream_conn* u = d->up;
-  d->up = nullptr;
-  d->hold_error = false;
+  upstream_conn* u = d->x.up;
+  d->x.up = nullptr;
+  d->x.rsp.hold_error = false;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
-    release_upstream(u, d->up_reusable);
+    release_upstream(u, d->x.rsp.reusable);
   }
   char body[1024];
-  uint16_t status = d->status;
-  const size_t bl = openai::normalize_backend_error(d->status, std::string_view(d->resp_body.data, d->resp_body.len),
-                                                    d->resp_body_overflow, body, sizeof body, status);
+  uint16_t status = d->x.status;
+  const size_t bl = openai::normalize_backend_error(d->x.status, std::string_view(d->resp_body.data, d->resp_body.len),
+                                                    d->x.rsp.body_overflow, body, sizeof body, status);
   send_answer(d, status, std::string_view(body, bl), false, {}, "upstream_error");
 }
 

@@ -96,7 +96,8 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
              slices_options_of(mesh)),
       _listen_fd(listen_fd),
       _limits(limits_from(_cfg->server)),
-      _reader(_cfg->server.max_body_bytes) {
+      _reader(_cfg->server.max_body_bytes),
+      _timers(r.now_ms()) {
   _accept_op.owner = this;
   _accept_op.fn = &shard_server::on_accept;
   _backends = std::make_unique<backend_state[]>(_cfg->backends.size());
@@ -111,6 +112,7 @@ shard_server::~shard_server() {
   while (_conns != nullptr) {
     downstream_conn* d = _conns;
     _conns = d->all_hook.next;
+    _timers.cancel(d->timer);
     if (d->fd >= 0) ::close(d->fd);
     delete d;
   }
@@ -189,6 +191,7 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
         d->srv = this;
         d->fd = fd;
         d->recv_op.owner = d->send_op.owner = d;
+        d->timer.owner = d;
         d->recv_op.fn = &shard_server::on_recv;
         d->send_op.fn = &shard_server::on_send;
         net::set_nodelay(fd);
@@ -219,33 +222,24 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
 }
 
 void shard_server::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept {
-  d->deadline = k;
-  d->deadline_ms = k == deadline_kind::none || ms == 0 ? 0 : now_ms() + ms;
-  if (ms == 0) d->deadline = deadline_kind::none;
-  // upstream.total_timeout_ms caps every upstream wait of the exchange.
-  const bool upstream_wait = k == deadline_kind::upstream_connect || k == deadline_kind::upstream_first_byte ||
-                             k == deadline_kind::upstream_idle;
-  if (upstream_wait && d->total_deadline_ms != 0 && (d->deadline_ms == 0 || d->deadline_ms > d->total_deadline_ms)) {
-    d->deadline = k;
-    d->deadline_ms = d->total_deadline_ms;
+  const uint64_t at = deadline_at(k, now_ms(), ms, d->x.total_deadline_ms);
+  if (at == 0) {
+    d->deadline = deadline_kind::none;
+    _timers.cancel(d->timer);
+    return;
   }
+  d->deadline = k;
+  _timers.arm(d->timer, at);
 }
 
 void shard_server::on_iteration(uint64_t now) noexcept {
   _bufs->publish();
   _up_bufs->publish();
   if (!_accept_armed && !_draining) submit_accept();
-  // Deadlines are swept every tick: timeouts are seconds long, so a tick's
-  // precision is plenty, and a sweep costs one compare per connection.
-  if (now - _last_sweep_ms >= 10) {
-    _last_sweep_ms = now;
-    downstream_conn* d = _conns;
-    while (d != nullptr) {
-      downstream_conn* next = d->all_hook.next;
-      if (d->deadline != deadline_kind::none && now >= d->deadline_ms) on_deadline(d);
-      d = next;
-    }
-  }
+  // Deadlines whose time has come (timeouts are seconds long: a loop
+  // turn's precision is plenty). on_deadline may close and free any
+  // connection, whose timer then leaves the wheel with it.
+  _timers.expire(now, [this](shard::timer& t) { on_deadline(static_cast<downstream_conn*>(t.owner)); });
   if (_draining && _drain_deadline_ms != 0 && now >= _drain_deadline_ms) {
     // Drain time is up: cut whatever is left. A request cut here is
     // audited as cancelled, with what it had generated so far.
@@ -253,10 +247,10 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     while (d != nullptr) {
       downstream_conn* next = d->all_hook.next;
       if (d->state != conn_state::closing) {
-        if (d->request_open) {
-          d->cancelled = true;
-          d->error_code = "drain_timeout";
-          if (d->status == 0) d->status = 503;
+        if (d->x.request_open) {
+          d->x.cancelled = true;
+          d->x.error_code = "drain_timeout";
+          if (d->x.status == 0) d->x.status = 503;
         }
         close_downstream(d);
       }
@@ -312,7 +306,7 @@ void shard_server::reload(std::shared_ptr<const config::config> next) {
     _quota.add_keys(more, static_cast<int64_t>(monotonic_ns()));
   }
   // A removed or re-keyed key must not stay verified.
-  for (auto& e : _auth_cache) e = auth_cache_entry{};
+  _keys.forget();
   _cfg = std::move(next);
   // Idle connections to removed backends go now; busy ones when released.
   for (size_t i = 0; i < _cfg->backends.size(); ++i) {

@@ -1,19 +1,35 @@
 #pragma once
 // proxy (private): one shard's server. Owns the listener, the downstream
-// connections, the upstream pools and the request path between them.
+// connections, the upstream pools and the request path between them, in
+// four parts, each in its own files:
+//
+//   downstream_h1.cpp    the HTTP/1.1 codec of the client side: receive,
+//                        parse, send, keep-alive, pipelining, close
+//   exchange.cpp         one request's policy: dispatch, models, auth,
+//   admission.cpp          quota admission, accounting and audit
+//   upstream_openai.cpp  the OpenAI-over-HTTP/1.1 backend adapter: pools,
+//                        the forwarded request, connect / send / receive
+//   relay.cpp            the response on its way back: head rewrite, body
+//   relay_scan.cpp         relay, usage cut, SSE facts, backend errors
 //
 // Lifetimes: a connection object lives from accept (or connect) until its fd
-// is closed AND every io_uring operation on it has completed (`_ops` counts
-// them); only then is it freed. Closing starts with shutdown(2), which makes
-// pending receives complete at once and, on the upstream side, tells the
-// backend (vLLM aborts the generation and frees its KV cache on that).
+// is closed AND every io_uring operation that names it has completed (`ops`
+// counts them); only then is it freed. An SQE that reads one object's memory
+// and another's socket counts on both. Closing starts with shutdown(2),
+// which makes pending operations complete at once and, on the upstream
+// side, tells the backend (vLLM aborts the generation and frees its KV cache
+// on that).
 #include <sys/uio.h>
 
 #include <cstdint>
 #include <memory>
 #include <string_view>
 
+#include "downstream_conn.hpp"
+#include "exchange.hpp"
+#include "upstream_conn.hpp"
 #include "sluice/audit/writer.hpp"
+#include "sluice/auth/key_verifier.hpp"
 #include "sluice/config/config.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/http/request.hpp"
@@ -26,13 +42,9 @@
 #include "sluice/route/table.hpp"
 #include "sluice/shard/reactor.hpp"
 #include "sluice/shard/spsc_queue.hpp"
-#include "receive_gate.hpp"
+#include "sluice/shard/timer_wheel.hpp"
 
 namespace sluice::proxy {
-
-class shard_server;
-struct downstream_conn;
-struct upstream_conn;
 
 // Shard -> shard: ring rebalancing (load reports) and quota lending. Small
 // and trivially copyable, as the SPSC queues require.
@@ -66,238 +78,6 @@ struct shard_mesh {
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 
-// Connection memory of the calling shard thread: connection objects and
-// their buffers (server.memory_max_bytes). Thread-local: each shard counts
-// its own, with no atomics; the shard publishes it to its stats per tick.
-int64_t connection_memory_bytes() noexcept;
-// A connection's SSE scanner, counted with the event buffer it may make.
-inline constexpr int64_t k_sse_scanner_bytes =
-    static_cast<int64_t>(sizeof(http::sse_scanner) + http::sse_scanner::k_event_bytes_max);
-void account_connection_memory(int64_t delta) noexcept;
-
-// A growable byte buffer owned by one connection. Grows (rarely: bodies
-// larger than the first size) and is kept across keep-alive requests.
-struct byte_buf {
-  char* data = nullptr;
-  uint32_t len = 0;
-  uint32_t cap = 0;
-  ~byte_buf();
-  // Returns: false when `n` exceeds what may be allocated.
-  bool reserve(size_t n) noexcept;
-  void release() noexcept;
-};
-
-// An io_uring operation owned by a connection.
-template <class Owner>
-struct op : shard::completion {
-  Owner* owner = nullptr;
-};
-
-// Intrusive doubly linked list hook.
-template <class T>
-struct list_hook {
-  T* prev = nullptr;
-  T* next = nullptr;
-};
-
-enum class deadline_kind : uint8_t {
-  none,
-  header,          // 408: the head did not arrive in header_timeout_ms (total)
-  body,            // 408: the body is too slow
-  idle,            // keep-alive idle: close quietly
-  upstream_connect,
-  upstream_first_byte,
-  upstream_idle,   // stream idle: no byte from the backend for stream_idle_timeout_ms
-  send,            // the client takes no bytes: close
-};
-
-// Shard-local. One per backend connection; pooled between requests.
-struct upstream_conn {
-  shard_server* srv = nullptr;
-  int fd = -1;
-  uint32_t backend = 0;
-  int ops = 0;
-  bool connected = false;
-  bool in_pool = false;
-  bool closing = false;
-  bool reused = false;          // taken from the pool (a stale socket may fail: retry)
-  bool recv_armed = false;      // a receive is in flight (also while idle in the pool)
-  bool buf_lent = false;        // buf is the shard's upstream ring buffer buf_bid
-  bool buf_pinned = false;      // a downstream send reads buf (counted in ops): it stays until that completes
-  uint16_t buf_bid = 0;
-  downstream_conn* owner = nullptr;
-  // The exchange whose request bytes (its `in` and `up_head`) the send in
-  // flight reads; that exchange's connection counts the send in its ops
-  // too, and neither moves nor frees those bytes until the completion.
-  downstream_conn* send_for = nullptr;
-  op<upstream_conn> connect_op, send_op, recv_op;
-  sockaddr_storage peer{};      // the backend's address, read by the connect SQE
-  socklen_t peer_len = 0;
-  list_hook<upstream_conn> pool_hook;
-  // Response bytes (head, and body on the copy path). Only while the
-  // connection holds bytes: a receive with nothing held takes a buffer from
-  // the shard's upstream ring when data comes (an idle stream or pooled
-  // connection holds none); the buffer goes back once its bytes are sent.
-  // Its own allocation only when the ring was empty.
-  byte_buf buf;
-};
-
-// What the scan of a streamed response saw (for billing and audit).
-struct stream_facts {
-  uint32_t events = 0;
-  uint32_t content_events = 0;
-  int64_t prompt_tokens = -1;
-  int64_t completion_tokens = -1;
-  bool done = false;     // data: [DONE]
-  bool error = false;    // data: {"error": ...}
-  uint8_t finish_reason_len = 0;
-  char finish_reason[23] = {};
-};
-
-// What an exchange does once the upstream send still reading its request
-// bytes has completed (see downstream_conn::up_send_inflight).
-enum class after_upstream_send : uint8_t {
-  nothing,
-  next_request,
-  retry,              // decided (a 502/503 answer): start the next attempt
-  retry_unless_sent,  // a failed attempt: retry only if the send had not written the whole request
-};
-
-enum class conn_state : uint8_t {
-  idle,          // keep-alive, waiting for the next request's first byte
-  head,          // reading the request head
-  body,          // reading the request body
-  upstream,      // request forwarded, waiting for the response head
-  streaming,     // response body flowing upstream -> downstream
-  local,         // sending an answer sluice made itself
-  quota_wait,    // admitted once peers lend quota (a borrow round is out)
-  closing,
-};
-
-// Shard-local. One per downstream connection; from accept until both sides close.
-struct downstream_conn {
-  shard_server* srv = nullptr;
-  int fd = -1;
-  int ops = 0;
-  conn_state state = conn_state::idle;
-  receive_gate recv;
-  bool peer_eof = false;
-  bool close_after_send = false;
-  bool send_busy = false;
-  bool expect_sent = false;
-  bool response_started = false;   // a byte of the response reached the socket
-  bool is_models = false;          // GET /v1/models: answered by sluice
-  bool local_pending = false;      // a local answer waits for the send in flight
-  bool request_open = false;       // a request is accounted (audit + metrics) until end_request()
-  bool head_ok = false;            // `head` holds a parsed head (its views are valid)
-  bool cancelled = false;          // the client went away mid-exchange
-  bool is_stream = false;
-  bool inflight_counted = false;
-  deadline_kind deadline = deadline_kind::none;
-  uint64_t deadline_ms = 0;
-  uint64_t request_start_ms = 0;
-  uint64_t body_start_ms = 0;
-  uint64_t total_deadline_ms = 0;  // upstream.total_timeout_ms for this exchange; 0 = none
-  op<downstream_conn> recv_op, send_op;
-  list_hook<downstream_conn> all_hook;
-
-  char peer_ip[48] = {};
-  uint8_t peer_ip_len = 0;
-
-  // Request bytes: [req_start, in.len) is the current request and anything
-  // pipelined after it. Decoded chunked bodies are compacted in place.
-  byte_buf in;
-  byte_buf stash;                // pipelined bytes that arrived while busy
-  uint32_t req_start = 0;
-  uint32_t body_begin = 0;       // offset of the body (after the head)
-  uint32_t body_len = 0;         // body bytes ready at body_begin
-  uint32_t raw_end = 0;          // offset just past the request's raw bytes
-  uint32_t chunk_raw_pos = 0;    // chunked: first raw byte not yet decoded
-  http::request_parser parser;
-  http::request_head head;
-
-  // The exchange in flight.
-  openai::endpoint endpoint = openai::endpoint::chat_completions;
-  uint32_t group = metrics::none;  // index into cfg().groups once the model matched
-  route::route_key_result route_key;
-  uint64_t tried_mask = 0;         // ring positions already tried (retries)
-  uint32_t route_position = 0;
-  quota::reservation held;         // live from admission to settle()
-  uint64_t quota_cost = 0;         // reserved weighted tokens
-  uint64_t input_estimate = 0;
-  uint64_t quota_charged = 0;
-  uint64_t wait_since_ms = 0;     // quota_wait: since when (0: not waiting)
-  uint64_t wait_until_ms = 0;     // quota_wait on a short retry time: try again then
-  list_hook<downstream_conn> wait_hook;   // in the shard's quota waiters
-  int32_t key_index = -1;
-  upstream_conn* up = nullptr;
-  // An upstream send reads this connection's request bytes (counted in ops).
-  bool up_send_inflight = false;
-  // The attempt's whole request reached the backend's socket: from then on
-  // the backend may have started it, and a failure is never retried.
-  bool up_request_sent = false;
-  after_upstream_send after_up_send = after_upstream_send::nothing;
-  // The upstream connection whose receive buffer the downstream send in
-  // flight reads (its buf_pinned): released at that send's completion.
-  upstream_conn* send_pin = nullptr;
-  uint8_t attempts = 0;
-  uint16_t status = 0;
-  char request_id[64] = {};
-  char scratch[256] = {};
-  char model[128] = {};            // the client's model name, for audit (truncated)
-  uint8_t model_len = 0;
-  uint32_t backend_used = metrics::none;
-  uint64_t start_wall_ms = 0;
-  uint64_t first_token_ms = 0;     // monotonic; 0 = none yet
-  std::string_view error_code;     // static strings only
-  byte_buf resp_body;              // non-stream response body, for usage (bounded)
-  bool resp_body_overflow = false;
-  uint8_t request_id_len = 0;
-  uint32_t backend_cursor = 0;
-
-  // Outgoing bytes: `out` holds heads and local answers; iov points at out
-  // and/or upstream buffer bytes. Nothing else touches those while send_busy.
-  byte_buf out;        // downstream response head / local answers
-  byte_buf up_head;    // upstream request head
-  iovec send_iov[4] = {};
-  uint8_t send_iov_count = 0;
-  iovec up_iov[6] = {};          // [1..]: the body, with its byte edits (none: joined to up_head)
-  uint8_t up_iov_count = 0;
-  iovec up_msg_iov[8] = {};      // what the upstream send sends (advanced on short sends)
-  uint8_t up_msg_iov_count = 0;
-  uint32_t host_offset = 0;      // where the backend's host goes in up_head
-  uint32_t host_len = 0;         // the host now written there
-  uint64_t up_body_len = 0;
-  msghdr up_msg = {};
-  msghdr down_msg = {};
-
-  // Response scanning.
-  http::response_parser rparser;
-  http::response_head rhead;
-  bool response_complete = false;
-  bool upstream_head = false;     // rhead holds this request's response head
-  bool up_reusable = false;
-  std::unique_ptr<http::sse_scanner> sse;
-  stream_facts facts;
-  uint32_t fwd_from = 0;          // copy path: first byte of up->buf not yet sent
-  uint32_t send_end = 0;          // copy path: end of the bytes being sent
-  bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
-  bool hold_error = false;        // a backend error answer is being read whole, to be reshaped
-  bool usage_in_batch = false;    // the usage-only event was seen, its chunk not yet cut: in this batch or held at its front
-  const char* usage_event_at = nullptr;  // that event's data in up->buf, when the scan saw it in place
-
-
-  explicit downstream_conn(const http::limits& l) : parser(l) {}
-};
-
-struct backend_state {
-  const config::backend_config* cfg = nullptr;
-  upstream_conn* idle_head = nullptr;
-  uint32_t idle_count = 0;
-  uint32_t inflight = 0;
-  uint32_t open = 0;            // connections to it, pooled or busy (upstream.connections_max)
-};
-
 // Shard-local; created and run by the shard thread.
 class shard_server {
  public:
@@ -321,22 +101,19 @@ class shard_server {
   bool drained() const noexcept { return _draining && _conn_count == 0; }
   bool draining() const noexcept { return _draining; }
 
-  // --- used by the connection code (downstream.cpp, upstream.cpp) ---
+  // --- used by the connection code ---
   shard::reactor& ring() noexcept { return _r; }
   const config::config& cfg() const noexcept { return *_cfg; }
   shard_stats& stats() noexcept { return _stats; }
   uint64_t now_ms() const noexcept { return _r.now_ms(); }
 
  private:
-  friend struct downstream_ops;
-  friend struct upstream_ops;
-
   // accept
   void submit_accept() noexcept;
   static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
   void on_accept_cqe(const io_uring_cqe* cqe) noexcept;
 
-  // downstream (downstream.cpp)
+  // downstream: the HTTP/1.1 codec (downstream_h1.cpp)
   void submit_recv(downstream_conn* d) noexcept;
   static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
   void on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
@@ -361,13 +138,14 @@ class shard_server {
   void close_downstream(downstream_conn* d) noexcept;
   void maybe_free(downstream_conn* d) noexcept;
   void compact_input(downstream_conn* d) noexcept;
+  // Arms the connection's one deadline `ms` from now (0 or none: none). An
+  // upstream wait is capped at the exchange's total deadline.
   void set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept;
   void on_deadline(downstream_conn* d) noexcept;
-  // Returns: the index of the presented key in cfg().keys, or -1.
-  int32_t authenticate(const http::request_head& h) noexcept;
+  void reset_exchange(downstream_conn* d) noexcept;
   void make_request_id(downstream_conn* d) noexcept;
   void open_request(downstream_conn* d) noexcept;
-  // Quota (quota.cpp).
+  // exchange: admission (admission.cpp)
   void admit(downstream_conn* d) noexcept;
   void answer_rate_limited(downstream_conn* d, const quota::decision& q) noexcept;
   size_t write_rate_headers(downstream_conn* d, char* out, size_t cap) noexcept;
@@ -383,7 +161,7 @@ class shard_server {
   void report_outcome(uint32_t backend, bool failure) noexcept;
   void end_request(downstream_conn* d) noexcept;
 
-  // upstream (upstream.cpp)
+  // upstream: the OpenAI-over-HTTP/1.1 adapter (upstream_openai.cpp)
   void forward(downstream_conn* d, const openai::request_fields& f) noexcept;
   void start_attempt(downstream_conn* d) noexcept;
   bool build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept;
@@ -463,16 +241,8 @@ class shard_server {
   uint32_t _rr_cursor = 0;
   uint64_t _request_seq = 0;
   uint64_t _id_seed = 0;
-  uint64_t _last_sweep_ms = 0;
-  // Verified bearer keys (see authenticate()). 64 x 128 bytes per shard.
-  struct auth_cache_entry {
-    uint64_t tag = 0;
-    int32_t key_index = -1;
-    uint8_t key_len = 0;
-    char key[115] = {};
-  };
-  static constexpr size_t k_auth_cache_entries = 64;
-  auth_cache_entry _auth_cache[k_auth_cache_entries];
+  auth::key_verifier _keys;             // bearer keys verified on this shard
+  shard::timer_wheel _timers;           // every connection's deadline
   bool _draining = false;
   uint64_t _drain_deadline_ms = 0;
   // The loop polls before sleeping (server.idle_poll_us) only while at most

@@ -75,8 +75,8 @@ void append(byte_buf& b, std::string_view s) noexcept {
 // The forwarded request
 
 bool shard_server::build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept {
-  const config::group_config& g = _cfg->groups[d->group];
-  const http::request_head& h = d->head;
+  const config::group_config& g = _cfg->groups[d->x.group];
+  const http::request_head& h = d->x.head;
   const char* body = d->in.data + d->body_begin;
 
   // Body: the client's bytes with at most two byte edits, in body order:
@@ -93,10 +93,10 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   size_t edit_count = 0;
   static constexpr std::string_view k_usage_object = "{\"include_usage\":true}";
   static constexpr std::string_view k_usage_member = "\"stream_options\":{\"include_usage\":true},";
-  d->cut_usage = false;
-  if (g.inject_usage && f.stream && !f.include_usage && d->endpoint != openai::endpoint::embeddings &&
+  d->x.rsp.cut_usage = false;
+  if (g.inject_usage && f.stream && !f.include_usage && d->x.endpoint != openai::endpoint::embeddings &&
       d->body_len != 0) {
-    d->cut_usage = true;
+    d->x.rsp.cut_usage = true;
     if (f.has_stream_options) {
       // Replaced whole: a client's other stream_options (vLLM's
       // continuous_usage_stats) go with it; the cut keeps the stream as the
@@ -110,22 +110,22 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   }
   if (!g.backend_model.empty() && f.model_token_end > f.model_token_begin) {
     size_t n = 0;
-    d->scratch[n++] = '"';
-    n += openai::json_escape(d->scratch + n, sizeof d->scratch - 2, g.backend_model);
-    d->scratch[n++] = '"';
-    edits[edit_count++] = {f.model_token_begin, f.model_token_end, d->scratch, n};
+    d->x.scratch[n++] = '"';
+    n += openai::json_escape(d->x.scratch + n, sizeof d->x.scratch - 2, g.backend_model);
+    d->x.scratch[n++] = '"';
+    edits[edit_count++] = {f.model_token_begin, f.model_token_end, d->x.scratch, n};
   }
   if (edit_count == 2 && edits[1].begin < edits[0].begin) std::swap(edits[0], edits[1]);
   uint64_t body_len = d->body_len;
-  d->up_iov_count = 1;  // [0] is the head
+  d->x.up_iov_count = 1;  // [0] is the head
   uint32_t at = 0;
   for (size_t i = 0; i < edit_count; ++i) {
-    if (edits[i].begin > at) d->up_iov[d->up_iov_count++] = {const_cast<char*>(body) + at, edits[i].begin - at};
-    d->up_iov[d->up_iov_count++] = {const_cast<char*>(edits[i].text), edits[i].text_len};
+    if (edits[i].begin > at) d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(body) + at, edits[i].begin - at};
+    d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(edits[i].text), edits[i].text_len};
     body_len = body_len - (edits[i].end - edits[i].begin) + edits[i].text_len;
     at = edits[i].end;
   }
-  if (at < d->body_len) d->up_iov[d->up_iov_count++] = {const_cast<char*>(body) + at, d->body_len - at};
+  if (at < d->body_len) d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(body) + at, d->body_len - at};
 
   size_t need = h.head_bytes + 512 + d->peer_ip_len;
   if (!d->up_head.reserve(need)) return false;
@@ -135,7 +135,7 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   append(o, " ");
   append(o, h.target);
   append(o, " HTTP/1.1\r\nhost: ");
-  d->host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
+  d->x.host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
   append(o, "\r\n");
   std::string_view xff_prior;
   http::header hd;
@@ -153,7 +153,7 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   w.put("content-length: ");
   w.put_int(body_len);
   w.put("\r\nx-request-id: ");
-  w.put(std::string_view(d->request_id, d->request_id_len));
+  w.put(std::string_view(d->x.request_id, d->x.request_id_len));
   w.put("\r\nx-forwarded-for: ");
   append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   if (!xff_prior.empty() && xff_prior.size() < 1024) {
@@ -171,17 +171,17 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
     append(o, "\r\n");
   }
   append(o, "\r\n");
-  d->up_body_len = body_len;
-  d->host_len = 0;
+  d->x.up_body_len = body_len;
+  d->x.host_len = 0;
   // A body that fits in the head's buffer as it is (most chat bodies: the
   // buffer starts at 1 KiB) joins the head there, so the request goes out
   // as one plain send; a larger one is sent from the client's buffer.
   if (static_cast<uint64_t>(o.len) + body_len + k_host_room <= o.cap) {
-    for (uint8_t i = 1; i < d->up_iov_count; ++i) {
-      std::memcpy(o.data + o.len, d->up_iov[i].iov_base, d->up_iov[i].iov_len);
-      o.len += static_cast<uint32_t>(d->up_iov[i].iov_len);
+    for (uint8_t i = 1; i < d->x.up_iov_count; ++i) {
+      std::memcpy(o.data + o.len, d->x.up_iov[i].iov_base, d->x.up_iov[i].iov_len);
+      o.len += static_cast<uint32_t>(d->x.up_iov[i].iov_len);
     }
-    d->up_iov_count = 1;
+    d->x.up_iov_count = 1;
   }
   return true;
 }
@@ -193,8 +193,8 @@ void shard_server::forward(downstream_conn* d, const openai::request_fields& f) 
     answer_error(d, 500, "Internal error.", "server_error", {}, {}, true);
     return;
   }
-  d->attempts = 0;
-  d->tried_mask = 0;
+  d->x.attempts = 0;
+  d->x.tried_mask = 0;
   admit(d);
 }
 
@@ -205,35 +205,35 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
     d->after_up_send = after_upstream_send::retry;
     return;
   }
-  d->up_request_sent = false;
-  const config::group_config& g = _cfg->groups[d->group];
-  const route::choice c = _routes->pick(d->group, d->route_key, d->tried_mask);
+  d->x.up_request_sent = false;
+  const config::group_config& g = _cfg->groups[d->x.group];
+  const route::choice c = _routes->pick(d->x.group, d->x.route_key, d->x.tried_mask);
   if (c.backend == route::k_none) {
     answer_error(d, 503, "No backend is available for this model right now.", "server_error", {}, "no_backend",
                  false);
     return;
   }
   const uint32_t backend = c.backend;
-  d->route_position = c.position;
+  d->x.route_position = c.position;
   // This attempt's backend goes in as the host value at host_offset (a
   // retry swaps it, moving what follows when the length differs).
   const std::string_view host = _cfg->backends[backend].host_header;
   byte_buf& o = d->up_head;
-  if (host.size() != d->host_len) {
-    if (!o.reserve(static_cast<size_t>(o.len) - d->host_len + host.size())) {
+  if (host.size() != d->x.host_len) {
+    if (!o.reserve(static_cast<size_t>(o.len) - d->x.host_len + host.size())) {
       answer_error(d, 500, "Internal error.", "server_error", {}, {}, false);
       return;
     }
-    char* tail = o.data + d->host_offset + d->host_len;
-    std::memmove(o.data + d->host_offset + host.size(), tail, o.len - d->host_offset - d->host_len);
-    o.len = static_cast<uint32_t>(o.len - d->host_len + host.size());
-    d->host_len = static_cast<uint32_t>(host.size());
+    char* tail = o.data + d->x.host_offset + d->x.host_len;
+    std::memmove(o.data + d->x.host_offset + host.size(), tail, o.len - d->x.host_offset - d->x.host_len);
+    o.len = static_cast<uint32_t>(o.len - d->x.host_len + host.size());
+    d->x.host_len = static_cast<uint32_t>(host.size());
   }
-  std::memcpy(o.data + d->host_offset, host.data(), host.size());
-  d->up_msg_iov[0] = {o.data, o.len};
+  std::memcpy(o.data + d->x.host_offset, host.data(), host.size());
+  d->x.up_msg_iov[0] = {o.data, o.len};
   uint8_t n = 1;
-  for (uint8_t i = 1; i < d->up_iov_count; ++i) d->up_msg_iov[n++] = d->up_iov[i];
-  d->up_msg_iov_count = n;
+  for (uint8_t i = 1; i < d->x.up_iov_count; ++i) d->x.up_msg_iov[n++] = d->x.up_iov[i];
+  d->x.up_msg_iov_count = n;
 
   upstream_conn* u = acquire_upstream(backend, g.upstream.connections_max);
   if (u == nullptr) {
@@ -247,13 +247,13 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
     return;
   }
   u->owner = d;
-  d->up = u;
-  d->backend_used = backend;
+  d->x.up = u;
+  d->x.backend_used = backend;
   _routes->on_request_start(backend);
   _stats.upstream_requests.add();
   d->state = conn_state::upstream;
-  d->rparser.reset(false);
-  d->response_complete = false;
+  d->x.rsp.parser.reset(false);
+  d->x.rsp.complete = false;
   u->buf.len = 0;
   if (u->connected) {
     set_deadline(d, deadline_kind::upstream_first_byte, g.upstream.first_byte_timeout_ms);
@@ -426,7 +426,7 @@ void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
     return;
   }
   u->connected = true;
-  set_deadline(d, deadline_kind::upstream_first_byte, _cfg->groups[d->group].upstream.first_byte_timeout_ms);
+  set_deadline(d, deadline_kind::upstream_first_byte, _cfg->groups[d->x.group].upstream.first_byte_timeout_ms);
   submit_upstream_send(d);
   // The answer is read while the request goes out, as on a pooled
   // connection: a backend may answer (413, 400) before it reads a large
@@ -435,9 +435,9 @@ void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
 }
 
 void shard_server::submit_upstream_send(downstream_conn* d) noexcept {
-  upstream_conn* u = d->up;
+  upstream_conn* u = d->x.up;
   SLUICE_VERIFY(!d->up_send_inflight && u->send_for == nullptr);
-  prep_send_iov(_r.sqe(&u->send_op), u->fd, d->up_msg_iov, d->up_msg_iov_count, d->up_msg);
+  prep_send_iov(_r.sqe(&u->send_op), u->fd, d->x.up_msg_iov, d->x.up_msg_iov_count, d->x.up_msg);
   // The send uses u's socket and reads d's bytes: it holds both.
   ++u->ops;
   ++d->ops;
@@ -464,7 +464,7 @@ void shard_server::after_upstream_send_done(downstream_conn* d) noexcept {
     case after_upstream_send::retry_unless_sent:
       // The failed attempt's send turned out to have written the whole
       // request: the backend may have started it.
-      if (d->up_request_sent) {
+      if (d->x.up_request_sent) {
         answer_upstream_failure(d, errc::upstream_connect);
       } else {
         start_attempt(d);
@@ -500,8 +500,8 @@ void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
   u->send_for = nullptr;
   d->up_send_inflight = false;
   --d->ops;
-  const bool more = res >= 0 && advance_iov(d->up_msg_iov, d->up_msg_iov_count, static_cast<size_t>(res));
-  if (res >= 0 && !more) d->up_request_sent = true;
+  const bool more = res >= 0 && advance_iov(d->x.up_msg_iov, d->x.up_msg_iov_count, static_cast<size_t>(res));
+  if (res >= 0 && !more) d->x.up_request_sent = true;
   if (upstream_gone(u)) {
     // The exchange let go of the connection while this send was out (an
     // early answer, a failure, the client gone): what waited for the send
@@ -560,10 +560,10 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
   if (upstream_gone(u)) return;
   downstream_conn* d = u->owner;
   if (res <= 0) {
-    if (d->state == conn_state::streaming && res == 0 && d->rparser.finish_at_eof()) {
+    if (d->state == conn_state::streaming && res == 0 && d->x.rsp.parser.finish_at_eof()) {
       // A body delimited by the close: complete.
-      d->response_complete = true;
-      d->up_reusable = false;
+      d->x.rsp.complete = true;
+      d->x.rsp.reusable = false;
       after_body_sent(d);
       return;
     }
@@ -574,13 +574,13 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
   const uint32_t before = u->buf.len;
   u->buf.len += static_cast<uint32_t>(res);
   if (d->state == conn_state::upstream) {
-    http::parse_status st = d->rparser.parse_head(u->buf.data, u->buf.len, d->rhead);
+    http::parse_status st = d->x.rsp.parser.parse_head(u->buf.data, u->buf.len, d->x.rsp.head);
     if (st.need_more()) {
       if (u->buf.len >= u->buf.cap) {
         upstream_failed(d, errc::upstream_protocol);
         return;
       }
-      submit_recv(d->up);
+      submit_recv(d->x.up);
       return;
     }
     if (!st.ok()) {
@@ -595,29 +595,29 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
 }
 
 void shard_server::on_response_head(downstream_conn* d) noexcept {
-  const http::response_head& rh = d->rhead;
-  const config::group_config& g = _cfg->groups[d->group];
-  if (d->up != nullptr) report_outcome(d->up->backend, rh.status >= 500);
+  const http::response_head& rh = d->x.rsp.head;
+  const config::group_config& g = _cfg->groups[d->x.group];
+  if (d->x.up != nullptr) report_outcome(d->x.up->backend, rh.status >= 500);
   // A backend that says 502/503 before anything reached the client: the
   // next backend on the key's ring gets the request (max_retries).
-  if ((rh.status == 502 || rh.status == 503) && d->attempts < g.upstream.max_retries && d->up != nullptr) {
-    upstream_conn* u = d->up;
-    d->up = nullptr;
+  if ((rh.status == 502 || rh.status == 503) && d->x.attempts < g.upstream.max_retries && d->x.up != nullptr) {
+    upstream_conn* u = d->x.up;
+    d->x.up = nullptr;
     u->owner = nullptr;
     _routes->on_request_end(u->backend);
     close_upstream(u);  // its body is not read: the connection cannot be reused
-    ++d->attempts;
-    if (d->route_position < 64) d->tried_mask |= uint64_t{1} << d->route_position;
+    ++d->x.attempts;
+    if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
     d->resp_body.len = 0;
-    d->resp_body_overflow = false;
+    d->x.rsp.body_overflow = false;
     _stats.upstream_retries.add();
     start_attempt(d);
     return;
   }
   d->state = conn_state::streaming;
-  d->upstream_head = true;
-  d->up_reusable = rh.keep_alive;
-  d->facts = stream_facts{};
+  d->x.rsp.head_seen = true;
+  d->x.rsp.reusable = rh.keep_alive;
+  d->x.rsp.facts = stream_facts{};
   if (rh.event_stream) {
     // One scanner per connection, made on its first stream and kept.
     if (!d->sse) {
@@ -633,12 +633,12 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   // until its body is read. vLLM's are a few hundred bytes; a larger one
   // (or one of unknown length) is held up to the body buffer's bound.
   constexpr uint64_t k_error_hold_max = 64u << 10;
-  d->hold_error = rh.status >= 400 && !rh.event_stream &&
+  d->x.rsp.hold_error = rh.status >= 400 && !rh.event_stream &&
                   ((rh.has_content_length && rh.content_length <= k_error_hold_max) || rh.chunked);
-  if (d->hold_error) {
-    d->status = rh.status;
-    d->cut_usage = false;
-    d->fwd_from = rh.head_bytes;
+  if (d->x.rsp.hold_error) {
+    d->x.status = rh.status;
+    d->x.rsp.cut_usage = false;
+    d->x.rsp.fwd_from = rh.head_bytes;
     relay(d, rh.head_bytes, true);
     return;
   }
@@ -646,7 +646,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   // The client's head: the backend's status and end-to-end fields, plus
   // x-request-id; framing (Content-Length / chunked) passes through as is,
   // and so do the body bytes.
-  const bool close = !d->head.keep_alive || _draining;
+  const bool close = !d->x.head.keep_alive || _draining;
   d->close_after_send = close;
   size_t need = rh.head_bytes + 256;
   if (!d->out.reserve(need)) {
@@ -681,20 +681,20 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   }
   w = text_writer(line, sizeof line);
   w.put("x-request-id: ");
-  w.put(std::string_view(d->request_id, d->request_id_len));
+  w.put(std::string_view(d->x.request_id, d->x.request_id_len));
   w.put("\r\nopenai-processing-ms: ");
-  w.put_int(now_ms() - d->request_start_ms);
+  w.put_int(now_ms() - d->x.request_start_ms);
   w.put("\r\n");
   append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   append(o, std::string_view(rate, rl));
   append(o, close ? "connection: close\r\n\r\n" : "\r\n");
-  d->status = rh.status;
+  d->x.status = rh.status;
 
   // The cut of the injected usage chunk needs whole chunks (see relay());
   // any other answer (an error, a non-stream body) is passed on as it is.
-  if (d->cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->cut_usage = false;
-  d->response_started = true;
-  d->fwd_from = rh.head_bytes;
+  if (d->x.rsp.cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->x.rsp.cut_usage = false;
+  d->x.response_started = true;
+  d->x.rsp.fwd_from = rh.head_bytes;
   relay(d, rh.head_bytes, true);
 }
 
@@ -745,34 +745,34 @@ bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_
 }  // namespace
 
 void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
-  upstream_conn* u = d->up;
+  upstream_conn* u = d->x.up;
   http::body_sink sink{&shard_server::on_body_data, d};
   http::body_status bs{};
   // Set again by the scan when the usage event is in this batch; a batch
   // that held back the chunk of one seen before keeps it (below).
-  if (with_head) d->usage_in_batch = false;
-  d->usage_event_at = nullptr;
+  if (with_head) d->x.rsp.usage_in_batch = false;
+  d->x.rsp.usage_event_at = nullptr;
   // With the head, even no body bytes: an answer without a body (204, 304,
   // Content-Length: 0 -- chunked or not) is complete right there.
   if (parse_from < u->buf.len || with_head) {
-    bs = d->rparser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
+    bs = d->x.rsp.parser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
   }
   if (bs.error != errc::ok) {
     upstream_failed(d, errc::upstream_protocol);
     return;
   }
   if (!with_head) {
-    set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->group].upstream.stream_idle_timeout_ms);
+    set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
   }
-  d->response_complete = bs.complete;
+  d->x.rsp.complete = bs.complete;
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
-  if (bs.complete && parsed_end != u->buf.len) d->up_reusable = false;  // bytes past the end
-  if (d->hold_error) {
+  if (bs.complete && parsed_end != u->buf.len) d->x.rsp.reusable = false;  // bytes past the end
+  if (d->x.rsp.hold_error) {
     // The body went to resp_body (on_body_data); nothing is sent yet.
     if (bs.complete) {
       answer_backend_error(d);
     } else {
-      d->send_end = parsed_end;
+      d->x.rsp.send_end = parsed_end;
       after_body_sent(d);
     }
     return;
@@ -781,50 +781,50 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   // still have to be cut -- only up to the last whole chunk; a partial chunk
   // waits at the front of the buffer for the rest of its bytes.
   uint32_t send_end = parsed_end;
-  if (d->cut_usage && !bs.complete) {
-    send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : d->fwd_from;
-    if (send_end == d->fwd_from && u->buf.len >= u->buf.cap) {
-      d->cut_usage = false;  // one chunk larger than the buffer: forward, no cut
+  if (d->x.rsp.cut_usage && !bs.complete) {
+    send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : d->x.rsp.fwd_from;
+    if (send_end == d->x.rsp.fwd_from && u->buf.len >= u->buf.cap) {
+      d->x.rsp.cut_usage = false;  // one chunk larger than the buffer: forward, no cut
       send_end = parsed_end;
     }
   }
-  d->send_end = send_end;
+  d->x.rsp.send_end = send_end;
   uint8_t n = 0;
   if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
   size_t cut_begin = 0, cut_end = 0;
   size_t usage_from = 0;
   bool reads_up = false;  // a piece of the send lies in u->buf
-  const char* const batch = u->buf.data + d->fwd_from;
-  if (d->usage_event_at != nullptr && d->usage_event_at >= batch && d->usage_event_at < u->buf.data + send_end) {
-    usage_from = static_cast<size_t>(d->usage_event_at - batch);
+  const char* const batch = u->buf.data + d->x.rsp.fwd_from;
+  if (d->x.rsp.usage_event_at != nullptr && d->x.rsp.usage_event_at >= batch && d->x.rsp.usage_event_at < u->buf.data + send_end) {
+    usage_from = static_cast<size_t>(d->x.rsp.usage_event_at - batch);
   }
-  d->usage_event_at = nullptr;
-  if (d->cut_usage && d->usage_in_batch && send_end > d->fwd_from &&
-      find_usage_chunk(batch, send_end - d->fwd_from, usage_from, cut_begin, cut_end)) {
+  d->x.rsp.usage_event_at = nullptr;
+  if (d->x.rsp.cut_usage && d->x.rsp.usage_in_batch && send_end > d->x.rsp.fwd_from &&
+      find_usage_chunk(batch, send_end - d->x.rsp.fwd_from, usage_from, cut_begin, cut_end)) {
     _stats.usage_chunks_cut.add();
-    d->cut_usage = false;  // one per stream
-    d->usage_in_batch = false;
-    if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->fwd_from, cut_begin};
-    if (d->fwd_from + cut_end < send_end) {
-      d->send_iov[n++] = {u->buf.data + d->fwd_from + cut_end, send_end - d->fwd_from - cut_end};
+    d->x.rsp.cut_usage = false;  // one per stream
+    d->x.rsp.usage_in_batch = false;
+    if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, cut_begin};
+    if (d->x.rsp.fwd_from + cut_end < send_end) {
+      d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from + cut_end, send_end - d->x.rsp.fwd_from - cut_end};
     }
     reads_up = n > (with_head ? 1 : 0);
-  } else if (send_end > d->fwd_from) {
+  } else if (send_end > d->x.rsp.fwd_from) {
     // The usage event was seen but its chunk is not whole yet (the read
     // ended between the event's blank line and the chunk's CRLF): it waits
     // at the front of the buffer and is looked for in the next batch.
     // Searched whole and not found, it is a shape find_usage_chunk does not
     // know: left alone.
-    if (send_end == parsed_end) d->usage_in_batch = false;
-    const uint32_t body = send_end - d->fwd_from;
+    if (send_end == parsed_end) d->x.rsp.usage_in_batch = false;
+    const uint32_t body = send_end - d->x.rsp.fwd_from;
     if (with_head && body <= d->out.cap - d->out.len) {
       // A short body that came with the head (a non-stream answer): joined
       // to the head in `out`, so the client gets one plain send.
-      std::memcpy(d->out.data + d->out.len, u->buf.data + d->fwd_from, body);
+      std::memcpy(d->out.data + d->out.len, u->buf.data + d->x.rsp.fwd_from, body);
       d->out.len += body;
       d->send_iov[0].iov_len = d->out.len;
     } else {
-      d->send_iov[n++] = {u->buf.data + d->fwd_from, body};
+      d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, body};
       reads_up = true;
     }
   }
@@ -840,72 +840,72 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
 }
 
 void shard_server::after_body_sent(downstream_conn* d) noexcept {
-  if (d->response_complete) {
+  if (d->x.rsp.complete) {
     finish_exchange(d);
     return;
   }
-  upstream_conn* u = d->up;
+  upstream_conn* u = d->x.up;
   // Keep what was parsed but not sent (a partial chunk) at the front;
   // with nothing left, the buffer goes back until more bytes come.
-  const uint32_t left = u->buf.len - d->send_end;
+  const uint32_t left = u->buf.len - d->x.rsp.send_end;
   if (left != 0) {
-    std::memmove(u->buf.data, u->buf.data + d->send_end, left);
+    std::memmove(u->buf.data, u->buf.data + d->x.rsp.send_end, left);
     u->buf.len = left;
   } else {
     drop_upstream_buffer(u);
   }
-  d->fwd_from = 0;
-  d->send_end = 0;
-  const http::response_head& rh = d->rhead;
+  d->x.rsp.fwd_from = 0;
+  d->x.rsp.send_end = 0;
+  const http::response_head& rh = d->x.rsp.head;
   // Everything sent of an event stream: the next event comes with the next
   // token, well after this send, so wait for readiness first. A partial
   // chunk's rest, or a long plain body, is likely there already: try first.
-  submit_recv(d->up, rh.event_stream && left == 0);
+  submit_recv(d->x.up, rh.event_stream && left == 0);
 }
 
 void shard_server::finish_exchange(downstream_conn* d) noexcept {
-  upstream_conn* u = d->up;
-  d->up = nullptr;
+  upstream_conn* u = d->x.up;
+  d->x.up = nullptr;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
-    release_upstream(u, d->up_reusable);
+    release_upstream(u, d->x.rsp.reusable);
   }
   d->state = conn_state::local;  // so on_response_sent() counts it like any answer
   on_response_sent(d);
 }
 
 void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
-  upstream_conn* u = d->up;
+  upstream_conn* u = d->x.up;
   bool stale = false;
   if (u != nullptr) {
     stale = u->reused;
     // A stale pooled socket says nothing about the backend's health.
     if (!stale || why != errc::upstream_connect) report_outcome(u->backend, true);
-    d->up = nullptr;
+    d->x.up = nullptr;
     u->owner = nullptr;
     _routes->on_request_end(u->backend);
     close_upstream(u);
   }
-  if (d->response_started) {
+  if (d->x.response_started) {
     // Something already reached the client: never retry, never fake an end.
     // Closing without the terminal chunk tells the client it was cut.
     _stats.upstream_truncated.add();
-    d->error_code = "upstream_truncated";
+    d->x.error_code = "upstream_truncated";
     close_downstream(d);
     return;
   }
-  const config::group_config& g = _cfg->groups[d->group];
+  const config::group_config& g = _cfg->groups[d->x.group];
   // Retried only while the backend cannot have started the request: the
   // connect failed, or the connection failed before the request was
   // written whole. A POST the backend may be running is never sent twice.
-  const bool retryable = why == errc::upstream_connect && !d->up_request_sent;
+  const bool retryable = why == errc::upstream_connect && !d->x.up_request_sent;
   // A pooled connection the backend had just closed does not count as an
   // attempt: nothing was wrong with the backend.
-  if (retryable && (stale || d->attempts < g.upstream.max_retries)) {
+  if (retryable && (stale || d->x.attempts < g.upstream.max_retries)) {
     if (!stale) {
-      ++d->attempts;
+      ++d->x.attempts;
       // The next attempt walks on along the key's ring.
-      if (d->route_position < 64) d->tried_mask |= uint64_t{1} << d->route_position;
+      if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
     }
     _stats.upstream_retries.add();
     if (d->up_send_inflight) {
@@ -921,7 +921,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
 }
 
 void shard_server::answer_upstream_failure(downstream_conn* d, errc why) noexcept {
-  if (why == errc::upstream_connect && d->up_request_sent) {
+  if (why == errc::upstream_connect && d->x.up_request_sent) {
     _stats.upstream_reset_after_send.add();
     answer_error(d, 502, "The backend closed the connection before answering.", "server_error", {},
                  "upstream_reset", false);
@@ -936,9 +936,9 @@ void shard_server::answer_upstream_failure(downstream_conn* d, errc why) noexcep
 
 void shard_server::abort_exchange(downstream_conn* d) noexcept {
   _stats.downstream_aborts.add();
-  d->cancelled = true;
-  d->status = 499;  // nginx's "client closed request"
-  d->error_code = "client_closed";
+  d->x.cancelled = true;
+  d->x.status = 499;  // nginx's "client closed request"
+  d->x.error_code = "client_closed";
   close_downstream(d);  // closes the upstream connection too
 }
 

@@ -1,7 +1,9 @@
 #pragma once
-// core: a bounded text writer for the hot path (heads, ids, audit lines):
-// no allocation, no format-string parsing. Every put checks room; after the
-// first miss `ok` stays false and nothing more is written.
+// core: text helpers for the hot path. ASCII case-insensitive equality
+// (HTTP field names and tokens: the one the tree uses), and a bounded text
+// writer (heads, ids, audit lines): no allocation, no format-string
+// parsing. Every put checks room; after the first miss `ok` stays false and
+// nothing more is written.
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +11,19 @@
 #include <string_view>
 
 namespace sluice {
+
+// ASCII case-insensitive equality: bytes outside A-Z compare as they are.
+inline bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto x = static_cast<unsigned char>(a[i]);
+    auto y = static_cast<unsigned char>(b[i]);
+    if (x >= 'A' && x <= 'Z') x = static_cast<unsigned char>(x | 0x20);
+    if (y >= 'A' && y <= 'Z') y = static_cast<unsigned char>(y | 0x20);
+    if (x != y) return false;
+  }
+  return true;
+}
 
 struct text_writer {
   char* p;

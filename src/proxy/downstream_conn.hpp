@@ -1,0 +1,128 @@
+#pragma once
+// proxy (private): the client side's connection object. The HTTP/1.1 codec
+// (downstream_h1.cpp) drives it: receive, parse, keep-alive, pipelining,
+// send; its exchange (exchange.hpp) is the request in flight.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "conn_memory.hpp"
+#include "exchange.hpp"
+#include "receive_gate.hpp"
+#include "sluice/http/request.hpp"
+#include "sluice/http/sse.hpp"
+#include "sluice/shard/timer_wheel.hpp"
+
+namespace sluice::proxy {
+
+class shard_server;
+struct upstream_conn;
+
+enum class deadline_kind : uint8_t {
+  none,
+  header,          // 408: the head did not arrive in header_timeout_ms (total)
+  body,            // 408: the body is too slow
+  idle,            // keep-alive idle: close quietly
+  upstream_connect,
+  upstream_first_byte,
+  upstream_idle,   // stream idle: no byte from the backend for stream_idle_timeout_ms
+  send,            // the client takes no bytes: close
+};
+
+// When a deadline of kind `k`, `ms` from `now_ms`, falls due. Returns: 0
+// for none (kind none, or ms 0 outside an upstream wait). An upstream wait
+// never runs past the exchange's total deadline (upstream.total_timeout_ms;
+// 0 = none), and with ms 0 it is that total deadline.
+inline uint64_t deadline_at(deadline_kind k, uint64_t now_ms, uint64_t ms, uint64_t total_deadline_ms) noexcept {
+  uint64_t at = k == deadline_kind::none || ms == 0 ? 0 : now_ms + ms;
+  const bool upstream_wait = k == deadline_kind::upstream_connect || k == deadline_kind::upstream_first_byte ||
+                             k == deadline_kind::upstream_idle;
+  if (upstream_wait && total_deadline_ms != 0 && (at == 0 || at > total_deadline_ms)) at = total_deadline_ms;
+  return at;
+}
+
+enum class conn_state : uint8_t {
+  idle,          // keep-alive, waiting for the next request's first byte
+  head,          // reading the request head
+  body,          // reading the request body
+  upstream,      // request forwarded, waiting for the response head
+  streaming,     // response body flowing upstream -> downstream
+  local,         // sending an answer sluice made itself
+  quota_wait,    // admitted once peers lend quota (a borrow round is out)
+  closing,
+};
+
+// What the connection does once the upstream send still reading its
+// request bytes has completed (see up_send_inflight).
+enum class after_upstream_send : uint8_t {
+  nothing,
+  next_request,
+  retry,              // decided (a 502/503 answer): start the next attempt
+  retry_unless_sent,  // a failed attempt: retry only if the send had not written the whole request
+};
+
+// Shard-local. One per downstream connection; from accept until both sides
+// close and its last operation has completed.
+//
+// Ownership: `ops` counts every SQE that names the socket or reads this
+// object's memory: its receive and send, and an upstream send that reads
+// the request bytes (up_send_inflight). Freed only when ops is 0
+// (maybe_free). While up_send_inflight, `in`, `stash`'s merge and
+// `up_head` stay where they are; while send_busy, `out` and send_iov do.
+struct downstream_conn {
+  shard_server* srv = nullptr;
+  int fd = -1;
+  int ops = 0;
+  conn_state state = conn_state::idle;
+  receive_gate recv;
+  bool peer_eof = false;
+  bool close_after_send = false;
+  bool send_busy = false;          // a send is in flight: out / send_iov are the kernel's
+  bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
+  // An upstream send reads this connection's request bytes (counted in ops).
+  bool up_send_inflight = false;
+  after_upstream_send after_up_send = after_upstream_send::nothing;
+  // The upstream connection whose receive buffer the downstream send in
+  // flight reads (its buf_pinned): released at that send's completion.
+  upstream_conn* send_pin = nullptr;
+  deadline_kind deadline = deadline_kind::none;
+  shard::timer timer;              // in the shard's wheel while deadline != none
+  op<downstream_conn> recv_op, send_op;
+  list_hook<downstream_conn> all_hook;
+
+  char peer_ip[48] = {};
+  uint8_t peer_ip_len = 0;
+
+  // Request bytes: [req_start, in.len) is the current request and anything
+  // pipelined after it. Decoded chunked bodies are compacted in place.
+  byte_buf in;
+  byte_buf stash;                  // pipelined bytes that arrived while busy
+  uint32_t req_start = 0;
+  uint32_t body_begin = 0;         // offset of the body (after the head)
+  uint32_t body_len = 0;           // body bytes ready at body_begin
+  uint32_t raw_end = 0;            // offset just past the request's raw bytes
+  uint32_t chunk_raw_pos = 0;      // chunked: first raw byte not yet decoded
+  http::request_parser parser;
+
+  // Outgoing bytes: `out` holds heads and local answers; send_iov points at
+  // out and/or upstream buffer bytes.
+  byte_buf out;                    // downstream response head / local answers
+  byte_buf up_head;                // upstream request head (the exchange's attempts)
+  iovec send_iov[4] = {};
+  uint8_t send_iov_count = 0;
+  msghdr down_msg = {};
+
+  // Kept across exchanges (memory, not state): the non-stream response body
+  // read for its usage (bounded), and the SSE scanner made on the first
+  // stream.
+  byte_buf resp_body;
+  std::unique_ptr<http::sse_scanner> sse;
+
+  exchange x;                      // the request in flight (or the last one)
+
+  explicit downstream_conn(const http::limits& l) : parser(l) {}
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,141 @@
+#pragma once
+// proxy (private): one request's exchange and the relay of its response.
+//
+//   downstream connection --codec--> exchange --adapter--> upstream attempt
+//   (downstream_conn,                (this file)           (upstream_conn,
+//    downstream_h1.cpp)                                     upstream_openai.cpp)
+//                                        |
+//                                      relay (relay.cpp: the response's
+//                                        framing, SSE facts, usage cut)
+//
+// The exchange owns the request's policy state: its head, the fields read
+// from its body, the route, the quota reservation, the attempts and the
+// facts its audit line is made of. It is made fresh for every request
+// (reset()), so nothing of one request can answer for the next.
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "conn_memory.hpp"
+#include "sluice/http/request.hpp"
+#include "sluice/http/response.hpp"
+#include "sluice/metrics/registry.hpp"
+#include "sluice/openai/request.hpp"
+#include "sluice/quota/shard_slices.hpp"
+#include "sluice/route/key.hpp"
+
+namespace sluice::proxy {
+
+struct downstream_conn;
+struct upstream_conn;
+
+// What the scan of a streamed response saw (for billing and audit).
+struct stream_facts {
+  uint32_t events = 0;
+  uint32_t content_events = 0;
+  int64_t prompt_tokens = -1;
+  int64_t completion_tokens = -1;
+  bool done = false;     // data: [DONE]
+  bool error = false;    // data: {"error": ...}
+  uint8_t finish_reason_len = 0;
+  char finish_reason[23] = {};
+};
+
+// Shard-local; part of an exchange. The response of the current attempt on
+// its way to the client: the parser of the backend's framing, what the SSE
+// scan saw, and the state of the usage cut. Byte offsets are into the
+// upstream connection's receive buffer.
+struct relay_state {
+  http::response_parser parser;
+  http::response_head head;
+  bool head_seen = false;         // `head` holds this request's response head
+  bool complete = false;          // the backend's response ended (terminal chunk, length, EOF)
+  bool reusable = false;          // the backend connection may carry another request
+  bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
+  bool hold_error = false;        // a backend error answer is being read whole, to be reshaped
+  bool usage_in_batch = false;    // the usage-only event was seen, its chunk not yet cut: in this batch or held at its front
+  bool body_overflow = false;     // the kept non-stream body is its tail (see on_body_data)
+  const char* usage_event_at = nullptr;  // that event's data in the receive buffer, when the scan saw it in place
+  uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
+  uint32_t send_end = 0;          // end of the bytes being sent
+  stream_facts facts;
+};
+
+// Shard-local. One per request: from the first byte of its head until its
+// answer is sent or its connection closes. HTTP/1.1 has one at a time per
+// connection (embedded in it); a multiplexing codec would hold several.
+struct exchange {
+  exchange() = default;
+  exchange(const exchange&) = delete;
+  exchange& operator=(const exchange&) = delete;
+
+  // --- the request ---------------------------------------------------------
+  http::request_head head;         // views into the connection's request bytes
+  bool head_ok = false;            // `head` holds a parsed head (its views are valid)
+  bool expect_sent = false;        // 100 Continue went out for this request
+  bool is_models = false;          // GET /v1/models: answered by sluice
+  bool is_stream = false;
+  openai::endpoint endpoint = openai::endpoint::chat_completions;
+  uint64_t request_start_ms = 0;   // monotonic: the head's first byte
+  uint64_t body_start_ms = 0;
+  uint64_t start_wall_ms = 0;
+  char request_id[64] = {};
+  uint8_t request_id_len = 0;
+  uint8_t model_len = 0;
+  char model[128] = {};            // the client's model name, for audit (truncated)
+  char scratch[256] = {};          // messages and the rewritten model token
+
+  // --- policy: key, group, route, quota ------------------------------------
+  int32_t key_index = -1;
+  uint32_t group = metrics::none;  // index into cfg().groups once the model matched
+  route::route_key_result route_key;
+  uint64_t tried_mask = 0;         // ring positions already tried (retries)
+  uint32_t route_position = 0;
+  quota::reservation held;         // live from admission to settle()
+  uint64_t quota_cost = 0;         // reserved weighted tokens
+  uint64_t input_estimate = 0;
+  uint64_t quota_charged = 0;
+  uint64_t wait_since_ms = 0;      // parked for quota: since when (0: not waiting)
+  uint64_t wait_until_ms = 0;      // parked on a short retry time: try again then
+  list_hook<downstream_conn> wait_hook;  // in the shard's quota waiters
+
+  // --- the upstream attempt -------------------------------------------------
+  upstream_conn* up = nullptr;
+  uint8_t attempts = 0;
+  // The attempt's whole request reached the backend's socket: from then on
+  // the backend may have started it, and a failure is never retried.
+  bool up_request_sent = false;
+  uint64_t total_deadline_ms = 0;  // upstream.total_timeout_ms for this exchange; 0 = none
+  // The forwarded request: head in the connection's up_head, then the body
+  // from its request bytes with at most two byte edits.
+  iovec up_iov[6] = {};            // [1..]: the body, with its byte edits (none: joined to up_head)
+  uint8_t up_iov_count = 0;
+  iovec up_msg_iov[8] = {};        // what the upstream send sends (advanced on short sends)
+  uint8_t up_msg_iov_count = 0;
+  uint32_t host_offset = 0;        // where the backend's host goes in up_head
+  uint32_t host_len = 0;           // the host now written there
+  uint64_t up_body_len = 0;
+  msghdr up_msg = {};
+
+  // --- the response ---------------------------------------------------------
+  relay_state rsp;
+  bool response_started = false;   // a byte of the response reached the socket
+
+  // --- accounting and audit -------------------------------------------------
+  bool request_open = false;       // accounted (audit + metrics) until end_request()
+  bool inflight_counted = false;   // in the shard's in-flight count
+  bool cancelled = false;          // cut: the client went away, or the drain ended
+  uint16_t status = 0;
+  uint32_t backend_used = metrics::none;
+  uint64_t first_token_ms = 0;     // monotonic; 0 = none yet
+  std::string_view error_code;     // static strings only
+
+  // The next request's exchange, made in place. Only between exchanges:
+  // nothing accounted, no attempt, not parked.
+  void reset() noexcept;
+};
+
+}  // namespace sluice::proxy
