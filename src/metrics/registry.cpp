@@ -18,13 +18,6 @@ size_t status_index(uint16_t status) noexcept {
   return status_code_count - 1;
 }
 
-namespace {
-
-constexpr size_t line_counters = 64 / sizeof(counter);
-constexpr std::align_val_t line_align{64};
-
-// Label values per the exposition format: backslash, double quote and line
-// feed are the characters that need escaping.
 void put_label_value(std::string& out, std::string_view v) {
   for (char c : v) {
     if (c == '\\') {
@@ -38,6 +31,12 @@ void put_label_value(std::string& out, std::string_view v) {
     }
   }
 }
+
+namespace {
+
+constexpr size_t line_counters = 64 / sizeof(counter);
+constexpr std::align_val_t line_align{64};
+
 
 // Microseconds as a decimal number of seconds, exact (no floating point):
 // 2500 → "0.0025", 1000000 → "1".

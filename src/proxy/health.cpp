@@ -9,7 +9,9 @@
 #include <string>
 
 #include "sluice/core/log.hpp"
+#include "sluice/metrics/registry.hpp"
 #include "sluice/net/socket.hpp"
+#include "sluice/openai/error.hpp"
 #include "sluice/proxy/gateway.hpp"
 
 namespace sluice::proxy {
@@ -126,14 +128,15 @@ bool health_checker::set_draining(std::string_view url, bool draining) noexcept 
 }
 
 namespace {
+// A JSON string (openai::json_escape: control bytes as \u00XX, invalid
+// UTF-8 replaced), with its quotes.
 void put_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  out += '"';
+  const size_t at = out.size();
+  out.resize(at + 2 + s.size() * 6);
+  out[at] = '"';
+  const size_t n = openai::json_escape(out.data() + at + 1, s.size() * 6, s);
+  out[at + 1 + n] = '"';
+  out.resize(at + 2 + n);
 }
 }  // namespace
 
@@ -159,10 +162,7 @@ void health_checker::render_metrics(std::string& out) const {
   for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
     if (_cfg->backends[b].removed) continue;
     out += "sluice_backend_draining{backend=\"";
-    for (char c : _cfg->backends[b].url) {
-      if (c == '"' || c == '\\') out += '\\';
-      if (c != '\n') out += c;
-    }
+    metrics::put_label_value(out, _cfg->backends[b].url);
     fmt::format_to(std::back_inserter(out), "\"}} {}\n", _probes[b]->health.draining() ? 1 : 0);
   }
 }

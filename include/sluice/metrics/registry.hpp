@@ -19,6 +19,10 @@
 
 namespace sluice::metrics {
 
+// Appends a label value escaped per the exposition format (backslash,
+// double quote and line feed). The one Prometheus escaper of the tree.
+void put_label_value(std::string& out, std::string_view v);
+
 // "Not known for this request": no group resolved (401, unknown model), no
 // backend picked (429, 503 before routing). Rendered as an empty label value,
 // which Prometheus treats as the label being absent.

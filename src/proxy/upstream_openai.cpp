@@ -1,5 +1,7 @@
-// The upstream (backend) side: pooled keep-alive connections per backend,
-// the forwarded request, the response head, and the copy path for bodies.
+// The OpenAI-over-HTTP/1.1 backend adapter (vLLM, SGLang, trtllm-serve,
+// llama.cpp): pooled keep-alive connections per backend, the forwarded
+// request (the client's body with at most two byte edits), connect, send
+// and receive, retries, and the failures a client is answered for.
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,7 +12,7 @@
 #include <cstring>
 
 #include "shard_server.hpp"
-#include "text.hpp"
+#include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
@@ -26,48 +28,9 @@ constexpr uint32_t k_upstream_buf_bytes = 64u << 10;
 // address with its port or a short name fits; a longer one grows the buffer.
 constexpr uint32_t k_host_room = 64;
 
-// Hop-by-hop fields (RFC 9110 §7.6.1) and the fields sluice sets itself.
-bool drop_request_header(std::string_view name) noexcept {
-  static constexpr std::string_view k_drop[] = {
-      "host",          "authorization",   "content-length", "transfer-encoding", "expect",
-      "connection",    "keep-alive",      "proxy-connection", "te",              "trailer",
-      "upgrade",       "proxy-authorization", "http2-settings", "x-request-id",  "x-forwarded-for",
-  };
-  for (std::string_view d : k_drop) {
-    if (iequals(name, d)) return true;
-  }
-  return false;
-}
 
-bool drop_response_header(std::string_view name) noexcept {
-  static constexpr std::string_view k_drop[] = {
-      "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "x-request-id",
-  };
-  for (std::string_view d : k_drop) {
-    if (iequals(name, d)) return true;
-  }
-  return false;
-}
 
-// Returns: whether `name` is listed in a Connection header value (those
-// fields are hop-by-hop too).
-bool named_in_connection(std::string_view connection, std::string_view name) noexcept {
-  while (!connection.empty()) {
-    size_t comma = connection.find(',');
-    std::string_view tok = connection.substr(0, comma);
-    while (!tok.empty() && (tok.front() == ' ' || tok.front() == '\t')) tok.remove_prefix(1);
-    while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\t')) tok.remove_suffix(1);
-    if (iequals(tok, name)) return true;
-    if (comma == std::string_view::npos) break;
-    connection.remove_prefix(comma + 1);
-  }
-  return false;
-}
 
-void append(byte_buf& b, std::string_view s) noexcept {
-  std::memcpy(b.data + b.len, s.data(), s.size());
-  b.len += static_cast<uint32_t>(s.size());
-}
 
 }  // namespace
 
@@ -473,22 +436,6 @@ void shard_server::after_upstream_send_done(downstream_conn* d) noexcept {
   }
 }
 
-void shard_server::pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept {
-  SLUICE_VERIFY(d->send_pin == nullptr && !u->buf_pinned);
-  d->send_pin = u;
-  u->buf_pinned = true;
-  ++u->ops;
-}
-
-void shard_server::unpin_upstream_buffer(downstream_conn* d) noexcept {
-  upstream_conn* u = d->send_pin;
-  if (u == nullptr) return;
-  d->send_pin = nullptr;
-  u->buf_pinned = false;
-  --u->ops;
-  if (u->closing) maybe_free(u);
-}
-
 void shard_server::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
   u->srv->on_up_send_cqe(u, cqe->res);
@@ -594,286 +541,6 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
   relay(d, before, false);
 }
 
-void shard_server::on_response_head(downstream_conn* d) noexcept {
-  const http::response_head& rh = d->x.rsp.head;
-  const config::group_config& g = _cfg->groups[d->x.group];
-  if (d->x.up != nullptr) report_outcome(d->x.up->backend, rh.status >= 500);
-  // A backend that says 502/503 before anything reached the client: the
-  // next backend on the key's ring gets the request (max_retries).
-  if ((rh.status == 502 || rh.status == 503) && d->x.attempts < g.upstream.max_retries && d->x.up != nullptr) {
-    upstream_conn* u = d->x.up;
-    d->x.up = nullptr;
-    u->owner = nullptr;
-    _routes->on_request_end(u->backend);
-    close_upstream(u);  // its body is not read: the connection cannot be reused
-    ++d->x.attempts;
-    if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
-    d->resp_body.len = 0;
-    d->x.rsp.body_overflow = false;
-    _stats.upstream_retries.add();
-    start_attempt(d);
-    return;
-  }
-  d->state = conn_state::streaming;
-  d->x.rsp.head_seen = true;
-  d->x.rsp.reusable = rh.keep_alive;
-  d->x.rsp.facts = stream_facts{};
-  if (rh.event_stream) {
-    // One scanner per connection, made on its first stream and kept.
-    if (!d->sse) {
-      d->sse.reset(new (std::nothrow) http::sse_scanner(&shard_server::on_sse_event, d));
-      if (d->sse) account_connection_memory(k_sse_scanner_bytes);
-    }
-    if (d->sse) d->sse->reset();
-  }
-  set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);
-
-  // A backend's error answer is held and answered in OpenAI's shape
-  // (DESIGN.md §8: vLLM's flat body, integer codes): nothing of it goes out
-  // until its body is read. vLLM's are a few hundred bytes; a larger one
-  // (or one of unknown length) is held up to the body buffer's bound.
-  constexpr uint64_t k_error_hold_max = 64u << 10;
-  d->x.rsp.hold_error = rh.status >= 400 && !rh.event_stream &&
-                  ((rh.has_content_length && rh.content_length <= k_error_hold_max) || rh.chunked);
-  if (d->x.rsp.hold_error) {
-    d->x.status = rh.status;
-    d->x.rsp.cut_usage = false;
-    d->x.rsp.fwd_from = rh.head_bytes;
-    relay(d, rh.head_bytes, true);
-    return;
-  }
-
-  // The client's head: the backend's status and end-to-end fields, plus
-  // x-request-id; framing (Content-Length / chunked) passes through as is,
-  // and so do the body bytes.
-  const bool close = !d->x.head.keep_alive || _draining;
-  d->close_after_send = close;
-  size_t need = rh.head_bytes + 256;
-  if (!d->out.reserve(need)) {
-    upstream_failed(d, errc::internal);
-    return;
-  }
-  byte_buf& o = d->out;
-  o.len = 0;
-  char line[160];
-  text_writer w(line, sizeof line);
-  w.put("HTTP/1.1 ");
-  w.put_int(rh.status);
-  w.put(' ');
-  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
-  append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
-  append(o, "\r\n");
-  http::header hd;
-  for (http::header_fields it = rh.fields(); it.next(hd);) {
-    if (drop_response_header(hd.name)) continue;
-    append(o, hd.name);
-    append(o, ": ");
-    append(o, hd.value);
-    append(o, "\r\n");
-  }
-  // sluice's own fields: the request id, the key's rate-limit state and
-  // the time sluice and the backend took to the head (as OpenAI sends).
-  char rate[512];
-  const size_t rl = write_rate_headers(d, rate, sizeof rate);
-  if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
-    upstream_failed(d, errc::internal);
-    return;
-  }
-  w = text_writer(line, sizeof line);
-  w.put("x-request-id: ");
-  w.put(std::string_view(d->x.request_id, d->x.request_id_len));
-  w.put("\r\nopenai-processing-ms: ");
-  w.put_int(now_ms() - d->x.request_start_ms);
-  w.put("\r\n");
-  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
-  append(o, std::string_view(rate, rl));
-  append(o, close ? "connection: close\r\n\r\n" : "\r\n");
-  d->x.status = rh.status;
-
-  // The cut of the injected usage chunk needs whole chunks (see relay());
-  // any other answer (an error, a non-stream body) is passed on as it is.
-  if (d->x.rsp.cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->x.rsp.cut_usage = false;
-  d->x.response_started = true;
-  d->x.rsp.fwd_from = rh.head_bytes;
-  relay(d, rh.head_bytes, true);
-}
-
-namespace {
-
-// Finds the HTTP chunk that carries the usage-only SSE event sluice asked
-// for, in whole chunks [p, p + n): "<hex>\r\ndata: {...\"choices\":[]...
-// \"usage\":{...}}\n\n\r\n" (vLLM writes one event per chunk). Every part
-// is checked -- the size line against the event's length -- so a shape it
-// does not know is left alone rather than cut wrong.
-// Returns: whether [begin, end) is that chunk.
-// `from`: where to start looking (the usage event's own offset when the
-// scan saw it in place: the search is then a few hundred bytes, not the
-// whole batch).
-bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_t& end) noexcept {
-  const std::string_view all(p, n);
-  constexpr std::string_view k_usage = "\"usage\":{";
-  // memmem, not string_view::find: the latter calls memchr once per '"'
-  // of the JSON before it (thousands in a 40 KB batch).
-  auto next = [&](size_t at) -> size_t {
-    if (at >= n) return std::string_view::npos;
-    const void* hit = ::memmem(p + at, n - at, k_usage.data(), k_usage.size());
-    return hit == nullptr ? std::string_view::npos : static_cast<size_t>(static_cast<const char*>(hit) - p);
-  };
-  for (size_t u = next(from); u != std::string_view::npos; u = next(u + 1)) {
-    const size_t ev = all.rfind("data:", u);
-    if (ev == std::string_view::npos || ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
-    size_t h = ev - 2;  // the size line ends here
-    while (h > 0 && std::isxdigit(static_cast<unsigned char>(all[h - 1])) != 0) --h;
-    if (h == ev - 2 || (h != 0 && all[h - 1] != '\n')) continue;
-    const size_t ev_end = all.find("\n\n", u);
-    if (ev_end == std::string_view::npos || ev_end + 4 > n || all.substr(ev_end + 2, 2) != "\r\n") continue;
-    const size_t payload = ev_end + 2 - ev;
-    size_t size = 0;
-    for (size_t i = h; i < ev - 2; ++i) {
-      const char c = all[i];
-      size = size * 16 + static_cast<size_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    if (size != payload) continue;
-    if (all.substr(ev, ev_end - ev).find("\"choices\":[]") == std::string_view::npos) continue;
-    begin = h;
-    end = ev_end + 4;
-    return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
-  upstream_conn* u = d->x.up;
-  http::body_sink sink{&shard_server::on_body_data, d};
-  http::body_status bs{};
-  // Set again by the scan when the usage event is in this batch; a batch
-  // that held back the chunk of one seen before keeps it (below).
-  if (with_head) d->x.rsp.usage_in_batch = false;
-  d->x.rsp.usage_event_at = nullptr;
-  // With the head, even no body bytes: an answer without a body (204, 304,
-  // Content-Length: 0 -- chunked or not) is complete right there.
-  if (parse_from < u->buf.len || with_head) {
-    bs = d->x.rsp.parser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
-  }
-  if (bs.error != errc::ok) {
-    upstream_failed(d, errc::upstream_protocol);
-    return;
-  }
-  if (!with_head) {
-    set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
-  }
-  d->x.rsp.complete = bs.complete;
-  const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
-  if (bs.complete && parsed_end != u->buf.len) d->x.rsp.reusable = false;  // bytes past the end
-  if (d->x.rsp.hold_error) {
-    // The body went to resp_body (on_body_data); nothing is sent yet.
-    if (bs.complete) {
-      answer_backend_error(d);
-    } else {
-      d->x.rsp.send_end = parsed_end;
-      after_body_sent(d);
-    }
-    return;
-  }
-  // What may go out now: everything parsed, or -- while the usage chunk may
-  // still have to be cut -- only up to the last whole chunk; a partial chunk
-  // waits at the front of the buffer for the rest of its bytes.
-  uint32_t send_end = parsed_end;
-  if (d->x.rsp.cut_usage && !bs.complete) {
-    send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : d->x.rsp.fwd_from;
-    if (send_end == d->x.rsp.fwd_from && u->buf.len >= u->buf.cap) {
-      d->x.rsp.cut_usage = false;  // one chunk larger than the buffer: forward, no cut
-      send_end = parsed_end;
-    }
-  }
-  d->x.rsp.send_end = send_end;
-  uint8_t n = 0;
-  if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
-  size_t cut_begin = 0, cut_end = 0;
-  size_t usage_from = 0;
-  bool reads_up = false;  // a piece of the send lies in u->buf
-  const char* const batch = u->buf.data + d->x.rsp.fwd_from;
-  if (d->x.rsp.usage_event_at != nullptr && d->x.rsp.usage_event_at >= batch && d->x.rsp.usage_event_at < u->buf.data + send_end) {
-    usage_from = static_cast<size_t>(d->x.rsp.usage_event_at - batch);
-  }
-  d->x.rsp.usage_event_at = nullptr;
-  if (d->x.rsp.cut_usage && d->x.rsp.usage_in_batch && send_end > d->x.rsp.fwd_from &&
-      find_usage_chunk(batch, send_end - d->x.rsp.fwd_from, usage_from, cut_begin, cut_end)) {
-    _stats.usage_chunks_cut.add();
-    d->x.rsp.cut_usage = false;  // one per stream
-    d->x.rsp.usage_in_batch = false;
-    if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, cut_begin};
-    if (d->x.rsp.fwd_from + cut_end < send_end) {
-      d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from + cut_end, send_end - d->x.rsp.fwd_from - cut_end};
-    }
-    reads_up = n > (with_head ? 1 : 0);
-  } else if (send_end > d->x.rsp.fwd_from) {
-    // The usage event was seen but its chunk is not whole yet (the read
-    // ended between the event's blank line and the chunk's CRLF): it waits
-    // at the front of the buffer and is looked for in the next batch.
-    // Searched whole and not found, it is a shape find_usage_chunk does not
-    // know: left alone.
-    if (send_end == parsed_end) d->x.rsp.usage_in_batch = false;
-    const uint32_t body = send_end - d->x.rsp.fwd_from;
-    if (with_head && body <= d->out.cap - d->out.len) {
-      // A short body that came with the head (a non-stream answer): joined
-      // to the head in `out`, so the client gets one plain send.
-      std::memcpy(d->out.data + d->out.len, u->buf.data + d->x.rsp.fwd_from, body);
-      d->out.len += body;
-      d->send_iov[0].iov_len = d->out.len;
-    } else {
-      d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, body};
-      reads_up = true;
-    }
-  }
-  if (n == 0) {
-    after_body_sent(d);
-    return;
-  }
-  d->send_iov_count = n;
-  // The send reads u's buffer: u and its buffer stay until it completes,
-  // whatever happens to the exchange meanwhile.
-  if (reads_up) pin_upstream_buffer(d, u);
-  submit_send(d);
-}
-
-void shard_server::after_body_sent(downstream_conn* d) noexcept {
-  if (d->x.rsp.complete) {
-    finish_exchange(d);
-    return;
-  }
-  upstream_conn* u = d->x.up;
-  // Keep what was parsed but not sent (a partial chunk) at the front;
-  // with nothing left, the buffer goes back until more bytes come.
-  const uint32_t left = u->buf.len - d->x.rsp.send_end;
-  if (left != 0) {
-    std::memmove(u->buf.data, u->buf.data + d->x.rsp.send_end, left);
-    u->buf.len = left;
-  } else {
-    drop_upstream_buffer(u);
-  }
-  d->x.rsp.fwd_from = 0;
-  d->x.rsp.send_end = 0;
-  const http::response_head& rh = d->x.rsp.head;
-  // Everything sent of an event stream: the next event comes with the next
-  // token, well after this send, so wait for readiness first. A partial
-  // chunk's rest, or a long plain body, is likely there already: try first.
-  submit_recv(d->x.up, rh.event_stream && left == 0);
-}
-
-void shard_server::finish_exchange(downstream_conn* d) noexcept {
-  upstream_conn* u = d->x.up;
-  d->x.up = nullptr;
-  if (u != nullptr) {
-    _routes->on_request_end(u->backend);
-    release_upstream(u, d->x.rsp.reusable);
-  }
-  d->state = conn_state::local;  // so on_response_sent() counts it like any answer
-  on_response_sent(d);
-}
-
 void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
   upstream_conn* u = d->x.up;
   bool stale = false;
@@ -932,14 +599,6 @@ void shard_server::answer_upstream_failure(downstream_conn* d, errc why) noexcep
   } else {
     answer_error(d, 502, "The backend is unavailable.", "server_error", {}, "bad_gateway", false);
   }
-}
-
-void shard_server::abort_exchange(downstream_conn* d) noexcept {
-  _stats.downstream_aborts.add();
-  d->x.cancelled = true;
-  d->x.status = 499;  // nginx's "client closed request"
-  d->x.error_code = "client_closed";
-  close_downstream(d);  // closes the upstream connection too
 }
 
 }  // namespace sluice::proxy

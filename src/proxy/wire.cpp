@@ -1,0 +1,88 @@
+// The pure parts of the HTTP/1.1 wire work (wire.hpp).
+#include "wire.hpp"
+
+#include <cctype>
+#include <cstring>
+
+#include "sluice/core/text.hpp"
+
+namespace sluice::proxy {
+
+bool drop_request_header(std::string_view name) noexcept {
+  static constexpr std::string_view k_drop[] = {
+      "host",          "authorization",   "content-length", "transfer-encoding", "expect",
+      "connection",    "keep-alive",      "proxy-connection", "te",              "trailer",
+      "upgrade",       "proxy-authorization", "http2-settings", "x-request-id",  "x-forwarded-for",
+  };
+  for (std::string_view d : k_drop) {
+    if (iequals(name, d)) return true;
+  }
+  return false;
+}
+
+bool drop_response_header(std::string_view name) noexcept {
+  static constexpr std::string_view k_drop[] = {
+      "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "x-request-id",
+  };
+  for (std::string_view d : k_drop) {
+    if (iequals(name, d)) return true;
+  }
+  return false;
+}
+
+bool named_in_connection(std::string_view connection, std::string_view name) noexcept {
+  while (!connection.empty()) {
+    size_t comma = connection.find(',');
+    std::string_view tok = connection.substr(0, comma);
+    while (!tok.empty() && (tok.front() == ' ' || tok.front() == '\t')) tok.remove_prefix(1);
+    while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\t')) tok.remove_suffix(1);
+    if (iequals(tok, name)) return true;
+    if (comma == std::string_view::npos) break;
+    connection.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+// Finds the HTTP chunk that carries the usage-only SSE event sluice asked
+// for, in whole chunks [p, p + n): "<hex>\r\ndata: {...\"choices\":[]...
+// \"usage\":{...}}\n\n\r\n" (vLLM writes one event per chunk). Every part
+// is checked -- the size line against the event's length -- so a shape it
+// does not know is left alone rather than cut wrong.
+// Returns: whether [begin, end) is that chunk.
+// `from`: where to start looking (the usage event's own offset when the
+// scan saw it in place: the search is then a few hundred bytes, not the
+// whole batch).
+bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_t& end) noexcept {
+  const std::string_view all(p, n);
+  constexpr std::string_view k_usage = "\"usage\":{";
+  // memmem, not string_view::find: the latter calls memchr once per '"'
+  // of the JSON before it (thousands in a 40 KB batch).
+  auto next = [&](size_t at) -> size_t {
+    if (at >= n) return std::string_view::npos;
+    const void* hit = ::memmem(p + at, n - at, k_usage.data(), k_usage.size());
+    return hit == nullptr ? std::string_view::npos : static_cast<size_t>(static_cast<const char*>(hit) - p);
+  };
+  for (size_t u = next(from); u != std::string_view::npos; u = next(u + 1)) {
+    const size_t ev = all.rfind("data:", u);
+    if (ev == std::string_view::npos || ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
+    size_t h = ev - 2;  // the size line ends here
+    while (h > 0 && std::isxdigit(static_cast<unsigned char>(all[h - 1])) != 0) --h;
+    if (h == ev - 2 || (h != 0 && all[h - 1] != '\n')) continue;
+    const size_t ev_end = all.find("\n\n", u);
+    if (ev_end == std::string_view::npos || ev_end + 4 > n || all.substr(ev_end + 2, 2) != "\r\n") continue;
+    const size_t payload = ev_end + 2 - ev;
+    size_t size = 0;
+    for (size_t i = h; i < ev - 2; ++i) {
+      const char c = all[i];
+      size = size * 16 + static_cast<size_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    if (size != payload) continue;
+    if (all.substr(ev, ev_end - ev).find("\"choices\":[]") == std::string_view::npos) continue;
+    begin = h;
+    end = ev_end + 4;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace sluice::proxy

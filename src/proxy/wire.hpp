@@ -1,0 +1,74 @@
+#pragma once
+// proxy (private): the pure parts of the HTTP/1.1 wire work -- which header
+// fields are hop-by-hop, where the usage chunk sluice asked for lies in a
+// batch of whole chunks, iovec bookkeeping for short sends. No state, no
+// ring: unit-tested on their own (tests/unit/proxy).
+#include <liburing.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "conn_memory.hpp"
+
+namespace sluice::proxy {
+
+// Request fields sluice never forwards: hop-by-hop (RFC 9110 §7.6.1) and
+// the ones it sets itself (host, authorization, framing, x-request-id,
+// x-forwarded-for).
+bool drop_request_header(std::string_view name) noexcept;
+// Response fields sluice never passes on: hop-by-hop, and x-request-id
+// (sluice sets its own).
+bool drop_response_header(std::string_view name) noexcept;
+// Returns: whether `name` is listed in a Connection header value (those
+// fields are hop-by-hop too).
+bool named_in_connection(std::string_view connection, std::string_view name) noexcept;
+
+// Finds the HTTP chunk that carries the usage-only SSE event sluice asked
+// for, in whole chunks [p, p + n), starting at `from`.
+// Returns: whether [begin, end) is that chunk.
+bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_t& end) noexcept;
+
+// Appends `s` to `b` (the caller reserved the room).
+inline void append(byte_buf& b, std::string_view s) noexcept {
+  __builtin_memcpy(b.data + b.len, s.data(), s.size());
+  b.len += static_cast<uint32_t>(s.size());
+}
+
+// Drops the first `sent` bytes from an iovec array in place (after a short
+// send). Returns: whether bytes remain to be sent.
+inline bool advance_iov(iovec* iov, uint8_t& count, size_t sent) noexcept {
+  uint8_t i = 0;
+  while (i < count && sent >= iov[i].iov_len) {
+    sent -= iov[i].iov_len;
+    ++i;
+  }
+  if (i == count) {
+    count = 0;
+    return false;
+  }
+  uint8_t k = 0;
+  for (uint8_t j = i; j < count; ++j) iov[k++] = iov[j];
+  iov[0].iov_base = static_cast<char*>(iov[0].iov_base) + sent;
+  iov[0].iov_len -= sent;
+  count = k;
+  return true;
+}
+
+// Prepares the send of iov[0..count): one piece is a plain send, without
+// the msghdr and iovec the kernel would copy in; more go as a sendmsg of
+// `msg` (which must live until the completion).
+inline void prep_send_iov(io_uring_sqe* s, int fd, iovec* iov, uint8_t count, msghdr& msg) noexcept {
+  if (count == 1) {
+    io_uring_prep_send(s, fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+    return;
+  }
+  msg = msghdr{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = count;
+  io_uring_prep_sendmsg(s, fd, &msg, MSG_NOSIGNAL);
+}
+
+}  // namespace sluice::proxy

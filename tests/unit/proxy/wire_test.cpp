@@ -1,0 +1,108 @@
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+
+#include "downstream_conn.hpp"
+#include "wire.hpp"
+
+using namespace sluice::proxy;
+
+namespace {
+
+std::string chunk(std::string_view payload) {
+  char size[16];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", payload.size());
+  return std::string(size, static_cast<size_t>(n)) + std::string(payload) + "\r\n";
+}
+
+const std::string k_usage_event =
+    "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],"
+    "\"usage\":{\"prompt_tokens\":7,\"total_tokens\":10,\"completion_tokens\":3}}\n\n";
+const std::string k_content_event =
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n";
+
+}  // namespace
+
+TEST_SUITE("proxy::wire") {
+  TEST_CASE("hop-by-hop and sluice's own request fields are dropped, in any case") {
+    for (const char* f : {"Host", "authorization", "Content-Length", "TRANSFER-ENCODING", "Expect", "connection",
+                          "Keep-Alive", "proxy-connection", "TE", "trailer", "Upgrade", "proxy-authorization",
+                          "HTTP2-Settings", "x-request-id", "X-Forwarded-For"}) {
+      CAPTURE(f);
+      CHECK(drop_request_header(f));
+    }
+    for (const char* f : {"content-type", "x-session-id", "user-agent", "accept", "hostname", "x-request"}) {
+      CAPTURE(f);
+      CHECK_FALSE(drop_request_header(f));
+    }
+    CHECK(drop_response_header("Connection"));
+    CHECK(drop_response_header("x-request-id"));
+    CHECK_FALSE(drop_response_header("content-type"));
+    CHECK_FALSE(drop_response_header("transfer-encoding"));  // framing passes through as it is
+  }
+
+  TEST_CASE("fields named in Connection are hop-by-hop too") {
+    CHECK(named_in_connection("keep-alive, X-Custom", "x-custom"));
+    CHECK(named_in_connection(" close ,\tfoo\t", "FOO"));
+    CHECK_FALSE(named_in_connection("x-customer", "x-custom"));
+    CHECK_FALSE(named_in_connection("", "x"));
+  }
+
+  TEST_CASE("the usage chunk is found by its size line and its event, and only then") {
+    const std::string before = chunk(k_content_event);
+    const std::string usage = chunk(k_usage_event);
+    const std::string after = chunk("data: [DONE]\n\n");
+    const std::string batch = before + usage + after;
+    size_t b = 0, e = 0;
+    REQUIRE(find_usage_chunk(batch.data(), batch.size(), 0, b, e));
+    CHECK(b == before.size());
+    CHECK(e == before.size() + usage.size());
+
+    SUBCASE("a size line that does not match the event is left alone") {
+      std::string bad = before + usage + after;
+      bad[before.size()] = bad[before.size()] == 'f' ? 'e' : 'f';  // corrupt the hex size
+      CHECK_FALSE(find_usage_chunk(bad.data(), bad.size(), 0, b, e));
+    }
+    SUBCASE("a usage object on a chunk with choices is not the injected one") {
+      const std::string with_choices = chunk(
+          "data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1}}\n\n");
+      CHECK_FALSE(find_usage_chunk(with_choices.data(), with_choices.size(), 0, b, e));
+    }
+    SUBCASE("a chunk not yet whole is not cut") {
+      const std::string partial = before + usage.substr(0, usage.size() - 2);
+      CHECK_FALSE(find_usage_chunk(partial.data(), partial.size(), 0, b, e));
+    }
+    SUBCASE("the search starts where the scan saw the event") {
+      CHECK(find_usage_chunk(batch.data(), batch.size(), before.size() + 10, b, e));
+      CHECK(b == before.size());
+    }
+  }
+
+  TEST_CASE("advance_iov drops what a short send took and keeps the rest in order") {
+    char a[10], bb[20], c[5];
+    iovec iov[3] = {{a, sizeof a}, {bb, sizeof bb}, {c, sizeof c}};
+    uint8_t n = 3;
+    CHECK(advance_iov(iov, n, 4));
+    CHECK(n == 3);
+    CHECK(iov[0].iov_base == a + 4);
+    CHECK(iov[0].iov_len == 6);
+    CHECK(advance_iov(iov, n, 6 + 15));  // the rest of a, most of b
+    CHECK(n == 2);
+    CHECK(iov[0].iov_base == bb + 15);
+    CHECK(iov[0].iov_len == 5);
+    CHECK(iov[1].iov_base == c);
+    CHECK_FALSE(advance_iov(iov, n, 10));
+    CHECK(n == 0);
+  }
+
+  TEST_CASE("an upstream wait never runs past the exchange's total deadline") {
+    CHECK(deadline_at(deadline_kind::none, 100, 50, 0) == 0);
+    CHECK(deadline_at(deadline_kind::idle, 100, 0, 0) == 0);
+    CHECK(deadline_at(deadline_kind::idle, 100, 50, 120) == 150);  // not an upstream wait: no cap
+    CHECK(deadline_at(deadline_kind::upstream_first_byte, 100, 50, 0) == 150);
+    CHECK(deadline_at(deadline_kind::upstream_first_byte, 100, 50, 120) == 120);
+    CHECK(deadline_at(deadline_kind::upstream_idle, 100, 50, 400) == 150);
+    CHECK(deadline_at(deadline_kind::upstream_connect, 100, 0, 400) == 400);  // no own bound: the total
+  }
+}
