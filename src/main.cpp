@@ -10,9 +10,9 @@
 #include "sluice/config/config.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
-#include "sluice/proxy/admin.hpp"
+#include "sluice/control/admin.hpp"
 #include "sluice/proxy/gateway.hpp"
-#include "sluice/proxy/health.hpp"
+#include "sluice/control/health.hpp"
 #include "sluice/shard/cpuset.hpp"
 #include "sluice/shard/reactor.hpp"
 
@@ -35,17 +35,17 @@ std::vector<int> choose_cpus(const config::flags& f, const config::config& c) {
 }
 
 // Control-thread state for the signal handler completion.
-struct control {
+struct control_state {
   shard::reactor* r = nullptr;
   proxy::gateway* g = nullptr;
-  proxy::admin_server* admin = nullptr;
-  proxy::health_checker* health = nullptr;
+  control::admin_server* admin = nullptr;
+  control::health_checker* health = nullptr;
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
   signalfd_siginfo info{};
   struct sig_op : shard::completion {
-    control* self = nullptr;
+    control_state* self = nullptr;
   } op;
   bool draining = false;
 
@@ -55,7 +55,7 @@ struct control {
   }
 
   static void on_signal(shard::completion* c, const io_uring_cqe* cqe) {
-    control* self = static_cast<sig_op*>(c)->self;
+    control_state* self = static_cast<sig_op*>(c)->self;
     if (cqe->res == static_cast<int>(sizeof(signalfd_siginfo))) self->handle(static_cast<int>(self->info.ssi_signo));
     self->arm();
   }
@@ -177,12 +177,12 @@ int main(int argc, char** argv) {
     ro.tick_ms = 50;
     auto r = shard::reactor::create(ro);
     if (!r) return 1;
-    proxy::admin_server admin(*r, *g, admin_fd);
+    control::admin_server admin(*r, *g, admin_fd);
     admin.start();
-    proxy::health_checker health(*r, *g, cfg);
+    control::health_checker health(*r, *g, cfg);
     admin.set_health(&health);
 
-    control ctl;
+    control_state ctl;
     ctl.r = r.get();
     ctl.g = g.get();
     ctl.admin = &admin;
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
     ctl.flags = &f;
     ctl.sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC);
     ctl.op.self = &ctl;
-    ctl.op.fn = &control::on_signal;
+    ctl.op.fn = &control_state::on_signal;
     ctl.arm();
 
     auto host_of = [](const config::socket_address& a) {
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     shard::reactor::hooks h;
     h.ctx = &ctl;
     h.on_iteration = [](void* p, uint64_t) {
-      auto* c = static_cast<control*>(p);
+      auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
       if (c->g->stopped()) c->r->stop();
     };

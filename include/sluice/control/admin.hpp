@@ -7,7 +7,9 @@
 #include "sluice/proxy/gateway.hpp"
 #include "sluice/shard/reactor.hpp"
 
-namespace sluice::proxy {
+namespace sluice::control {
+
+using proxy::gateway;
 
 class health_checker;
 
@@ -51,4 +53,4 @@ class admin_server {
   uint32_t _open = 0;
 };
 
-}  // namespace sluice::proxy
+}  // namespace sluice::control

@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "sluice/config/config.hpp"
+#include "sluice/proxy/gateway.hpp"
 #include "sluice/route/health.hpp"
 #include "sluice/shard/reactor.hpp"
 
-namespace sluice::proxy {
+namespace sluice::control {
 
-class gateway;
+using proxy::gateway;
+
 
 // Control-thread-local. One per process; lives as long as the gateway.
 class health_checker {
@@ -58,4 +60,4 @@ class health_checker {
   bool _stopping = false;
 };
 
-}  // namespace sluice::proxy
+}  // namespace sluice::control

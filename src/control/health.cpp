@@ -1,4 +1,4 @@
-#include "sluice/proxy/health.hpp"
+#include "sluice/control/health.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,7 +14,10 @@
 #include "sluice/openai/error.hpp"
 #include "sluice/proxy/gateway.hpp"
 
-namespace sluice::proxy {
+namespace sluice::control {
+
+using proxy::gateway;
+using proxy::shard_stats;
 
 // One backend's prober: one probe in flight at a time, each on a fresh
 // connection (a probe must see what a new request would: refused, slow to
@@ -345,4 +348,4 @@ void health_checker::on_iteration(uint64_t now_ms) noexcept {
   }
 }
 
-}  // namespace sluice::proxy
+}  // namespace sluice::control

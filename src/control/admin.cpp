@@ -1,4 +1,4 @@
-#include "sluice/proxy/admin.hpp"
+#include "sluice/control/admin.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,9 +10,12 @@
 #include "sluice/core/log.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/openai/error.hpp"
-#include "sluice/proxy/health.hpp"
+#include "sluice/control/health.hpp"
 
-namespace sluice::proxy {
+namespace sluice::control {
+
+using proxy::gateway;
+using proxy::shard_stats;
 
 // Control-thread-local. One per admin connection: one request, then close.
 struct admin_server::conn {
@@ -308,4 +311,4 @@ void admin_server::handle(conn* c) noexcept {
   respond(c, 404, "text/plain", "not found\n");
 }
 
-}  // namespace sluice::proxy
+}  // namespace sluice::control
