@@ -282,7 +282,7 @@ print_c() {
             "$(colx "$f" "$l" c "$t" 13) | $(colx "$f" "$l" c "$t" 14) | $(sumx "$f" "$l" c "$t" 9) |" \
             "$(sumx "$f" "$l" c "$t" 8) | ${same[$l.c.$t]:-} | $(spreadx "$f" "$l" c "$t" 11) |"
     done
-    for s in sluice sluice-copy sluice-lean; do
+    for s in sluice sluice-base sluice-lean; do
         havex "$f" "$l" c "$s" || continue
         echo
         for o in nginx haproxy direct; do
@@ -319,7 +319,7 @@ print_e() {
             "$added | $(colx "$f" "$l" e "$t" 11) |" \
             "$(colx "$f" "$l" e "$t" 12) | $(sumx "$f" "$l" e "$t" 9) | ${same[$l.e.$t]:-} | $(spreadx "$f" "$l" e "$t" 6) |"
     done
-    for s in sluice sluice-copy sluice-lean; do
+    for s in sluice sluice-base sluice-lean; do
         havex "$f" "$l" e "$s" || continue
         echo
         for o in nginx haproxy direct; do
@@ -351,7 +351,7 @@ print_f() {
             "$(colx "$f" "$l" f "$t" 11) | $(colx "$f" "$l" f "$t" 12) | $(sumx "$f" "$l" f "$t" 8) |" \
             "$(colx "$f" "$l" f "$t" 13) | $(spreadx "$f" "$l" f "$t" 11) |"
     done
-    for s in sluice sluice-copy sluice-lean; do
+    for s in sluice sluice-base sluice-lean; do
         havex "$f" "$l" f "$s" || continue
         echo
         for o in nginx haproxy; do

@@ -205,24 +205,23 @@ start_sluice() {
           --backend "http://127.0.0.1:$backend")
     [[ -n $config ]] && args+=(--config "$config")
     [[ -n $cpus ]] && args+=(--cpus "$cpus")
-    local bin
-    bin=$(built sluice) || { log "sluice is not built in $BUILD_DIR"; return 1; }
+    local bin=${SLUICE_BIN:-}
+    [[ -n $bin ]] || bin=$(built sluice) || { log "sluice is not built in $BUILD_DIR"; return 1; }
     START_TIMEOUT_S=5 start_bg "$name" "$port" "$@" "$bin" "${args[@]}" || return 1
     STARTED_ADMIN=$admin
 }
 
-# write_sluice_config FILE SPLICE BACKEND_PORT [EXTRA]: the embedded
-# default's settings (one group for any model, key test-key) with splice on
-# or off and the audit log kept in the temp dir. EXTRA (TOML) goes right
-# after `splice`: more [server] keys, then other tables.
+# write_sluice_config FILE BACKEND_PORT [EXTRA]: the embedded default's
+# settings (one group for any model, key test-key) with the audit log kept
+# in the temp dir. EXTRA (TOML) goes first in [server]: more [server] keys,
+# then other tables.
 # LEAN=1: audit off and no usage injection (what the features cost).
 write_sluice_config() {
-    local file=$1 splice=$2 backend=$3 extra=${4:-}
+    local file=$1 backend=$2 extra=${3:-}
     local audit_path="$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl" inject=true
     if [[ ${LEAN:-0} == 1 ]]; then audit_path="" inject=false; fi
     cat >"$file" <<EOF
 [server]
-splice = $splice
 $extra
 
 [audit]
