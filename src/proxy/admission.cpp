@@ -157,6 +157,17 @@ void shard_server::settle_quota(downstream_conn* d, uint64_t prompt, uint64_t co
 }
 
 void shard_server::pump_mesh(uint64_t now) noexcept {
+  take_mesh_messages(now);
+  if (now - _last_quota_tick_ms >= 100) {
+    _last_quota_tick_ms = now;
+    _quota.tick(to_ns(now));
+  }
+  retry_waiters(now);
+  send_quota_messages();
+  send_load_reports(now);
+}
+
+void shard_server::take_mesh_messages(uint64_t now) noexcept {
   const uint32_t me = _index;
   const uint32_t n = _mesh.count;
   // Inbound: route messages update this shard's load view; quota messages
@@ -187,10 +198,9 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
       }
     }
   }
-  if (now - _last_quota_tick_ms >= 100) {
-    _last_quota_tick_ms = now;
-    _quota.tick(to_ns(now));
-  }
+}
+
+void shard_server::retry_waiters(uint64_t now) noexcept {
   // Waiters whose retry time came try again; those past their bound get
   // the answer the slice gives now.
   for (downstream_conn* w = detach_waiters(); w != nullptr;) {
@@ -219,6 +229,11 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
     }
     w = next;
   }
+}
+
+void shard_server::send_quota_messages() noexcept {
+  const uint32_t me = _index;
+  const uint32_t n = _mesh.count;
   // Outbound quota messages wake the peer: a borrower is waiting on them.
   for (uint32_t to = 0; to < n; ++to) {
     if (to == me || _quota.outbox_size(to) == 0) continue;
@@ -238,6 +253,11 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
       if (r != nullptr) r->wake();
     }
   }
+}
+
+void shard_server::send_load_reports(uint64_t now) noexcept {
+  const uint32_t me = _index;
+  const uint32_t n = _mesh.count;
   // Load reports: changed in-flight counts, without a wake-up (the peer
   // reads them at its next iteration; they are advice). Every 10 ms while
   // the shard is busy; at once when it has gone idle, so that no peer keeps

@@ -174,46 +174,7 @@ void shard_server::process_input(downstream_conn* d) noexcept {
         d->body_len = 0;
         d->chunk_raw_pos = d->body_begin;
         const bool has_body = d->x.head.chunked || d->x.head.content_length > 0;
-        // Route by path and method before reading the body, so a request
-        // sluice will refuse never makes it send 100 Continue or buffer 8 MiB.
-        const std::string_view path = d->x.head.path;
-        bool known = true;
-        bool method_ok = true;
-        if (path == "/v1/chat/completions") {
-          d->x.endpoint = openai::endpoint::chat_completions;
-          method_ok = d->x.head.meth == http::method::post;
-        } else if (path == "/v1/completions") {
-          d->x.endpoint = openai::endpoint::completions;
-          method_ok = d->x.head.meth == http::method::post;
-        } else if (path == "/v1/embeddings") {
-          d->x.endpoint = openai::endpoint::embeddings;
-          method_ok = d->x.head.meth == http::method::post;
-        } else if (path == "/v1/models") {
-          method_ok = d->x.head.meth == http::method::get;
-          d->x.is_models = true;
-        } else {
-          known = false;
-        }
-        if (!known) {
-          answer_error(d, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error", {},
-                       "unknown_url", has_body);
-          return;
-        }
-        if (!method_ok) {
-          answer_error(d, 405, "Method not allowed for this URL.", "invalid_request_error", {},
-                       "method_not_allowed", has_body);
-          return;
-        }
-        d->x.key_index = _keys.find(d->x.head.authorization, _cfg->keys);
-        if (d->x.key_index < 0) {
-          answer_error(d, 401,
-                       d->x.head.authorization.empty()
-                           ? "You didn't provide an API key. You need to provide your API key in an Authorization "
-                             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
-                           : "Incorrect API key provided.",
-                       "invalid_request_error", {}, "invalid_api_key", has_body);
-          return;
-        }
+        if (!accept_head(d, has_body)) return;
         if (!has_body) {
           dispatch(d);
           return;

@@ -139,6 +139,50 @@ void shard_server::make_request_id(downstream_conn* d) noexcept {
   d->x.request_id_len = static_cast<uint8_t>(w.p - d->x.request_id);
 }
 
+bool shard_server::accept_head(downstream_conn* d, bool has_body) noexcept {
+  // Route by path and method before reading the body, so a request
+  // sluice will refuse never makes it send 100 Continue or buffer 8 MiB.
+  const std::string_view path = d->x.head.path;
+  bool known = true;
+  bool method_ok = true;
+  if (path == "/v1/chat/completions") {
+    d->x.endpoint = openai::endpoint::chat_completions;
+    method_ok = d->x.head.meth == http::method::post;
+  } else if (path == "/v1/completions") {
+    d->x.endpoint = openai::endpoint::completions;
+    method_ok = d->x.head.meth == http::method::post;
+  } else if (path == "/v1/embeddings") {
+    d->x.endpoint = openai::endpoint::embeddings;
+    method_ok = d->x.head.meth == http::method::post;
+  } else if (path == "/v1/models") {
+    method_ok = d->x.head.meth == http::method::get;
+    d->x.is_models = true;
+  } else {
+    known = false;
+  }
+  if (!known) {
+    answer_error(d, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error", {},
+                 "unknown_url", has_body);
+    return false;
+  }
+  if (!method_ok) {
+    answer_error(d, 405, "Method not allowed for this URL.", "invalid_request_error", {},
+                 "method_not_allowed", has_body);
+    return false;
+  }
+  d->x.key_index = _keys.find(d->x.head.authorization, _cfg->keys);
+  if (d->x.key_index < 0) {
+    answer_error(d, 401,
+                 d->x.head.authorization.empty()
+                     ? "You didn't provide an API key. You need to provide your API key in an Authorization "
+                       "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+                     : "Incorrect API key provided.",
+                 "invalid_request_error", {}, "invalid_api_key", has_body);
+    return false;
+  }
+  return true;
+}
+
 void shard_server::dispatch(downstream_conn* d) noexcept {
   set_deadline(d, deadline_kind::none, 0);
   _stats.requests_total.add();

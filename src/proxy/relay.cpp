@@ -70,6 +70,22 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
     return;
   }
 
+  if (!write_response_head(d)) {
+    upstream_failed(d, errc::internal);
+    return;
+  }
+  d->x.status = rh.status;
+
+  // The cut of the injected usage chunk needs whole chunks (see relay());
+  // any other answer (an error, a non-stream body) is passed on as it is.
+  if (d->x.rsp.cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->x.rsp.cut_usage = false;
+  d->x.response_started = true;
+  d->x.rsp.fwd_from = rh.head_bytes;
+  relay(d, rh.head_bytes, true);
+}
+
+bool shard_server::write_response_head(downstream_conn* d) noexcept {
+  const http::response_head& rh = d->x.rsp.head;
   // The client's head: the backend's status and end-to-end fields, plus
   // x-request-id; framing (Content-Length / chunked) passes through as is,
   // and so do the body bytes.
@@ -77,8 +93,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   d->close_after_send = close;
   size_t need = rh.head_bytes + 256;
   if (!d->out.reserve(need)) {
-    upstream_failed(d, errc::internal);
-    return;
+    return false;
   }
   byte_buf& o = d->out;
   o.len = 0;
@@ -103,8 +118,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   char rate[512];
   const size_t rl = write_rate_headers(d, rate, sizeof rate);
   if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
-    upstream_failed(d, errc::internal);
-    return;
+    return false;
   }
   w = text_writer(line, sizeof line);
   w.put("x-request-id: ");
@@ -115,14 +129,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   append(o, std::string_view(rate, rl));
   append(o, close ? "connection: close\r\n\r\n" : "\r\n");
-  d->x.status = rh.status;
-
-  // The cut of the injected usage chunk needs whole chunks (see relay());
-  // any other answer (an error, a non-stream body) is passed on as it is.
-  if (d->x.rsp.cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->x.rsp.cut_usage = false;
-  d->x.response_started = true;
-  d->x.rsp.fwd_from = rh.head_bytes;
-  relay(d, rh.head_bytes, true);
+  return true;
 }
 
 void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {

@@ -119,6 +119,11 @@ class shard_server {
   void on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
   void process_input(downstream_conn* d) noexcept;
   void start_request(downstream_conn* d) noexcept;
+  // A parsed head: the endpoint by path and method, and the bearer key,
+  // before any body is read (a request sluice refuses never makes it send
+  // 100 Continue or buffer 8 MiB). Returns: whether the request goes on;
+  // else it was answered (404, 405, 401).
+  bool accept_head(downstream_conn* d, bool has_body) noexcept;
   void dispatch(downstream_conn* d) noexcept;
   void answer_models(downstream_conn* d) noexcept;
   void answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
@@ -155,7 +160,13 @@ class shard_server {
   // Empties the waiter list and returns its old head; the chain stays
   // linked through wait_hook.next for the caller's walk.
   downstream_conn* detach_waiters() noexcept;
+  // Once per loop turn: the peers' messages (load reports, quota), the
+  // quota tick, parked requests whose time came, and this shard's messages.
   void pump_mesh(uint64_t now_ms) noexcept;
+  void take_mesh_messages(uint64_t now_ms) noexcept;
+  void retry_waiters(uint64_t now_ms) noexcept;
+  void send_quota_messages() noexcept;
+  void send_load_reports(uint64_t now_ms) noexcept;
   // Passive health: failures always, a success only after a failure (that
   // is all the consecutive-failure count needs). Full queue: dropped.
   void report_outcome(uint32_t backend, bool failure) noexcept;
@@ -165,6 +176,9 @@ class shard_server {
   void forward(downstream_conn* d, const openai::request_fields& f) noexcept;
   void start_attempt(downstream_conn* d) noexcept;
   bool build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept;
+  // The forwarded body as iovecs (x.up_iov[1..]): the client's bytes with at
+  // most two byte edits (model, include_usage). Returns: its length.
+  uint64_t plan_upstream_body(downstream_conn* d, const openai::request_fields& f) noexcept;
   // Returns: a pooled connection, else a new one while the backend has
   // fewer than `open_max` on this shard; null when at the cap or out of
   // resources.
@@ -201,6 +215,10 @@ class shard_server {
   void pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept;
   void unpin_upstream_buffer(downstream_conn* d) noexcept;
   void on_response_head(downstream_conn* d) noexcept;
+  // The client's response head in `out`: the backend's status and end-to-end
+  // fields, sluice's own (x-request-id, rate limits, processing time).
+  // Returns: false when out of memory.
+  bool write_response_head(downstream_conn* d) noexcept;
   // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
   // the response head first when with_head).
   void relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept;

@@ -37,11 +37,9 @@ constexpr uint32_t k_host_room = 64;
 // ---------------------------------------------------------------------------
 // The forwarded request
 
-bool shard_server::build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept {
+uint64_t shard_server::plan_upstream_body(downstream_conn* d, const openai::request_fields& f) noexcept {
   const config::group_config& g = _cfg->groups[d->x.group];
-  const http::request_head& h = d->x.head;
   const char* body = d->in.data + d->body_begin;
-
   // Body: the client's bytes with at most two byte edits, in body order:
   // `model` replaced when the group names its backend model, and usage
   // requested for a stream whose client did not ask for it (sluice bills
@@ -89,6 +87,13 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
     at = edits[i].end;
   }
   if (at < d->body_len) d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(body) + at, d->body_len - at};
+  return body_len;
+}
+
+bool shard_server::build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept {
+  const config::group_config& g = _cfg->groups[d->x.group];
+  const http::request_head& h = d->x.head;
+  const uint64_t body_len = plan_upstream_body(d, f);
 
   size_t need = h.head_bytes + 512 + d->peer_ip_len;
   if (!d->up_head.reserve(need)) return false;
