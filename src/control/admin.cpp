@@ -15,7 +15,6 @@
 namespace sluice::control {
 
 using proxy::gateway;
-using proxy::shard_stats;
 
 // Control-thread-local. One per admin connection: one request, then close.
 struct admin_server::conn {
@@ -231,71 +230,6 @@ void admin_server::handle(conn* c) noexcept {
   if (path == "/metrics") {
     std::string m;
     m.reserve(4096);
-    auto sum = [&](auto field) {
-      uint64_t t = 0;
-      for (size_t i = 0; i < _g.shard_count(); ++i) t += (_g.stats(i).*field).get();
-      return t;
-    };
-    auto counter = [&](const char* name, const char* help, const char* type, auto field) {
-      fmt::format_to(std::back_inserter(m), "# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name,
-                     sum(field));
-    };
-    counter("sluice_connections_accepted_total", "Downstream connections accepted.", "counter",
-            &shard_stats::connections_accepted);
-    counter("sluice_connections_open", "Downstream connections open.", "gauge", &shard_stats::connections_open);
-    counter("sluice_requests_received_total", "Requests received (all endpoints).", "counter",
-            &shard_stats::requests_total);
-    fmt::format_to(std::back_inserter(m),
-                   "# HELP sluice_responses_total Responses by status class.\n# TYPE sluice_responses_total counter\n"
-                   "sluice_responses_total{{class=\"2xx\"}} {}\nsluice_responses_total{{class=\"4xx\"}} {}\n"
-                   "sluice_responses_total{{class=\"5xx\"}} {}\n",
-                   sum(&shard_stats::responses_2xx), sum(&shard_stats::responses_4xx),
-                   sum(&shard_stats::responses_5xx));
-    counter("sluice_local_errors_total", "Answers sluice made itself (errors before any backend).", "counter",
-            &shard_stats::local_errors);
-    counter("sluice_upstream_requests_total", "Requests sent to backends (attempts).", "counter",
-            &shard_stats::upstream_requests);
-    counter("sluice_upstream_connect_errors_total", "Backend connect failures.", "counter",
-            &shard_stats::upstream_connect_errors);
-    counter("sluice_upstream_retries_total", "Retries on another attempt before any byte reached the client.",
-            "counter", &shard_stats::upstream_retries);
-    counter("sluice_upstream_timeouts_total", "Backend connect/first-byte/idle timeouts.", "counter",
-            &shard_stats::upstream_timeouts);
-    counter("sluice_upstream_reset_after_send_total",
-            "Backend connections that failed after the whole request was written (502; never retried: the backend may "
-            "have started it).",
-            "counter", &shard_stats::upstream_reset_after_send);
-    counter("sluice_upstream_truncated_total", "Responses cut because the backend failed mid-response.", "counter",
-            &shard_stats::upstream_truncated);
-    counter("sluice_downstream_aborts_total", "Exchanges cancelled because the client went away.", "counter",
-            &shard_stats::downstream_aborts);
-    counter("sluice_client_stalls_total",
-            "Responses cut because the client took no bytes for the stream idle timeout.", "counter",
-            &shard_stats::client_stalls);
-    counter("sluice_upstream_buffer_fallbacks_total",
-            "Backend receives that found every pooled receive buffer lent and used a buffer of their own.", "counter",
-            &shard_stats::upstream_own_buffers);
-    counter("sluice_usage_chunks_cut_total", "Usage chunks sluice asked for and removed from client streams.",
-            "counter", &shard_stats::usage_chunks_cut);
-    counter("sluice_shed_connections_total", "Connections refused over server.connections_max.", "counter",
-            &shard_stats::shed_connections);
-    fmt::format_to(std::back_inserter(m),
-                   "# HELP sluice_shed_requests_total Requests refused with 503 + retry-after, by cap: "
-                   "server.inflight_max, upstream.connections_max, server.memory_max_bytes.\n"
-                   "# TYPE sluice_shed_requests_total counter\n"
-                   "sluice_shed_requests_total{{reason=\"inflight\"}} {}\n"
-                   "sluice_shed_requests_total{{reason=\"upstream_pool\"}} {}\n"
-                   "sluice_shed_requests_total{{reason=\"memory\"}} {}\n",
-                   sum(&shard_stats::shed_requests), sum(&shard_stats::shed_upstream_pool),
-                   sum(&shard_stats::shed_memory));
-    fmt::format_to(std::back_inserter(m),
-                   "# HELP sluice_audit_lines_total Audit lines by fate: written (on disk), dropped (buffers full "
-                   "at their bound, or no file), lost (a failed write).\n# TYPE sluice_audit_lines_total counter\n"
-                   "sluice_audit_lines_total{{result=\"written\"}} {}\nsluice_audit_lines_total{{result=\"dropped\"}} {}\n"
-                   "sluice_audit_lines_total{{result=\"lost\"}} {}\n",
-                   sum(&shard_stats::audit_written), sum(&shard_stats::audit_dropped), sum(&shard_stats::audit_lost));
-    counter("sluice_connection_memory_bytes", "Connection objects and buffers held by the shards.", "gauge",
-            &shard_stats::memory_bytes);
     fmt::format_to(std::back_inserter(m),
                    "# HELP sluice_config_reloads_total SIGHUP reloads by result (failed: the running config stayed).\n"
                    "# TYPE sluice_config_reloads_total counter\n"

@@ -17,7 +17,6 @@
 namespace sluice::control {
 
 using proxy::gateway;
-using proxy::shard_stats;
 
 // One backend's prober: one probe in flight at a time, each on a fresh
 // connection (a probe must see what a new request would: refused, slow to

@@ -78,7 +78,7 @@ registry::registry(size_t shard_count, names n, room extra)
   const size_t tokens = g * token_kind_count;
   const size_t rejected = k * reject_reason_count;
   const size_t hist = g * shard_metrics::histogram_width;
-  size_t total = requests + tokens + rejected + 2 * hist + 1 + 5;
+  size_t total = requests + tokens + rejected + 2 * hist + 1 + 5 + stat_count;
   total = (total + line_counters - 1) / line_counters * line_counters;  // whole cache lines
 
   _shards.resize(shard_count);
@@ -105,6 +105,8 @@ registry::registry(size_t shard_count, names n, room extra)
     m._inflight = p;
     p += 1;
     m._loop = p;
+    p += 5;
+    m._stats = p;
   }
   _backend_up.reset(new counter[_backend_rows + 1]);
 }
@@ -126,8 +128,82 @@ void registry::set_backend_up(uint32_t backend, bool up) noexcept {
   if (backend < _backend_rows) _backend_up[backend].set(up ? 1 : 0);
 }
 
+namespace {
+
+// The rendered stats, in exposition order; rows of one family are adjacent.
+struct stat_row {
+  stat s;
+  const char* family;
+  const char* type;
+  const char* label;  // "" or `name="value"`
+  const char* help;
+};
+
+constexpr stat_row k_stat_rows[] = {
+    {stat::connections_accepted, "sluice_connections_accepted_total", "counter", "", "Downstream connections accepted."},
+    {stat::connections_open, "sluice_connections_open", "gauge", "", "Downstream connections open."},
+    {stat::requests_total, "sluice_requests_received_total", "counter", "", "Requests received (all endpoints)."},
+    {stat::responses_2xx, "sluice_responses_total", "counter", "class=\"2xx\"", "Responses by status class."},
+    {stat::responses_4xx, "sluice_responses_total", "counter", "class=\"4xx\"", ""},
+    {stat::responses_5xx, "sluice_responses_total", "counter", "class=\"5xx\"", ""},
+    {stat::local_errors, "sluice_local_errors_total", "counter", "",
+     "Answers sluice made itself (errors before any backend)."},
+    {stat::upstream_requests, "sluice_upstream_requests_total", "counter", "", "Requests sent to backends (attempts)."},
+    {stat::upstream_connect_errors, "sluice_upstream_connect_errors_total", "counter", "", "Backend connect failures."},
+    {stat::upstream_retries, "sluice_upstream_retries_total", "counter", "",
+     "Retries on another attempt before any byte reached the client."},
+    {stat::upstream_timeouts, "sluice_upstream_timeouts_total", "counter", "", "Backend connect/first-byte/idle timeouts."},
+    {stat::upstream_reset_after_send, "sluice_upstream_reset_after_send_total", "counter", "",
+     "Backend connections that failed after the whole request was written (502; never retried: the backend may have "
+     "started it)."},
+    {stat::upstream_truncated, "sluice_upstream_truncated_total", "counter", "",
+     "Responses cut because the backend failed mid-response."},
+    {stat::downstream_aborts, "sluice_downstream_aborts_total", "counter", "",
+     "Exchanges cancelled because the client went away."},
+    {stat::client_stalls, "sluice_client_stalls_total", "counter", "",
+     "Responses cut because the client took no bytes for the stream idle timeout."},
+    {stat::upstream_own_buffers, "sluice_upstream_buffer_fallbacks_total", "counter", "",
+     "Backend receives that found every pooled receive buffer lent and used a buffer of their own."},
+    {stat::usage_chunks_cut, "sluice_usage_chunks_cut_total", "counter", "",
+     "Usage chunks sluice asked for and removed from client streams."},
+    {stat::shed_connections, "sluice_shed_connections_total", "counter", "",
+     "Connections refused over server.connections_max."},
+    {stat::shed_requests, "sluice_shed_requests_total", "counter", "reason=\"inflight\"",
+     "Requests refused with 503 + retry-after, by cap: server.inflight_max, upstream.connections_max, "
+     "server.memory_max_bytes."},
+    {stat::shed_upstream_pool, "sluice_shed_requests_total", "counter", "reason=\"upstream_pool\"", ""},
+    {stat::shed_memory, "sluice_shed_requests_total", "counter", "reason=\"memory\"", ""},
+    {stat::audit_written, "sluice_audit_lines_total", "counter", "result=\"written\"",
+     "Audit lines by fate: written (on disk), dropped (buffers full at their bound, or no file), lost (a failed "
+     "write)."},
+    {stat::audit_dropped, "sluice_audit_lines_total", "counter", "result=\"dropped\"", ""},
+    {stat::audit_lost, "sluice_audit_lines_total", "counter", "result=\"lost\"", ""},
+    {stat::memory_bytes, "sluice_connection_memory_bytes", "gauge", "",
+     "Connection objects and buffers held by the shards."},
+};
+
+}  // namespace
+
+uint64_t registry::sum(stat s) const noexcept {
+  uint64_t t = 0;
+  for (const shard_metrics& m : _shards) t += m.at(s).get();
+  return t;
+}
+
 void registry::render(std::string& out) const {
   auto it = std::back_inserter(out);
+  std::string_view family;
+  for (const stat_row& r : k_stat_rows) {
+    if (r.family != family) {
+      family = r.family;
+      fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", r.family, r.help, r.family, r.type);
+    }
+    if (*r.label != '\0') {
+      fmt::format_to(it, "{}{{{}}} {}\n", r.family, r.label, sum(r.s));
+    } else {
+      fmt::format_to(it, "{} {}\n", r.family, sum(r.s));
+    }
+  }
   // Rows in use: the named ones, then the `none` row (index = capacity).
   auto rows = [](size_t named, size_t capacity) {
     std::vector<size_t> r(named);

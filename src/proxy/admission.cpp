@@ -265,7 +265,7 @@ void shard_server::send_load_reports(uint64_t now) noexcept {
   // until this shard's next tick. Idle comes rarely under load (requests
   // overlap), and at low load a report per request is cheap.
   const bool changed = _routes->local_version() != _reported_version;
-  if (changed && (now - _last_report_ms >= 10 || _stats.requests_inflight.get() == 0)) {
+  if (changed && (now - _last_report_ms >= 10 || _metrics.at(metrics::stat::requests_inflight).get() == 0)) {
     _reported_version = _routes->local_version();
     _last_report_ms = now;
     for (uint32_t b = 0; b < _reported.size(); ++b) {

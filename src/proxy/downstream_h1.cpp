@@ -232,7 +232,7 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
   e.param = param;
   e.code = code;
   const size_t bl = openai::write_error_body(body, sizeof body, e);
-  _stats.local_errors.add();
+  _metrics.at(metrics::stat::local_errors).add();
   send_answer(d, status, std::string_view(body, bl), close, extra_headers,
               code.empty() ? std::string_view("invalid_request") : code);
 }
@@ -258,8 +258,8 @@ void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_
   d->x.status = status;
   d->close_after_send = close;
   if (!d->x.inflight_counted) {
-    _stats.requests_total.add();
-    _stats.requests_inflight.add();
+    _metrics.at(metrics::stat::requests_total).add();
+    _metrics.at(metrics::stat::requests_inflight).add();
     d->x.inflight_counted = true;
   }
   d->x.error_code = error_code;
@@ -345,15 +345,15 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
 void shard_server::on_response_sent(downstream_conn* d) noexcept {
   end_request(d);
   if (d->x.inflight_counted) {
-    _stats.requests_inflight.sub();
+    _metrics.at(metrics::stat::requests_inflight).sub();
     d->x.inflight_counted = false;
   }
   if (d->x.status < 300) {
-    _stats.responses_2xx.add();
+    _metrics.at(metrics::stat::responses_2xx).add();
   } else if (d->x.status < 500) {
-    _stats.responses_4xx.add();
+    _metrics.at(metrics::stat::responses_4xx).add();
   } else {
-    _stats.responses_5xx.add();
+    _metrics.at(metrics::stat::responses_5xx).add();
   }
   if (d->close_after_send) {
     close_downstream(d);
@@ -422,7 +422,7 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::quota_wait) unpark(d);
   if (d->x.request_open) end_request(d);
   if (d->x.inflight_counted) {
-    _stats.requests_inflight.sub();
+    _metrics.at(metrics::stat::requests_inflight).sub();
     d->x.inflight_counted = false;
   }
   d->state = conn_state::closing;
@@ -454,7 +454,7 @@ void shard_server::maybe_free(downstream_conn* d) noexcept {
   }
   if (d->all_hook.next != nullptr) d->all_hook.next->all_hook.prev = d->all_hook.prev;
   --_conn_count;
-  _stats.connections_open.sub();
+  _metrics.at(metrics::stat::connections_open).sub();
   account_connection_memory(-static_cast<int64_t>(sizeof(downstream_conn) + (d->sse ? k_sse_scanner_bytes : 0)));
   delete d;
 }
@@ -495,7 +495,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
         // stream goes at its slower side's pace): the client took none for
         // the whole idle time. It is closed as stalled; the backend, which
         // did nothing wrong, is not blamed.
-        _stats.client_stalls.add();
+        _metrics.at(metrics::stat::client_stalls).add();
         d->x.error_code = "client_timeout";
         close_downstream(d);
         return;
@@ -503,7 +503,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
       [[fallthrough]];
     case deadline_kind::upstream_connect:
     case deadline_kind::upstream_first_byte:
-      _stats.upstream_timeouts.add();
+      _metrics.at(metrics::stat::upstream_timeouts).add();
       upstream_failed(d, errc::upstream_timeout);
       return;
     case deadline_kind::none:

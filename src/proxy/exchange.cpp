@@ -185,8 +185,8 @@ bool shard_server::accept_head(downstream_conn* d, bool has_body) noexcept {
 
 void shard_server::dispatch(downstream_conn* d) noexcept {
   set_deadline(d, deadline_kind::none, 0);
-  _stats.requests_total.add();
-  _stats.requests_inflight.add();
+  _metrics.at(metrics::stat::requests_total).add();
+  _metrics.at(metrics::stat::requests_inflight).add();
   d->x.inflight_counted = true;
   if (d->x.is_models) {
     answer_models(d);
@@ -197,8 +197,8 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   // refuses, and before the exchange takes upstream buffers.
   const uint64_t memory_max = _cfg->server.memory_max_bytes;
   const bool over_memory = memory_max != 0 && connection_memory_bytes() > static_cast<int64_t>(memory_max);
-  if (_stats.requests_inflight.get() > _cfg->server.inflight_max || over_memory) {
-    (over_memory ? _stats.shed_memory : _stats.shed_requests).add();
+  if (_metrics.at(metrics::stat::requests_inflight).get() > _cfg->server.inflight_max || over_memory) {
+    _metrics.at(over_memory ? metrics::stat::shed_memory : metrics::stat::shed_requests).add();
     answer_error(d, 503, "The server is overloaded. Please try again.", "server_error", {}, "overloaded", false,
                  "retry-after: 1\r\n");
     return;

@@ -50,7 +50,6 @@ struct gateway::shard_slot {
   int cpu = -1;
   int listen_fd = -1;
   std::shared_ptr<const config::config> cfg;
-  shard_stats stats;
   metrics::shard_metrics* metrics = nullptr;
   shard_mesh mesh;
   outcome_queue outcomes;  // shard -> control: passive health reports
@@ -108,7 +107,7 @@ void gateway::shard_slot::run() noexcept {
     stopped = true;
     return;
   }
-  shard_server srv(index, cfg, *rx, listen_fd, stats, *metrics, mesh);
+  shard_server srv(index, cfg, *rx, listen_fd, *metrics, mesh);
   listen_fd = -1;  // owned by srv now
   if (!srv.init()) {
     failed = true;
@@ -248,7 +247,6 @@ gateway::~gateway() {
   }
 }
 
-const shard_stats& gateway::stats(size_t shard) const noexcept { return _shards[shard]->stats; }
 
 void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noexcept {
   for (auto& s : _shards) {

@@ -37,7 +37,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
     if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
     d->resp_body.len = 0;
     d->x.rsp.body_overflow = false;
-    _stats.upstream_retries.add();
+    _metrics.at(metrics::stat::upstream_retries).add();
     start_attempt(d);
     return;
   }
@@ -189,7 +189,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   d->x.rsp.usage_event_at = nullptr;
   if (d->x.rsp.cut_usage && d->x.rsp.usage_in_batch && send_end > d->x.rsp.fwd_from &&
       find_usage_chunk(batch, send_end - d->x.rsp.fwd_from, usage_from, cut_begin, cut_end)) {
-    _stats.usage_chunks_cut.add();
+    _metrics.at(metrics::stat::usage_chunks_cut).add();
     d->x.rsp.cut_usage = false;  // one per stream
     d->x.rsp.usage_in_batch = false;
     if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, cut_begin};
@@ -279,7 +279,7 @@ void shard_server::finish_exchange(downstream_conn* d) noexcept {
 }
 
 void shard_server::abort_exchange(downstream_conn* d) noexcept {
-  _stats.downstream_aborts.add();
+  _metrics.at(metrics::stat::downstream_aborts).add();
   d->x.cancelled = true;
   d->x.status = 499;  // nginx's "client closed request"
   d->x.error_code = "client_closed";

@@ -84,11 +84,10 @@ http::limits limits_from(const config::server_config& s) {
 }  // namespace
 
 shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r,
-                           int listen_fd, shard_stats& stats, metrics::shard_metrics& m, const shard_mesh& mesh)
+                           int listen_fd, metrics::shard_metrics& m, const shard_mesh& mesh)
     : _index(index),
       _cfg(std::move(cfg)),
       _r(r),
-      _stats(stats),
       _metrics(m),
       _mesh(mesh),
       _routes(std::make_unique<route::table>(*_cfg, index, mesh.count)),
@@ -175,14 +174,14 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
     if (_draining) {
       ::close(fd);
     } else if (_conn_count >= _cfg->server.connections_max) {
-      _stats.shed_connections.add();
+      _metrics.at(metrics::stat::shed_connections).add();
       ssize_t sent = ::send(fd, k_shed.data(), k_shed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)sent;  // best effort: the close says the rest
       ::close(fd);
     } else {
       auto* d = new (std::nothrow) downstream_conn(_limits);
       if (d == nullptr) {
-        _stats.shed_memory.add();
+        _metrics.at(metrics::stat::shed_memory).add();
         ssize_t sent = ::send(fd, k_shed.data(), k_shed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)sent;
         ::close(fd);
@@ -204,8 +203,8 @@ void shard_server::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
         if (_conns != nullptr) _conns->all_hook.prev = d;
         _conns = d;
         ++_conn_count;
-        _stats.connections_accepted.add();
-        _stats.connections_open.add();
+        _metrics.at(metrics::stat::connections_accepted).add();
+        _metrics.at(metrics::stat::connections_open).add();
         d->state = conn_state::idle;
         set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
         submit_recv(d);
@@ -262,20 +261,18 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   if (_audit) {
     _audit->tick(now);
     const audit::writer_stats& a = _audit->stats();
-    _stats.audit_written.v.store(a.lines_written.get(), std::memory_order_relaxed);
-    _stats.audit_dropped.v.store(a.lines_dropped.get(), std::memory_order_relaxed);
-    _stats.audit_lost.v.store(a.lines_lost.get(), std::memory_order_relaxed);
+    _metrics.at(metrics::stat::audit_written).set(a.lines_written.get());
+    _metrics.at(metrics::stat::audit_dropped).set(a.lines_dropped.get());
+    _metrics.at(metrics::stat::audit_lost).set(a.lines_lost.get());
   }
   // Poll before sleeping only while few requests are open: then the next
   // completion (a backend's answer, a client's next request) is often
   // microseconds away and a wake-up costs more than the poll. Under load
   // completions come back to back and a poll would only fill the gaps.
-  _r.allow_poll(_stats.requests_inflight.get() <= k_poll_open_max);
+  _r.allow_poll(_metrics.at(metrics::stat::requests_inflight).get() <= k_poll_open_max);
   const shard::reactor::poll_stats& ps = _r.polls();
   _metrics.set_loop(_r.iterations(), _r.cqes(), ps.caught, ps.missed, ps.ns);
-  _stats.loop_iterations.v.store(_r.iterations(), std::memory_order_relaxed);
-  _stats.memory_bytes.v.store(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)), std::memory_order_relaxed);
-  _stats.loop_cqes.v.store(_r.cqes(), std::memory_order_relaxed);
+  _metrics.at(metrics::stat::memory_bytes).set(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)));
   _bufs->publish();
   _up_bufs->publish();
 }

@@ -37,7 +37,6 @@
 #include "sluice/http/sse.hpp"
 #include "sluice/net/buffer_ring.hpp"
 #include "sluice/openai/request.hpp"
-#include "sluice/proxy/stats.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/table.hpp"
 #include "sluice/shard/reactor.hpp"
@@ -82,7 +81,7 @@ struct shard_mesh {
 class shard_server {
  public:
   shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r, int listen_fd,
-               shard_stats& stats, metrics::shard_metrics& m, const shard_mesh& mesh);
+               metrics::shard_metrics& m, const shard_mesh& mesh);
   ~shard_server();
   shard_server(const shard_server&) = delete;
   shard_server& operator=(const shard_server&) = delete;
@@ -104,7 +103,6 @@ class shard_server {
   // --- used by the connection code ---
   shard::reactor& ring() noexcept { return _r; }
   const config::config& cfg() const noexcept { return *_cfg; }
-  shard_stats& stats() noexcept { return _stats; }
   uint64_t now_ms() const noexcept { return _r.now_ms(); }
 
  private:
@@ -232,7 +230,6 @@ class shard_server {
   uint32_t _index;
   std::shared_ptr<const config::config> _cfg;
   shard::reactor& _r;
-  shard_stats& _stats;
   metrics::shard_metrics& _metrics;
   shard_mesh _mesh;
   std::unique_ptr<audit::writer> _audit;

@@ -208,7 +208,7 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
     // The backend's pool is at upstream.connections_max on this shard (or
     // a socket/allocation failed): shed, with a time to come back.
     const bool pool_full = _backends[backend].open >= g.upstream.connections_max;
-    (pool_full ? _stats.shed_upstream_pool : _stats.shed_memory).add();
+    _metrics.at(pool_full ? metrics::stat::shed_upstream_pool : metrics::stat::shed_memory).add();
     answer_error(d, 503, pool_full ? "Too many requests to the backend right now. Please try again."
                                    : "The server is overloaded. Please try again.",
                  "server_error", {}, "overloaded", false, "retry-after: 1\r\n");
@@ -218,7 +218,7 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
   d->x.up = u;
   d->x.backend_used = backend;
   _routes->on_request_start(backend);
-  _stats.upstream_requests.add();
+  _metrics.at(metrics::stat::upstream_requests).add();
   d->state = conn_state::upstream;
   d->x.rsp.parser.reset(false);
   d->x.rsp.complete = false;
@@ -389,7 +389,7 @@ void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
   if (upstream_gone(u)) return;
   downstream_conn* d = u->owner;
   if (res < 0) {
-    _stats.upstream_connect_errors.add();
+    _metrics.at(metrics::stat::upstream_connect_errors).add();
     upstream_failed(d, errc::upstream_connect);
     return;
   }
@@ -498,7 +498,7 @@ void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
     // Every ring buffer is lent (that many responses are waiting for slow
     // clients): this connection takes its own, and goes back to the ring
     // once its bytes are sent.
-    srv->_stats.upstream_own_buffers.add();
+    srv->_metrics.at(metrics::stat::upstream_own_buffers).add();
     if (u->buf.reserve(k_upstream_buf_bytes)) {
       --u->ops;
       srv->submit_recv(u);
@@ -561,7 +561,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
   if (d->x.response_started) {
     // Something already reached the client: never retry, never fake an end.
     // Closing without the terminal chunk tells the client it was cut.
-    _stats.upstream_truncated.add();
+    _metrics.at(metrics::stat::upstream_truncated).add();
     d->x.error_code = "upstream_truncated";
     close_downstream(d);
     return;
@@ -579,7 +579,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
       // The next attempt walks on along the key's ring.
       if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
     }
-    _stats.upstream_retries.add();
+    _metrics.at(metrics::stat::upstream_retries).add();
     if (d->up_send_inflight) {
       // Its send (shut down with the connection) completes soon; whether
       // it had written everything decides.
@@ -594,7 +594,7 @@ void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
 
 void shard_server::answer_upstream_failure(downstream_conn* d, errc why) noexcept {
   if (why == errc::upstream_connect && d->x.up_request_sent) {
-    _stats.upstream_reset_after_send.add();
+    _metrics.at(metrics::stat::upstream_reset_after_send).add();
     answer_error(d, 502, "The backend closed the connection before answering.", "server_error", {},
                  "upstream_reset", false);
   } else if (why == errc::upstream_timeout) {

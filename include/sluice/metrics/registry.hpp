@@ -48,6 +48,41 @@ inline constexpr uint64_t latency_bounds_us[] = {
     1'000'000,  2'500'000,  5'000'000,  10'000'000, 20'000'000, 30'000'000,  60'000'000,  120'000'000};
 inline constexpr size_t latency_bucket_count = sizeof latency_bounds_us / sizeof latency_bounds_us[0] + 1;  // + +Inf
 
+// A shard's plain counters and gauges: one slot each per shard, summed over
+// the shards at scrape time. Their names, help and labels are a table in
+// registry.cpp (stat_rows); a stat without a row is internal (read by the
+// shard itself, never rendered).
+enum class stat : uint8_t {
+  connections_accepted,
+  connections_open,          // gauge
+  requests_total,
+  requests_inflight,         // internal: dispatched and not yet answered (server.inflight_max)
+  responses_2xx,
+  responses_4xx,
+  responses_5xx,
+  local_errors,              // answered by sluice itself (4xx/5xx before any backend)
+  upstream_requests,
+  upstream_connect_errors,
+  upstream_retries,
+  upstream_timeouts,
+  upstream_reset_after_send, // a backend connection failed after the whole request was written
+  upstream_truncated,        // backend gone mid-response: client response truncated
+  downstream_aborts,         // client gone mid-response: backend request cancelled
+  client_stalls,             // client took no bytes of a response for stream_idle_timeout_ms
+  upstream_own_buffers,      // backend receives that found the shard's buffer ring empty
+  usage_chunks_cut,          // injected usage chunks removed from client streams
+  shed_connections,          // over server.connections_max
+  shed_requests,             // over server.inflight_max (503)
+  shed_upstream_pool,        // over upstream.connections_max to the chosen backend (503)
+  shed_memory,               // over server.memory_max_bytes of connection memory (503)
+  memory_bytes,              // gauge: this shard's connection memory, as of its last tick
+  audit_written,             // audit lines confirmed on disk (set from the writer per tick)
+  audit_dropped,             // audit lines dropped (both buffers busy at their bound, no file)
+  audit_lost,                // audit lines in a batch whose write failed
+  count_
+};
+inline constexpr size_t stat_count = static_cast<size_t>(stat::count_);
+
 // Shard-local view of one shard's block. Lives as long as the registry; the
 // shard keeps a pointer from registry::shard(i). Only that shard calls the
 // writers below; indices come from the config (position in config.groups,
@@ -67,6 +102,8 @@ class shard_metrics {
   void quota_rejected(uint32_t key, reject_reason why) noexcept {
     _rejected[slot(key, _keys) * reject_reason_count + static_cast<size_t>(why)].add();
   }
+  counter& at(stat s) noexcept { return _stats[static_cast<size_t>(s)]; }
+  const counter& at(stat s) const noexcept { return _stats[static_cast<size_t>(s)]; }
   void inflight_add() noexcept { _inflight->add(); }
   void inflight_sub() noexcept { _inflight->sub(); }
   void observe_ttft_us(uint32_t group, uint64_t us) noexcept { observe(_ttft, group, us); }
@@ -108,6 +145,7 @@ class shard_metrics {
   counter* _duration = nullptr;   // [(groups+1) × histogram_width]
   counter* _inflight = nullptr;
   counter* _loop = nullptr;       // [iterations, cqes, polls caught, polls missed, poll ns]
+  counter* _stats = nullptr;      // [stat_count]
 };
 
 // Process-wide. Created from the config before the shards start, destroyed
@@ -141,6 +179,9 @@ class registry {
 
   // Control thread (health checker): single writer of these gauges.
   void set_backend_up(uint32_t backend, bool up) noexcept;
+
+  // Any thread: a stat summed over the shards.
+  uint64_t sum(stat s) const noexcept;
 
   // Any thread, typically the admin server per scrape: appends every family
   // with HELP and TYPE lines. Counters of (group, backend, code) and

@@ -9,7 +9,6 @@
 #include "sluice/config/config.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/route/table.hpp"
-#include "sluice/proxy/stats.hpp"
 
 namespace sluice::proxy {
 
@@ -26,7 +25,6 @@ class gateway {
 
   uint16_t port() const noexcept { return _port; }
   size_t shard_count() const noexcept { return _shards.size(); }
-  const shard_stats& stats(size_t shard) const noexcept;
   const metrics::registry& metrics() const noexcept { return *_metrics; }
   metrics::registry& metrics() noexcept { return *_metrics; }
 

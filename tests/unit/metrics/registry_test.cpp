@@ -212,10 +212,35 @@ std::string render(const registry& r) {
 }  // namespace
 
 TEST_SUITE("metrics::registry") {
+  TEST_CASE("a shard's stats are summed over the shards, by family and label") {
+    registry r(3, small_names());
+    r.shard(0).at(stat::upstream_retries).add(2);
+    r.shard(2).at(stat::upstream_retries).add(5);
+    r.shard(1).at(stat::shed_memory).add();
+    r.shard(1).at(stat::connections_open).add(4);
+    r.shard(1).at(stat::connections_open).sub(1);
+    r.shard(0).at(stat::requests_inflight).add(9);  // internal: never rendered
+    CHECK(r.sum(stat::upstream_retries) == 7);
+    const exposition x = parse_exposition(render(r));
+    CHECK(sample(x, "sluice_upstream_retries_total{}") == 7);
+    CHECK(sample(x, R"(sluice_shed_requests_total{reason="memory"})") == 1);
+    CHECK(sample(x, R"(sluice_shed_requests_total{reason="inflight"})") == 0);
+    CHECK(sample(x, "sluice_connections_open{}") == 3);
+    CHECK(x.types.at("sluice_connections_open") == "gauge");
+    CHECK(render(r).find("inflight\"} 9") == std::string::npos);
+  }
+
   TEST_CASE("a fresh registry renders every family as valid exposition text") {
     registry r(3, small_names());
     const exposition x = parse_exposition(render(r));
     const std::vector<std::string> expected = {
+        "sluice_connections_accepted_total", "sluice_connections_open", "sluice_requests_received_total",
+        "sluice_responses_total", "sluice_local_errors_total", "sluice_upstream_requests_total",
+        "sluice_upstream_connect_errors_total", "sluice_upstream_retries_total", "sluice_upstream_timeouts_total",
+        "sluice_upstream_reset_after_send_total", "sluice_upstream_truncated_total", "sluice_downstream_aborts_total",
+        "sluice_client_stalls_total", "sluice_upstream_buffer_fallbacks_total", "sluice_usage_chunks_cut_total",
+        "sluice_shed_connections_total", "sluice_shed_requests_total", "sluice_audit_lines_total",
+        "sluice_connection_memory_bytes",
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_quota_rejected_total",
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_ttft_seconds",
         "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
