@@ -195,9 +195,9 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
   if (_chunked) {
     // The chunk walker, not llhttp: one pass over the framing, the payload
     // handed on in spans, no callback per chunk.
-    const chunk_step st = _chunk.walk(data, len, [&](size_t at, size_t n) noexcept {
-      if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n);
-    });
+    const chunk_step st = _chunk.walk(
+        data, len, [&](size_t at, size_t n) noexcept { if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n); },
+        [&](size_t at) noexcept { if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + at); });
     if (st.error != chunk_error::none) {
       _failed = true;
       return body_status{errc::upstream_protocol, st.consumed, false, st.chunk_end};

@@ -62,6 +62,7 @@ void sse_scanner::reset() noexcept {
   _truncated = false;
   _has_data = false;
   _after_cr = false;
+  _in_event = false;
   _state = line_state::start;
   _name_len = 0;
 }
@@ -169,8 +170,12 @@ void sse_scanner::feed(const char* data, size_t len) noexcept {
       case line_state::start:
         if (*p == '\r' || *p == '\n') {
           dispatch();  // an empty line ends the event
+          _in_event = false;
           end_line(*p++);
-        } else if (*p == ':') {
+          break;
+        }
+        _in_event = true;
+        if (*p == ':') {
           _state = line_state::skip;  // a comment
           ++p;
         } else {

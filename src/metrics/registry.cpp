@@ -166,6 +166,8 @@ constexpr stat_row k_stat_rows[] = {
      "Backend receives that found every pooled receive buffer lent and used a buffer of their own."},
     {stat::usage_chunks_cut, "sluice_usage_chunks_cut_total", "counter", "",
      "Usage chunks sluice asked for and removed from client streams."},
+    {stat::usage_cut_failed, "sluice_usage_cut_failed_total", "counter", "",
+     "Usage chunks sluice asked for that it could not remove from a client stream (should stay 0)."},
     {stat::shed_connections, "sluice_shed_connections_total", "counter", "",
      "Connections refused over server.connections_max."},
     {stat::shed_requests, "sluice_shed_requests_total", "counter", "reason=\"inflight\"",

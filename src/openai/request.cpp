@@ -576,8 +576,10 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
       }
     } else if (key == "stream_options") {
       if (v.is_object()) {
+        out.stream_options_object = true;
         for (auto so : simdjson::dom::object(v)) {
           if (so.key != "include_usage") continue;
+          out.has_include_usage = true;
           if (so.value.is_bool()) {
             out.include_usage = bool(so.value);
           } else if (!so.value.is_null()) {

@@ -57,8 +57,13 @@ struct relay_state {
   bool cut_usage = false;         // sluice asked for usage: cut that chunk from the stream
   bool hold_error = false;        // a backend error answer is being read whole, to be reshaped
   bool usage_in_batch = false;    // the usage-only event was seen, its chunk not yet cut: in this batch or held at its front
+  bool usage_covered = false;     // and a chunk end between events came after it: it lies before aligned_at
   bool body_overflow = false;     // the kept non-stream body is its tail (see on_body_data)
   const char* usage_event_at = nullptr;  // that event's data in the receive buffer, when the scan saw it in place
+  // The end of the last chunk of this batch that ended between two SSE
+  // events (on_chunk_end): what may go out while a cut may still come.
+  const char* aligned_at = nullptr;
+  bool client_done = false;       // sluice ended the client's response after [DONE]; the backend's rest is dropped
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
   stream_facts facts;

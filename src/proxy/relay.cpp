@@ -134,88 +134,79 @@ bool shard_server::write_response_head(downstream_conn* d) noexcept {
 
 void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
   upstream_conn* u = d->x.up;
-  http::body_sink sink{&shard_server::on_body_data, d};
+  relay_state& r = d->x.rsp;
+  const bool sse_chunked = r.head.event_stream && r.head.chunked;
+  http::body_sink sink{&shard_server::on_body_data, d, sse_chunked ? &shard_server::on_chunk_end : nullptr};
   http::body_status bs{};
-  // Set again by the scan when the usage event is in this batch; a batch
-  // that held back the chunk of one seen before keeps it (below).
-  if (with_head) d->x.rsp.usage_in_batch = false;
-  d->x.rsp.usage_event_at = nullptr;
+  if (with_head) r.usage_in_batch = r.usage_covered = false;
+  r.usage_event_at = nullptr;
+  r.aligned_at = nullptr;
   // With the head, even no body bytes: an answer without a body (204, 304,
   // Content-Length: 0 -- chunked or not) is complete right there.
   if (parse_from < u->buf.len || with_head) {
-    bs = d->x.rsp.parser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
+    bs = r.parser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
   }
   if (bs.error != errc::ok) {
     upstream_failed(d, errc::upstream_protocol);
     return;
   }
-  if (!with_head) {
+  if (!with_head && !r.client_done) {
     set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
   }
-  d->x.rsp.complete = bs.complete;
+  r.complete = bs.complete;
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
-  if (bs.complete && parsed_end != u->buf.len) d->x.rsp.reusable = false;  // bytes past the end
-  if (d->x.rsp.hold_error) {
-    // The body went to resp_body (on_body_data); nothing is sent yet.
-    if (bs.complete) {
+  if (bs.complete && parsed_end != u->buf.len) r.reusable = false;  // bytes past the end
+  if (r.hold_error || r.client_done) {
+    // A held error's body went to resp_body (on_body_data); after [DONE]
+    // the client's response has ended and the backend's rest is dropped.
+    // Nothing is sent either way.
+    r.send_end = parsed_end;
+    if (r.hold_error && bs.complete) {
       answer_backend_error(d);
     } else {
-      d->x.rsp.send_end = parsed_end;
       after_body_sent(d);
     }
     return;
   }
-  // What may go out now: everything parsed, or -- while the usage chunk may
-  // still have to be cut -- only up to the last whole chunk; a partial chunk
-  // waits at the front of the buffer for the rest of its bytes.
   uint32_t send_end = parsed_end;
-  if (d->x.rsp.cut_usage && !bs.complete) {
-    send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : d->x.rsp.fwd_from;
-    if (send_end == d->x.rsp.fwd_from && u->buf.len >= u->buf.cap) {
-      d->x.rsp.cut_usage = false;  // one chunk larger than the buffer: forward, no cut
+  bool end_client = false;  // sluice ends the client's response here (after [DONE])
+  if (!bs.complete && (r.cut_usage || (sse_chunked && r.facts.done))) {
+    // While the usage event may still have to be cut, and once [DONE] was
+    // seen: only up to the last chunk end that falls between two events, so
+    // no event is ever split between what went out and what is held. The
+    // rest waits at the front of the buffer.
+    send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
+    end_client = r.facts.done && r.aligned_at != nullptr;
+    if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
+      // Held bytes fill the largest buffer without an event boundary: pass
+      // them on uncut (counted: it must stay 0).
+      _metrics.at(metrics::stat::usage_cut_failed).add();
+      r.cut_usage = false;
       send_end = parsed_end;
     }
   }
-  d->x.rsp.send_end = send_end;
+  r.send_end = send_end;
+  if (r.cut_usage && r.usage_in_batch && (r.usage_covered || send_end == parsed_end) && send_end > r.fwd_from) {
+    send_cut(d, with_head, end_client);
+    return;
+  }
   uint8_t n = 0;
   if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
-  size_t cut_begin = 0, cut_end = 0;
-  size_t usage_from = 0;
   bool reads_up = false;  // a piece of the send lies in u->buf
-  const char* const batch = u->buf.data + d->x.rsp.fwd_from;
-  if (d->x.rsp.usage_event_at != nullptr && d->x.rsp.usage_event_at >= batch && d->x.rsp.usage_event_at < u->buf.data + send_end) {
-    usage_from = static_cast<size_t>(d->x.rsp.usage_event_at - batch);
-  }
-  d->x.rsp.usage_event_at = nullptr;
-  if (d->x.rsp.cut_usage && d->x.rsp.usage_in_batch && send_end > d->x.rsp.fwd_from &&
-      find_usage_chunk(batch, send_end - d->x.rsp.fwd_from, usage_from, cut_begin, cut_end)) {
-    _metrics.at(metrics::stat::usage_chunks_cut).add();
-    d->x.rsp.cut_usage = false;  // one per stream
-    d->x.rsp.usage_in_batch = false;
-    if (cut_begin > 0) d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, cut_begin};
-    if (d->x.rsp.fwd_from + cut_end < send_end) {
-      d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from + cut_end, send_end - d->x.rsp.fwd_from - cut_end};
-    }
-    reads_up = n > (with_head ? 1 : 0);
-  } else if (send_end > d->x.rsp.fwd_from) {
-    // The usage event was seen but its chunk is not whole yet (the read
-    // ended between the event's blank line and the chunk's CRLF): it waits
-    // at the front of the buffer and is looked for in the next batch.
-    // Searched whole and not found, it is a shape find_usage_chunk does not
-    // know: left alone.
-    if (send_end == parsed_end) d->x.rsp.usage_in_batch = false;
-    const uint32_t body = send_end - d->x.rsp.fwd_from;
+  if (send_end > r.fwd_from) {
+    const uint32_t body = send_end - r.fwd_from;
     if (with_head && body <= d->out.cap - d->out.len) {
       // A short body that came with the head (a non-stream answer): joined
       // to the head in `out`, so the client gets one plain send.
-      std::memcpy(d->out.data + d->out.len, u->buf.data + d->x.rsp.fwd_from, body);
+      std::memcpy(d->out.data + d->out.len, u->buf.data + r.fwd_from, body);
       d->out.len += body;
       d->send_iov[0].iov_len = d->out.len;
     } else {
-      d->send_iov[n++] = {u->buf.data + d->x.rsp.fwd_from, body};
+      d->send_iov[n++] = {u->buf.data + r.fwd_from, body};
       reads_up = true;
     }
   }
+  if (end_client) d->send_iov[n++] = terminal_chunk_iov(d);
   if (n == 0) {
     after_body_sent(d);
     return;
@@ -225,6 +216,117 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   // whatever happens to the exchange meanwhile.
   if (reads_up) pin_upstream_buffer(d, u);
   submit_send(d);
+}
+
+iovec shard_server::terminal_chunk_iov(downstream_conn* d) noexcept {
+  // The backend sent [DONE] but keeps its response open: the client's
+  // response ends now (the OpenAI SDKs finish a stream only when its body
+  // ends); the backend's rest is read and dropped until it ends, for a
+  // short while (then its connection is closed, not pooled).
+  static constexpr std::string_view k_terminal = "0\r\n\r\n";
+  relay_state& r = d->x.rsp;
+  r.client_done = true;
+  const uint64_t idle_ms = _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms;
+  set_deadline(d, deadline_kind::upstream_idle, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
+  return {const_cast<char*>(k_terminal.data()), k_terminal.size()};
+}
+
+void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept {
+  upstream_conn* u = d->x.up;
+  relay_state& r = d->x.rsp;
+  const char* const batch = u->buf.data + r.fwd_from;
+  const size_t batch_len = r.send_end - r.fwd_from;
+  size_t usage_from = 0;
+  if (r.usage_event_at != nullptr && r.usage_event_at >= batch && r.usage_event_at < batch + batch_len) {
+    usage_from = static_cast<size_t>(r.usage_event_at - batch);
+  }
+  r.usage_event_at = nullptr;
+  r.cut_usage = false;  // one per stream
+  r.usage_in_batch = false;
+  r.usage_covered = false;
+  uint8_t n = 0;
+  if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
+  size_t cut_begin = 0, cut_end = 0;
+  if (find_usage_chunk(batch, batch_len, usage_from, cut_begin, cut_end)) {
+    // vLLM's shape: the usage event is a chunk of its own; the chunks
+    // around it go out as they came.
+    _metrics.at(metrics::stat::usage_chunks_cut).add();
+    if (cut_begin > 0) d->send_iov[n++] = {const_cast<char*>(batch), cut_begin};
+    if (cut_end < batch_len) d->send_iov[n++] = {const_cast<char*>(batch) + cut_end, batch_len - cut_end};
+    const bool reads_up = n > (with_head ? 1 : 0);
+    if (end_client) d->send_iov[n++] = terminal_chunk_iov(d);
+    if (n == 0) {
+      after_body_sent(d);
+      return;
+    }
+    d->send_iov_count = n;
+    if (reads_up) pin_upstream_buffer(d, u);
+    submit_send(d);
+    return;
+  }
+  // Any other shape (JSON spacing, CRLF events, chunk extensions, several
+  // events in a chunk, an event over several chunks): the batch's payload
+  // is re-framed as one chunk without the usage event. Rare, so it may
+  // copy: de-chunked into resp_body (unused by streams), filtered into out.
+  const size_t head_len = with_head ? d->out.len : 0;
+  constexpr size_t k_size_room = 20;  // "<hex>\r\n", written right-aligned before the payload
+  if (!d->resp_body.reserve(batch_len) ||
+      !d->out.reserve(head_len + k_size_room + batch_len + 2 + 5)) {
+    upstream_failed(d, errc::internal);
+    return;
+  }
+  bool last = false;
+  const size_t plen = dechunk(batch, batch_len, d->resp_body.data, last);
+  char* const payload = d->out.data + head_len + k_size_room;
+  uint32_t cut = 0;
+  const size_t flen = drop_usage_events(d->resp_body.data, plen, payload, cut);
+  d->resp_body.len = 0;
+  _metrics.at(cut != 0 ? metrics::stat::usage_chunks_cut : metrics::stat::usage_cut_failed).add();
+  char size_line[k_size_room];
+  text_writer w(size_line, sizeof size_line);
+  w.put_hex_min(flen);
+  w.put("\r\n");
+  const size_t sl = static_cast<size_t>(w.p - size_line);
+  char* const chunk = payload - sl;
+  std::memcpy(chunk, size_line, sl);
+  size_t chunk_len = sl + flen;
+  std::memcpy(payload + flen, "\r\n", 2);
+  chunk_len += 2;
+  if (flen == 0) chunk_len = 0;  // nothing left of the batch but the usage event
+  if (last) {
+    std::memcpy(chunk + chunk_len, "0\r\n\r\n", 5);
+    chunk_len += 5;
+  }
+  if (chunk_len != 0) d->send_iov[n++] = {chunk, chunk_len};
+  if (end_client && !last) d->send_iov[n++] = terminal_chunk_iov(d);
+  if (n == 0) {
+    after_body_sent(d);
+    return;
+  }
+  d->send_iov_count = n;
+  submit_send(d);
+}
+
+bool shard_server::grow_upstream_buffer(upstream_conn* u) noexcept {
+  // Held bytes (a stream's events not yet between two chunk ends) fill the
+  // buffer: the connection takes a buffer of its own, twice the size, up to
+  // a bound; a ring buffer goes back to the ring.
+  constexpr uint32_t k_hold_bytes_max = 1u << 20;
+  SLUICE_VERIFY(!u->buf_pinned);
+  if (u->buf.cap >= k_hold_bytes_max) return false;
+  if (!u->buf_lent) return u->buf.reserve(static_cast<size_t>(u->buf.cap) * 2);
+  byte_buf own;
+  if (!own.reserve(static_cast<size_t>(u->buf.cap) * 2)) return false;
+  std::memcpy(own.data, u->buf.data, u->buf.len);
+  own.len = u->buf.len;
+  _up_bufs->recycle(u->buf_bid);
+  u->buf_lent = false;
+  std::swap(u->buf.data, own.data);
+  std::swap(u->buf.len, own.len);
+  std::swap(u->buf.cap, own.cap);
+  own.data = nullptr;  // the ring's buffer: not freed here
+  own.cap = own.len = 0;
+  return true;
 }
 
 void shard_server::pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept {

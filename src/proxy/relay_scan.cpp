@@ -46,6 +46,14 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
   b.len = static_cast<uint32_t>(keep + len);
 }
 
+void shard_server::on_chunk_end(void* ctx, const char* at) {
+  auto* d = static_cast<downstream_conn*>(ctx);
+  if (d->sse && d->sse->between_events()) {
+    d->x.rsp.aligned_at = at;
+    d->x.rsp.usage_covered = d->x.rsp.usage_in_batch;
+  }
+}
+
 void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
   auto* d = static_cast<downstream_conn*>(ctx);
   stream_facts& s = d->x.rsp.facts;

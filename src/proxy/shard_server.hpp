@@ -221,11 +221,23 @@ class shard_server {
   // the response head first when with_head).
   void relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept;
   void after_body_sent(downstream_conn* d) noexcept;
+  // The batch [fwd_from, send_end) holds the usage event sluice asked for:
+  // sent without it (its chunk cut out, or the batch re-framed).
+  void send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept;
+  // The client's terminal chunk, sent by sluice after [DONE]; marks the
+  // response ended for the client.
+  iovec terminal_chunk_iov(downstream_conn* d) noexcept;
+  // Returns: whether u->buf could double (own allocation, up to 1 MiB).
+  bool grow_upstream_buffer(upstream_conn* u) noexcept;
+  // After [DONE] on a response the backend keeps open: how long its rest is
+  // waited for before the connection is closed instead of pooled.
+  static constexpr uint64_t k_after_done_wait_ms = 1000;
   // A held backend error (hold_error), read whole: answered in OpenAI's shape.
   void answer_backend_error(downstream_conn* d) noexcept;
   void abort_exchange(downstream_conn* d) noexcept;
   static void on_body_data(void* ctx, const char* data, size_t len);
   static void on_sse_event(void* ctx, const http::sse_event& ev);
+  static void on_chunk_end(void* ctx, const char* at);
 
   uint32_t _index;
   std::shared_ptr<const config::config> _cfg;

@@ -54,14 +54,25 @@ uint64_t shard_server::plan_upstream_body(downstream_conn* d, const openai::requ
   size_t edit_count = 0;
   static constexpr std::string_view k_usage_object = "{\"include_usage\":true}";
   static constexpr std::string_view k_usage_member = "\"stream_options\":{\"include_usage\":true},";
+  static constexpr std::string_view k_usage_first = "\"include_usage\":true";
+  static constexpr std::string_view k_usage_first_of_more = "\"include_usage\":true,";
   d->x.rsp.cut_usage = false;
   if (g.inject_usage && f.stream && !f.include_usage && d->x.endpoint != openai::endpoint::embeddings &&
       d->body_len != 0) {
     d->x.rsp.cut_usage = true;
-    if (f.has_stream_options) {
-      // Replaced whole: a client's other stream_options (vLLM's
-      // continuous_usage_stats) go with it; the cut keeps the stream as the
-      // client would have seen it without usage.
+    if (f.stream_options_object && !f.has_include_usage) {
+      // The client's other stream_options (vLLM's continuous_usage_stats)
+      // stay: the member goes in first, after the object's brace.
+      uint32_t at = f.stream_options_begin + 1;
+      while (at < f.stream_options_end && (body[at] == ' ' || body[at] == '\t' || body[at] == '\r' || body[at] == '\n')) ++at;
+      const bool empty = at < f.stream_options_end && body[at] == '}';
+      edits[edit_count++] = {f.stream_options_begin + 1, f.stream_options_begin + 1,
+                             empty ? k_usage_first.data() : k_usage_first_of_more.data(),
+                             empty ? k_usage_first.size() : k_usage_first_of_more.size()};
+    } else if (f.has_stream_options) {
+      // null, or an explicit include_usage false/null: replaced whole (with
+      // a false one, the client's other options go too; the cut keeps the
+      // stream as the client would have seen it without usage).
       edits[edit_count++] = {f.stream_options_begin, f.stream_options_end, k_usage_object.data(), k_usage_object.size()};
     } else {
       uint32_t brace = 0;  // the validated body starts with optional whitespace, then '{'
@@ -547,6 +558,15 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
 }
 
 void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
+  if (d->x.rsp.client_done) {
+    // The client has its whole answer (sluice ended it after [DONE]): the
+    // backend's rest did not come in time, or not as it should. Nothing
+    // failed for the client; the connection is closed, not pooled.
+    d->x.rsp.reusable = false;
+    d->x.rsp.complete = true;
+    finish_exchange(d);
+    return;
+  }
   upstream_conn* u = d->x.up;
   bool stale = false;
   if (u != nullptr) {

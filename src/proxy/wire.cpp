@@ -5,8 +5,17 @@
 #include <cstring>
 
 #include "sluice/core/text.hpp"
+#include "sluice/openai/request.hpp"
 
 namespace sluice::proxy {
+
+namespace {
+int detail_hex(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  const char l = static_cast<char>(c | 0x20);
+  return l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
+}
+}  // namespace
 
 bool drop_request_header(std::string_view name) noexcept {
   static constexpr std::string_view k_drop[] = {
@@ -83,6 +92,77 @@ bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_
     return true;
   }
   return false;
+}
+
+size_t dechunk(const char* p, size_t n, char* out, bool& last) noexcept {
+  last = false;
+  size_t i = 0, w = 0;
+  while (i < n) {
+    uint64_t size = 0;
+    while (i < n && detail_hex(p[i]) >= 0) size = size << 4 | static_cast<uint64_t>(detail_hex(p[i++]));
+    // Extensions and the CRLF: to the LF that ends the size line.
+    while (i < n && p[i] != '\n') ++i;
+    ++i;
+    if (size == 0) {
+      last = true;
+      break;
+    }
+    if (i + size > n) size = n - i;  // cannot happen for whole chunks; bounded anyway
+    std::memcpy(out + w, p + i, size);
+    w += size;
+    i += size + 2;  // the data's CRLF
+  }
+  return w;
+}
+
+namespace {
+
+// The end of the line starting at i (the index of its CR or LF), or n.
+size_t line_end(const char* p, size_t n, size_t i) noexcept {
+  while (i < n && p[i] != '\n' && p[i] != '\r') ++i;
+  return i;
+}
+
+// Past the line end at i: CRLF, LF or CR.
+size_t after_eol(const char* p, size_t n, size_t i) noexcept {
+  if (i < n && p[i] == '\r') return i + 1 < n && p[i + 1] == '\n' ? i + 2 : i + 1;
+  return i + 1;
+}
+
+}  // namespace
+
+size_t drop_usage_events(const char* p, size_t n, char* out, uint32_t& cut) noexcept {
+  size_t w = 0, event = 0, i = 0;
+  uint32_t data_lines = 0;
+  std::string_view data;
+  while (i < n) {
+    const size_t e = line_end(p, n, i);
+    if (e == n) break;  // an unfinished line: the tail
+    if (e == i) {
+      // A blank line ends the event [event, past it).
+      const size_t end = after_eol(p, n, e);
+      const bool usage_only = data_lines == 1 && openai::scan_stream_event(data).usage_only;
+      if (usage_only) {
+        ++cut;
+      } else {
+        std::memcpy(out + w, p + event, end - event);
+        w += end - event;
+      }
+      event = i = end;
+      data_lines = 0;
+      data = {};
+      continue;
+    }
+    const std::string_view line(p + i, e - i);
+    if (line.starts_with("data:")) {
+      ++data_lines;
+      data = line.substr(5);
+      if (!data.empty() && data.front() == ' ') data.remove_prefix(1);
+    }
+    i = after_eol(p, n, e);
+  }
+  std::memcpy(out + w, p + event, n - event);
+  return w + (n - event);
 }
 
 }  // namespace sluice::proxy

@@ -31,6 +31,19 @@ bool named_in_connection(std::string_view connection, std::string_view name) noe
 // Returns: whether [begin, end) is that chunk.
 bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_t& end) noexcept;
 
+// The payload of whole chunks [p, p + n) -- framing the chunk walker has
+// already validated: hex size, extensions, CRLFs -- written to `out` (room:
+// n bytes always suffices). Stops at the terminal chunk (`last` set; its
+// trailers are not copied). Returns: the payload bytes written.
+size_t dechunk(const char* p, size_t n, char* out, bool& last) noexcept;
+
+// Copies the SSE stream [p, p + n) to `out` (room: n bytes) event by event,
+// leaving out each whole event whose one data line is a usage-only chunk
+// (`"choices":[]` with a usage object: what sluice asked for), whatever its
+// JSON spacing and line ends. Bytes after the last whole event are copied
+// as they are. Returns: the bytes written; `cut` counts the events left out.
+size_t drop_usage_events(const char* p, size_t n, char* out, uint32_t& cut) noexcept;
+
 // Appends `s` to `b` (the caller reserved the room).
 inline void append(byte_buf& b, std::string_view s) noexcept {
   __builtin_memcpy(b.data + b.len, s.data(), s.size());

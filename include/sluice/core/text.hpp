@@ -54,6 +54,12 @@ struct text_writer {
     const auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
     put(std::string_view(tmp, static_cast<size_t>(r.ptr - tmp)));
   }
+  // Lower-case hex with no leading zeros (0 is "0"): an HTTP chunk size.
+  void put_hex_min(uint64_t v) noexcept {
+    unsigned width = 1;
+    while (width < 16 && (v >> (4 * width)) != 0) ++width;
+    put_hex(v, width);
+  }
   // Lower-case hex, zero-padded to `width` digits (at most 16).
   void put_hex(uint64_t v, unsigned width) noexcept {
     static constexpr char digits[] = "0123456789abcdef";

@@ -83,10 +83,15 @@ class chunk_walker {
 
   // Walks `len` bytes at `data`, the next ones of the body. Each piece of
   // payload is passed to on_data(offset, n): offset into `data`, n > 0, in
-  // order. Stops at the end of the message (bytes after it are left) or at
-  // the first error.
+  // order; each chunk that ends (its data and CRLF) to on_chunk_end(offset
+  // just past its CRLF), after its last piece. Stops at the end of the
+  // message (bytes after it are left) or at the first error.
+  template <class OnData, class OnChunkEnd>
+  chunk_step walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end) noexcept;
   template <class OnData>
-  chunk_step walk(const char* data, size_t len, OnData&& on_data) noexcept;
+  chunk_step walk(const char* data, size_t len, OnData&& on_data) noexcept {
+    return walk(data, len, on_data, [](size_t) noexcept {});
+  }
 
  private:
   enum class state : uint8_t {
@@ -119,8 +124,8 @@ class chunk_walker {
   uint64_t _framing_bytes = 0;
 };
 
-template <class OnData>
-chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) noexcept {
+template <class OnData, class OnChunkEnd>
+chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end) noexcept {
   chunk_step st;
   if (_error != chunk_error::none) {
     st.error = _error;
@@ -156,6 +161,7 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) no
       on_data(at, static_cast<size_t>(size));
       i = at + static_cast<size_t>(size) + 2;
       st.chunk_end = i;
+      on_chunk_end(i);
     }
     _body_total = body_total;
     _framing_bytes = framing;
@@ -189,6 +195,7 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) no
       _framing_bytes += 2;
       next_chunk();
       st.chunk_end = i;
+      on_chunk_end(i);
       continue;
     }
     if (_state == state::data) {
@@ -205,6 +212,7 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data) no
       ++i;
       next_chunk();
       st.chunk_end = i;
+      on_chunk_end(i);
       if (++_framing_bytes > _limits.framing_bytes_max) {
         fail(chunk_error::framing_too_large);
         st.consumed = i;

@@ -40,6 +40,9 @@ struct response_head {
 struct body_sink {
   void (*on_data)(void* ctx, const char* data, size_t len) = nullptr;
   void* ctx = nullptr;
+  // Chunked bodies: a chunk ended (its data and CRLF) just before `at`,
+  // after its data went to on_data. Optional.
+  void (*on_chunk_end)(void* ctx, const char* at) = nullptr;
 };
 
 struct body_status {

@@ -38,6 +38,11 @@ class sse_scanner {
   // reported. `ev.data` is valid during the callback only.
   void feed(const char* data, size_t len) noexcept;
   uint64_t events() const noexcept { return _events; }
+  // Returns: whether the bytes fed so far end between two events (nothing
+  // of a next event seen yet): a cut there splits no event.
+  bool between_events() const noexcept {
+    return _state == line_state::start && !_in_event && !_after_cr;
+  }
 
  private:
   // Where the scan stands within the current line.
@@ -64,6 +69,7 @@ class sse_scanner {
   bool _truncated = false;
   bool _has_data = false;     // the event has a data line (else nothing is dispatched)
   bool _after_cr = false;     // the last byte was CR: an LF right after it ends nothing
+  bool _in_event = false;     // a line of the current event was seen (any field, a comment)
   line_state _state = line_state::start;
   uint8_t _name_len = 0;
   char _name[5] = {};         // enough to tell "data" from anything else

@@ -30,6 +30,8 @@ struct request_fields {
   // rewrite replaces it instead of adding a second, duplicate key.
   bool has_stream_options = false;
   bool include_usage = false;      // stream_options.include_usage
+  bool stream_options_object = false;  // its value is an object (not null)
+  bool has_include_usage = false;  // the object names include_usage (true, false or null)
   uint32_t stream_options_begin = 0;
   uint32_t stream_options_end = 0;
   // The output cap the backend will apply; -1 when absent. Chat:

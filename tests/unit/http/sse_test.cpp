@@ -171,3 +171,20 @@ TEST_SUITE("http::sse_scanner") {
     CHECK(r.events == std::vector<std::string>{"a", "b"});
   }
 }
+
+TEST_SUITE("http::sse_scanner between_events") {
+  TEST_CASE("between two events only after an event's blank line, not inside one") {
+    sluice::http::sse_scanner s(nullptr, nullptr);
+    CHECK(s.between_events());
+    s.feed("data: {\"a\":1}\n\n", 15);
+    CHECK(s.between_events());
+    s.feed("event: x\n", 9);  // a field of the next event
+    CHECK_FALSE(s.between_events());
+    s.feed("data: 2\r\n\r", 10);
+    CHECK_FALSE(s.between_events());  // the LF of the CRLF may still come
+    s.feed("\n", 1);
+    CHECK(s.between_events());
+    s.feed(": comment\n", 10);
+    CHECK_FALSE(s.between_events());
+  }
+}

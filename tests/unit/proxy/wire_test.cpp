@@ -106,3 +106,43 @@ TEST_SUITE("proxy::wire") {
     CHECK(deadline_at(deadline_kind::upstream_connect, 100, 0, 400) == 400);  // no own bound: the total
   }
 }
+
+TEST_SUITE("proxy::wire re-framing") {
+  TEST_CASE("dechunk copies the payload of whole chunks, extensions skipped, up to the terminal chunk") {
+    const std::string in = "5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n";
+    char out[64];
+    bool last = false;
+    const size_t n = dechunk(in.data(), in.size(), out, last);
+    CHECK(std::string_view(out, n) == "hello world");
+    CHECK(last);
+    const std::string no_end = "3\r\nabc\r\n";
+    CHECK(dechunk(no_end.data(), no_end.size(), out, last) == 3);
+    CHECK_FALSE(last);
+  }
+
+  TEST_CASE("drop_usage_events leaves out the usage-only event, whatever its spacing and line ends") {
+    const std::string content = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}";
+    const std::string usage_spaced = "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 1, \"completion_tokens\": 2}}";
+    for (const char* eol : {"\n", "\r\n", "\r"}) {
+      CAPTURE(std::string(eol));
+      const std::string e = eol;
+      const std::string in = content + e + e + usage_spaced + e + e + "data: [DONE]" + e + e;
+      std::string out(in.size(), '\0');
+      uint32_t cut = 0;
+      const size_t n = drop_usage_events(in.data(), in.size(), out.data(), cut);
+      CHECK(cut == 1);
+      CHECK(out.substr(0, n) == content + e + e + "data: [DONE]" + e + e);
+    }
+  }
+
+  TEST_CASE("drop_usage_events keeps usage that rides on a chunk with choices, and an unfinished tail") {
+    const std::string with_choices = "data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1}}\n\n";
+    const std::string tail = "data: {\"choices\":[],\"usa";
+    const std::string in = with_choices + tail;
+    std::string out(in.size(), '\0');
+    uint32_t cut = 0;
+    const size_t n = drop_usage_events(in.data(), in.size(), out.data(), cut);
+    CHECK(cut == 0);
+    CHECK(out.substr(0, n) == in);
+  }
+}
