@@ -154,7 +154,7 @@ bool shard_server::accept_head(downstream_conn* d, bool has_body) noexcept {
   } else if (path == "/v1/embeddings") {
     d->x.endpoint = openai::endpoint::embeddings;
     method_ok = d->x.head.meth == http::method::post;
-  } else if (path == "/v1/models") {
+  } else if (path == "/v1/models" || (path.starts_with("/v1/models/") && path.size() > 11)) {
     method_ok = d->x.head.meth == http::method::get;
     d->x.is_models = true;
   } else {
@@ -251,60 +251,108 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   forward(d, f);
 }
 
-void shard_server::answer_models(downstream_conn* d) noexcept {
-  // The groups' exact model names (patterns are not names a client can list).
-  byte_buf& o = d->out;
-  size_t need = 256;
-  for (const auto& g : _cfg->groups) {
-    if (g.removed) continue;
-    need += g.name.size() + 96;
-    for (const auto& m : g.models) need += m.size() + 96;
+namespace {
+
+// A percent-decoded path segment (the SDKs put a model id with '/' in the
+// path as it is, or as %2F). Returns: its length, or SIZE_MAX when it does
+// not fit or holds a bad escape.
+size_t decode_segment(std::string_view in, char* out, size_t cap) noexcept {
+  size_t n = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '%') {
+      const auto hex = [](char h) {
+        const char l = static_cast<char>(h | 0x20);
+        return h >= '0' && h <= '9' ? h - '0' : l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
+      };
+      if (in.size() - i < 3) return SIZE_MAX;  // "%" needs two hex digits after it
+      const int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
+      if (hi < 0 || lo < 0) return SIZE_MAX;
+      c = static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+    if (n == cap) return SIZE_MAX;
+    out[n++] = c;
   }
-  if (!o.reserve(need + 512)) {
+  return n;
+}
+
+}  // namespace
+
+void shard_server::answer_models(downstream_conn* d) noexcept {
+  const uint32_t key = static_cast<uint32_t>(d->x.key_index);
+  const route::group_table& groups = _routes->groups();
+  byte_buf& b = d->resp_body;  // unused by local answers: the body is built here
+  b.len = 0;
+  auto put = [&](std::string_view s) {
+    std::memcpy(b.data + b.len, s.data(), s.size());
+    b.len += static_cast<uint32_t>(s.size());
+  };
+  auto put_model = [&](std::string_view id) {
+    put("{\"id\":\"");
+    b.len += static_cast<uint32_t>(openai::json_escape(b.data + b.len, id.size() * 6, id));
+    put("\",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"}");
+  };
+  const std::string_view path = d->x.head.path;
+  if (path.size() > 11) {
+    // GET /v1/models/{id} (the SDKs' models.retrieve): a model the key may
+    // use -- by name or pattern, as a request's `model` would resolve --
+    // else 404, the same answer as for a model that does not exist.
+    char id[256];
+    const size_t n = decode_segment(path.substr(11), id, sizeof id);
+    const std::string_view model = n == SIZE_MAX ? std::string_view{} : std::string_view(id, n);
+    const uint32_t g = model.empty() ? route::k_none : groups.find(model);
+    if (g == route::k_none || !groups.key_allows(key, g)) {
+      const size_t shown = model.size() > 128 ? 128 : model.size();
+      char quoted[160];
+      const size_t ql = openai::json_escape(quoted, sizeof quoted, model.substr(0, shown));
+      auto msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch, "The model '{}' does not exist",
+                                  std::string_view(quoted, ql));
+      answer_error(d, 404, std::string_view(d->x.scratch, msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch),
+                   "invalid_request_error", "model", "model_not_found", false);
+      return;
+    }
+    if (!b.reserve(model.size() * 6 + 128)) {
+      close_downstream(d);
+      return;
+    }
+    put_model(model);
+    send_answer(d, 200, std::string_view(b.data, b.len), false, {}, {});
+    return;
+  }
+  // The exact model names of the groups the key may use (patterns are not
+  // names a client can list).
+  size_t need = 64;
+  for (uint32_t g = 0; g < _cfg->groups.size(); ++g) {
+    const config::group_config& grp = _cfg->groups[g];
+    if (grp.removed || !groups.key_allows(key, g)) continue;
+    need += grp.name.size() * 6 + 96;
+    for (const auto& m : grp.models) need += m.size() * 6 + 96;
+  }
+  if (!b.reserve(need)) {
     close_downstream(d);
     return;
   }
-  // Body first at offset 512, head written in front of it afterwards.
-  char* body = o.data + 512;
-  size_t n = 0;
-  auto put = [&](std::string_view s) {
-    std::memcpy(body + n, s.data(), s.size());
-    n += s.size();
-  };
   put("{\"object\":\"list\",\"data\":[");
   bool first = true;
   auto add_model = [&](std::string_view id) {
     if (!first) put(",");
     first = false;
-    put("{\"id\":\"");
-    n += openai::json_escape(body + n, id.size() * 6, id);
-    put("\",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"}");
+    put_model(id);
   };
-  for (const auto& g : _cfg->groups) {
-    if (g.removed) continue;
+  for (uint32_t g = 0; g < _cfg->groups.size(); ++g) {
+    const config::group_config& grp = _cfg->groups[g];
+    if (grp.removed || !groups.key_allows(key, g)) continue;
     bool listed_name = false;
-    for (const auto& m : g.models) {
+    for (const auto& m : grp.models) {
       if (m.find_first_of("*?[") != std::string::npos) continue;
       add_model(m);
-      if (m == g.name) listed_name = true;
+      if (m == grp.name) listed_name = true;
     }
-    if (!listed_name) add_model(g.name);
+    if (!listed_name) add_model(grp.name);
   }
   put("]}");
-  char head[512];
-  auto h = fmt::format_to_n(head, sizeof head,
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
-                            "x-request-id: {}\r\n{}\r\n",
-                            n, std::string_view(d->x.request_id, d->x.request_id_len),
-                            d->x.head.keep_alive && !_draining ? "" : "connection: close\r\n");
-  const size_t hl = h.size;
-  std::memcpy(o.data + 512 - hl, head, hl);
-  d->x.status = 200;
-  d->close_after_send = !d->x.head.keep_alive || _draining;
-  d->state = conn_state::local;
-  d->send_iov[0] = {o.data + 512 - hl, hl + n};
-  d->send_iov_count = 1;
-  submit_send(d);
+  send_answer(d, 200, std::string_view(b.data, b.len), false, {}, {});
 }
 
 }  // namespace sluice::proxy

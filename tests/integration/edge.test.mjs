@@ -1,0 +1,66 @@
+// What a client at the edge should get, seen with the stock OpenAI SDK and
+// raw sockets: models.retrieve answered from the groups a key may use, a
+// max_tokens above its group's cap refused, the admission estimate from the
+// text of the messages (an image's base64 does not make it a 429), a 413
+// that reaches a client which sent its whole body, a client gone before its
+// answer audited as 499.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import OpenAI from 'openai';
+
+import { gateway_config, poll, read_audit } from './lib/gateway.mjs';
+import { bound_ms, chat_body, http_post, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
+
+describe('models', () => {
+  let mock, sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({});
+    sluice = await start_sluice({
+      config: gateway_config({
+        groups: [
+          { name: 'chat', models: ['chat-a', 'chat-*'], backends: [mock.url] },
+          { name: 'secret', models: ['secret-model'], backends: [mock.url] },
+        ],
+        keys: [
+          { id: 'all', key: 'key-all', groups: ['*'] },
+          { id: 'chat-only', key: 'key-chat', groups: ['chat'] },
+        ],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  const client = (key) => new OpenAI({ apiKey: key, baseURL: `${sluice.url}/v1`, maxRetries: 0 });
+
+  it('models.list shows the groups the key may use, and only those', async () => {
+    const all = (await client('key-all').models.list()).data.map((m) => m.id).sort();
+    assert.deepEqual(all, ['chat', 'chat-a', 'secret', 'secret-model']);
+    const chat = (await client('key-chat').models.list()).data.map((m) => m.id).sort();
+    assert.deepEqual(chat, ['chat', 'chat-a']);
+  });
+
+  it('models.retrieve answers a model the key may use, by name or pattern, with OpenAI\'s model object', async () => {
+    const m = await client('key-chat').models.retrieve('chat-a');
+    assert.deepEqual({ id: m.id, object: m.object, owned_by: m.owned_by }, { id: 'chat-a', object: 'model', owned_by: 'sluice' });
+    const p = await client('key-chat').models.retrieve('chat-7b');
+    assert.equal(p.id, 'chat-7b');
+    const slash = await fetch(`${sluice.url}/v1/models/chat-org%2Fmodel`, { headers: { authorization: 'Bearer key-chat' } });
+    assert.equal(slash.status, 200);
+    assert.equal((await slash.json()).id, 'chat-org/model');
+  });
+
+  it('models.retrieve of a model the key may not use, or of none, is a 404 model_not_found', async () => {
+    for (const id of ['secret-model', 'nothing-here']) {
+      await assert.rejects(client('key-chat').models.retrieve(id), (err) => {
+        assert.equal(err.status, 404);
+        assert.equal(err.code, 'model_not_found');
+        return true;
+      }, id);
+    }
+    assert.equal((await client('key-all').models.retrieve('secret-model')).id, 'secret-model');
+  });
+});
