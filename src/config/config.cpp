@@ -37,9 +37,9 @@ const names k_server_keys = {
     "upstream_buffers", "idle_poll_us"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
                                    "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max"};
-const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens"};
+const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens", "max_tokens_cap", "image_tokens"};
 const names k_audit_keys = {"path"};
-const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "upstream",
+const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "max_tokens_cap", "upstream",
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage"};
 const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms"};
@@ -315,6 +315,8 @@ void read_quota(const reader& r, const toml::table& t, quota_config& q) {
   r.read_uint(t, "quota", "input_weight", q.input_weight, 0, 1000);
   r.read_uint(t, "quota", "output_weight", q.output_weight, 0, 1000);
   r.read_uint(t, "quota", "default_max_tokens", q.default_max_tokens, 1, 10'000'000);
+  r.read_uint(t, "quota", "max_tokens_cap", q.max_tokens_cap, 1, 1u << 20, " (1-1048576)");
+  r.read_uint(t, "quota", "image_tokens", q.image_tokens, 0, 1u << 20);
   if (q.input_weight == 0 && q.output_weight == 0) {
     r.fail(t, "quota.input_weight and quota.output_weight are both 0; at least one must count tokens");
   }
@@ -482,6 +484,7 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
     }
   }
   r.read_uint(t, "group", "default_max_tokens", g.default_max_tokens, 0, 10'000'000, " (0 = quota.default_max_tokens)");
+  r.read_uint(t, "group", "max_tokens_cap", g.max_tokens_cap, 0, 1u << 20, " (0 = quota.max_tokens_cap)");
   g.upstream = defaults;
   if (const toml::table* u = r.table(t, "upstream", "group.upstream")) read_upstream(r, *u, "group.upstream", g.upstream);
   r.read_uint(t, "group", "prefix_messages", g.prefix_messages, 1, 8,

@@ -390,10 +390,11 @@ bool read_choices(const element& v, std::string_view name, int64_t& out, char* s
 // array. Adds their bytes to `bytes`; `first` becomes the string or the first
 // text part.
 void read_content(const element& content, uint64_t& bytes, std::string_view& first,
-                  bool& has_images) noexcept {
+                  request_text& text_out) noexcept {
   if (content.is_string()) {
     first = std::string_view(content);
     bytes += first.size();
+    text_out.add(first);
     return;
   }
   if (!content.is_array()) return;  // null (assistant with tool_calls) or other
@@ -402,6 +403,7 @@ void read_content(const element& content, uint64_t& bytes, std::string_view& fir
     if (part.is_string()) {  // tolerated by some servers: a bare string part
       std::string_view s(part);
       bytes += s.size();
+      text_out.add(s);
       if (!have_first) first = s, have_first = true;
       continue;
     }
@@ -418,9 +420,10 @@ void read_content(const element& content, uint64_t& bytes, std::string_view& fir
       }
     }
     if (type == "image_url" || type == "input_image" || type == "image") {
-      has_images = true;
+      ++text_out.images;
     } else if (has_text && (type == "text" || type == "input_text")) {
       bytes += text.size();
+      text_out.add(text);
       if (!have_first) first = text, have_first = true;
     }
   }
@@ -428,9 +431,10 @@ void read_content(const element& content, uint64_t& bytes, std::string_view& fir
 
 // Prompt or input text: a string, or an array of strings / token ids / token
 // id arrays. Returns: the bytes; `first` is the string or the first string.
-uint64_t read_prompt_bytes(const element& v, std::string_view& first) noexcept {
+uint64_t read_prompt_bytes(const element& v, std::string_view& first, request_text& text_out) noexcept {
   if (v.is_string()) {
     first = std::string_view(v);
+    text_out.add(first);
     return first.size();
   }
   uint64_t bytes = 0;
@@ -440,10 +444,14 @@ uint64_t read_prompt_bytes(const element& v, std::string_view& first) noexcept {
       std::string_view s(item);
       if (first.empty()) first = s;
       bytes += s.size();
+      text_out.add(s);
     } else if (item.is_array()) {
-      bytes += bytes_per_token * simdjson::dom::array(item).size();
+      const size_t ids = simdjson::dom::array(item).size();
+      bytes += bytes_per_token * ids;
+      text_out.token_ids += ids;
     } else {
       bytes += bytes_per_token;
+      ++text_out.token_ids;
     }
   }
   return bytes;
@@ -467,6 +475,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
   SLUICE_ASSERT(max_tokens_cap >= 1);
   out = request_fields{};
   err = request_error{};
+  _text.clear();
 
   if (len > _max_body_bytes) {
     return fail(err, "The request body is larger than this server accepts.");
@@ -625,6 +634,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
   switch (ep) {
     case endpoint::chat_completions: {
       out.max_tokens = max_completion_tokens >= 0 ? max_completion_tokens : max_tokens;
+      out.max_tokens_named_completion = max_completion_tokens >= 0;
       if (!has_messages) return fail(err, "Missing required parameter: 'messages'.", "messages");
       if (!messages.is_array()) {
         return fail(err, "Invalid type for 'messages': expected an array of objects.", "messages");
@@ -652,7 +662,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
           }
         }
         std::string_view text;
-        if (has_content) read_content(content, out.input_bytes, text, out.has_images);
+        if (has_content) read_content(content, out.input_bytes, text, _text);
         if (index < request_fields::k_leading_messages_max) out.leading_messages[index] = text;
         if (role == "user") out.last_user_message = text;
         if (!seen_system && (role == "system" || role == "developer")) {
@@ -679,7 +689,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
       if (!prompt.is_string() && !prompt.is_array()) {
         return fail(err, "Invalid type for 'prompt': expected a string or an array.", "prompt");
       }
-      out.input_bytes = read_prompt_bytes(prompt, out.first_user_message);
+      out.input_bytes = read_prompt_bytes(prompt, out.first_user_message, _text);
       out.last_user_message = out.first_user_message;
       out.output_sequences = count_prompts(prompt);
       break;
@@ -690,7 +700,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
         return fail(err, "Invalid type for 'input': expected a string or an array.", "input");
       }
       std::string_view ignored;
-      out.input_bytes = read_prompt_bytes(input, ignored);
+      out.input_bytes = read_prompt_bytes(input, ignored, _text);
       break;
     }
   }
@@ -706,6 +716,8 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
   out.model_token_end = model_span.end;
   out.stream_options_begin = stream_options_span.begin;
   out.stream_options_end = stream_options_span.end;
+  out.has_images = _text.images != 0;
+  out.text = &_text;
   return true;
 }
 

@@ -205,8 +205,8 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   }
   openai::request_fields f;
   openai::request_error e;
-  // max_tokens above this is refused (400); the real bound is the model's
-  // context, which the backend enforces.
+  // The widest cap a group may have; the group's own cap is checked once
+  // the model named its group (below).
   const int64_t cap = 1 << 20;
   if (!_reader.read(d->x.endpoint, d->in.data + d->body_begin, d->body_len, cap, f, e)) {
     answer_error(d, 400, e.message, "invalid_request_error", e.param, e.code, false);
@@ -231,6 +231,17 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   }
   d->x.group = g;
   const config::group_config& grp = _cfg->groups[g];
+  const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
+  if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
+    const std::string_view field = f.max_tokens_named_completion ? "max_completion_tokens" : "max_tokens";
+    auto msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
+                                "{} is too large: {}. This model supports at most {} completion tokens, whereas you "
+                                "provided {}.",
+                                field, f.max_tokens, group_cap, f.max_tokens);
+    answer_error(d, 400, std::string_view(d->x.scratch, msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch),
+                 "invalid_request_error", field, "invalid_value", false);
+    return;
+  }
   d->x.total_deadline_ms = grp.upstream.total_timeout_ms != 0 ? now_ms() + grp.upstream.total_timeout_ms : 0;
   _prng ^= _prng << 13;
   _prng ^= _prng >> 7;
@@ -239,12 +250,13 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
   // the group's default cap) x output_weight (DESIGN.md §4), for each answer
   // the backend generates (n, best_of, prompts of a completions batch).
+  const uint64_t default_max = grp.default_max_tokens != 0 ? grp.default_max_tokens : _cfg->quota.default_max_tokens;
   const uint64_t max_tokens = f.max_tokens > 0 ? static_cast<uint64_t>(f.max_tokens)
-                              : grp.default_max_tokens != 0 ? grp.default_max_tokens
-                                                            : _cfg->quota.default_max_tokens;
+                              : default_max < group_cap ? default_max
+                                                        : group_cap;
   uint64_t max_out = 0;
   if (__builtin_mul_overflow(max_tokens, f.output_sequences, &max_out)) max_out = UINT64_MAX;
-  d->x.input_estimate = quota::estimate_input_tokens(std::string_view(d->in.data + d->body_begin, d->body_len));
+  d->x.input_estimate = quota::estimate_request_tokens(*f.text, f.message_count, _cfg->quota.image_tokens);
   d->x.quota_cost = quota::admission_cost(d->x.input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);
   d->state = conn_state::upstream;

@@ -268,4 +268,15 @@ uint64_t admission_cost(uint64_t input_tokens, uint64_t max_output_tokens, uint3
   return sum;
 }
 
+uint64_t estimate_request_tokens(const openai::request_text& text, uint32_t messages,
+                                 uint32_t image_tokens) noexcept {
+  // A chat template wraps each message in a few tokens (role markers,
+  // separators: 4-5 for ChatML).
+  constexpr uint64_t k_tokens_per_message = 4;
+  uint64_t tokens = uint64_t{messages} * k_tokens_per_message + text.token_ids +
+                    uint64_t{text.images} * image_tokens + text.overflow_bytes / 4;
+  for (uint32_t i = 0; i < text.count; ++i) tokens += estimate_input_tokens(text.pieces[i]);
+  return tokens;
+}
+
 }  // namespace sluice::quota

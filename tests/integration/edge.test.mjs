@@ -64,3 +64,55 @@ describe('models', () => {
     assert.equal((await client('key-all').models.retrieve('secret-model')).id, 'secret-model');
   });
 });
+
+describe('max_tokens and the admission estimate', () => {
+  let mock, sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({ reply_tokens: 8 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { quota: { default_max_tokens: 4096 }, server: { max_body_bytes: 8 << 20 } },
+        groups: [{ name: 'small', models: ['*'], backends: [mock.url], max_tokens_cap: 100 }],
+        // 5000 tokens a minute: a reservation of the uncapped default
+        // (4096 x 2) would be refused as too large.
+        keys: [{ id: 'k', key: 'key-k', groups: ['*'], tokens_per_minute: 5000 }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  const client = () => new OpenAI({ apiKey: 'key-k', baseURL: `${sluice.url}/v1`, maxRetries: 0 });
+
+  it('above the group\'s max_tokens_cap is a 400 naming the field; nothing reaches the backend', async () => {
+    await mock.clear_requests();
+    for (const field of ['max_tokens', 'max_completion_tokens']) {
+      await assert.rejects(
+        client().chat.completions.create({ model: 'm', [field]: 101, messages: [{ role: 'user', content: 'hi' }] }),
+        (err) => {
+          assert.equal(err.status, 400);
+          assert.equal(err.param, field);
+          assert.match(err.message, /at most 100/);
+          return true;
+        }, field);
+    }
+    assert.equal((await mock.requests()).length, 0);
+    const ok = await client().chat.completions.create({ model: 'm', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(ok.object, 'chat.completion');
+  });
+
+  it('a request without max_tokens reserves the capped default, not the group default', async () => {
+    const r = await client().chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(r.object, 'chat.completion');
+  });
+
+  it('a vision request is estimated from its text plus the image cost, not from its base64 bytes', async () => {
+    // 3 MB of base64 would be ~1M tokens estimated from the raw body.
+    const url = `data:image/png;base64,${'iVBORw0KGgo'.repeat(300000)}`;
+    const r = await client().chat.completions.create({
+      model: 'm', max_tokens: 16,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url } }] }],
+    });
+    assert.equal(r.object, 'chat.completion');
+  });
+});

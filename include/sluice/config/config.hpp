@@ -69,6 +69,8 @@ struct quota_config {
   uint32_t input_weight = 1;
   uint32_t output_weight = 2;
   uint32_t default_max_tokens = 4096;
+  uint32_t max_tokens_cap = 32768;       // a request's max_tokens above its group's cap: 400
+  uint32_t image_tokens = 1024;          // admission estimate per image content part
 };
 
 struct audit_config {
@@ -128,6 +130,7 @@ struct group_config {
   std::string balance = "session";   // session | prefix | least-loaded | round-robin
   std::vector<uint32_t> backends;    // indices into config::backends
   uint32_t default_max_tokens = 0;   // 0 = quota.default_max_tokens
+  uint32_t max_tokens_cap = 0;       // 0 = quota.max_tokens_cap
   upstream_config upstream;          // [upstream] with this group's overrides
   // Additions for routing (DESIGN.md §3):
   std::vector<uint32_t> weights;     // parallel to `backends`; 1..1000, default 1

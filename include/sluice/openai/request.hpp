@@ -20,6 +20,32 @@ enum class endpoint : uint8_t { chat_completions, completions, embeddings };
 // Every view below points into the body or into the reader (its parser's
 // string buffer): valid until the reader's next read(). An optional field
 // sent as JSON null counts as absent, as vLLM's (pydantic) parser reads it.
+// The request's text as the admission estimate reads it: message contents
+// and their text parts, prompt or input strings, as views into the reader's
+// last parse. Owned by the reader (shard-local); valid until its next
+// read(). Bounded: past k_pieces_max pieces, the rest is counted in bytes.
+struct request_text {
+  static constexpr size_t k_pieces_max = 512;
+  std::array<std::string_view, k_pieces_max> pieces{};
+  uint32_t count = 0;
+  uint64_t overflow_bytes = 0;    // text past the bound
+  uint64_t token_ids = 0;         // prompt items given as token ids (a token each)
+  uint32_t images = 0;            // image content parts
+  void add(std::string_view s) noexcept {
+    if (s.empty()) return;
+    if (count < k_pieces_max) {
+      pieces[count++] = s;
+    } else {
+      overflow_bytes += s.size();
+    }
+  }
+  void clear() noexcept {
+    count = 0;
+    overflow_bytes = token_ids = 0;
+    images = 0;
+  }
+};
+
 struct request_fields {
   std::string_view model;          // the model name, unescaped
   uint32_t model_token_begin = 0;  // byte span [begin, end) of the model's JSON string
@@ -39,6 +65,7 @@ struct request_fields {
   // deprecates max_tokens). Completions: max_tokens (vLLM ignores the other).
   // Both are validated (integer in 1..cap) wherever they appear.
   int64_t max_tokens = -1;
+  bool max_tokens_named_completion = false;  // it came from max_completion_tokens (for a 400's param)
   // The answers the backend generates, each up to max_tokens: "n" or
   // "best_of" (the larger; integers in 1..k_choices_max, 1 when absent),
   // times the prompts of a completions request (an array of strings or of
@@ -65,6 +92,7 @@ struct request_fields {
   std::array<std::string_view, k_leading_messages_max> leading_messages{};
   bool has_tools = false;          // a non-empty "tools" or "functions" array
   bool has_images = false;         // a content part of type image_url / input_image
+  const request_text* text = nullptr;  // set by read(): the text the estimate reads
 };
 
 // A 400 answer: OpenAI's error fields. Views are static strings or point into
@@ -100,6 +128,7 @@ class request_reader {
 
   size_t _max_body_bytes;
   simdjson::dom::parser _parser;
+  request_text _text;
   simdjson::dom::document _doc;    // the tape and strings the views point into
   // Object keys of the object being checked for duplicates; grows to the
   // largest object seen and stays (no allocation once warm).

@@ -29,10 +29,18 @@
 #include <cstdint>
 #include <string_view>
 
+#include "sluice/openai/request.hpp"
+
 namespace sluice::quota {
 
 // Returns: estimated Qwen2.5 tokens in `text` (0 only for empty text).
 uint64_t estimate_input_tokens(std::string_view text) noexcept;
+
+// Returns: estimated input tokens of a request from its text (not its raw
+// body: JSON syntax and an image's base64 are not text the model reads):
+// each piece estimated as above, plus a few tokens per message for the chat
+// template, one per prompt token id, and `image_tokens` per image part.
+uint64_t estimate_request_tokens(const openai::request_text& text, uint32_t messages, uint32_t image_tokens) noexcept;
 
 // Returns: input × input_weight + max_output × output_weight, saturating.
 uint64_t admission_cost(uint64_t input_tokens, uint64_t max_output_tokens, uint32_t input_weight,

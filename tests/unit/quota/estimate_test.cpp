@@ -118,3 +118,41 @@ TEST_SUITE("quota::estimate") {
     CHECK(admission_cost(UINT64_MAX, 0, 2, 1) == UINT64_MAX);
   }
 }
+
+TEST_SUITE("quota::estimate_request_tokens") {
+  TEST_CASE("a request is estimated from its text: an image's base64 costs image_tokens, not its bytes") {
+    sluice::openai::request_reader reader(64u << 20);
+    auto estimate = [&](const std::string& body) {
+      sluice::openai::request_fields f;
+      sluice::openai::request_error e;
+      REQUIRE(reader.read(sluice::openai::endpoint::chat_completions, body.data(), body.size(), 1 << 20, f, e));
+      return sluice::quota::estimate_request_tokens(*f.text, f.message_count, 1000);
+    };
+    const std::string text_only =
+        R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"}]}]})";
+    auto with_image = [](size_t base64_bytes) {
+      return R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What is in this picture?"},)"
+             R"({"type":"image_url","image_url":{"url":"data:image/png;base64,)" +
+             std::string(base64_bytes, 'A') + R"("}}]}]})";
+    };
+    const uint64_t base = estimate(text_only);
+    CHECK(base > 4);
+    CHECK(base < 20);
+    CHECK(estimate(with_image(100)) == base + 1000);
+    CHECK(estimate(with_image(2 << 20)) == base + 1000);  // 2 MiB of base64: the same
+  }
+
+  TEST_CASE("JSON syntax and keys are not counted; each message adds its template tokens") {
+    sluice::openai::request_reader reader(1u << 20);
+    sluice::openai::request_fields f;
+    sluice::openai::request_error e;
+    const std::string one = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
+    REQUIRE(reader.read(sluice::openai::endpoint::chat_completions, one.data(), one.size(), 1 << 20, f, e));
+    const uint64_t a = sluice::quota::estimate_request_tokens(*f.text, f.message_count, 0);
+    CHECK(a == sluice::quota::estimate_input_tokens("hello") + 4);
+    const std::string two =
+        R"({"model":"m","messages":[{"role":"system","content":"hello"},{"role":"user","content":"hello"}]})";
+    REQUIRE(reader.read(sluice::openai::endpoint::chat_completions, two.data(), two.size(), 1 << 20, f, e));
+    CHECK(sluice::quota::estimate_request_tokens(*f.text, f.message_count, 0) == 2 * a);
+  }
+}
