@@ -117,11 +117,7 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     // The client closed (or reset). Mid-exchange this cancels the backend
     // request at once: vLLM stops generating when its socket closes.
     d->peer_eof = true;
-    if (d->state == conn_state::upstream || d->state == conn_state::streaming) {
-      abort_exchange(d);
-    } else {
-      close_downstream(d);
-    }
+    client_gone(d);
     return;
   }
   // Too much pipelined input held while a response is in flight: stop
@@ -313,11 +309,7 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
   if (res < 0) {
     // EPIPE/ECONNRESET: the client is gone.
     d->peer_eof = true;
-    if (d->state == conn_state::upstream || d->state == conn_state::streaming) {
-      abort_exchange(d);
-    } else {
-      close_downstream(d);
-    }
+    client_gone(d);
     return;
   }
   switch (d->state) {
@@ -415,6 +407,20 @@ void shard_server::compact_input(downstream_conn* d) noexcept {
   d->req_start = 0;
   // A connection that once carried a large body gives the memory back.
   if (left == 0 && d->in.cap > (256u << 10)) d->in.release();
+}
+
+void shard_server::client_gone(downstream_conn* d) noexcept {
+  if (d->state == conn_state::upstream || d->state == conn_state::streaming || d->state == conn_state::quota_wait) {
+    abort_exchange(d);  // the backend request is cancelled with the connection
+    return;
+  }
+  if (d->x.request_open && d->x.status == 0) {
+    // Gone mid-body: nothing was answered, and the audit says why.
+    d->x.cancelled = true;
+    d->x.status = 499;
+    d->x.error_code = "client_closed";
+  }
+  close_downstream(d);
 }
 
 void shard_server::close_downstream(downstream_conn* d) noexcept {

@@ -70,6 +70,12 @@ void shard_server::end_request(downstream_conn* d) noexcept {
   const bool answered = d->x.rsp.head_seen && d->x.rsp.head.status == 200;
   // A stream cut before its usage chunk: the prompt is the estimate.
   if (answered && prompt == 0) prompt = d->x.input_estimate;
+  // A non-stream answer whose client left before its usage was read: the
+  // backend sends its head only once it has generated everything, so the
+  // output part of the reservation is billed (README: Quota).
+  if (answered && !d->x.rsp.head.event_stream && !d->x.rsp.complete && completion == 0) {
+    completion = d->x.reserved_output;
+  }
   // Settle exactly once: the backend's usage when it answered 200 (a
   // client gone mid-stream pays the prompt and what was streamed); any
   // failure before an answer is refunded.
@@ -256,6 +262,7 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
                                                         : group_cap;
   uint64_t max_out = 0;
   if (__builtin_mul_overflow(max_tokens, f.output_sequences, &max_out)) max_out = UINT64_MAX;
+  d->x.reserved_output = max_out;
   d->x.input_estimate = quota::estimate_request_tokens(*f.text, f.message_count, _cfg->quota.image_tokens);
   d->x.quota_cost = quota::admission_cost(d->x.input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);

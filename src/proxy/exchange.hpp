@@ -102,6 +102,7 @@ struct exchange {
   quota::reservation held;         // live from admission to settle()
   uint64_t quota_cost = 0;         // reserved weighted tokens
   uint64_t input_estimate = 0;
+  uint64_t reserved_output = 0;    // max_tokens x answers: the output part of the reservation
   uint64_t quota_charged = 0;
   uint64_t wait_since_ms = 0;      // parked for quota: since when (0: not waiting)
   uint64_t wait_until_ms = 0;      // parked on a short retry time: try again then

@@ -138,6 +138,9 @@ class shard_server {
   void on_response_sent(downstream_conn* d) noexcept;
   void finish_exchange(downstream_conn* d) noexcept;
   void next_request(downstream_conn* d) noexcept;
+  // The client closed or reset its connection: an exchange in flight is
+  // cancelled (audited 499, client_closed), then the connection closes.
+  void client_gone(downstream_conn* d) noexcept;
   void close_downstream(downstream_conn* d) noexcept;
   void maybe_free(downstream_conn* d) noexcept;
   void compact_input(downstream_conn* d) noexcept;

@@ -116,3 +116,53 @@ describe('max_tokens and the admission estimate', () => {
     assert.equal(r.object, 'chat.completion');
   });
 });
+
+describe('clients that leave', () => {
+  let mock, sluice;
+
+  before(async () => {
+    // A long non-stream answer (~20 MB): the client can leave after its head
+    // while sluice still relays the body, before its usage.
+    mock = await start_mock_vllm({ reply_tokens: 200000, extra_args: ['--token-pad', '100'] });
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { quota: { max_tokens_cap: 1 << 20 } },
+        groups: [{ name: 'g', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'k', key: 'key-k', groups: ['*'] }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  const audit_of = (id) => poll(() => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl')).find((a) => a.request_id === id),
+    { what: `the audit record of ${id}` });
+
+  it('a non-stream answer cut short by the client bills the reservation\'s output part', async () => {
+    const r = await http_post(sluice.url, '/v1/chat/completions', chat_body({ max_tokens: 200000 }), {
+      headers: { authorization: 'Bearer key-k', 'x-request-id': 'left-after-head' },
+      on_response: (res, req) => { res.once('data', () => req.destroy()); },
+    }).catch((err) => ({ error: err }));
+    assert.ok(r.error !== undefined || r.complete === false, 'the client left mid-body');
+    const rec = await audit_of('left-after-head');
+    assert.equal(rec.cancelled, true);
+    assert.equal(rec.completion_tokens, 200000);
+  });
+
+  it('a client gone mid-body is audited 499 client_closed', async () => {
+    const socket = net.connect(sluice.port, '127.0.0.1');
+    await new Promise((resolve, reject) => { socket.once('connect', resolve); socket.once('error', reject); });
+    socket.write('POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-k\r\n' +
+      'x-request-id: left-mid-body\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"model":');
+    // The head reached sluice (its 100 Continue is not asked for): wait for
+    // the request to be open, then leave.
+    await poll(async () => {
+      const m = await fetch(`${sluice.admin_url}/metrics`).then((x) => x.text());
+      return /^sluice_inflight_requests\S* [1-9]/m.test(m);
+    }, { what: 'the request to be open' });
+    socket.destroy();
+    const rec = await audit_of('left-mid-body');
+    assert.equal(rec.status, 499);
+    assert.equal(rec.error, 'client_closed');
+    assert.equal(rec.cancelled, true);
+  });
+});
