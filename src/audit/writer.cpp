@@ -21,8 +21,10 @@ int open_log(const std::string& path) noexcept {
 }  // namespace
 
 writer::writer(shard::reactor& r, std::string path, const options& o) : _r(r), _path(std::move(path)), _opt(o) {
-  _op.self = this;
-  _op.fn = &writer::on_write;
+  _write_op.self = this;
+  _write_op.fn = &writer::on_write;
+  _sync_op.self = this;
+  _sync_op.fn = &writer::on_sync;
 }
 
 std::unique_ptr<writer> writer::open(shard::reactor& r, std::string path, const options& o) {
@@ -36,6 +38,9 @@ std::unique_ptr<writer> writer::open(shard::reactor& r, std::string path, const 
     return nullptr;
   }
   if (opt.max_buffer_bytes < opt.buffer_bytes) opt.max_buffer_bytes = opt.buffer_bytes;
+  // A zero backoff would retry a failing disk in a busy loop.
+  if (opt.retry_backoff_ms == 0) opt.retry_backoff_ms = 1;
+  if (opt.retry_backoff_max_ms < opt.retry_backoff_ms) opt.retry_backoff_max_ms = opt.retry_backoff_ms;
   w->_opt = opt;
   for (batch& b : w->_batches) {
     b.data.reset(new char[opt.buffer_bytes]);
@@ -47,9 +52,6 @@ std::unique_ptr<writer> writer::open(shard::reactor& r, std::string path, const 
 
 writer::~writer() {
   if (!_closed) close();
-  // A write still in flight points at our buffers and at _op: wait for it,
-  // however long the disk takes (close() gave up at its timeout).
-  while (_inflight) _r.run_once(100);
 }
 
 bool writer::idle() const noexcept { return !_inflight && _batches[_filling].len == 0; }
@@ -62,8 +64,10 @@ bool writer::append(const record& rec) noexcept {
   batch* b = &_batches[_filling];
   size_t n = format_line(rec, b->data.get() + b->len, b->cap - b->len);
   if (n == 0) {
-    // The filling batch is full. Hand it over if the kernel is done with the
-    // other one; otherwise grow it (a burst), and drop only past the bound.
+    // The filling batch is full. Hand it over if the other one is written;
+    // otherwise grow it (a burst, or the other batch waiting for a retry of
+    // a failed write), and drop only past the bound: that is the one place
+    // a failing disk costs records, and they are counted in lines_dropped.
     SLUICE_ASSERT(b->len > 0);
     if (_inflight) {
       if (!grow(*b)) {
@@ -78,6 +82,7 @@ bool writer::append(const record& rec) noexcept {
       n = format_line(rec, b->data.get() + b->len, b->cap - b->len);
     } else {
       start_batch();
+      pump();
       b = &_batches[_filling];
       n = format_line(rec, b->data.get(), b->cap);
     }
@@ -89,7 +94,7 @@ bool writer::append(const record& rec) noexcept {
   _stats.lines_appended.add();
   // Nearly full: write now rather than wait for the timer, so the other
   // buffer is free again by the time this one runs out.
-  if (b->cap - b->len < max_line_bytes && !_inflight) start_batch();
+  if (b->cap - b->len < max_line_bytes && !_inflight) pump();
   return true;
 }
 
@@ -107,15 +112,16 @@ bool writer::grow(batch& b) noexcept {
 
 void writer::tick(uint64_t now_ms) noexcept {
   _now_ms = now_ms;
-  if (_inflight || _batches[_filling].len == 0) return;
-  if (now_ms - _batch_started_ms >= _opt.flush_interval_ms) start_batch();
+  pump();
 }
 
 void writer::flush() noexcept {
-  if (!_inflight && _batches[_filling].len > 0) start_batch();
+  if (!_inflight && _fd >= 0 && _batches[_filling].len > 0) start_batch();
+  pump();
 }
 
-// The filling batch goes to the kernel; the other (free) one starts filling.
+// The filling batch is handed over (pump writes it); the other (free) one
+// starts filling.
 void writer::start_batch() noexcept {
   SLUICE_ASSERT(!_inflight);
   batch& b = _batches[_filling];
@@ -124,12 +130,45 @@ void writer::start_batch() noexcept {
   _inflight = true;
   _filling ^= 1u;
   SLUICE_ASSERT(_batches[_filling].len == 0);
-  submit_write();
+}
+
+void writer::pump() noexcept {
+  if (_closed || _writing || _syncing) return;
+  batch& p = pending();
+  // Nothing of it on its file yet (it waits for a retry, and SIGUSR1 came
+  // meanwhile): it goes to the current file, which may well be healthy.
+  if (_inflight && p.written == 0 && p.fd != _fd && _fd >= 0) {
+    const int old = p.fd;
+    p.fd = _fd;
+    release_fd(old);
+  }
+  const batch& f = _batches[_filling];
+  const bool nothing_left = !_inflight && f.len == 0;
+  const int next_fd = _inflight ? p.fd : _fd;
+  // The fsync first when it is due, or when the next write goes to another
+  // file (after a reopen: the rotated file is made durable, once, and only
+  // one file is ever unsynced); at shutdown once everything is written.
+  if (_dirty_fd >= 0 && (_dirty_fd != next_fd || _now_ms - _dirty_since_ms >= _opt.fsync_interval_ms ||
+                         (_closing && nothing_left))) {
+    submit_sync();
+    return;
+  }
+  if (_inflight) {
+    if (_now_ms >= _retry_at_ms) submit_write();
+    return;
+  }
+  if (f.len == 0 || _fd < 0) return;
+  if (f.cap - f.len < max_line_bytes || _closing || _now_ms - _batch_started_ms >= _opt.flush_interval_ms) {
+    start_batch();
+    submit_write();
+  }
 }
 
 void writer::submit_write() noexcept {
-  const batch& b = _batches[_filling ^ 1u];
-  io_uring_sqe* s = _r.sqe(&_op);
+  const batch& b = pending();
+  SLUICE_ASSERT(_inflight && !_writing && !_syncing);
+  _writing = true;
+  io_uring_sqe* s = _r.sqe(&_write_op);
   // Offset -1: "the current file position" (IORING_FEAT_RW_CUR_POS, Linux
   // 5.6); with O_APPEND the kernel places the bytes at end-of-file under the
   // inode lock, which is what keeps whole batches from shards apart.
@@ -144,10 +183,22 @@ void writer::submit_write() noexcept {
   s->flags |= IOSQE_ASYNC;
 }
 
+void writer::submit_sync() noexcept {
+  SLUICE_ASSERT(_dirty_fd >= 0 && !_writing && !_syncing);
+  _syncing = true;
+  _sync_fd = _dirty_fd;
+  _dirty_fd = -1;  // bytes written from now on need the next fsync
+  io_uring_sqe* s = _r.sqe(&_sync_op);
+  // fdatasync: an append-only file needs its data and its size, not its
+  // timestamps. IORING_OP_FSYNC (Linux 5.1) runs in an io-wq worker.
+  io_uring_prep_fsync(s, _sync_fd, IORING_FSYNC_DATASYNC);
+}
+
 void writer::on_write(shard::completion* c, const io_uring_cqe* cqe) {
-  writer* self = static_cast<write_op*>(c)->self;
-  batch& b = self->_batches[self->_filling ^ 1u];
-  SLUICE_ASSERT(self->_inflight);
+  writer* self = static_cast<op*>(c)->self;
+  batch& b = self->pending();
+  SLUICE_ASSERT(self->_inflight && self->_writing);
+  self->_writing = false;
   const int res = cqe->res;
   if (res == -EINTR || res == -EAGAIN) {  // nothing written: try again
     self->submit_write();
@@ -155,48 +206,111 @@ void writer::on_write(shard::completion* c, const io_uring_cqe* cqe) {
   }
   if (res <= 0) {
     // EIO, ENOSPC, EFBIG, EDQUOT, EBADF…; 0 for a non-empty write would loop
-    // forever, so it counts as an error too. The batch is lost (counted).
-    self->_stats.write_errors.add();
-    if (!self->_error_logged) {
-      self->_error_logged = true;
-      log::error("audit: shard {}: write to {} failed: {} (further errors only counted)", self->_opt.shard,
-                 self->_path, res == 0 ? "wrote nothing" : std::strerror(-res));
-    }
-    self->finish_batch(0, b.lines);
+    // forever, so it counts as an error too. A failed write wrote nothing:
+    // the batch goes again from b.written after the backoff.
+    self->write_failed(res);
+    self->pump();
     return;
   }
+  if (self->_failures > 0) {
+    log::info("audit: shard {}: writing to {} again after {} failed attempts", self->_opt.shard, self->_path,
+              self->_failures);
+    self->_failures = 0;
+  }
+  self->_backoff_ms = 0;
   b.written += static_cast<size_t>(res);
   self->_stats.bytes_written.add(static_cast<uint64_t>(res));
+  if (self->_dirty_fd != b.fd && b.fd != self->_nosync_fd && !self->_closed) {
+    SLUICE_ASSERT(self->_dirty_fd < 0);  // pump syncs another file before writing to this one
+    self->_dirty_fd = b.fd;
+    self->_dirty_since_ms = self->_now_ms;
+  }
   if (b.written < b.len) {
     // A short write on a regular file means the disk or a limit is full; the
-    // rest goes out before any later batch of this shard.
+    // rest goes out at once, before any later batch of this shard (if the
+    // disk is still full it fails, and the backoff applies).
     self->_stats.short_writes.add();
     self->submit_write();
     return;
   }
-  self->finish_batch(b.lines, 0);
+  self->finish_batch();
+  self->pump();
 }
 
-void writer::finish_batch(uint64_t lines_ok, uint64_t lines_bad) noexcept {
-  batch& b = _batches[_filling ^ 1u];
-  _stats.lines_written.add(lines_ok);
-  _stats.lines_lost.add(lines_bad);
+void writer::write_failed(int res) noexcept {
+  _stats.write_errors.add();
+  if (_failures++ == 0) {
+    log::error("audit: shard {}: write to {} failed: {}; retrying with backoff, lines kept (further errors only counted)",
+               _opt.shard, _path, res == 0 ? "wrote nothing" : std::strerror(-res));
+  }
+  if (_closed) {  // close() has passed its timeout: nothing will retry this
+    give_up(pending());
+    return;
+  }
+  _backoff_ms = _backoff_ms == 0 ? _opt.retry_backoff_ms
+                                 : (_backoff_ms > _opt.retry_backoff_max_ms / 2 ? _opt.retry_backoff_max_ms : _backoff_ms * 2);
+  _retry_at_ms = _now_ms + _backoff_ms;
+}
+
+void writer::on_sync(shard::completion* c, const io_uring_cqe* cqe) {
+  writer* self = static_cast<op*>(c)->self;
+  SLUICE_ASSERT(self->_syncing);
+  self->_syncing = false;
+  const int fd = self->_sync_fd;
+  self->_sync_fd = -1;
+  const int res = cqe->res;
+  if (res >= 0) {
+    self->_stats.fsyncs.add();
+  } else if (res == -EINVAL || res == -EROFS) {
+    // The file cannot be synced at all (a pipe, a terminal: path =
+    // "/dev/stdout"): stop trying on this fd; its bytes are not on a disk of ours.
+    self->_nosync_fd = fd;
+    log::info("audit: shard {}: {} cannot be fsync'ed ({}); writing without fsync", self->_opt.shard, self->_path,
+              std::strerror(-res));
+  } else {
+    // EIO, ENOSPC, EDQUOT: writeback of bytes already reported written
+    // failed. Not retried: the kernel reports a writeback error to each fd
+    // once (errseq, Linux 4.13), so a second fsync would succeed without
+    // bringing the bytes back.
+    self->_stats.fsync_errors.add();
+    if (!self->_sync_error_logged) {
+      self->_sync_error_logged = true;
+      log::error("audit: shard {}: fsync of {} failed: {}; written lines may not be on disk (further errors only counted)",
+                 self->_opt.shard, self->_path, std::strerror(-res));
+    }
+  }
+  self->release_fd(fd);
+  self->pump();
+}
+
+void writer::finish_batch() noexcept {
+  batch& b = pending();
+  _stats.lines_written.add(b.lines);
   _stats.batches_written.add();
+  // Rotated while this batch was being written: its file may be ours to close now.
+  retire(b);
+}
+
+void writer::give_up(batch& b) noexcept {
+  _stats.lines_lost.add(b.lines);
+  retire(b);
+}
+
+void writer::retire(batch& b) noexcept {
   const int fd = b.fd;
+  if (&b == &pending()) _inflight = false;
   b.len = 0;
   b.written = 0;
   b.lines = 0;
   b.fd = -1;
-  _inflight = false;
-  // Rotated while this batch was in the kernel: its file is ours to close now.
-  if (fd != _fd) release_fd(fd);
-  // A batch that filled up meanwhile should not wait for the next tick.
-  const batch& f = _batches[_filling];
-  if (!_closed && f.len > 0 && (f.cap - f.len < max_line_bytes || _closing)) start_batch();
+  release_fd(fd);
 }
 
 void writer::release_fd(int fd) noexcept {
-  if (fd >= 0) ::close(fd);
+  if (fd < 0 || fd == _fd || fd == _dirty_fd || fd == _sync_fd) return;
+  if (_inflight && pending().fd == fd) return;
+  if (fd == _nosync_fd) _nosync_fd = -1;  // the number may come back for another file
+  ::close(fd);
 }
 
 bool writer::reopen() noexcept {
@@ -211,11 +325,12 @@ bool writer::reopen() noexcept {
   }
   const int old = _fd;
   _fd = fd;
-  // The batch in flight (if any) keeps the old fd until its CQE; otherwise
-  // nothing references it any more.
-  const bool old_in_use = _inflight && _batches[_filling ^ 1u].fd == old;
-  if (!old_in_use) release_fd(old);
-  _error_logged = false;  // a new file: report its first failure too
+  release_fd(old);
+  _sync_error_logged = false;  // a new file: report its first failure too
+  // A write waiting for its backoff tries the new file at once: rotating is
+  // what an operator does about a broken file.
+  _retry_at_ms = 0;
+  pump();
   return true;
 }
 
@@ -224,8 +339,9 @@ bool writer::flush_and_wait(uint32_t timeout_ms) noexcept {
   _r.run_once(0);
   const uint64_t start_ms = _r.now_ms();
   for (;;) {
+    tick(_r.now_ms());  // retries come due by the reactor's clock, as in the loop
     flush();
-    if (idle()) break;
+    if (settled()) break;
     if (_r.now_ms() - start_ms >= timeout_ms) break;
     _r.run_once(10);
   }
@@ -241,9 +357,20 @@ bool writer::close(uint32_t timeout_ms) noexcept {
   if (_closed) return idle();
   const bool ok = flush_and_wait(timeout_ms);
   _closed = true;
-  // A write still in flight keeps the fd; finish_batch closes it.
-  if (_fd >= 0 && !(_inflight && _batches[_filling ^ 1u].fd == _fd)) release_fd(_fd);
+  // Past the timeout: what is buffered, or waits for a retry, will never be
+  // written. An SQE in the kernel points at our buffers and ops: it is waited
+  // for, however long the disk takes; a write that fails now is given up
+  // (on_write), one that was short goes on while the disk takes bytes.
+  give_up(_batches[_filling]);
+  while (_writing || _syncing) _r.run_once(100);
+  if (_inflight) give_up(pending());
+  // Unsynced bytes stay in the page cache; no new fsync is started here.
+  const int dirty = _dirty_fd;
+  _dirty_fd = -1;
+  const int fd = _fd;
   _fd = -1;
+  release_fd(dirty);
+  if (fd != dirty) release_fd(fd);
   return ok;
 }
 

@@ -1,4 +1,6 @@
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <simdjson.h>
 #include <unistd.h>
 
@@ -28,7 +30,7 @@ struct temp_dir {
     path = tmpl;
   }
   ~temp_dir() {
-    for (const char* f : {"/audit.jsonl", "/audit.jsonl.1"}) ::unlink((path + f).c_str());
+    for (const char* f : {"/audit.jsonl", "/audit.jsonl.1", "/real.jsonl"}) ::unlink((path + f).c_str());
     ::rmdir(path.c_str());
   }
 };
@@ -66,6 +68,39 @@ std::unique_ptr<reactor> make_reactor() {
   auto r = reactor::create(reactor::options{});
   REQUIRE(r != nullptr);
   return r;
+}
+
+// The one fd of this process open on `target` (the writer's, found from the
+// outside so that the test can swap the file under it with dup2).
+int fd_open_on(const std::string& target) {
+  int found = -1;
+  DIR* d = ::opendir("/proc/self/fd");
+  REQUIRE(d != nullptr);
+  while (dirent* e = ::readdir(d)) {
+    char link[256];
+    const std::string entry = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(entry.c_str(), link, sizeof link - 1);
+    if (n <= 0) continue;
+    if (std::string(link, static_cast<size_t>(n)) != target) continue;
+    REQUIRE(found < 0);
+    found = std::atoi(e->d_name);
+  }
+  ::closedir(d);
+  REQUIRE(found >= 0);
+  return found;
+}
+
+// Runs the reactor (no tick: the writer's clock stays put) until `done`.
+template <class F>
+void run_until(reactor& r, F done) {
+  for (int i = 0; i < 500 && !done(); ++i) r.run_once(10);
+  REQUIRE(done());
+}
+
+// Lets completions already due arrive, without moving the writer's clock:
+// for checking that nothing happens before a tick says it is time.
+void let_completions_in(reactor& r) {
+  for (int i = 0; i < 3; ++i) r.run_once(0);
 }
 
 // Appends, letting the reactor make room when both buffers are busy: the
@@ -203,19 +238,153 @@ TEST_SUITE("audit::writer") {
     CHECK_FALSE(w->append(rec));  // closed: dropped, not crashed
   }
 
-  TEST_CASE("a failing write is counted and its lines reported lost") {
+  TEST_CASE("a failed write is retried after a doubling, capped backoff, and its lines arrive") {
+    temp_dir dir;
+    const std::string real = dir.path + "/real.jsonl";
     auto r = make_reactor();
-    auto w = writer::open(*r, "/dev/full", writer::options{});  // every write: ENOSPC
+    writer::options o;
+    o.flush_interval_ms = 10;
+    o.retry_backoff_ms = 100;
+    o.retry_backoff_max_ms = 400;
+    auto w = writer::open(*r, "/dev/full", o);  // every write: ENOSPC
+    REQUIRE(w != nullptr);
+    const int fd = fd_open_on("/dev/full");
+    record rec;
+    rec.request_id = "kept-0";
+    w->tick(1000);
+    REQUIRE(w->append(rec));
+    rec.request_id = "kept-1";
+    REQUIRE(w->append(rec));
+    w->tick(1010);  // the batch goes out, and fails
+    run_until(*r, [&] { return w->stats().write_errors.get() == 1; });
+    // The failures, each after twice the wait of the one before, up to 400 ms.
+    for (uint64_t at : {1110u, 1310u, 1710u, 2110u}) {
+      w->tick(at - 1);
+      let_completions_in(*r);
+      const uint64_t before = w->stats().write_errors.get();
+      CHECK(before < 5);
+      w->tick(at);
+      run_until(*r, [&] { return w->stats().write_errors.get() == before + 1; });
+    }
+    CHECK(w->stats().write_errors.get() == 5);
+    CHECK(w->stats().lines_lost.get() == 0);
+    CHECK(w->stats().lines_written.get() == 0);
+    CHECK_FALSE(w->idle());
+    // The disk recovers: the writer's fd now leads to a real file.
+    const int file = ::open(real.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    REQUIRE(file >= 0);
+    REQUIRE(::dup2(file, fd) == fd);
+    ::close(file);
+    w->tick(2510);
+    run_until(*r, [&] { return w->idle(); });
+    CHECK(w->stats().lines_written.get() == 2);
+    CHECK(w->stats().lines_lost.get() == 0);
+    CHECK(w->stats().write_errors.get() == 5);
+    const auto lines = read_lines(real);
+    REQUIRE(lines.size() == 2);
+    simdjson::dom::parser p;
+    CHECK(request_id_of(p, lines[0]) == "kept-0");
+    CHECK(request_id_of(p, lines[1]) == "kept-1");
+    CHECK(w->close());
+  }
+
+  TEST_CASE("lines are given up only by close, once its timeout has passed") {
+    auto r = make_reactor();
+    auto w = writer::open(*r, "/dev/full", writer::options{});
     REQUIRE(w != nullptr);
     record rec;
-    rec.request_id = "lost";
+    rec.request_id = "doomed";
     REQUIRE(w->append(rec));
     REQUIRE(w->append(rec));
-    CHECK(w->flush_and_wait(5000));
-    CHECK(w->stats().write_errors.get() == 1);
-    CHECK(w->stats().lines_lost.get() == 2);
+    CHECK_FALSE(w->flush_and_wait(150));
+    CHECK(w->stats().write_errors.get() >= 1);
+    CHECK(w->stats().lines_lost.get() == 0);  // still kept for a retry
+    REQUIRE(w->append(rec));                  // and the writer still takes lines
+    CHECK_FALSE(w->close(150));
+    CHECK(w->stats().lines_lost.get() == 3);
     CHECK(w->stats().lines_written.get() == 0);
+    CHECK(w->idle());
+  }
+
+  TEST_CASE("a batch failing on the old file goes to the new one after a reopen") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    REQUIRE(::symlink("/dev/full", path.c_str()) == 0);
+    auto r = make_reactor();
+    writer::options o;
+    o.retry_backoff_ms = 60000;  // only the reopen can make it go again before the test ends
+    auto w = writer::open(*r, path, o);
+    REQUIRE(w != nullptr);
+    record rec;
+    rec.request_id = "moved";
+    REQUIRE(w->append(rec));
+    w->flush();
+    run_until(*r, [&] { return w->stats().write_errors.get() == 1; });
+    // logrotate's part: the broken file goes away, a regular one takes its name.
+    REQUIRE(::unlink(path.c_str()) == 0);
+    REQUIRE(w->reopen());
+    run_until(*r, [&] { return w->idle(); });
+    CHECK(w->stats().lines_written.get() == 1);
+    CHECK(w->stats().lines_lost.get() == 0);
+    CHECK(read_lines(path).size() == 1);
     CHECK(w->close());
+  }
+
+  TEST_CASE("written bytes are fsync'ed per fsync_interval_ms, by the time tick() is given") {
+    temp_dir dir;
+    const std::string path = dir.path + "/audit.jsonl";
+    auto r = make_reactor();
+    writer::options o;
+    o.flush_interval_ms = 10;
+    record rec;
+    rec.request_id = "synced";
+
+    SUBCASE("once the interval has passed since the write, never more often") {
+      o.fsync_interval_ms = 1000;
+      auto w = writer::open(*r, path, o);
+      REQUIRE(w != nullptr);
+      w->tick(5000);
+      let_completions_in(*r);
+      CHECK(w->stats().fsyncs.get() == 0);  // nothing written: nothing to sync
+      REQUIRE(w->append(rec));
+      w->tick(5010);
+      run_until(*r, [&] { return w->idle(); });  // written at tick 5010
+      w->tick(6009);
+      let_completions_in(*r);
+      CHECK(w->stats().fsyncs.get() == 0);
+      w->tick(6010);
+      run_until(*r, [&] { return w->stats().fsyncs.get() == 1; });
+      // Written right after that fsync: the next one waits a whole interval.
+      REQUIRE(w->append(rec));
+      w->tick(6020);
+      run_until(*r, [&] { return w->stats().lines_written.get() == 2; });
+      w->tick(7019);
+      let_completions_in(*r);
+      CHECK(w->stats().fsyncs.get() == 1);
+      w->tick(7020);
+      run_until(*r, [&] { return w->stats().fsyncs.get() == 2; });
+      w->tick(20000);
+      let_completions_in(*r);
+      CHECK(w->stats().fsyncs.get() == 2);  // nothing new written since
+      CHECK(w->stats().fsync_errors.get() == 0);
+      CHECK(w->close());
+    }
+
+    SUBCASE("0: after every batch") {
+      o.fsync_interval_ms = 0;
+      auto w = writer::open(*r, path, o);
+      REQUIRE(w != nullptr);
+      uint64_t now_ms = 1000;
+      for (uint64_t n = 1; n <= 3; ++n) {
+        w->tick(now_ms);
+        REQUIRE(w->append(rec));
+        w->tick(now_ms += 10);
+        run_until(*r, [&] { return w->stats().fsyncs.get() == n; });
+        CHECK(w->stats().batches_written.get() == n);
+      }
+      CHECK(w->close());
+      CHECK(w->stats().fsyncs.get() == 3);
+    }
   }
 
   TEST_CASE("opening a path that cannot be created fails with nullptr") {
