@@ -38,7 +38,7 @@ const names k_server_keys = {
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
                                    "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max"};
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens", "max_tokens_cap", "image_tokens"};
-const names k_audit_keys = {"path"};
+const names k_audit_keys = {"path", "fsync_interval_ms"};
 const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "max_tokens_cap", "upstream",
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage"};
@@ -639,6 +639,8 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
   if (const toml::table* t = r.table(root, "audit", "audit")) {
     r.check_keys(*t, "[audit]", k_audit_keys);
     r.read_string(*t, "audit", "path", cfg->audit.path);
+    r.read_uint(*t, "audit", "fsync_interval_ms", cfg->audit.fsync_interval_ms, 0, k_timeout_max_ms,
+                " ms (0 = after every batch)");
   }
   if (const toml::table* t = r.table(root, "health", "health")) read_health(r, *t, "health", cfg->health);
 

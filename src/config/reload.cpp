@@ -149,6 +149,10 @@ std::shared_ptr<const config> reconcile(const config& next, const config& runnin
   if (next.audit.path != running.audit.path) {
     notes.push_back(fmt::format("[audit] path changed to \"{}\": takes effect at the next restart", next.audit.path));
   }
+  if (next.audit.fsync_interval_ms != running.audit.fsync_interval_ms) {
+    notes.push_back(fmt::format("[audit] fsync_interval_ms changed to {}: takes effect at the next restart",
+                                next.audit.fsync_interval_ms));
+  }
   out->server = running.server;
   out->audit = running.audit;
 

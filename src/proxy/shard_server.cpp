@@ -149,6 +149,7 @@ bool shard_server::init() noexcept {
   if (!_cfg->audit.path.empty()) {
     audit::writer::options o;
     o.shard = _index;
+    o.fsync_interval_ms = _cfg->audit.fsync_interval_ms;
     _audit = audit::writer::open(_r, _cfg->audit.path, o);
     if (!_audit) return false;
   }

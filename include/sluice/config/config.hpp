@@ -75,6 +75,9 @@ struct quota_config {
 
 struct audit_config {
   std::string path = "sluice-audit.jsonl";  // "" = off
+  // Written lines are fdatasync'ed at most this long after they were written
+  // (a host crash loses at most this much); 0 = after every batch.
+  uint32_t fsync_interval_ms = 1000;
 };
 
 // A group has at most this many backends: the router's per-group masks are

@@ -67,6 +67,7 @@ TEST_SUITE("config::load") {
     CHECK(c->server.idle_poll_us == 50);
     CHECK(c->upstream.first_byte_timeout_ms == 120000);
     CHECK(c->audit.path == "sluice-audit.jsonl");
+    CHECK(c->audit.fsync_interval_ms == 1000);
     REQUIRE(c->groups.size() == 1);
     CHECK(c->groups[0].name == "default");
     CHECK(c->groups[0].models == std::vector<std::string>{"*"});
@@ -121,6 +122,7 @@ default_max_tokens = 100
 
 [audit]
 path = ""
+fsync_interval_ms = 0
 
 [[group]]
 name = "qwen"
@@ -177,6 +179,7 @@ groups = ["qw*"]
     CHECK(c->quota.output_weight == 3);
     CHECK(c->quota.default_max_tokens == 100);
     CHECK(c->audit.path.empty());
+    CHECK(c->audit.fsync_interval_ms == 0);
 
     REQUIRE(c->groups.size() == 2);
     const auto& q = c->groups[0];
@@ -246,6 +249,9 @@ TEST_SUITE("config::errors") {
       {"no upstream connections", "[upstream]\nconnections_max = 0\n", 2, "upstream.connections_max = 0 is out of range"},
       {"memory cap too large", "[server]\nmemory_max_bytes = 2199023255552\n", 2, "0 = no cap, else up to 1 TiB"},
       {"boolean type", "[server]\nsplice = 1\n", 2, "server.splice must be true or false"},
+      {"fsync interval too long", "[audit]\nfsync_interval_ms = 86400001\n", 2, "allowed: 0-86400000 ms (0 = after every batch)"},
+      {"fsync interval negative", "[audit]\n\nfsync_interval_ms = -1\n", 3, "audit.fsync_interval_ms = -1 is out of range"},
+      {"misspelt audit key", "[audit]\nfsync_intervl_ms = 5\n", 2, "unknown key \"fsync_intervl_ms\" in [audit] (did you mean \"fsync_interval_ms\"?)"},
       {"upstream buffers not a power of two", "[server]\nupstream_buffers = 48\n", 2, "is not a power of two"},
       {"no upstream buffers", "[server]\nupstream_buffers = 0\n", 2, "upstream_buffers = 0 is out of range"},
       {"poll window too long", "[server]\nidle_poll_us = 1001\n", 2, "server.idle_poll_us = 1001 is out of range"},

@@ -187,16 +187,18 @@ key = "bob-secret"
   TEST_CASE("[server] and [audit] keep their running values, with a note") {
     auto running = load(k_running);
     std::string edited(k_running);
-    edited = "[server]\nlisten = \"127.0.0.1:9999\"\nheader_timeout_ms = 77\n\n[audit]\npath = \"other.jsonl\"\n" + edited;
+    edited = "[server]\nlisten = \"127.0.0.1:9999\"\nheader_timeout_ms = 77\n\n[audit]\npath = \"other.jsonl\"\nfsync_interval_ms = 5\n" + edited;
     auto next = load(edited);
     std::vector<std::string> notes;
     auto r = cfg::reconcile(*next, *running, cfg::capacity_for(*running), notes);
     CHECK(r->server.listen.text == running->server.listen.text);
     CHECK(r->server.header_timeout_ms == running->server.header_timeout_ms);
     CHECK(r->audit.path == running->audit.path);
-    REQUIRE(notes.size() == 3);
+    CHECK(r->audit.fsync_interval_ms == running->audit.fsync_interval_ms);
+    REQUIRE(notes.size() == 4);
     CHECK(notes[0].find("[server] changed") == 0);
     CHECK(notes[1].find("[audit] path changed to \"other.jsonl\"") == 0);
+    CHECK(notes[2].find("[audit] fsync_interval_ms changed to 5") == 0);
   }
 
   TEST_CASE("an unchanged file reconciles to the same positions and no changes") {
