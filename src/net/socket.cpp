@@ -52,6 +52,28 @@ int stream_socket(int family) noexcept {
   return fd;
 }
 
+int upstream_socket(int family) noexcept {
+  const int fd = stream_socket(family);
+  if (fd < 0) return fd;
+  const int on = 1;
+  const int idle_s = k_upstream_keepalive_idle_s;
+  const int interval_s = k_upstream_keepalive_interval_s;
+  const int probes = k_upstream_keepalive_probes;
+  const unsigned user_timeout_ms = k_upstream_user_timeout_ms;
+  if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) != 0) {
+    // Not expected on a TCP socket; a connection without them would hang
+    // for minutes on a dead backend, so it is not made.
+    const int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  return fd;
+}
+
 size_t format_ip(const sockaddr_storage& ss, char* out, size_t cap) noexcept {
   const char* r = nullptr;
   if (ss.ss_family == AF_INET) {

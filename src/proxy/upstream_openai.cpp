@@ -259,7 +259,7 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
   auto* u = new (std::nothrow) upstream_conn();
   if (u == nullptr) return nullptr;
   const config::backend_config& b = _cfg->backends[backend];
-  u->fd = net::stream_socket(b.address.family());
+  u->fd = net::upstream_socket(b.address.family());
   if (u->fd < 0) {
     delete u;
     return nullptr;

@@ -22,6 +22,24 @@ uint16_t local_port(int fd) noexcept;
 // TCP_NODELAY, or -errno.
 int stream_socket(int family) noexcept;
 
+// What upstream_socket sets. A pooled connection to a backend that vanished
+// (power loss, a black-holing firewall) sends no RST: without these it is
+// found dead only by first_byte_timeout_ms (120 s) of the request that
+// reuses it. Keepalive finds an idle one dead after idle + probes x interval
+// (25 s); TCP_USER_TIMEOUT fails one with unacknowledged data (a request
+// just sent) after 15 s and caps the keepalive probing too. A live backend
+// in a long prefill is not affected: its kernel acknowledges the request and
+// answers the probes.
+inline constexpr int k_upstream_keepalive_idle_s = 10;
+inline constexpr int k_upstream_keepalive_interval_s = 5;
+inline constexpr int k_upstream_keepalive_probes = 3;
+inline constexpr unsigned k_upstream_user_timeout_ms = 15000;
+
+// Returns: a stream_socket for a backend connection, with SO_KEEPALIVE
+// (TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) and TCP_USER_TIMEOUT (Linux
+// 2.6.37) as above, or -errno.
+int upstream_socket(int family) noexcept;
+
 void set_nodelay(int fd) noexcept;
 
 // Formats a peer address as text ("127.0.0.1" / "::1") into `out`.
