@@ -29,6 +29,7 @@ enum class deadline_kind : uint8_t {
   upstream_first_byte,
   upstream_idle,   // stream idle: no byte from the backend for stream_idle_timeout_ms
   send,            // the client takes no bytes: close
+  linger,          // after an error answer that closes: stop reading what the client still sends
 };
 
 // When a deadline of kind `k`, `ms` from `now_ms`, falls due. Returns: 0
@@ -51,6 +52,7 @@ enum class conn_state : uint8_t {
   streaming,     // response body flowing upstream -> downstream
   local,         // sending an answer sluice made itself
   quota_wait,    // admitted once peers lend quota (a borrow round is out)
+  lingering,     // an error answer went out and the write side is shut: input is read and dropped
   closing,
 };
 
@@ -104,6 +106,7 @@ struct downstream_conn {
   uint32_t body_len = 0;           // body bytes ready at body_begin
   uint32_t raw_end = 0;            // offset just past the request's raw bytes
   uint32_t chunk_raw_pos = 0;      // chunked: first raw byte not yet decoded
+  uint64_t linger_bytes = 0;       // dropped while lingering
   http::request_parser parser;
 
   // Outgoing bytes: `out` holds heads and local answers; send_iov points at

@@ -30,6 +30,11 @@ namespace {
 // connection stops reading (and so stops the client) until it catches up.
 constexpr uint32_t k_pipeline_bytes_max = 64u << 10;
 
+// Lingering after an error answer that closes: how long and how much input
+// is read and dropped before the close.
+constexpr uint64_t k_linger_ms = 5000;
+constexpr uint64_t k_linger_bytes_max = 64u << 20;
+
 
 std::string_view reason_phrase(uint16_t status) noexcept {
   switch (status) {
@@ -87,7 +92,10 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     const auto bid = static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
     const char* src = _bufs->buffer(bid);
     bool ok = true;
-    if (d->state != conn_state::closing) {
+    if (d->state == conn_state::lingering) {
+      d->linger_bytes += static_cast<uint64_t>(res);  // read only to be dropped
+      ok = d->linger_bytes <= k_linger_bytes_max;
+    } else if (d->state != conn_state::closing) {
       // While a response is in flight the request buffer may be referenced
       // by an upstream send: it must not move. Pipelined bytes wait in the
       // stash until the exchange ends.
@@ -348,10 +356,26 @@ void shard_server::on_response_sent(downstream_conn* d) noexcept {
     _metrics.at(metrics::stat::responses_5xx).add();
   }
   if (d->close_after_send) {
+    if (d->x.status >= 400 && !d->peer_eof) {
+      linger(d);
+      return;
+    }
     close_downstream(d);
     return;
   }
   next_request(d);
+}
+
+void shard_server::linger(downstream_conn* d) noexcept {
+  // What nginx's lingering_close does: a client that sent its whole body
+  // with its head (every SDK does) would turn a close with unread input
+  // into an RST, which destroys the answer before the client reads it. So
+  // the write side is shut (the client sees the answer, then EOF) and what
+  // it still sends is read and dropped, for a bounded time and size.
+  ::shutdown(d->fd, SHUT_WR);
+  d->state = conn_state::lingering;
+  d->linger_bytes = 0;
+  set_deadline(d, deadline_kind::linger, k_linger_ms);
 }
 
 void shard_server::next_request(downstream_conn* d) noexcept {
@@ -492,6 +516,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
     }
     case deadline_kind::idle:
     case deadline_kind::send:
+    case deadline_kind::linger:
       close_downstream(d);
       return;
     case deadline_kind::upstream_idle:

@@ -142,6 +142,8 @@ class shard_server {
   // cancelled (audited 499, client_closed), then the connection closes.
   void client_gone(downstream_conn* d) noexcept;
   void close_downstream(downstream_conn* d) noexcept;
+  // After an error answer that closes: shut the write side, drop input.
+  void linger(downstream_conn* d) noexcept;
   void maybe_free(downstream_conn* d) noexcept;
   void compact_input(downstream_conn* d) noexcept;
   // Arms the connection's one deadline `ms` from now (0 or none: none). An

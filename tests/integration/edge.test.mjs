@@ -166,3 +166,38 @@ describe('clients that leave', () => {
     assert.equal(rec.cancelled, true);
   });
 });
+
+describe('a body over max_body_bytes, sent whole with its head', () => {
+  let mock, sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({});
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { max_body_bytes: 1 << 20 } },
+        groups: [{ name: 'g', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'k', key: 'key-k', groups: ['*'] }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('the OpenAI SDK gets the 413 (not a reset), does not retry it, and nothing reaches the backend', async () => {
+    await mock.clear_requests();
+    let attempts = 0;
+    const client = new OpenAI({
+      apiKey: 'key-k', baseURL: `${sluice.url}/v1`, maxRetries: 2,
+      fetch: (url, init) => { ++attempts; return fetch(url, init); },
+    });
+    const big = 'x'.repeat(8 << 20);
+    for (let i = 0; i < 3; ++i) {
+      await assert.rejects(client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: big }] }), (err) => {
+        assert.equal(err.status, 413, `${err.constructor.name}: ${err.message}`);
+        assert.equal(err.type, 'invalid_request_error');
+        return true;
+      });
+    }
+    assert.equal(attempts, 3, 'a 413 is not retried');
+    assert.equal((await mock.requests()).length, 0);
+  });
+});

@@ -394,7 +394,8 @@ const cases = [
   { name: 'max_tokens -0', status: 400, bytes: with_member('"max_tokens":-0') },
   { name: 'max_tokens +1', status: 400, bytes: with_member('"max_tokens":+1') },
   { name: 'max_tokens 0x10', status: 400, bytes: with_member('"max_tokens":0x10') },
-  { name: 'max_tokens 2^20 + 1 (over the cap)', status: 400, bytes: with_json({ model, messages: msgs, max_tokens: 2 ** 20 + 1 }) },
+  { name: 'max_tokens 2^20 + 1 (over any cap)', status: 400, bytes: with_json({ model, messages: msgs, max_tokens: 2 ** 20 + 1 }) },
+  { name: 'max_tokens 32769 (over the default group cap)', status: 400, bytes: with_json({ model, messages: msgs, max_tokens: 32769 }) },
   { name: 'max_tokens 2^64 - 1 (unsigned 64-bit)', status: 400, bytes: with_member('"max_tokens":18446744073709551615') },
   { name: 'max_tokens true', status: 400, bytes: with_json({ model, messages: msgs, max_tokens: true }) },
   { name: 'max_completion_tokens as a string', status: 400, bytes: with_json({ model, messages: msgs, max_completion_tokens: '8' }) },
@@ -492,7 +493,7 @@ const passed = [
   { name: 'JSON nesting depth exactly 64 is accepted', forwarded: 1,
     bytes: with_body(`{"model":"${model}","messages":[{"role":"user","content":"hi"}],"x":${nested(63)}}`),
     check: (r) => assert.ok(r.body.includes(nested(63))) },
-  { name: 'max_tokens exactly the cap (2^20)', forwarded: 1, bytes: with_json({ model, messages: msgs, max_tokens: 2 ** 20 }) },
+  { name: 'max_tokens exactly the default group cap (32768)', forwarded: 1, bytes: with_json({ model, messages: msgs, max_tokens: 32768 }) },
 ];
 
 describe('malformed and hostile requests', () => {

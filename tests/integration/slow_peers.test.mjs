@@ -276,7 +276,7 @@ describe('slow reader of a 400 MiB stream', () => {
   {
     const mode = 'copy';
     it(`sluice's RSS grows less than 8 MiB and every byte arrives`, async () => {
-      const sluice = await start_sluice({ config: sluice_config({ backends: [mock.url] }) });
+      const sluice = await start_sluice({ config: sluice_config({ backends: [mock.url], quota: { max_tokens_cap: 1 << 20 } }) });
       try {
         const pid = sluice.proc.child.pid;
         const id = `slow-reader-${mode}`;
@@ -358,7 +358,7 @@ describe('backend receive buffers all lent', () => {
 
   it('four paused readers on one ring buffer: the others take their own, and every byte arrives', async () => {
     const sluice = await start_sluice({
-      config: sluice_config({ backends: [mock.url], server: { upstream_buffers: 1 } }),
+      config: sluice_config({ backends: [mock.url], server: { upstream_buffers: 1 }, quota: { max_tokens_cap: 1 << 20 } }),
     });
     try {
       const ids = ['lent-0', 'lent-1', 'lent-2', 'lent-3'];
