@@ -42,7 +42,8 @@ const names k_audit_keys = {"path", "fsync_interval_ms"};
 const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "max_tokens_cap", "upstream",
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage"};
-const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms"};
+const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms",
+                              "max_ejection_percent", "panic_threshold_percent"};
 const names k_router_keys = {"auto_model", "default_group"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images"};
 const names k_backend_keys = {"url", "weight"};
@@ -261,6 +262,8 @@ void read_health(const reader& r, const toml::table& t, std::string_view name, h
   r.read_uint(t, name, "rise", h.rise, 1, 100);
   r.read_uint(t, name, "fall", h.fall, 1, 100);
   r.read_uint(t, name, "eject_after", h.eject_after, 0, 1000, " (0 = no passive ejection)");
+  r.read_uint(t, name, "max_ejection_percent", h.max_ejection_percent, 0, 100);
+  r.read_uint(t, name, "panic_threshold_percent", h.panic_threshold_percent, 0, 100, " (0 = never)");
   r.read_timeout(t, name, "backoff_ms", h.backoff_ms);
   r.read_timeout(t, name, "backoff_max_ms", h.backoff_max_ms);
   if (h.backoff_max_ms < h.backoff_ms) {

@@ -36,6 +36,10 @@ struct health_checker::probe {
   bool done = false;      // the outcome of this probe is decided
   uint64_t next_ms = 0;
   uint64_t rounds = 0;
+  // The 5xx rate's window: answers and 5xx counted at its start.
+  uint64_t window_start_ms = 0;
+  uint64_t window_answers = 0;
+  uint64_t window_errors = 0;
   uint64_t deadline_ms = 0;
   io op;
   char request[320];
@@ -320,6 +324,45 @@ void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
   }
 }
 
+bool health_checker::may_eject(uint32_t backend) const noexcept {
+  // Envoy's max_ejection_percent, per group that has the backend: never
+  // more than that share of the group ejected (rounded down: a group of one
+  // is never ejected passively).
+  for (const config::group_config& g : _cfg->groups) {
+    if (g.removed) continue;
+    bool member = false;
+    uint32_t ejected = 0;
+    for (uint32_t b : g.backends) {
+      member |= b == backend;
+      if (b < _probes.size() && _probes[b]->health.state() == route::health_state::ejected) ++ejected;
+    }
+    if (!member) continue;
+    const uint64_t allowed = uint64_t{g.backends.size()} * g.health.max_ejection_percent / 100;
+    if (ejected + 1 > allowed) return false;
+  }
+  return true;
+}
+
+void health_checker::judge_server_errors(probe& p, uint64_t now_ms) noexcept {
+  // A rate, not a streak: a vLLM that answers 500 to a few bad prompts, or
+  // 503 under load, keeps serving the rest; one that answers (nearly)
+  // nothing but 5xx over a window with enough answers is ejected.
+  constexpr uint64_t k_window_ms = 10000;
+  constexpr uint64_t k_min_answers = 20;
+  constexpr uint64_t k_error_percent = 90;
+  if (now_ms - p.window_start_ms < k_window_ms) return;
+  uint64_t answers = 0, errors = 0;
+  _g.metrics().backend_answers(p.backend, answers, errors);
+  const uint64_t da = answers - p.window_answers, de = errors - p.window_errors;
+  p.window_start_ms = now_ms;
+  p.window_answers = answers;
+  p.window_errors = errors;
+  if (da >= k_min_answers && de * 100 >= k_error_percent * da) {
+    log::warn("backend {}: {} of its last {} answers were 5xx", _cfg->backends[p.backend].url, de, da);
+    apply(p.backend, p.health.on_server_errors(now_ms, may_eject(p.backend)));
+  }
+}
+
 void health_checker::on_iteration(uint64_t now_ms) noexcept {
   // Passive reports from the shards.
   struct ctx_t {
@@ -330,13 +373,14 @@ void health_checker::on_iteration(uint64_t now_ms) noexcept {
       [](void* c, uint32_t backend, bool failure) {
         auto* x = static_cast<ctx_t*>(c);
         if (backend < x->self->_probes.size()) {
-          x->self->apply(backend, x->self->_probes[backend]->health.on_request(failure, x->now));
+          x->self->apply(backend, x->self->_probes[backend]->health.on_request(failure, x->now, x->self->may_eject(backend)));
         }
       },
       &ctx);
   for (auto& pp : _probes) {
     probe& p = *pp;
     apply(p.backend, p.health.tick(now_ms));
+    judge_server_errors(p, now_ms);
     if (p.params.interval_ms == 0 || _stopping) continue;
     if (_cfg->backends[p.backend].removed && !p.running) continue;
     if (p.running) {

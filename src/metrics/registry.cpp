@@ -123,6 +123,22 @@ bool registry::rename(names n) {
 
 registry::~registry() = default;
 
+void registry::backend_answers(uint32_t backend, uint64_t& answers, uint64_t& server_errors) const noexcept {
+  answers = server_errors = 0;
+  if (backend >= _backend_rows) return;
+  const size_t b = _backend_rows + 1;
+  for (const shard_metrics& m : _shards) {
+    for (size_t g = 0; g <= _group_rows; ++g) {
+      const counter* row = m._requests + (g * b + backend) * status_code_count;
+      for (size_t c = 0; c < status_code_count; ++c) {
+        const uint64_t v = row[c].get();
+        answers += v;
+        if (c + 1 < status_code_count && status_codes[c] >= 500) server_errors += v;
+      }
+    }
+  }
+}
+
 void registry::set_backend_up(uint32_t backend, bool up) noexcept {
   SLUICE_ASSERT(backend < _backend_rows);
   if (backend < _backend_rows) _backend_up[backend].set(up ? 1 : 0);

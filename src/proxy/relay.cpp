@@ -24,10 +24,18 @@ namespace sluice::proxy {
 void shard_server::on_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->x.rsp.head;
   const config::group_config& g = _cfg->groups[d->x.group];
-  if (d->x.up != nullptr) report_outcome(d->x.up->backend, rh.status >= 500);
+  // It answered: reachable and speaking HTTP, whatever the status. A 5xx
+  // says something about the request or the load, not the connection (the
+  // control thread judges a rate of them from the metrics).
+  if (d->x.up != nullptr) report_outcome(d->x.up->backend, false);
   // A backend that says 502/503 before anything reached the client: the
   // next backend on the key's ring gets the request (max_retries).
-  if ((rh.status == 502 || rh.status == 503) && d->x.attempts < g.upstream.max_retries && d->x.up != nullptr) {
+  const uint64_t tried = d->x.route_position < 64 ? d->x.tried_mask | uint64_t{1} << d->x.route_position : d->x.tried_mask;
+  // Only when another backend can take it: with none, the client gets this
+  // backend's own answer (status kept, in OpenAI's shape), not sluice's
+  // "no backend".
+  if ((rh.status == 502 || rh.status == 503) && d->x.attempts < g.upstream.max_retries && d->x.up != nullptr &&
+      _routes->pick(d->x.group, d->x.route_key, tried).backend != route::k_none) {
     upstream_conn* u = d->x.up;
     d->x.up = nullptr;
     u->owner = nullptr;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "shard_server.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
 
@@ -100,6 +101,20 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
 }
 
 void shard_server::answer_backend_error(downstream_conn* d) noexcept {
+  // The backend's own retry advice (a 429's or 503's retry-after) goes on
+  // to the client: the SDKs wait for it. Copied now, while the head's views
+  // into the receive buffer are valid.
+  char extra[160];
+  size_t el = 0;
+  http::header hd;
+  for (http::header_fields it = d->x.rsp.head.fields(); it.next(hd);) {
+    if (!iequals(hd.name, "retry-after") && !iequals(hd.name, "retry-after-ms")) continue;
+    if (hd.value.size() > 64 || el + hd.name.size() + hd.value.size() + 4 > sizeof extra) continue;
+    for (std::string_view part : {hd.name, std::string_view(": "), hd.value, std::string_view("\r\n")}) {
+      std::memcpy(extra + el, part.data(), part.size());
+      el += part.size();
+    }
+  }
   upstream_conn* u = d->x.up;
   d->x.up = nullptr;
   d->x.rsp.hold_error = false;
@@ -111,7 +126,7 @@ void shard_server::answer_backend_error(downstream_conn* d) noexcept {
   uint16_t status = d->x.status;
   const size_t bl = openai::normalize_backend_error(d->x.status, std::string_view(d->resp_body.data, d->resp_body.len),
                                                     d->x.rsp.body_overflow, body, sizeof body, status);
-  send_answer(d, status, std::string_view(body, bl), false, {}, "upstream_error");
+  send_answer(d, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
 }
 
 }  // namespace sluice::proxy

@@ -78,7 +78,7 @@ health_event backend_health::on_probe(bool ok, uint64_t now_ms) noexcept {
   return health_event::none;
 }
 
-health_event backend_health::on_request(bool failure, uint64_t now_ms) noexcept {
+health_event backend_health::on_request(bool failure, uint64_t now_ms, bool may_eject) noexcept {
   if (_state != health_state::up) return health_event::none;  // late answers of an old state
   if (!failure) {
     _request_failures = 0;
@@ -89,6 +89,9 @@ health_event backend_health::on_request(bool failure, uint64_t now_ms) noexcept 
     return health_event::none;
   }
   ++_request_failures;
+  // Over the group's max_ejection_percent the count stays where it is: the
+  // next failure asks again, once another backend may have come back.
+  if (!may_eject) return health_event::none;
   if (_probation) return eject(now_ms);
   if (_params.eject_after != 0 && _request_failures >= _params.eject_after) return eject(now_ms);
   return health_event::none;

@@ -29,6 +29,7 @@ table::table(const config::config& cfg, uint32_t shard, uint32_t shard_count)
     s.ring.rebuild(s.members);
     s.keys = {parse_balance_mode(gc.balance), gc.prefix_messages, gc.prefix_bytes};
     s.bounded_load = gc.bounded_load;
+    s.panic_percent = gc.health.panic_threshold_percent;
   }
 }
 
@@ -51,13 +52,27 @@ table::table(const config::config& cfg, const table& previous) : table(cfg, prev
 }
 
 void table::refresh_skip(uint32_t backend) noexcept {
-  const bool skip = _up[backend] == 0 || _draining[backend] != 0;
+  const bool down = _up[backend] == 0;
+  const bool out = _draining[backend] != 0;
   for (group_state& s : _groups_state) {
     const uint32_t p = s.ring.position_of(backend);
     if (p == k_none) continue;
     const uint64_t bit = uint64_t{1} << p;
-    s.skip = skip ? (s.skip | bit) : (s.skip & ~bit);
+    s.down = down ? (s.down | bit) : (s.down & ~bit);
+    s.out = out ? (s.out | bit) : (s.out & ~bit);
+    refresh_group(s);
   }
+}
+
+void table::refresh_group(group_state& s) noexcept {
+  // Envoy's panic threshold: with fewer of the group's backends healthy than
+  // panic_threshold_percent, refusing every request is worse than trying the
+  // sick ones, so all of them serve (the draining ones stay out: an
+  // operator took them out on purpose).
+  const auto total = static_cast<uint32_t>(s.members.size()) - static_cast<uint32_t>(__builtin_popcountll(s.out));
+  const auto healthy = total - static_cast<uint32_t>(__builtin_popcountll(s.down & ~s.out));
+  s.panic = total != 0 && uint64_t{healthy} * 100 < uint64_t{s.panic_percent} * total;
+  s.skip = s.out | (s.panic ? 0 : s.down);
 }
 
 void table::apply(const message& m) noexcept {

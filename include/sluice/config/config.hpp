@@ -99,7 +99,9 @@ struct health_config {
   uint32_t timeout_ms = 1000;        // a probe slower than this failed
   uint32_t rise = 2;                 // consecutive probe successes: down -> up
   uint32_t fall = 3;                 // consecutive probe failures: up -> down
-  uint32_t eject_after = 5;          // consecutive connect failures / 5xx: ejected
+  uint32_t eject_after = 5;          // consecutive connect failures, resets, timeouts, bad responses: ejected
+  uint32_t max_ejection_percent = 50;     // never eject more of a group's backends than this (floor)
+  uint32_t panic_threshold_percent = 50;  // fewer healthy than this: spread over all of the group's backends
   uint32_t backoff_ms = 1000;        // first ejection; doubles on each re-ejection
   uint32_t backoff_max_ms = 60000;   // the doubling stops here
 };

@@ -51,6 +51,10 @@ class health_checker {
   void start_probe(probe& p, uint64_t now_ms) noexcept;
   void finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept;
   void apply(uint32_t backend, route::health_event e) noexcept;
+  // Whether ejecting `backend` keeps every group it serves within its
+  // max_ejection_percent.
+  bool may_eject(uint32_t backend) const noexcept;
+  void judge_server_errors(probe& p, uint64_t now_ms) noexcept;
   static void on_cqe(shard::completion* c, const io_uring_cqe* cqe);
 
   shard::reactor& _r;

@@ -183,6 +183,9 @@ class registry {
 
   // Any thread: a stat summed over the shards.
   uint64_t sum(stat s) const noexcept;
+  // Any thread: the answers recorded for `backend` (every group, every
+  // shard), and of them the 5xx ones.
+  void backend_answers(uint32_t backend, uint64_t& answers, uint64_t& server_errors) const noexcept;
 
   // Any thread, typically the admin server per scrape: appends every family
   // with HELP and TYPE lines. Counters of (group, backend, code) and

@@ -47,9 +47,18 @@ class backend_health {
 
   // An active GET /health result (a timeout is a failure).
   health_event on_probe(bool ok, uint64_t now_ms) noexcept;
-  // A proxied request's outcome: failure = connect refused/reset/timeout or
-  // a 5xx answer; success = any other complete answer.
-  health_event on_request(bool failure, uint64_t now_ms) noexcept;
+  // A proxied request's outcome: failure = the backend unreachable or broken
+  // (connect refused, reset, timeout, a malformed response); success = any
+  // answer, 4xx and 5xx included (a rate of 5xx is judged apart:
+  // health_checker). `may_eject`: false while ejecting it would exceed its
+  // groups' max_ejection_percent.
+  health_event on_request(bool failure, uint64_t now_ms, bool may_eject = true) noexcept;
+  // A window in which nearly every answer was a 5xx (health_checker's
+  // rate): ejected as a failure streak would, unless `may_eject` is false.
+  health_event on_server_errors(uint64_t now_ms, bool may_eject) noexcept {
+    if (_state != health_state::up || !may_eject) return health_event::none;
+    return eject(now_ms);
+  }
   // Periodic; re-admits an ejected backend when active probes are off.
   health_event tick(uint64_t now_ms) noexcept;
   void set_draining(bool draining) noexcept { _draining = draining; }

@@ -99,11 +99,16 @@ class table {
     std::vector<backend_weight> members;  // by position, as given to the ring
     key_params keys;
     double bounded_load = 0;
-    uint64_t skip = 0;
+    uint64_t skip = 0;         // positions a pick passes over (see refresh_group)
+    uint64_t down = 0;         // positions whose backend is down or ejected
+    uint64_t out = 0;          // positions whose backend is draining
+    uint32_t panic_percent = 0;
+    bool panic = false;        // too few healthy: the down ones serve too
     uint32_t rr_cursor = 0;
   };
 
   void refresh_skip(uint32_t backend) noexcept;
+  static void refresh_group(group_state& s) noexcept;
   void set_load(uint32_t backend) noexcept {
     _load[backend] = _local[backend] + static_cast<uint32_t>(_remote_sum[backend]) + _waiting[backend];
   }

@@ -122,3 +122,25 @@ TEST_SUITE("route::vllm_waiting_requests") {
     CHECK(sluice::route::vllm_waiting_requests("vllm:num_requests_waiting{} x\n") == -1);
   }
 }
+
+TEST_SUITE("route::backend_health max ejection") {
+  TEST_CASE("failures past eject_after do not eject while ejecting is not allowed, and do once it is") {
+    sluice::config::health_config p;
+    p.eject_after = 2;
+    p.interval_ms = 0;
+    backend_health h(p);
+    CHECK(h.on_request(true, 0, false) == health_event::none);
+    CHECK(h.on_request(true, 1, false) == health_event::none);
+    CHECK(h.on_request(true, 2, false) == health_event::none);
+    CHECK(h.state() == health_state::up);
+    CHECK(h.on_request(true, 3, true) == health_event::ejected);
+  }
+
+  TEST_CASE("a window of 5xx ejects only when allowed") {
+    sluice::config::health_config p;
+    backend_health h(p);
+    CHECK(h.on_server_errors(0, false) == health_event::none);
+    CHECK(h.on_server_errors(0, true) == health_event::ejected);
+    CHECK(h.on_server_errors(1, true) == health_event::none);  // already out
+  }
+}

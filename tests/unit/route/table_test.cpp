@@ -30,7 +30,7 @@ TEST_SUITE("route::table") {
   }
 
   TEST_CASE("down and draining backends are skipped until they come back") {
-    auto cfg = load("session");
+    auto cfg = load("session", "health = { panic_threshold_percent = 0 }\n");
     table t(*cfg, 0, 1);
     t.apply({message_kind::backend_down, 0, 0, 0, k_none, 0});
     t.apply({message_kind::backend_drain, 0, 0, 1, k_none, 1});
@@ -41,6 +41,24 @@ TEST_SUITE("route::table") {
     t.apply({message_kind::backend_up, 0, 0, 0, k_none, 0});
     t.apply({message_kind::backend_drain, 0, 0, 1, k_none, 0});
     CHECK(t.skip_mask(0) == 0b100);
+  }
+
+  TEST_CASE("below the panic threshold the down backends serve too; draining ones never") {
+    auto cfg = load("session");  // panic_threshold_percent 50 by default
+    table t(*cfg, 0, 1);
+    t.apply({message_kind::backend_down, 0, 0, 0, k_none, 0});
+    CHECK(t.skip_mask(0) == 0b001);  // 2 of 3 healthy: no panic
+    t.apply({message_kind::backend_down, 0, 0, 1, k_none, 0});
+    CHECK(t.skip_mask(0) == 0);      // 1 of 3 healthy: every backend serves
+    bool saw_down = false;
+    for (uint64_t i = 0; i < 200; ++i) saw_down |= t.pick(0, key(i)).backend != 2;
+    CHECK(saw_down);
+    t.apply({message_kind::backend_drain, 0, 0, 0, k_none, 1});
+    // 1 of the 2 not draining is healthy: 50% is not below 50%, no panic.
+    CHECK(t.skip_mask(0) == 0b011);
+    t.apply({message_kind::backend_down, 0, 0, 2, k_none, 0});
+    CHECK(t.skip_mask(0) == 0b001);  // none healthy: panic, the drained one stays out
+    CHECK(t.pick(0, key(3)).backend != 0);
   }
 
   TEST_CASE("a retry skips the positions already tried") {
