@@ -8,15 +8,112 @@ namespace sluice::http::detail {
 
 namespace {
 
-constexpr std::array<bool, 256> make_tchar_table() noexcept {
+// ALPHA / DIGIT and the bytes of `extra`.
+constexpr std::array<bool, 256> alnum_and(std::string_view extra) noexcept {
   std::array<bool, 256> t{};
   for (int c = '0'; c <= '9'; ++c) t[static_cast<size_t>(c)] = true;
   for (int c = 'a'; c <= 'z'; ++c) t[static_cast<size_t>(c)] = true;
   for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<size_t>(c)] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  for (char c : extra) t[static_cast<unsigned char>(c)] = true;
   return t;
 }
-constexpr std::array<bool, 256> k_tchar = make_tchar_table();
+// tchar (RFC 9110 §5.6.2): the bytes of a token.
+constexpr std::array<bool, 256> k_tchar = alnum_and("!#$%&'*+-.^_`|~");
+// RFC 3986 unreserved / sub-delims: what a reg-name holds besides
+// pct-encoded octets. An IPvFuture literal holds these and ':'.
+constexpr std::array<bool, 256> k_reg_name = alnum_and("-._~!$&'()*+,;=");
+
+bool is_hex(char c) noexcept { return k_hex_value[static_cast<unsigned char>(c)] < 16; }
+
+bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+
+// reg-name = *( unreserved / pct-encoded / sub-delims ), non-empty here.
+bool valid_reg_name(std::string_view s) noexcept {
+  if (s.empty()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (k_reg_name[static_cast<unsigned char>(s[i])]) continue;
+    if (s[i] != '%' || i + 2 >= s.size() || !is_hex(s[i + 1]) || !is_hex(s[i + 2])) return false;
+    i += 2;
+  }
+  return true;
+}
+
+// IPv4address = dec-octet "." dec-octet "." dec-octet "." dec-octet, each
+// 0-255 without leading zeros (RFC 3986 §3.2.2).
+bool valid_ipv4(std::string_view s) noexcept {
+  for (int octet = 0; octet < 4; ++octet) {
+    if (octet > 0) {
+      if (s.empty() || s.front() != '.') return false;
+      s.remove_prefix(1);
+    }
+    size_t n = 0;
+    unsigned v = 0;
+    while (n < s.size() && n < 4 && is_digit(s[n])) v = v * 10 + static_cast<unsigned>(s[n++] - '0');
+    if (n == 0 || n > 3 || v > 255 || (n > 1 && s[0] == '0')) return false;
+    s.remove_prefix(n);
+  }
+  return s.empty();
+}
+
+// IPv6address (RFC 3986 §3.2.2): eight 16-bit pieces of 1-4 hex digits, or
+// fewer with one "::" standing for at least one zero piece; the last 32 bits
+// may be written as an IPv4 address.
+bool valid_ipv6(std::string_view s) noexcept {
+  unsigned pieces = 0;
+  bool elided = false;
+  size_t i = 0;
+  if (s.starts_with("::")) {
+    elided = true;
+    i = 2;
+    if (i == s.size()) return true;  // "::"
+  }
+  for (;;) {
+    size_t j = i;
+    while (j < s.size() && j - i < 5 && is_hex(s[j])) ++j;
+    if (j < s.size() && s[j] == '.') {
+      // The IPv4 tail: two pieces, and nothing after it.
+      if (pieces > 6 || !valid_ipv4(s.substr(i))) return false;
+      pieces += 2;
+      break;
+    }
+    if (j == i || j - i > 4 || ++pieces > 8) return false;
+    if (j == s.size()) break;
+    if (s[j] != ':') return false;
+    if (j + 1 < s.size() && s[j + 1] == ':') {
+      if (elided) return false;  // a second "::" is ambiguous
+      elided = true;
+      i = j + 2;
+      if (i == s.size()) break;  // "1::"
+    } else {
+      i = j + 1;
+      if (i == s.size()) return false;  // "1:" ends inside a piece
+    }
+  }
+  return elided ? pieces <= 7 : pieces == 8;
+}
+
+// IPvFuture = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" ).
+bool valid_ipvfuture(std::string_view s) noexcept {
+  if (s.size() < 4 || (s[0] != 'v' && s[0] != 'V')) return false;
+  size_t i = 1;
+  while (i < s.size() && is_hex(s[i])) ++i;
+  if (i == 1 || i + 1 >= s.size() || s[i] != '.') return false;
+  for (++i; i < s.size(); ++i) {
+    if (!k_reg_name[static_cast<unsigned char>(s[i])] && s[i] != ':') return false;
+  }
+  return true;
+}
+
+// port = 1-5 digits, at most 65535 (RFC 3986 allows *DIGIT; see valid_host).
+bool valid_port(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 5) return false;
+  uint32_t v = 0;
+  for (char c : s) {
+    if (!is_digit(c)) return false;
+    v = v * 10 + static_cast<uint32_t>(c - '0');
+  }
+  return v <= 65535;
+}
 
 // The byte that made a line invalid, classified for the error message.
 scan_error classify_ctl(unsigned char c, scan_error otherwise) noexcept {
@@ -88,6 +185,32 @@ std::string_view trim_ows(std::string_view s) noexcept {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+bool valid_host(std::string_view v) noexcept {
+  std::string_view port;
+  bool has_port = false;
+  if (!v.empty() && v.front() == '[') {
+    const size_t close = v.find(']');
+    if (close == std::string_view::npos) return false;
+    const std::string_view literal = v.substr(1, close - 1);
+    if (!valid_ipv6(literal) && !valid_ipvfuture(literal)) return false;
+    const std::string_view rest = v.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      has_port = true;
+      port = rest.substr(1);
+    }
+  } else {
+    // A reg-name holds no ':', so the first one starts the port.
+    const size_t colon = v.find(':');
+    if (!valid_reg_name(v.substr(0, colon))) return false;
+    if (colon != std::string_view::npos) {
+      has_port = true;
+      port = v.substr(colon + 1);
+    }
+  }
+  return !has_port || valid_port(port);
 }
 
 bool parse_content_length(std::string_view s, uint64_t& out) noexcept {

@@ -64,6 +64,14 @@ bool istarts_with(std::string_view s, std::string_view lower) noexcept;
 // Strips SP/HTAB on both ends.
 std::string_view trim_ows(std::string_view s) noexcept;
 
+// Host = uri-host [ ":" port ] (RFC 9112 §3.2, RFC 3986 §3.2.2-3): a
+// reg-name (unreserved, sub-delims, pct-encoded), an IPv4 address (a
+// reg-name by its syntax) or a bracketed IPv6 / IPvFuture literal, then
+// optionally 1-5 digits of at most 65535. Stricter than RFC 3986 in two
+// places: an empty host and an empty port ("host:") are refused, as no
+// client that means well sends either.
+bool valid_host(std::string_view v) noexcept;
+
 // Content-Length: 1*DIGIT, below 2^63 (a list or a sign is not a number).
 // Returns: whether `s` is such a value; `out` is set when it is.
 bool parse_content_length(std::string_view s, uint64_t& out) noexcept;

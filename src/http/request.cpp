@@ -209,8 +209,11 @@ parse_status request_parser::check_fields() noexcept {
     // Dispatch on the length first: most fields are not well-known.
     switch (n.size()) {
       case 4:
-        if (iequals(n, "host") && !take_once(h.host, seen_host, v)) {
-          return error_status(400, "duplicate Host header");
+        if (iequals(n, "host")) {
+          if (!take_once(h.host, seen_host, v)) return error_status(400, "duplicate Host header");
+          // Routing, logs and the backend may each read a malformed
+          // authority differently (userinfo, a second port): refuse it.
+          if (!detail::valid_host(v)) return error_status(400, "invalid Host header");
         }
         break;
       case 6:

@@ -68,7 +68,8 @@ function head_of(bytes) {
   return out;
 }
 
-// {name, bytes, status, close (true: must close; undefined: either), code}
+// {name, bytes, status, close (true: must close; undefined: either), code,
+//  message (a pattern the error message must match)}
 const cases = [
   // Request smuggling shapes and framing.
   { name: 'CL.TE: Content-Length and Transfer-Encoding', status: 400, close: true,
@@ -112,6 +113,16 @@ const cases = [
     bytes: raw({ line: 'POST http://backend.internal/v1/chat/completions HTTP/1.1' }) },
   { name: 'HTTP/1.1 without Host', status: 400,
     bytes: raw({ headers: [auth, 'Content-Type: application/json'] }) },
+  ...[
+    ['an empty Host', 'Host: '],
+    ['a space inside the Host', 'Host: 127.0.0.1 evil.example'],
+    ['userinfo in the Host', 'Host: user@127.0.0.1'],
+    ['a Host port that is not digits', 'Host: 127.0.0.1:abc'],
+    ['a Host port over 65535', 'Host: 127.0.0.1:99999'],
+    ['a Host with an empty port', 'Host: 127.0.0.1:'],
+    ['an unterminated IPv6 literal in the Host', 'Host: [::1'],
+  ].map(([what, host]) => ({ name: `${what} (invalid Host header)`, status: 400, close: true, message: /invalid Host header/,
+    bytes: raw({ headers: [host, auth, 'Content-Type: application/json'] }) })),
 
   // Limits.
   { name: 'head over 32 KiB', status: 431, close: true,
@@ -533,6 +544,7 @@ describe('malformed and hostile requests', () => {
       const body = JSON.parse(response.text());
       assert.ok(is_openai_error(body), `OpenAI error shape: ${response.text()}`);
       if (c.code) assert.equal(body.error.code, c.code);
+      if (c.message) assert.match(body.error.message, c.message);
       if (c.close) assert.equal(result.closed, true, 'the connection is closed');
       const reached = await mock.requests();
       assert.deepEqual(reached, [], 'nothing reached the backend');

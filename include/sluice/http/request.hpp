@@ -1,8 +1,9 @@
 #pragma once
 // http: downstream request parsing. llhttp in strict mode (no lenient flags)
 // plus the checks llhttp 8.1 leaves out: space before the colon, obs-fold
-// continuation lines, bare CR / bare LF, NUL and CTL bytes in values, and
-// the size limits of DESIGN.md §9. Nothing is ever repaired and forwarded.
+// continuation lines, bare CR / bare LF, NUL and CTL bytes in values, a Host
+// that is no `host[:port]`, and the size limits of DESIGN.md §9. Nothing is
+// ever repaired and forwarded.
 //
 // Views in request_head point into the caller's buffer: the buffer must hold
 // the whole head and must not move while the views are used (see rebase()).
@@ -70,8 +71,9 @@ struct request_head {
   uint32_t head_bytes = 0;        // bytes up to and including the empty line
   // Well-known fields, empty when absent. A second Authorization, Host,
   // Content-Length, Transfer-Encoding, Content-Type, X-Session-ID or
-  // X-Request-ID is rejected by the parser (400). Connection and Upgrade are
-  // lists that may repeat: the view is the first one.
+  // X-Request-ID is rejected by the parser (400), and so is a Host that is
+  // not `host[:port]`. Connection and Upgrade are lists that may repeat: the
+  // view is the first one.
   std::string_view authorization;
   std::string_view host;
   std::string_view session_id;    // X-Session-ID

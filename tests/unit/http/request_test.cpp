@@ -88,6 +88,9 @@ const std::vector<head_case>& cases() {
       {"request line at its limit", "GET /" + big('a', 128 - 14) + " HTTP/1.1\r\nHost: a\r\n\r\n", 0,
        {.path = ""}},
       {"header line at its limit", "GET / HTTP/1.1\r\nHost: a\r\nX: " + big('v', 125) + "\r\n\r\n"},
+      {"Host with a port", "GET / HTTP/1.1\r\nHost: a.example:8080\r\n\r\n"},
+      {"Host an IPv4 address with a port", "GET / HTTP/1.1\r\nHost: 127.0.0.1:65535\r\n\r\n"},
+      {"Host an IPv6 literal with a port", "GET / HTTP/1.1\r\nHost: [::1]:443\r\n\r\n"},
       {"header count at its limit", "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\n\r\n"},
 
       // Smuggling shapes: framing that two hops could read differently.
@@ -138,6 +141,15 @@ const std::vector<head_case>& cases() {
       {"duplicate X-Request-ID", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-ID: 1\r\nX-Request-ID: 1\r\n\r\n", 400},
       {"duplicate Content-Type", "GET / HTTP/1.1\r\nHost: a\r\nContent-Type: a/b\r\nContent-Type: c/d\r\n\r\n", 400},
       {"HTTP/1.1 without Host", "GET / HTTP/1.1\r\nX: y\r\n\r\n", 400},
+      {"empty Host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", 400},
+      {"empty Host in HTTP/1.0 (no Host is fine, an empty one is not)", "GET / HTTP/1.0\r\nHost: \r\n\r\n", 400},
+      {"Host with a space inside", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400},
+      {"Host with userinfo", "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", 400},
+      {"Host with a port that is not digits", "GET / HTTP/1.1\r\nHost: a:abc\r\n\r\n", 400},
+      {"Host with a port over 65535", "GET / HTTP/1.1\r\nHost: a:99999\r\n\r\n", 400},
+      {"Host with an empty port", "GET / HTTP/1.1\r\nHost: a:\r\n\r\n", 400},
+      {"Host an unterminated IPv6 literal", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", 400},
+      {"Host with a path", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400},
       {"unknown expectation", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417},
 
       // Request line.
@@ -242,6 +254,15 @@ TEST_SUITE("http::request_parser") {
       CHECK(status_of(s) == c.status);
       if (c.status == 0) check_accepted(c, h, std::string_view(buf[n % 2].data(), n));
     }
+  }
+
+  TEST_CASE("an invalid Host says so") {
+    const std::string in = "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n";
+    request_parser p(k_limits);
+    request_head h;
+    const parse_status s = parse_whole(p, in, h);
+    CHECK(s.status == 400);
+    CHECK(s.message == "invalid Host header");
   }
 
   TEST_CASE("the well-known fields are found whatever the case of their names") {
