@@ -115,6 +115,20 @@ bool valid_port(std::string_view s) noexcept {
   return v <= 65535;
 }
 
+// Whether [p, p+n), the first bytes of a request's start line, can still
+// begin `method SP` (RFC 9112 §3; a method is a token, RFC 9110 §9.1). Reads
+// at most max + 1 bytes, so checking the open line again on every read costs
+// little. Returns: none, or why these bytes are no request line.
+scan_error check_method(const char* p, size_t n, uint8_t max) noexcept {
+  const size_t end = std::min<size_t>(n, size_t{max} + 1);
+  for (size_t i = 0; i < end; ++i) {
+    const auto c = static_cast<unsigned char>(p[i]);
+    if (c == ' ') return i == 0 ? scan_error::not_a_request_line : scan_error::none;
+    if (!k_tchar[c]) return scan_error::not_a_request_line;
+  }
+  return n > max ? scan_error::method_too_long : scan_error::none;
+}
+
 // The byte that made a line invalid, classified for the error message.
 scan_error classify_ctl(unsigned char c, scan_error otherwise) noexcept {
   if (c == '\r') return scan_error::bare_cr;
@@ -171,6 +185,11 @@ std::string_view scan_message(scan_error e) noexcept {
     case scan_error::space_before_colon: return "whitespace between header field name and colon";
     case scan_error::empty_name: return "empty header field name";
     case scan_error::missing_colon: return "header field line without a colon";
+    case scan_error::not_a_request_line:
+      return "not an HTTP/1.1 request (the request line must start with a method and a space)";
+    case scan_error::method_too_long:
+      static_assert(k_method_bytes_max == 32, "the message names the limit");
+      return "not an HTTP/1.1 request (method longer than 32 bytes)";
   }
   return "malformed head";
 }
@@ -258,6 +277,13 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
       s.pos = static_cast<uint32_t>(limit);
       // The open line, CR included, may be one byte longer than its limit.
       const size_t open = limit - s.line_begin;
+      // Checked before the length, and on the whole line below in the same
+      // order, so a head gets the same answer however it is split in reads.
+      // A lone CR may still become an empty line before the request line.
+      if (!s.have_start_line && l.method_bytes_max != 0 && !(open == 1 && data[s.line_begin] == '\r')) {
+        const scan_error e = check_method(data + s.line_begin, open, l.method_bytes_max);
+        if (e != scan_error::none) return fail(e);
+      }
       if (!s.have_start_line && open > size_t{l.start_line_bytes_max} + 1) {
         return fail(scan_error::start_line_too_long);
       }
@@ -268,6 +294,15 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
       return scan_state::need_more;
     }
     const auto end = static_cast<uint32_t>(static_cast<const char*>(hit) - data);
+    // The start line with its CR LF (neither is a token byte nor SP): a line
+    // with no SP after the method fails here, as its open prefix did, and
+    // before the checks below, which its open prefix did not get. Empty
+    // lines (CRLF; a bare LF is refused below) are no start line.
+    const bool empty_line = end == s.line_begin || (end == s.line_begin + 1 && data[s.line_begin] == '\r');
+    if (!s.have_start_line && l.method_bytes_max != 0 && !empty_line) {
+      const scan_error e = check_method(data + s.line_begin, end + 1 - s.line_begin, l.method_bytes_max);
+      if (e != scan_error::none) return fail(e);
+    }
     if (end == s.line_begin || data[end - 1] != '\r') return fail(scan_error::bare_lf);
     const char* p = data + s.line_begin;
     const size_t n = end - 1 - s.line_begin;

@@ -3,8 +3,10 @@
 // llhttp 8.1 in strict mode still accepts a space before the header colon,
 // obs-fold continuation lines and a bare LF in places; this scan rejects
 // those, enforces the size limits while the head is still arriving (so an
-// oversize head fails early instead of being buffered), and finds the end of
-// the head so llhttp only ever sees one complete head.
+// oversize head fails early instead of being buffered), refuses bytes that
+// cannot begin a request line as soon as they arrive (a TLS ClientHello on
+// the plaintext port would otherwise wait out the header timeout), and finds
+// the end of the head so llhttp only ever sees one complete head.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -14,12 +16,20 @@
 
 namespace sluice::http::detail {
 
+// The longest request method accepted. The longest registered one
+// (UPDATEREDIRECTREF, RFC 3253) is 17 bytes; anything much longer is not a
+// client speaking HTTP.
+inline constexpr uint8_t k_method_bytes_max = 32;
+
 struct scan_limits {
   uint32_t head_bytes_max;        // including the empty line
   uint32_t start_line_bytes_max;  // excluding CRLF
   uint32_t field_line_bytes_max;  // excluding CRLF
   uint16_t fields_max;
   bool start_line_htab;           // a status line's reason phrase may hold HTAB
+  // Request heads: the start line must begin `method SP`, the method at most
+  // this long, checked byte by byte as it arrives. 0 for a status line.
+  uint8_t method_bytes_max;
 };
 
 enum class scan_error : uint8_t {
@@ -37,6 +47,8 @@ enum class scan_error : uint8_t {
   space_before_colon,
   empty_name,
   missing_colon,
+  not_a_request_line,   // a byte that cannot be part of `method SP`
+  method_too_long,
 };
 
 enum class scan_state : uint8_t { need_more, complete, failed };

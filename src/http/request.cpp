@@ -170,10 +170,8 @@ parse_status request_parser::parse_request_line(const char* data) noexcept {
   if (sp1 == 0 || sp1 == std::string_view::npos) return error_status(400, k_malformed);
   const size_t sp2 = line.find(' ', sp1 + 1);
   if (sp2 == sp1 + 1 || sp2 == std::string_view::npos) return error_status(400, k_malformed);
+  // The pre-scan proved the method a token of at most k_method_bytes_max.
   h.method_name = line.substr(0, sp1);
-  for (char c : h.method_name) {
-    if (!detail::is_tchar(static_cast<unsigned char>(c))) return error_status(400, k_malformed);
-  }
   h.target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string_view version = line.substr(sp2 + 1);
   if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' ||
@@ -309,8 +307,8 @@ parse_status request_parser::check_fields() noexcept {
 
 parse_status request_parser::parse_head(const char* data, size_t len, request_head& out) noexcept {
   if (!_pending.need_more()) return _pending;
-  const detail::scan_limits sl{_limits.head_bytes_max, _limits.line_bytes_max,
-                               _limits.line_bytes_max, _limits.header_count_max, false};
+  const detail::scan_limits sl{_limits.head_bytes_max, _limits.line_bytes_max, _limits.line_bytes_max,
+                               _limits.header_count_max, false, detail::k_method_bytes_max};
   switch (detail::scan_head(_scan, data, len, sl)) {
     case detail::scan_state::need_more: return _pending;
     case detail::scan_state::failed: return _pending = scan_failure(detail::error_of(_scan));

@@ -161,8 +161,9 @@ parse_status response_parser::check_fields() noexcept {
 
 parse_status response_parser::parse_head(const char* data, size_t len, response_head& out) noexcept {
   if (!_pending.need_more()) return _pending;
+  // A status line is not checked as a request line (method_bytes_max 0).
   const detail::scan_limits sl{k_head_bytes_max, k_head_bytes_max, k_head_bytes_max,
-                               k_response_headers_max, true};
+                               k_response_headers_max, true, 0};
   switch (detail::scan_head(_scan, data, len, sl)) {
     case detail::scan_state::need_more: return _pending;
     case detail::scan_state::failed:

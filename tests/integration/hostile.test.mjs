@@ -15,6 +15,9 @@ import {
 } from './lib/harness.mjs';
 
 const max_body_bytes = 4096;
+// Named (it is sluice's default) so the early refusals below can be shown
+// to come well before it.
+const header_timeout_ms = 10000;
 const auth = `Authorization: Bearer ${test_key}`;
 const valid = JSON.stringify(chat_body({ max_tokens: 4 }));
 
@@ -368,7 +371,8 @@ const cases = [
   { name: 'a space before the method', status: 400, close: true, bytes: raw({ line: ' POST /v1/chat/completions HTTP/1.1' }) },
   { name: 'HTTP/2 connection preface', status: 505, close: true,
     bytes: Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])]) },
-  { name: 'a 64-letter unknown method', status: 501, close: true, bytes: raw({ line: `${'X'.repeat(64)} /v1/chat/completions HTTP/1.1` }) },
+  { name: 'a 64-letter method (over the 32-byte limit: no HTTP client)', status: 400, close: true,
+    bytes: raw({ line: `${'X'.repeat(64)} /v1/chat/completions HTTP/1.1` }) },
   { name: 'PATCH on a POST endpoint', status: 405, bytes: raw({ line: 'PATCH /v1/chat/completions HTTP/1.1' }) },
   { name: 'TRACE on a POST endpoint', status: 405, bytes: raw({ line: 'TRACE /v1/chat/completions HTTP/1.1', body: '', cl: false }) },
   { name: 'PROPFIND (a WebDAV method the parser knows)', status: 405, bytes: raw({ line: 'PROPFIND /v1/chat/completions HTTP/1.1' }) },
@@ -456,6 +460,17 @@ const cases = [
     bytes: raw({ line: 'POST /v1/embeddings HTTP/1.1', body: JSON.stringify({ model }) }) },
 ];
 
+// First bytes that cannot begin `method SP`, sent alone with no head to
+// complete: each is refused as soon as it arrives (400 + close), not held
+// until header_timeout_ms. {name, bytes}
+const not_http = [
+  { name: 'a TLS ClientHello record header (16 03 01 02 00) on the plaintext port', bytes: Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00]) },
+  { name: 'a NUL byte', bytes: Buffer.from([0x00]) },
+  { name: 'a JSON body with no request line', bytes: Buffer.from('{') },
+  { name: 'a space before the method', bytes: Buffer.from(' GET') },
+  { name: 'a method longer than 32 bytes', bytes: Buffer.from('X'.repeat(33)) },
+];
+
 // Shapes sluice accepts: each is answered (200) and what reaches the backend
 // is checked: `forwarded` requests, without what must not pass a hop.
 // {name, bytes, forwarded (0 or 1), check(recorded request)}
@@ -515,7 +530,7 @@ describe('malformed and hostile requests', () => {
     mock = await start_mock_vllm({ tokens_per_sec: 1000, reply_tokens: 4 });
     sluice = await start_sluice({
       backends: [mock.url],
-      config: sluice_config({ backends: [mock.url], server: { max_body_bytes } }),
+      config: sluice_config({ backends: [mock.url], server: { max_body_bytes, header_timeout_ms } }),
     });
   });
   after(() => stop_all(sluice, mock));
@@ -548,6 +563,28 @@ describe('malformed and hostile requests', () => {
       if (c.close) assert.equal(result.closed, true, 'the connection is closed');
       const reached = await mock.requests();
       assert.deepEqual(reached, [], 'nothing reached the backend');
+    });
+  }
+
+  for (const c of not_http) {
+    it(`refuses at once, without waiting out the header timeout: ${c.name} -> 400 + close`, async () => {
+      // Well under header_timeout_ms, even scaled for a slow build.
+      const within_ms = Math.min(bound_ms(2000), header_timeout_ms / 2);
+      const conn = await raw_connection.connect(sluice.port);
+      try {
+        const sent_at_ms = performance.now();
+        await conn.write(c.bytes);
+        const response = await conn.read_response({ timeout_ms: within_ms });
+        assert.match(conn.received.toString('latin1'), /^HTTP\/1\.1 400 /);
+        const body = JSON.parse(response.text());
+        assert.ok(is_openai_error(body), `OpenAI error shape: ${response.text()}`);
+        assert.match(body.error.message, /not an HTTP\/1\.1 request/);
+        assert.equal(await conn.wait_close({ timeout_ms: within_ms }), true, 'the connection is closed');
+        assert.ok(conn.closed_at_ms - sent_at_ms < within_ms, `closed after ${conn.closed_at_ms - sent_at_ms} ms`);
+      } finally {
+        conn.destroy();
+      }
+      assert.deepEqual(await mock.requests(), [], 'nothing reached the backend');
     });
   }
 

@@ -2,8 +2,9 @@
 // http: downstream request parsing. llhttp in strict mode (no lenient flags)
 // plus the checks llhttp 8.1 leaves out: space before the colon, obs-fold
 // continuation lines, bare CR / bare LF, NUL and CTL bytes in values, a Host
-// that is no `host[:port]`, and the size limits of DESIGN.md §9. Nothing is
-// ever repaired and forwarded.
+// that is no `host[:port]`, first bytes that cannot begin a request line
+// (refused as they arrive: a TLS ClientHello on the plaintext port), and
+// the size limits of DESIGN.md §9. Nothing is ever repaired and forwarded.
 //
 // Views in request_head point into the caller's buffer: the buffer must hold
 // the whole head and must not move while the views are used (see rebase()).
@@ -130,7 +131,8 @@ class request_parser {
 
   // `data`/`len`: every byte buffered so far for this request, starting at
   // its first byte. Returns need_more until the head is complete (and checks
-  // the limits on what is there so far, so an oversize head fails early),
+  // the limits and the method on what is there so far, so an oversize head
+  // or bytes that are no HTTP request fail early),
   // then ok with `out` filled, or an error. Only offsets are kept between
   // need_more calls, so the buffer may move; `out`'s views are written on
   // ok only. Never reads past the end of the head: the body and any

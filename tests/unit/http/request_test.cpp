@@ -49,6 +49,9 @@ struct head_case {
   std::string input;
   uint16_t status = 0;  // 0: accepted, with `want`
   accepted want = {};
+  // Not 0: the input cannot begin a request line, and fed one byte at a time
+  // it is refused (400) at exactly this many bytes, before any head ends.
+  size_t fails_at = 0;
 };
 
 const std::vector<head_case>& cases() {
@@ -91,6 +94,8 @@ const std::vector<head_case>& cases() {
       {"Host with a port", "GET / HTTP/1.1\r\nHost: a.example:8080\r\n\r\n"},
       {"Host an IPv4 address with a port", "GET / HTTP/1.1\r\nHost: 127.0.0.1:65535\r\n\r\n"},
       {"Host an IPv6 literal with a port", "GET / HTTP/1.1\r\nHost: [::1]:443\r\n\r\n"},
+      {"method of 32 bytes is still a method (one sluice does not know)",
+       big('X', 32) + " / HTTP/1.1\r\nHost: a\r\n\r\n", 501},
       {"header count at its limit", "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\n\r\n"},
 
       // Smuggling shapes: framing that two hops could read differently.
@@ -127,7 +132,7 @@ const std::vector<head_case>& cases() {
       {"bare CR in a name", "GET / HTTP/1.1\r\nHo\rst: a\r\n\r\n", 400},
       {"NUL in a value", "GET / HTTP/1.1\r\nHost: a\0b\r\n\r\n"s, 400},
       {"NUL in the request line", "GET /\0 HTTP/1.1\r\nHost: a\r\n\r\n"s, 400},
-      {"HTAB in the request line", "GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"HTAB in the request line", "GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, {}, 4},
       {"CTL in a value", "GET / HTTP/1.1\r\nHost: a\x01\r\n\r\n", 400},
       {"DEL in a value", "GET / HTTP/1.1\r\nHost: a\x7f\r\n\r\n", 400},
       {"empty field name", "GET / HTTP/1.1\r\nHost: a\r\n: b\r\n\r\n", 400},
@@ -169,7 +174,19 @@ const std::vector<head_case>& cases() {
       {"fragment in the target", "GET /v1/models#x HTTP/1.1\r\nHost: a\r\n\r\n", 400},
       {"unknown method", "FOO / HTTP/1.1\r\nHost: a\r\n\r\n", 501},
       {"lower-case method", "get / HTTP/1.1\r\nHost: a\r\n\r\n", 501},
-      {"method with a separator", "GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+      {"method with a separator", "GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400, {}, 3},
+
+      // First bytes that cannot begin `method SP`: refused as they arrive,
+      // without a head to end (most of these have no end).
+      {"TLS ClientHello record header", "\x16\x03\x01\x02\x00"s, 400, {}, 1},
+      {"NUL as the first byte", "\0GET / HTTP/1.1\r\n"s, 400, {}, 1},
+      {"JSON instead of a request", "{\"model\":\"m\"}", 400, {}, 1},
+      {"a space before the method", " GET / HTTP/1.1\r\n", 400, {}, 1},
+      {"CR right after the method", "GET\r\nHost: a\r\n\r\n", 400, {}, 4},
+      {"a lone CR may begin an empty line; a second one may not", "\r\r\n", 400, {}, 2},
+      {"bare CR after an empty line", "\r\n\rGET", 400, {}, 4},
+      {"not a request after empty lines", "\r\n\r\n\x16\x03", 400, {}, 5},
+      {"method longer than 32 bytes", big('M', 40), 400, {}, 33},
 
       // Limits.
       {"request line over its limit", "GET /" + big('a', 128 - 13) + " HTTP/1.1\r\nHost: a\r\n\r\n", 414},
@@ -253,6 +270,23 @@ TEST_SUITE("http::request_parser") {
       }
       CHECK(status_of(s) == c.status);
       if (c.status == 0) check_accepted(c, h, std::string_view(buf[n % 2].data(), n));
+    }
+  }
+
+  TEST_CASE("bytes that cannot begin a request line fail at the first byte that shows it") {
+    for (const head_case& c : cases()) {
+      if (c.fails_at == 0) continue;
+      CAPTURE(c.name);
+      request_parser p(k_limits);
+      request_head h;
+      for (size_t n = 1; n < c.fails_at; ++n) {
+        CAPTURE(n);
+        REQUIRE(p.parse_head(c.input.data(), n, h).need_more());
+      }
+      const parse_status s = p.parse_head(c.input.data(), c.fails_at, h);
+      CHECK(s.status == 400);
+      CHECK(s.error == errc::bad_request);
+      CHECK(s.message.starts_with("not an HTTP/1.1 request"));
     }
   }
 
