@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
     auto r = shard::reactor::create(ro);
     if (!r) return 1;
     control::admin_server admin(*r, *g, admin_fd);
+    admin.set_token(cfg->server.admin_token);
     admin.start();
     control::health_checker health(*r, *g, cfg);
     admin.set_health(&health);

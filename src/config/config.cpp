@@ -31,7 +31,7 @@ using names = std::initializer_list<std::string_view>;
 
 const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key", "health", "router", "rule"};
 const names k_server_keys = {
-    "listen", "admin", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
+    "listen", "admin", "admin_token_env", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
     "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "memory_max_bytes", "splice",
     "upstream_buffers", "idle_poll_us"};
@@ -282,6 +282,14 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
   }
   if (const auto* n = r.read_string(t, "server", "admin", text)) {
     s.admin = prefixed(r.at(*n) + ": server.admin", [&] { return parse_socket_address(text); });
+  }
+  if (const toml::node* n = r.read_string(t, "server", "admin_token_env", s.admin_token_env)) {
+    const char* value = s.admin_token_env.empty() ? nullptr : std::getenv(s.admin_token_env.c_str());
+    if (!s.admin_token_env.empty() && (value == nullptr || *value == '\0')) {
+      r.fail(*n, fmt::format("server.admin_token_env: the environment variable \"{}\" is unset or empty; set it, or "
+                             "remove admin_token_env", s.admin_token_env));
+    }
+    s.admin_token = value != nullptr ? value : "";
   }
   if (const auto* n = r.read_string(t, "server", "cpus", text)) {
     s.cpus = prefixed(r.at(*n) + ": server.cpus", [&] { return parse_cpu_list(text); });

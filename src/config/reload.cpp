@@ -20,7 +20,8 @@ bool same_server(const server_config& a, const server_config& b) {
          a.body_min_rate_bytes_per_s == b.body_min_rate_bytes_per_s && a.idle_timeout_ms == b.idle_timeout_ms &&
          a.drain_timeout_ms == b.drain_timeout_ms && a.connections_max == b.connections_max &&
          a.inflight_max == b.inflight_max && a.memory_max_bytes == b.memory_max_bytes && a.splice == b.splice &&
-         a.upstream_buffers == b.upstream_buffers && a.idle_poll_us == b.idle_poll_us;
+         a.upstream_buffers == b.upstream_buffers && a.idle_poll_us == b.idle_poll_us &&
+         a.admin_token == b.admin_token;
 }
 
 bool same_limits(const key_config& a, const key_config& b) {

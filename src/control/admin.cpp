@@ -7,6 +7,9 @@
 #include <new>
 #include <string>
 
+#include <openssl/crypto.h>
+
+#include "sluice/auth/key_verifier.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/openai/error.hpp"
@@ -77,14 +80,31 @@ void admin_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
   self->submit_recv(k);
 }
 
+namespace {
+
+// Every admin receive and send is bounded (IORING_OP_LINK_TIMEOUT, Linux
+// 5.5): an idle or slow connection is cut after this, so 64 of them cannot
+// lock out /metrics and the drain API. Static: the kernel reads it when the
+// SQE is submitted.
+constexpr __kernel_timespec k_admin_io_timeout{5, 0};
+
+void link_timeout(shard::reactor& r, io_uring_sqe* op) noexcept {
+  op->flags |= IOSQE_IO_LINK;
+  io_uring_prep_link_timeout(r.sqe_untracked(), const_cast<__kernel_timespec*>(&k_admin_io_timeout), 0);
+}
+
+}  // namespace
+
 void admin_server::submit_recv(conn* c) noexcept {
   io_uring_sqe* s = _r.sqe(&c->recv_op);
   io_uring_prep_recv(s, c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
+  link_timeout(_r, s);
 }
 
 void admin_server::submit_send(conn* c) noexcept {
   io_uring_sqe* s = _r.sqe(&c->send_op);
   io_uring_prep_send(s, c->fd, c->reply.data() + c->sent, c->reply.size() - c->sent, MSG_NOSIGNAL);
+  link_timeout(_r, s);
 }
 
 void admin_server::close_conn(conn* c) noexcept {
@@ -138,7 +158,8 @@ void admin_server::on_send(shard::completion* op, const io_uring_cqe* cqe) {
 
 void admin_server::respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept {
   const char* reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
-                                            : status == 503 ? "Service Unavailable" : "Bad Request";
+                                            : status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized"
+                                                                                    : "Bad Request";
   c->reply = fmt::format("HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                          status, reason, content_type, body.size());
   c->reply.append(body);
@@ -186,6 +207,17 @@ std::string admin_error(std::string_view message) {
 
 void admin_server::handle(conn* c) noexcept {
   const std::string_view path = c->head.path;
+  // server.admin_token_env: every endpoint but /healthz (load balancers'
+  // probes carry no credentials) wants the bearer token, compared in
+  // constant time.
+  const std::string& token = _token;
+  if (!token.empty() && path != "/healthz") {
+    const std::string_view given = auth::bearer_token(c->head.authorization);
+    if (given.size() != token.size() || CRYPTO_memcmp(given.data(), token.data(), token.size()) != 0) {
+      respond(c, 401, "application/json", admin_error("This admin endpoint needs Authorization: Bearer <admin token>."));
+      return;
+    }
+  }
   if ((path == "/backends/drain" || path == "/backends/undrain") && _health != nullptr) {
     if (c->head.meth != http::method::post) {
       respond(c, 405, "application/json", admin_error("Use POST."));

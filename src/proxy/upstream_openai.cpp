@@ -530,6 +530,12 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
       after_body_sent(d);
       return;
     }
+    if (res == -ETIMEDOUT && d->state == conn_state::upstream && !d->up_send_inflight) {
+      // TCP_USER_TIMEOUT (net::upstream_socket): the backend acknowledged
+      // none of the request's bytes for that long -- a black-holed pooled
+      // connection -- so it cannot have started it: retried elsewhere.
+      d->x.up_request_sent = false;
+    }
     upstream_failed(d, d->state == conn_state::upstream && u->buf.len == 0 ? errc::upstream_connect
                                                                             : errc::upstream_closed);
     return;

@@ -37,6 +37,8 @@ socket_address parse_socket_address(std::string_view text);  // throws config_er
 struct server_config {
   socket_address listen;                 // default 127.0.0.1:8080
   socket_address admin;                  // default 127.0.0.1:9090
+  std::string admin_token_env;           // env var holding the admin bearer token; "" = none
+  std::string admin_token;               // its value, read at load (never logged)
   std::vector<int> cpus;                 // empty = the process's affinity mask
   uint64_t max_body_bytes = 8u << 20;
   uint32_t max_head_bytes = 32u << 10;   // 431 beyond

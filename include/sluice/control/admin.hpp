@@ -3,6 +3,7 @@
 // GET /healthz and GET /metrics (Prometheus text, shard counters summed at
 // scrape time). One request per connection; never on a shard's core path.
 #include <cstdint>
+#include <string>
 
 #include "sluice/proxy/gateway.hpp"
 #include "sluice/shard/reactor.hpp"
@@ -27,6 +28,9 @@ class admin_server {
   // Backend state and operator drain (GET /backends, POST /backends/drain
   // and /backends/undrain ?url=URL) go through the health checker.
   void set_health(health_checker* h) noexcept { _health = h; }
+  // server.admin_token_env's value: every endpoint but /healthz then wants
+  // it as a bearer token. Empty: none.
+  void set_token(std::string token) { _token = std::move(token); }
 
   struct conn;
 
@@ -46,6 +50,7 @@ class admin_server {
   shard::reactor& _r;
   const gateway& _g;
   health_checker* _health = nullptr;
+  std::string _token;
   int _listen_fd;
   accept_op _accept_op;
   bool _draining = false;
