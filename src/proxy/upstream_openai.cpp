@@ -531,9 +531,11 @@ void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
       return;
     }
     if (res == -ETIMEDOUT && d->state == conn_state::upstream && !d->up_send_inflight) {
-      // TCP_USER_TIMEOUT (net::upstream_socket): the backend acknowledged
-      // none of the request's bytes for that long -- a black-holed pooled
-      // connection -- so it cannot have started it: retried elsewhere.
+      // TCP_USER_TIMEOUT / keepalive (net::upstream_socket): the request's
+      // bytes went unacknowledged that long (a black-holed pooled
+      // connection: it cannot have started), or the host stopped answering
+      // keepalive probes (it is gone, and what it started with it): retried
+      // elsewhere, before anything reached the client.
       d->x.up_request_sent = false;
     }
     upstream_failed(d, d->state == conn_state::upstream && u->buf.len == 0 ? errc::upstream_connect
