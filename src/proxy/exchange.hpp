@@ -63,6 +63,7 @@ struct relay_state {
   // The end of the last chunk of this batch that ended between two SSE
   // events (on_chunk_end): what may go out while a cut may still come.
   const char* aligned_at = nullptr;
+  bool dechunk = false;           // an HTTP/1.0 client and a chunked answer: the payload goes out close-delimited
   bool client_done = false;       // sluice ended the client's response after [DONE]; the backend's rest is dropped
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent

@@ -96,8 +96,10 @@ bool shard_server::write_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->x.rsp.head;
   // The client's head: the backend's status and end-to-end fields, plus
   // x-request-id; framing (Content-Length / chunked) passes through as is,
-  // and so do the body bytes.
-  const bool close = !d->x.head.keep_alive || _draining;
+  // and so do the body bytes -- except to an HTTP/1.0 client, which has no
+  // chunked coding: it gets the payload, delimited by the close.
+  d->x.rsp.dechunk = rh.chunked && d->x.head.version_major == 1 && d->x.head.version_minor == 0;
+  const bool close = !d->x.head.keep_alive || _draining || d->x.rsp.dechunk;
   d->close_after_send = close;
   size_t need = rh.head_bytes + 256;
   if (!d->out.reserve(need)) {
@@ -116,6 +118,7 @@ bool shard_server::write_response_head(downstream_conn* d) noexcept {
   http::header hd;
   for (http::header_fields it = rh.fields(); it.next(hd);) {
     if (drop_response_header(hd.name)) continue;
+    if (d->x.rsp.dechunk && iequals(hd.name, "transfer-encoding")) continue;
     append(o, hd.name);
     append(o, ": ");
     append(o, hd.value);
@@ -192,6 +195,20 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
       r.cut_usage = false;
       send_end = parsed_end;
     }
+  }
+  if (r.dechunk) {
+    // Whole chunks only (an SSE stream: to an event boundary, as above).
+    if (!bs.complete && !r.cut_usage && !(sse_chunked && r.facts.done)) {
+      send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : r.fwd_from;
+      if (sse_chunked) send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
+      if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
+        upstream_failed(d, errc::upstream_protocol);  // a chunk over 1 MiB to an HTTP/1.0 client
+        return;
+      }
+    }
+    r.send_end = send_end;
+    send_dechunked(d, with_head, end_client);
+    return;
   }
   r.send_end = send_end;
   if (r.cut_usage && r.usage_in_batch && (r.usage_covered || send_end == parsed_end) && send_end > r.fwd_from) {
@@ -312,6 +329,41 @@ void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client)
     return;
   }
   d->send_iov_count = n;
+  submit_send(d);
+}
+
+void shard_server::send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept {
+  // An HTTP/1.0 client: the payload of the whole chunks [fwd_from, send_end)
+  // copied after the head in `out` (and without the usage event sluice
+  // asked for, once it is in), the end of the answer told by the close.
+  upstream_conn* u = d->x.up;
+  relay_state& r = d->x.rsp;
+  const char* const batch = u->buf.data + r.fwd_from;
+  const size_t batch_len = r.send_end - r.fwd_from;
+  const size_t head_len = with_head ? d->out.len : 0;
+  if (!d->out.reserve(head_len + 2 * batch_len + 1) || !d->resp_body.reserve(batch_len + 1)) {
+    upstream_failed(d, errc::internal);
+    return;
+  }
+  bool last = false;
+  size_t n = 0;
+  if (r.cut_usage && r.usage_in_batch && (r.usage_covered || r.complete)) {
+    const size_t plen = dechunk(batch, batch_len, d->resp_body.data, last);
+    uint32_t cut = 0;
+    n = drop_usage_events(d->resp_body.data, plen, d->out.data + head_len, cut);
+    _metrics.at(cut != 0 ? metrics::stat::usage_chunks_cut : metrics::stat::usage_cut_failed).add();
+    r.cut_usage = r.usage_in_batch = r.usage_covered = false;
+  } else {
+    n = dechunk(batch, batch_len, d->out.data + head_len, last);
+  }
+  if (end_client) r.client_done = true;  // no terminal chunk: the close ends it
+  d->out.len = static_cast<uint32_t>(head_len + n);
+  if (d->out.len == 0) {
+    after_body_sent(d);
+    return;
+  }
+  d->send_iov[0] = {d->out.data, d->out.len};
+  d->send_iov_count = 1;
   submit_send(d);
 }
 

@@ -232,6 +232,8 @@ class shard_server {
   // The client's terminal chunk, sent by sluice after [DONE]; marks the
   // response ended for the client.
   iovec terminal_chunk_iov(downstream_conn* d) noexcept;
+  // An HTTP/1.0 client: the batch's payload, de-chunked, after the head.
+  void send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept;
   // Returns: whether u->buf could double (own allocation, up to 1 MiB).
   bool grow_upstream_buffer(upstream_conn* u) noexcept;
   // After [DONE] on a response the backend keeps open: how long its rest is

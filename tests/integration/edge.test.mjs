@@ -201,3 +201,54 @@ describe('a body over max_body_bytes, sent whole with its head', () => {
     assert.equal((await mock.requests()).length, 0);
   });
 });
+
+describe('an HTTP/1.0 client', () => {
+  let mock, sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({ reply_tokens: 6 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        groups: [{ name: 'g', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'k', key: 'key-k', groups: ['*'] }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  // Sends one HTTP/1.0 request; resolves the whole reply, read to the close.
+  function http10(body) {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(sluice.port, '127.0.0.1');
+      const parts = [];
+      socket.on('data', (d) => parts.push(d));
+      socket.on('error', reject);
+      socket.on('close', () => resolve(Buffer.concat(parts).toString('utf8')));
+      const payload = JSON.stringify(body);
+      socket.write(`POST /v1/chat/completions HTTP/1.0\r\nauthorization: Bearer key-k\r\ncontent-type: application/json\r\n` +
+        `content-length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`);
+      setTimeout(() => { socket.destroy(); reject(new Error('no close within the bound')); }, bound_ms(10000)).unref();
+    });
+  }
+
+  it('gets a stream without chunked framing, ended by the close, without the usage chunk sluice asked for', async () => {
+    const reply = await http10(chat_body({ stream: true, max_tokens: 6 }));
+    const [head, ...rest] = reply.split('\r\n\r\n');
+    const body = rest.join('\r\n\r\n');
+    assert.match(head, /^HTTP\/1\.1 200 /);
+    assert.doesNotMatch(head, /transfer-encoding/i);
+    assert.match(head, /connection: close/i);
+    const events = body.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    assert.equal(events.at(-1), '[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
+    assert.ok(chunks.every((c) => c.choices.length > 0), body);
+    assert.equal(chunks.map((c) => c.choices[0].delta.content ?? '').join(''), 'tok0 tok1 tok2 tok3 tok4 tok5');
+    assert.doesNotMatch(body, /^[0-9a-f]+\r$/m, 'no chunk size lines');
+  });
+
+  it('gets a non-stream answer as it is', async () => {
+    const reply = await http10(chat_body({ max_tokens: 6 }));
+    const body = reply.slice(reply.indexOf('\r\n\r\n') + 4);
+    assert.equal(JSON.parse(body).choices[0].message.content, 'tok0 tok1 tok2 tok3 tok4 tok5');
+  });
+});
