@@ -198,7 +198,15 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     // handed on in spans, no callback per chunk.
     const chunk_step st = _chunk.walk(
         data, len, [&](size_t at, size_t n) noexcept { if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n); },
-        [&](size_t at) noexcept { if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + at); });
+        [&](size_t at) noexcept { if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + at); },
+        [&](size_t at, size_t n, size_t end) noexcept {
+          if (sink.on_chunk != nullptr) {
+            sink.on_chunk(sink.ctx, data + at, n, data + end);
+            return;
+          }
+          if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n);
+          if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + end);
+        });
     if (st.error != chunk_error::none) {
       _failed = true;
       return body_status{errc::upstream_protocol, st.consumed, false, st.chunk_end};

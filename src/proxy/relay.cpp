@@ -147,7 +147,8 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   upstream_conn* u = d->x.up;
   relay_state& r = d->x.rsp;
   const bool sse_chunked = r.head.event_stream && r.head.chunked;
-  http::body_sink sink{&shard_server::on_body_data, d, sse_chunked ? &shard_server::on_chunk_end : nullptr};
+  http::body_sink sink{&shard_server::on_body_data, d, sse_chunked ? &shard_server::on_chunk_end : nullptr,
+                       sse_chunked ? &shard_server::on_sse_chunk : nullptr};
   http::body_status bs{};
   if (with_head) r.usage_in_batch = r.usage_covered = false;
   r.usage_event_at = nullptr;

@@ -47,6 +47,18 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
   b.len = static_cast<uint32_t>(keep + len);
 }
 
+void shard_server::on_sse_chunk(void* ctx, const char* data, size_t len, const char* end) {
+  // A whole chunk of an event stream: the scan and the boundary check in one
+  // call (the walker's fast path; on_body_data + on_chunk_end otherwise).
+  auto* d = static_cast<downstream_conn*>(ctx);
+  if (!d->sse) return;
+  d->sse->feed(data, len);
+  if (d->sse->between_events()) {
+    d->x.rsp.aligned_at = end;
+    d->x.rsp.usage_covered = d->x.rsp.usage_in_batch;
+  }
+}
+
 void shard_server::on_chunk_end(void* ctx, const char* at) {
   auto* d = static_cast<downstream_conn*>(ctx);
   if (d->sse && d->sse->between_events()) {

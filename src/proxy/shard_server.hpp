@@ -245,6 +245,7 @@ class shard_server {
   static void on_body_data(void* ctx, const char* data, size_t len);
   static void on_sse_event(void* ctx, const http::sse_event& ev);
   static void on_chunk_end(void* ctx, const char* at);
+  static void on_sse_chunk(void* ctx, const char* data, size_t len, const char* end);
 
   uint32_t _index;
   std::shared_ptr<const config::config> _cfg;

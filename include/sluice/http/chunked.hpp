@@ -86,8 +86,18 @@ class chunk_walker {
   // order; each chunk that ends (its data and CRLF) to on_chunk_end(offset
   // just past its CRLF), after its last piece. Stops at the end of the
   // message (bytes after it are left) or at the first error.
+  // A chunk whole in this call (an event stream's usual one) goes to
+  // on_whole(offset, n, end offset) instead, one call for both.
+  template <class OnData, class OnChunkEnd, class OnWhole>
+  chunk_step walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end,
+                  OnWhole&& on_whole) noexcept;
   template <class OnData, class OnChunkEnd>
-  chunk_step walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end) noexcept;
+  chunk_step walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end) noexcept {
+    return walk(data, len, on_data, on_chunk_end, [&](size_t at, size_t n, size_t end) noexcept {
+      on_data(at, n);
+      on_chunk_end(end);
+    });
+  }
   template <class OnData>
   chunk_step walk(const char* data, size_t len, OnData&& on_data) noexcept {
     return walk(data, len, on_data, [](size_t) noexcept {});
@@ -124,8 +134,9 @@ class chunk_walker {
   uint64_t _framing_bytes = 0;
 };
 
-template <class OnData, class OnChunkEnd>
-chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end) noexcept {
+template <class OnData, class OnChunkEnd, class OnWhole>
+chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end,
+                              OnWhole&& on_whole) noexcept {
   chunk_step st;
   if (_error != chunk_error::none) {
     st.error = _error;
@@ -158,10 +169,9 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, On
       if (size > _limits.body_bytes_max - body_total || frame > _limits.framing_bytes_max - framing) break;
       body_total += size;
       framing += frame;
-      on_data(at, static_cast<size_t>(size));
       i = at + static_cast<size_t>(size) + 2;
       st.chunk_end = i;
-      on_chunk_end(i);
+      on_whole(at, static_cast<size_t>(size), i);
     }
     _body_total = body_total;
     _framing_bytes = framing;

@@ -43,6 +43,9 @@ struct body_sink {
   // Chunked bodies: a chunk ended (its data and CRLF) just before `at`,
   // after its data went to on_data. Optional.
   void (*on_chunk_end)(void* ctx, const char* at) = nullptr;
+  // With on_chunk_end: a chunk whole in one call, its data and its end in
+  // one call (the common case of an event stream). Optional.
+  void (*on_chunk)(void* ctx, const char* data, size_t len, const char* end) = nullptr;
 };
 
 struct body_status {
