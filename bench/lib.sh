@@ -216,6 +216,7 @@ start_sluice() {
 # in the temp dir. EXTRA (TOML) goes first in [server]: more [server] keys,
 # then other tables.
 # LEAN=1: audit off and no usage injection (what the features cost).
+# AUDIT_EXTRA (TOML): more [audit] keys, e.g. fsync_interval_ms = 86400000.
 write_sluice_config() {
     local file=$1 backend=$2 extra=${3:-}
     local audit_path="$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl" inject=true
@@ -226,6 +227,7 @@ $extra
 
 [audit]
 path = "$audit_path"
+${AUDIT_EXTRA:-}
 
 [[group]]
 name = "default"
