@@ -196,6 +196,11 @@ constexpr stat_row k_stat_rows[] = {
      "write)."},
     {stat::audit_dropped, "sluice_audit_lines_total", "counter", "result=\"dropped\"", ""},
     {stat::audit_lost, "sluice_audit_lines_total", "counter", "result=\"lost\"", ""},
+    {stat::audit_write_errors, "sluice_audit_write_errors_total", "counter", "",
+     "Audit writes that failed (each is retried after a backoff; the lines are kept)."},
+    {stat::audit_fsyncs, "sluice_audit_fsyncs_total", "counter", "result=\"ok\"",
+     "Audit fdatasyncs ([audit] fsync_interval_ms), by result."},
+    {stat::audit_fsync_errors, "sluice_audit_fsyncs_total", "counter", "result=\"failed\"", ""},
     {stat::memory_bytes, "sluice_connection_memory_bytes", "gauge", "",
      "Connection objects and buffers held by the shards."},
 };

@@ -265,6 +265,9 @@ void shard_server::on_iteration(uint64_t now) noexcept {
     _metrics.at(metrics::stat::audit_written).set(a.lines_written.get());
     _metrics.at(metrics::stat::audit_dropped).set(a.lines_dropped.get());
     _metrics.at(metrics::stat::audit_lost).set(a.lines_lost.get());
+    _metrics.at(metrics::stat::audit_write_errors).set(a.write_errors.get());
+    _metrics.at(metrics::stat::audit_fsyncs).set(a.fsyncs.get());
+    _metrics.at(metrics::stat::audit_fsync_errors).set(a.fsync_errors.get());
   }
   // Poll before sleeping only while few requests are open: then the next
   // completion (a backend's answer, a client's next request) is often

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { bound_ms, chat_body, http_post, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
+import { bound_ms, chat_body, http_post, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import {
   backend_of, gateway_config, mock_completion_tokens, mock_prompt_tokens, poll, post_fresh, read_audit, samples,
   scrape,
@@ -537,5 +537,26 @@ describe('idle polling (server.idle_poll_us)', () => {
     assert.equal(sum(m, 'sluice_loop_polls_total'), 0);
     assert.equal(sum(m, 'sluice_loop_poll_seconds_total'), 0);
     assert.ok(samples(m, 'sluice_loop_polls_total').length > 0, 'the family is there, at 0');
+  });
+});
+
+describe('audit durability on /metrics', () => {
+  let mock, sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({});
+    sluice = await start_sluice({ backends: [mock.url] });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('written audit lines are fdatasync\'ed (sluice_audit_fsyncs_total) with no write errors', async () => {
+    const r = await http_post(sluice.url, '/v1/chat/completions', chat_body({}), { headers: { authorization: `Bearer ${test_key}` } });
+    assert.equal(r.status, 200);
+    const value = (m, name, labels) => samples(m, name, labels).reduce((a, s) => a + s.value, 0);
+    await poll(async () => value((await scrape(sluice.admin_url)).parsed, 'sluice_audit_fsyncs_total', { result: 'ok' }) >= 1,
+      { what: 'an audit fdatasync within fsync_interval_ms (1 s)' });
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.equal(value(m, 'sluice_audit_write_errors_total'), 0);
+    assert.equal(value(m, 'sluice_audit_fsyncs_total', { result: 'failed' }), 0);
   });
 });

@@ -79,7 +79,10 @@ enum class stat : uint8_t {
   memory_bytes,              // gauge: this shard's connection memory, as of its last tick
   audit_written,             // audit lines confirmed on disk (set from the writer per tick)
   audit_dropped,             // audit lines dropped (both buffers busy at their bound, no file)
-  audit_lost,                // audit lines in a batch whose write failed
+  audit_lost,                // audit lines given up at shutdown, after the close timeout (never written)
+  audit_write_errors,        // failed audit write attempts (each one retried)
+  audit_fsyncs,              // completed audit fdatasyncs
+  audit_fsync_errors,        // audit fdatasyncs that failed
   count_
 };
 inline constexpr size_t stat_count = static_cast<size_t>(stat::count_);

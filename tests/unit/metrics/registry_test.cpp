@@ -240,6 +240,7 @@ TEST_SUITE("metrics::registry") {
         "sluice_upstream_reset_after_send_total", "sluice_upstream_truncated_total", "sluice_downstream_aborts_total",
         "sluice_client_stalls_total", "sluice_upstream_buffer_fallbacks_total", "sluice_usage_chunks_cut_total", "sluice_usage_cut_failed_total",
         "sluice_shed_connections_total", "sluice_shed_requests_total", "sluice_audit_lines_total",
+        "sluice_audit_write_errors_total", "sluice_audit_fsyncs_total",
         "sluice_connection_memory_bytes",
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_quota_rejected_total",
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_ttft_seconds",
