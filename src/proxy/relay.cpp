@@ -233,6 +233,10 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
     }
   }
   if (end_client) d->send_iov[n++] = terminal_chunk_iov(d);
+  send_batch(d, n, reads_up ? u : nullptr);
+}
+
+void shard_server::send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept {
   if (n == 0) {
     after_body_sent(d);
     return;
@@ -240,7 +244,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   d->send_iov_count = n;
   // The send reads u's buffer: u and its buffer stay until it completes,
   // whatever happens to the exchange meanwhile.
-  if (reads_up) pin_upstream_buffer(d, u);
+  if (pin != nullptr) pin_upstream_buffer(d, pin);
   submit_send(d);
 }
 
@@ -281,13 +285,7 @@ void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client)
     if (cut_end < batch_len) d->send_iov[n++] = {const_cast<char*>(batch) + cut_end, batch_len - cut_end};
     const bool reads_up = n > (with_head ? 1 : 0);
     if (end_client) d->send_iov[n++] = terminal_chunk_iov(d);
-    if (n == 0) {
-      after_body_sent(d);
-      return;
-    }
-    d->send_iov_count = n;
-    if (reads_up) pin_upstream_buffer(d, u);
-    submit_send(d);
+    send_batch(d, n, reads_up ? u : nullptr);
     return;
   }
   // Any other shape (JSON spacing, CRLF events, chunk extensions, several
@@ -325,12 +323,7 @@ void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client)
   }
   if (chunk_len != 0) d->send_iov[n++] = {chunk, chunk_len};
   if (end_client && !last) d->send_iov[n++] = terminal_chunk_iov(d);
-  if (n == 0) {
-    after_body_sent(d);
-    return;
-  }
-  d->send_iov_count = n;
-  submit_send(d);
+  send_batch(d, n, nullptr);
 }
 
 void shard_server::send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept {

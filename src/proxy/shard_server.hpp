@@ -232,6 +232,9 @@ class shard_server {
   // The client's terminal chunk, sent by sluice after [DONE]; marks the
   // response ended for the client.
   iovec terminal_chunk_iov(downstream_conn* d) noexcept;
+  // Sends send_iov[0..n) (nothing: on to after_body_sent); `pin`: the
+  // upstream connection whose buffer the send reads, held until it completes.
+  void send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept;
   // An HTTP/1.0 client: the batch's payload, de-chunked, after the head.
   void send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept;
   // Returns: whether u->buf could double (own allocation, up to 1 MiB).
