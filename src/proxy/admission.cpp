@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "shard_server.hpp"
+#include "client_codec.hpp"
+#include "backend_adapter.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/quota/duration.hpp"
@@ -21,16 +23,16 @@ int64_t to_ns(uint64_t ms) noexcept { return static_cast<int64_t>(ms) * 1'000'00
 
 }  // namespace
 
-void shard_server::admit(downstream_conn* d) noexcept {
-  if (d->x.key_index < 0) {  // every proxied request is authenticated; keep the invariant visible
-    start_attempt(d);
+void shard_server::admit(exchange& x) noexcept {
+  if (x.key_index < 0) {  // every proxied request is authenticated; keep the invariant visible
+    x.adapter->start(x);
     return;
   }
   const uint64_t now = now_ms();
-  const quota::decision q = _quota.try_reserve(static_cast<uint32_t>(d->x.key_index), d->x.quota_cost, to_ns(now));
+  const quota::decision q = _quota.try_reserve(static_cast<uint32_t>(x.key_index), x.quota_cost, to_ns(now));
   if (q.result == quota::outcome::admit) {
-    d->x.held = q.held;
-    start_attempt(d);
+    x.held = q.held;
+    x.adapter->start(x);
     return;
   }
   // `wait`: this shard's slice is short and a borrow round is out to the
@@ -38,92 +40,91 @@ void shard_server::admit(downstream_conn* d) noexcept {
   // host). A rejection that clears within the wait bound (a borrow
   // cooldown, a refill of a few tokens) waits too: the key has the budget,
   // the tokens are just not on this core yet.
-  const uint64_t since = d->x.wait_since_ms != 0 ? d->x.wait_since_ms : now;
+  const uint64_t since = x.wait_since_ms != 0 ? x.wait_since_ms : now;
   const bool short_wait = !q.too_large && q.retry_after_ms <= k_quota_wait_max_ms &&
                           now + q.retry_after_ms < since + k_quota_wait_max_ms;
   if (q.result != quota::outcome::wait && !short_wait) {
-    answer_rate_limited(d, q);
+    answer_rate_limited(x, q);
     return;
   }
-  d->x.wait_until_ms = q.result == quota::outcome::wait ? 0 : now + (q.retry_after_ms == 0 ? 1 : q.retry_after_ms);
-  d->state = conn_state::quota_wait;
-  d->x.wait_since_ms = since;
-  append_waiter(d);
+  x.wait_until_ms = q.result == quota::outcome::wait ? 0 : now + (q.retry_after_ms == 0 ? 1 : q.retry_after_ms);
+  x.codec->wait_for_quota(x);
+  x.wait_since_ms = since;
+  append_waiter(x);
 }
 
-void shard_server::append_waiter(downstream_conn* d) noexcept {
-  d->x.wait_hook = {};
-  d->x.wait_hook.prev = _waiters_tail;
+void shard_server::append_waiter(exchange& x) noexcept {
+  x.wait_hook = {};
+  x.wait_hook.prev = _waiters_tail;
   if (_waiters_tail != nullptr) {
-    _waiters_tail->x.wait_hook.next = d;
+    _waiters_tail->wait_hook.next = &x;
   } else {
-    _waiters = d;
+    _waiters = &x;
   }
-  _waiters_tail = d;
+  _waiters_tail = &x;
 }
 
-downstream_conn* shard_server::detach_waiters() noexcept {
-  downstream_conn* head = _waiters;
+exchange* shard_server::detach_waiters() noexcept {
+  exchange* head = _waiters;
   _waiters = _waiters_tail = nullptr;
   return head;
 }
 
-void shard_server::unpark(downstream_conn* d) noexcept {
-  if (d->x.wait_hook.prev != nullptr) {
-    d->x.wait_hook.prev->x.wait_hook.next = d->x.wait_hook.next;
+void shard_server::unpark(exchange& x) noexcept {
+  if (x.wait_hook.prev != nullptr) {
+    x.wait_hook.prev->wait_hook.next = x.wait_hook.next;
   } else {
-    _waiters = d->x.wait_hook.next;
+    _waiters = x.wait_hook.next;
   }
-  if (d->x.wait_hook.next != nullptr) {
-    d->x.wait_hook.next->x.wait_hook.prev = d->x.wait_hook.prev;
+  if (x.wait_hook.next != nullptr) {
+    x.wait_hook.next->wait_hook.prev = x.wait_hook.prev;
   } else {
-    _waiters_tail = d->x.wait_hook.prev;
+    _waiters_tail = x.wait_hook.prev;
   }
-  d->x.wait_hook = {};
-  d->state = conn_state::upstream;
+  x.wait_hook = {};
 }
 
-void shard_server::answer_rate_limited(downstream_conn* d, const quota::decision& q) noexcept {
+void shard_server::answer_rate_limited(exchange& x, const quota::decision& q) noexcept {
   const bool tokens = q.result == quota::outcome::reject_tokens;
   const bool concurrency = q.result == quota::outcome::reject_concurrency;
-  _metrics.quota_rejected(static_cast<uint32_t>(d->x.key_index),
+  _metrics.quota_rejected(static_cast<uint32_t>(x.key_index),
                           q.too_large ? metrics::reject_reason::too_large
                           : tokens    ? metrics::reject_reason::tokens
                           : concurrency ? metrics::reject_reason::concurrency
                                         : metrics::reject_reason::requests);
-  const config::key_config& k = _cfg->keys[static_cast<size_t>(d->x.key_index)];
+  const config::key_config& k = _cfg->keys[static_cast<size_t>(x.key_index)];
   char wait[32];
   const size_t wl = quota::format_duration(q.retry_after_ms, wait);
   const std::string_view kind = tokens ? "tokens" : "requests";
   fmt::format_to_n_result<char*> msg{};
   if (q.too_large) {
-    msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
+    msg = fmt::format_to_n(x.scratch, sizeof x.scratch,
                            "Request too large for key {} on tokens per min: Limit {}, Requested {}. "
                            "Reduce max_tokens or the prompt.",
-                           k.id, k.tokens_per_minute, d->x.quota_cost);
+                           k.id, k.tokens_per_minute, x.quota_cost);
   } else if (concurrency) {
-    msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
+    msg = fmt::format_to_n(x.scratch, sizeof x.scratch,
                            "Too many concurrent requests for key {}: Limit {}. Please try again in {}.", k.id,
                            k.max_concurrent, std::string_view(wait, wl));
   } else {
-    msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
+    msg = fmt::format_to_n(x.scratch, sizeof x.scratch,
                            "Rate limit reached for key {} on {} per min: Limit {}, Requested {}. Please try again in {}.",
                            k.id, kind, tokens ? k.tokens_per_minute : k.requests_per_minute,
-                           tokens ? d->x.quota_cost : 1, std::string_view(wait, wl));
+                           tokens ? x.quota_cost : 1, std::string_view(wait, wl));
   }
   char extra[160];
   auto e = fmt::format_to_n(extra, sizeof extra, "retry-after: {}\r\nretry-after-ms: {}\r\n{}",
                             quota::retry_after_seconds(q.retry_after_ms), q.retry_after_ms,
                             q.too_large ? "x-should-retry: false\r\n" : "");
-  const size_t ml = msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch;
-  answer_error(d, 429, std::string_view(d->x.scratch, ml), kind, {}, "rate_limit_exceeded", false,
+  const size_t ml = msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch;
+  x.codec->answer_error(x, 429, std::string_view(x.scratch, ml), kind, {}, "rate_limit_exceeded", false,
                std::string_view(extra, e.size < sizeof extra ? e.size : sizeof extra));
-  d->x.error_code = "rate_limit_exceeded";
+  x.error_code = "rate_limit_exceeded";
 }
 
-size_t shard_server::write_rate_headers(downstream_conn* d, char* out, size_t cap) noexcept {
-  if (d->x.key_index < 0) return 0;
-  const quota::rate_headers h = _quota.headers(static_cast<uint32_t>(d->x.key_index), to_ns(now_ms()));
+size_t shard_server::write_rate_headers(const exchange& x, char* out, size_t cap) noexcept {
+  if (x.key_index < 0) return 0;
+  const quota::rate_headers h = _quota.headers(static_cast<uint32_t>(x.key_index), to_ns(now_ms()));
   size_t n = 0;
   auto window = [&](std::string_view what, const quota::rate_window& w) {
     if (w.limit == 0) return;  // unlimited: OpenAI's headers would only mislead
@@ -150,10 +151,10 @@ size_t shard_server::write_rate_headers(downstream_conn* d, char* out, size_t ca
   return n;
 }
 
-void shard_server::settle_quota(downstream_conn* d, uint64_t prompt, uint64_t completion) noexcept {
-  if (!d->x.held.live) return;
+void shard_server::settle_quota(exchange& x, uint64_t prompt, uint64_t completion) noexcept {
+  if (!x.held.live) return;
   const uint64_t actual = quota::usage_cost(prompt, completion, _cfg->quota.input_weight, _cfg->quota.output_weight);
-  if (_quota.settle(d->x.held, actual, to_ns(now_ms()))) d->x.quota_charged = actual;
+  if (_quota.settle(x.held, actual, to_ns(now_ms()))) x.quota_charged = actual;
 }
 
 void shard_server::pump_mesh(uint64_t now) noexcept {
@@ -185,14 +186,15 @@ void shard_server::take_mesh_messages(uint64_t now) noexcept {
       if (!fx.round_complete) continue;
       // Re-admit the key's waiters. The list is detached first: a waiter
       // that parks again goes to the new list, not back into this walk.
-      downstream_conn* w = detach_waiters();
+      exchange* w = detach_waiters();
       while (w != nullptr) {
-        downstream_conn* next = w->x.wait_hook.next;
-        if (w->x.key_index == static_cast<int32_t>(fx.key)) {
-          w->state = conn_state::upstream;
-          admit(w);
+        exchange* next = w->wait_hook.next;
+        if (w->key_index == static_cast<int32_t>(fx.key)) {
+          w->wait_hook = {};
+          w->codec->wait_for_backend(*w, deadline_kind::none, 0);
+          admit(*w);
         } else {
-          append_waiter(w);
+          append_waiter(*w);
         }
         w = next;
       }
@@ -203,20 +205,23 @@ void shard_server::take_mesh_messages(uint64_t now) noexcept {
 void shard_server::retry_waiters(uint64_t now) noexcept {
   // Waiters whose retry time came try again; those past their bound get
   // the answer the slice gives now.
-  for (downstream_conn* w = detach_waiters(); w != nullptr;) {
-    downstream_conn* next = w->x.wait_hook.next;
-    if (w->x.wait_until_ms != 0 && now >= w->x.wait_until_ms && now - w->x.wait_since_ms < k_quota_wait_max_ms) {
-      w->state = conn_state::upstream;
-      w->x.wait_until_ms = 0;
-      admit(w);
-    } else if (now - w->x.wait_since_ms < k_quota_wait_max_ms) {
-      append_waiter(w);
+  for (exchange* w = detach_waiters(); w != nullptr;) {
+    exchange* next = w->wait_hook.next;
+    if (now - w->wait_since_ms < k_quota_wait_max_ms && !(w->wait_until_ms != 0 && now >= w->wait_until_ms)) {
+      append_waiter(*w);
+      w = next;
+      continue;
+    }
+    w->wait_hook = {};
+    w->codec->wait_for_backend(*w, deadline_kind::none, 0);
+    if (now - w->wait_since_ms < k_quota_wait_max_ms) {
+      w->wait_until_ms = 0;
+      admit(*w);
     } else {
-      w->state = conn_state::upstream;
-      quota::decision q = _quota.try_reserve(static_cast<uint32_t>(w->x.key_index), w->x.quota_cost, to_ns(now));
+      quota::decision q = _quota.try_reserve(static_cast<uint32_t>(w->key_index), w->quota_cost, to_ns(now));
       if (q.result == quota::outcome::admit) {
-        w->x.held = q.held;
-        start_attempt(w);
+        w->held = q.held;
+        w->adapter->start(*w);
       } else {
         if (q.result == quota::outcome::wait) {
           // Still short after the wait bound (the borrow round is slow):
@@ -224,7 +229,7 @@ void shard_server::retry_waiters(uint64_t now) noexcept {
           q.result = q.wait_rejection;
           q.retry_after_ms = q.wait_retry_after_ms;
         }
-        answer_rate_limited(w, q);
+        answer_rate_limited(*w, q);
       }
     }
     w = next;

@@ -1,6 +1,6 @@
 #pragma once
 // proxy (private): the client side's connection object. The HTTP/1.1 codec
-// (downstream_h1.cpp) drives it: receive, parse, keep-alive, pipelining,
+// (h1_codec) drives it: receive, parse, keep-alive, pipelining,
 // send; its exchange (exchange.hpp) is the request in flight.
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -17,7 +17,7 @@
 
 namespace sluice::proxy {
 
-class shard_server;
+class h1_codec;
 struct upstream_conn;
 
 enum class deadline_kind : uint8_t {
@@ -56,25 +56,16 @@ enum class conn_state : uint8_t {
   closing,
 };
 
-// What the connection does once the upstream send still reading its
-// request bytes has completed (see up_send_inflight).
-enum class after_upstream_send : uint8_t {
-  nothing,
-  next_request,
-  retry,              // decided (a 502/503 answer): start the next attempt
-  retry_unless_sent,  // a failed attempt: retry only if the send had not written the whole request
-};
-
 // Shard-local. One per downstream connection; from accept until both sides
 // close and its last operation has completed.
 //
 // Ownership: `ops` counts every SQE that names the socket or reads this
 // object's memory: its receive and send, and an upstream send that reads
-// the request bytes (up_send_inflight). Freed only when ops is 0
-// (maybe_free). While up_send_inflight, `in`, `stash`'s merge and
+// the request bytes (lent: x.up_send_inflight). Freed only when ops is 0
+// (maybe_free). While x.up_send_inflight, `in`, `stash`'s merge and
 // `up_head` stay where they are; while send_busy, `out` and send_iov do.
 struct downstream_conn {
-  shard_server* srv = nullptr;
+  h1_codec* codec = nullptr;
   int fd = -1;
   int ops = 0;
   conn_state state = conn_state::idle;
@@ -83,9 +74,6 @@ struct downstream_conn {
   bool close_after_send = false;
   bool send_busy = false;          // a send is in flight: out / send_iov are the kernel's
   bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
-  // An upstream send reads this connection's request bytes (counted in ops).
-  bool up_send_inflight = false;
-  after_upstream_send after_up_send = after_upstream_send::nothing;
   // The upstream connection whose receive buffer the downstream send in
   // flight reads (its buf_pinned): released at that send's completion.
   upstream_conn* send_pin = nullptr;

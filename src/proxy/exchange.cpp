@@ -2,7 +2,7 @@
 // id, and the dispatch of a parsed request -- local answers (models,
 // overload), the body's fields, the model group, the route key and the
 // admission cost -- before it goes to quota admission (admission.cpp) and
-// the backend adapter (upstream_openai.cpp).
+// the backend adapter (backend_adapter.hpp).
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <sys/socket.h>
@@ -15,6 +15,8 @@
 #include <xxhash.h>
 
 #include "shard_server.hpp"
+#include "client_codec.hpp"
+#include "backend_adapter.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/clock.hpp"
@@ -25,31 +27,31 @@
 
 namespace sluice::proxy {
 
-void shard_server::open_request(downstream_conn* d) noexcept {
-  if (d->x.request_open) return;
-  d->x.request_open = true;
-  d->x.start_wall_ms = realtime_ms();
+void shard_server::open_request(exchange& x) noexcept {
+  if (x.request_open) return;
+  x.request_open = true;
+  x.start_wall_ms = realtime_ms();
   _metrics.inflight_add();
 }
 
-void shard_server::end_request(downstream_conn* d) noexcept {
-  if (!d->x.request_open) return;
-  d->x.request_open = false;
+void shard_server::end_request(exchange& x) noexcept {
+  if (!x.request_open) return;
+  x.request_open = false;
   _metrics.inflight_sub();
   const uint64_t now = now_ms();
   // Tokens: the backend's usage when it sent one; for a stream cut short
   // without it, the content events seen (one token each, as vLLM streams).
   uint64_t prompt = 0, completion = 0;
-  if (d->x.rsp.head_seen && d->x.rsp.head.event_stream) {
-    if (d->x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(d->x.rsp.facts.prompt_tokens);
-    completion = d->x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(d->x.rsp.facts.completion_tokens)
-                                                 : d->x.rsp.facts.content_events;
-  } else if (d->x.rsp.head_seen && d->resp_body.len != 0) {
+  if (x.rsp.head_seen && x.rsp.head.event_stream) {
+    if (x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(x.rsp.facts.prompt_tokens);
+    completion = x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(x.rsp.facts.completion_tokens)
+                                                 : x.rsp.facts.content_events;
+  } else if (x.rsp.head_seen && x.body->len != 0) {
     // Past its bound the body is its last 64 KiB (scan.cpp): the usage
     // object is read from there.
-    const std::string_view body(d->resp_body.data, d->resp_body.len);
+    const std::string_view body(x.body->data, x.body->len);
     const openai::usage u =
-        d->x.rsp.body_overflow ? openai::scan_usage_in_tail(body) : openai::scan_response_usage(body);
+        x.rsp.body_overflow ? openai::scan_usage_in_tail(body) : openai::scan_response_usage(body);
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
     // The first choice's finish_reason. The key followed by `":"` cannot
@@ -61,67 +63,74 @@ void shard_server::end_request(downstream_conn* d) noexcept {
     if (hit != nullptr) {
       const size_t from = static_cast<size_t>(static_cast<const char*>(hit) - body.data()) + k_finish.size();
       const size_t to = body.find('"', from);
-      if (to != std::string_view::npos && to - from <= sizeof d->x.rsp.facts.finish_reason) {
-        std::memcpy(d->x.rsp.facts.finish_reason, body.data() + from, to - from);
-        d->x.rsp.facts.finish_reason_len = static_cast<uint8_t>(to - from);
+      if (to != std::string_view::npos && to - from <= sizeof x.rsp.facts.finish_reason) {
+        std::memcpy(x.rsp.facts.finish_reason, body.data() + from, to - from);
+        x.rsp.facts.finish_reason_len = static_cast<uint8_t>(to - from);
       }
     }
   }
-  const bool answered = d->x.rsp.head_seen && d->x.rsp.head.status == 200;
+  const bool answered = x.rsp.head_seen && x.rsp.head.status == 200;
   // A stream cut before its usage chunk: the prompt is the estimate.
-  if (answered && prompt == 0) prompt = d->x.input_estimate;
+  if (answered && prompt == 0) prompt = x.input_estimate;
   // A non-stream answer whose client left before its usage was read: the
   // backend sends its head only once it has generated everything, so the
   // output part of the reservation is billed (README: Quota).
-  if (answered && !d->x.rsp.head.event_stream && !d->x.rsp.complete && completion == 0) {
-    completion = d->x.reserved_output;
+  if (answered && !x.rsp.head.event_stream && !x.rsp.complete && completion == 0) {
+    completion = x.reserved_output;
   }
   // Settle exactly once: the backend's usage when it answered 200 (a
   // client gone mid-stream pays the prompt and what was streamed); any
   // failure before an answer is refunded.
-  if (d->x.held.live) settle_quota(d, answered ? prompt : 0, answered ? completion : 0);
-  const bool grouped = d->x.group != metrics::none;
-  _metrics.request_done(d->x.group, d->x.backend_used, d->x.status);
-  if (grouped && (prompt | completion) != 0) _metrics.tokens(d->x.group, prompt, completion);
-  const uint64_t duration_ms = now - d->x.request_start_ms;
+  if (x.held.live) settle_quota(x, answered ? prompt : 0, answered ? completion : 0);
+  const bool grouped = x.group != metrics::none;
+  _metrics.request_done(x.group, x.backend_used, x.status);
+  if (grouped && (prompt | completion) != 0) _metrics.tokens(x.group, prompt, completion);
+  const uint64_t duration_ms = now - x.request_start_ms;
   if (grouped) {
-    _metrics.observe_duration_us(d->x.group, duration_ms * 1000);
-    if (d->x.first_token_ms != 0) _metrics.observe_ttft_us(d->x.group, (d->x.first_token_ms - d->x.request_start_ms) * 1000);
+    _metrics.observe_duration_us(x.group, duration_ms * 1000);
+    if (x.first_token_ms != 0) _metrics.observe_ttft_us(x.group, (x.first_token_ms - x.request_start_ms) * 1000);
   }
   if (!_audit) return;
   audit::record r;
-  r.time_ms = d->x.start_wall_ms;
-  r.request_id = std::string_view(d->x.request_id, d->x.request_id_len);
-  if (d->x.key_index >= 0) r.key_id = _cfg->keys[static_cast<size_t>(d->x.key_index)].id;
-  if (d->x.head_ok) {
+  r.time_ms = x.start_wall_ms;
+  r.request_id = std::string_view(x.request_id, x.request_id_len);
+  if (x.key_index >= 0) r.key_id = _cfg->keys[static_cast<size_t>(x.key_index)].id;
+  if (x.head_ok) {
     static constexpr std::string_view k_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
-    r.endpoint = d->x.is_models ? std::string_view("/v1/models")
-                 : d->x.model_len != 0 ? k_paths[static_cast<int>(d->x.endpoint)]
+    r.endpoint = x.is_models ? std::string_view("/v1/models")
+                 : x.model_len != 0 ? k_paths[static_cast<int>(x.endpoint)]
                                      : std::string_view{};
-    r.session_id = d->x.head.session_id;
+    r.session_id = x.head.session_id;
   }
-  r.model = std::string_view(d->x.model, d->x.model_len);
-  if (grouped) r.group = _cfg->groups[d->x.group].name;
-  if (d->x.backend_used != metrics::none) r.backend = _cfg->backends[d->x.backend_used].url;
-  r.status = d->x.status;
+  r.model = std::string_view(x.model, x.model_len);
+  if (grouped) r.group = _cfg->groups[x.group].name;
+  if (x.backend_used != metrics::none) r.backend = _cfg->backends[x.backend_used].url;
+  r.status = x.status;
   r.prompt_tokens = prompt;
   r.completion_tokens = completion;
   r.total_tokens = prompt + completion;
-  r.quota_charged = d->x.quota_charged;
-  r.ttft_ms = d->x.first_token_ms != 0 ? static_cast<int64_t>(d->x.first_token_ms - d->x.request_start_ms) : -1;
+  r.quota_charged = x.quota_charged;
+  r.ttft_ms = x.first_token_ms != 0 ? static_cast<int64_t>(x.first_token_ms - x.request_start_ms) : -1;
   r.duration_ms = duration_ms;
-  r.stream = d->x.is_stream;
-  r.cancelled = d->x.cancelled;
-  r.finish_reason = std::string_view(d->x.rsp.facts.finish_reason, d->x.rsp.facts.finish_reason_len);
-  r.error = d->x.error_code;
+  r.stream = x.is_stream;
+  r.cancelled = x.cancelled;
+  r.finish_reason = std::string_view(x.rsp.facts.finish_reason, x.rsp.facts.finish_reason_len);
+  r.error = x.error_code;
   _audit->append(r);
 }
 
-void shard_server::make_request_id(downstream_conn* d) noexcept {
+void shard_server::cancel(exchange& x) noexcept {
+  _metrics.at(metrics::stat::downstream_aborts).add();
+  x.cancelled = true;
+  x.status = 499;  // nginx's "client closed request"
+  x.error_code = "client_closed";
+}
+
+void shard_server::make_request_id(exchange& x) noexcept {
   // Keep a client's X-Request-ID when it is a plain token (it reaches logs
   // and the backend); otherwise make one: shard-unique, not guessable.
-  std::string_view rid = d->x.head.request_id;
-  bool ok = !rid.empty() && rid.size() < sizeof d->x.request_id;
+  std::string_view rid = x.head.request_id;
+  bool ok = !rid.empty() && rid.size() < sizeof x.request_id;
   for (char c : rid) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '_' ||
           c == '.' || c == ':')) {
@@ -130,56 +139,56 @@ void shard_server::make_request_id(downstream_conn* d) noexcept {
     }
   }
   if (ok) {
-    std::memcpy(d->x.request_id, rid.data(), rid.size());
-    d->x.request_id_len = static_cast<uint8_t>(rid.size());
+    std::memcpy(x.request_id, rid.data(), rid.size());
+    x.request_id_len = static_cast<uint8_t>(rid.size());
     return;
   }
-  uint64_t x = _id_seed + (++_request_seq) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  text_writer w(d->x.request_id, sizeof d->x.request_id);
+  uint64_t h = _id_seed + (++_request_seq) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  text_writer w(x.request_id, sizeof x.request_id);
   w.put_hex(_index, 2);
-  w.put_hex(x, 16);
+  w.put_hex(h, 16);
   w.put_hex(static_cast<uint32_t>(_request_seq), 8);
-  d->x.request_id_len = static_cast<uint8_t>(w.p - d->x.request_id);
+  x.request_id_len = static_cast<uint8_t>(w.p - x.request_id);
 }
 
-bool shard_server::accept_head(downstream_conn* d, bool has_body) noexcept {
+bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
   // Route by path and method before reading the body, so a request
   // sluice will refuse never makes it send 100 Continue or buffer 8 MiB.
-  const std::string_view path = d->x.head.path;
+  const std::string_view path = x.head.path;
   bool known = true;
   bool method_ok = true;
   if (path == "/v1/chat/completions") {
-    d->x.endpoint = openai::endpoint::chat_completions;
-    method_ok = d->x.head.meth == http::method::post;
+    x.endpoint = openai::endpoint::chat_completions;
+    method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/completions") {
-    d->x.endpoint = openai::endpoint::completions;
-    method_ok = d->x.head.meth == http::method::post;
+    x.endpoint = openai::endpoint::completions;
+    method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/embeddings") {
-    d->x.endpoint = openai::endpoint::embeddings;
-    method_ok = d->x.head.meth == http::method::post;
+    x.endpoint = openai::endpoint::embeddings;
+    method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/models" || (path.starts_with("/v1/models/") && path.size() > 11)) {
-    method_ok = d->x.head.meth == http::method::get;
-    d->x.is_models = true;
+    method_ok = x.head.meth == http::method::get;
+    x.is_models = true;
   } else {
     known = false;
   }
   if (!known) {
-    answer_error(d, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error", {},
+    x.codec->answer_error(x, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error", {},
                  "unknown_url", has_body);
     return false;
   }
   if (!method_ok) {
-    answer_error(d, 405, "Method not allowed for this URL.", "invalid_request_error", {},
+    x.codec->answer_error(x, 405, "Method not allowed for this URL.", "invalid_request_error", {},
                  "method_not_allowed", has_body);
     return false;
   }
-  d->x.key_index = _keys.find(d->x.head.authorization, _cfg->keys);
-  if (d->x.key_index < 0) {
-    answer_error(d, 401,
-                 d->x.head.authorization.empty()
+  x.key_index = _keys.find(x.head.authorization, _cfg->keys);
+  if (x.key_index < 0) {
+    x.codec->answer_error(x, 401,
+                 x.head.authorization.empty()
                      ? "You didn't provide an API key. You need to provide your API key in an Authorization "
                        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
                      : "Incorrect API key provided.",
@@ -189,13 +198,14 @@ bool shard_server::accept_head(downstream_conn* d, bool has_body) noexcept {
   return true;
 }
 
-void shard_server::dispatch(downstream_conn* d) noexcept {
-  set_deadline(d, deadline_kind::none, 0);
+void shard_server::dispatch(exchange& x) noexcept {
+  // From here the exchange is the policy's: no client deadline runs.
+  x.codec->wait_for_backend(x, deadline_kind::none, 0);
   _metrics.at(metrics::stat::requests_total).add();
   _metrics.at(metrics::stat::requests_inflight).add();
-  d->x.inflight_counted = true;
-  if (d->x.is_models) {
-    answer_models(d);
+  x.inflight_counted = true;
+  if (x.is_models) {
+    answer_models(x);
     return;
   }
   // The shard's in-flight and memory caps: answered before the body is
@@ -205,7 +215,7 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   const bool over_memory = memory_max != 0 && connection_memory_bytes() > static_cast<int64_t>(memory_max);
   if (_metrics.at(metrics::stat::requests_inflight).get() > _cfg->server.inflight_max || over_memory) {
     _metrics.at(over_memory ? metrics::stat::shed_memory : metrics::stat::shed_requests).add();
-    answer_error(d, 503, "The server is overloaded. Please try again.", "server_error", {}, "overloaded", false,
+    x.codec->answer_error(x, 503, "The server is overloaded. Please try again.", "server_error", {}, "overloaded", false,
                  "retry-after: 1\r\n");
     return;
   }
@@ -214,45 +224,46 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
   // The widest cap a group may have; the group's own cap is checked once
   // the model named its group (below).
   const int64_t cap = 1 << 20;
-  if (!_reader.read(d->x.endpoint, d->in.data + d->body_begin, d->body_len, cap, f, e)) {
-    answer_error(d, 400, e.message, "invalid_request_error", e.param, e.code, false);
+  const std::string_view body = x.codec->request_body(x);
+  if (!_reader.read(x.endpoint, body.data(), body.size(), cap, f, e)) {
+    x.codec->answer_error(x, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return;
   }
-  d->x.model_len = static_cast<uint8_t>(f.model.size() < sizeof d->x.model ? f.model.size() : sizeof d->x.model);
-  std::memcpy(d->x.model, f.model.data(), d->x.model_len);
-  d->x.is_stream = f.stream;
+  x.model_len = static_cast<uint8_t>(f.model.size() < sizeof x.model ? f.model.size() : sizeof x.model);
+  std::memcpy(x.model, f.model.data(), x.model_len);
+  x.is_stream = f.stream;
   // Model -> group (names, patterns, `auto` rules), limited to the groups
   // the key may use: a model outside them reads as unknown (no leak).
-  const uint32_t g = _routes->groups().resolve(f, static_cast<uint32_t>(d->x.key_index));
+  const uint32_t g = _routes->groups().resolve(f, static_cast<uint32_t>(x.key_index));
   if (g == route::k_none) {
     const size_t shown = f.model.size() > 128 ? 128 : f.model.size();
     char quoted[160];
     const size_t ql = openai::json_escape(quoted, sizeof quoted, f.model.substr(0, shown));
-    auto msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
+    auto msg = fmt::format_to_n(x.scratch, sizeof x.scratch,
                                 "The model `{}` does not exist or you do not have access to it.",
                                 std::string_view(quoted, ql));
-    answer_error(d, 404, std::string_view(d->x.scratch, msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch),
+    x.codec->answer_error(x, 404, std::string_view(x.scratch, msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch),
                  "invalid_request_error", "model", "model_not_found", false);
     return;
   }
-  d->x.group = g;
+  x.group = g;
   const config::group_config& grp = _cfg->groups[g];
   const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
   if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
     const std::string_view field = f.max_tokens_named_completion ? "max_completion_tokens" : "max_tokens";
-    auto msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch,
+    auto msg = fmt::format_to_n(x.scratch, sizeof x.scratch,
                                 "{} is too large: {}. This model supports at most {} completion tokens, whereas you "
                                 "provided {}.",
                                 field, f.max_tokens, group_cap, f.max_tokens);
-    answer_error(d, 400, std::string_view(d->x.scratch, msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch),
+    x.codec->answer_error(x, 400, std::string_view(x.scratch, msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch),
                  "invalid_request_error", field, "invalid_value", false);
     return;
   }
-  d->x.total_deadline_ms = grp.upstream.total_timeout_ms != 0 ? now_ms() + grp.upstream.total_timeout_ms : 0;
+  x.total_deadline_ms = grp.upstream.total_timeout_ms != 0 ? now_ms() + grp.upstream.total_timeout_ms : 0;
   _prng ^= _prng << 13;
   _prng ^= _prng >> 7;
   _prng ^= _prng << 17;
-  d->x.route_key = route::route_key(_routes->keys(g), d->x.endpoint, f, grp.name, d->x.head.session_id, _prng);
+  x.route_key = route::route_key(_routes->keys(g), x.endpoint, f, grp.name, x.head.session_id, _prng);
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
   // the group's default cap) x output_weight (DESIGN.md §4), for each answer
   // the backend generates (n, best_of, prompts of a completions batch).
@@ -262,12 +273,19 @@ void shard_server::dispatch(downstream_conn* d) noexcept {
                                                         : group_cap;
   uint64_t max_out = 0;
   if (__builtin_mul_overflow(max_tokens, f.output_sequences, &max_out)) max_out = UINT64_MAX;
-  d->x.reserved_output = max_out;
-  d->x.input_estimate = quota::estimate_request_tokens(*f.text, f.message_count, _cfg->quota.image_tokens);
-  d->x.quota_cost = quota::admission_cost(d->x.input_estimate, max_out, _cfg->quota.input_weight,
+  x.reserved_output = max_out;
+  x.input_estimate = quota::estimate_request_tokens(*f.text, f.message_count, _cfg->quota.image_tokens);
+  x.quota_cost = quota::admission_cost(x.input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);
-  d->state = conn_state::upstream;
-  forward(d, f);
+  // The backend's request is built now, while `f` (views into this
+  // shard's reader) is valid: admission may park the exchange.
+  if (!x.adapter->prepare(x, f)) {
+    x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
+    return;
+  }
+  x.attempts = 0;
+  x.tried_mask = 0;
+  admit(x);
 }
 
 namespace {
@@ -298,10 +316,10 @@ size_t decode_segment(std::string_view in, char* out, size_t cap) noexcept {
 
 }  // namespace
 
-void shard_server::answer_models(downstream_conn* d) noexcept {
-  const uint32_t key = static_cast<uint32_t>(d->x.key_index);
+void shard_server::answer_models(exchange& x) noexcept {
+  const uint32_t key = static_cast<uint32_t>(x.key_index);
   const route::group_table& groups = _routes->groups();
-  byte_buf& b = d->resp_body;  // unused by local answers: the body is built here
+  byte_buf& b = *x.body;  // unused by local answers: the body is built here
   b.len = 0;
   auto put = [&](std::string_view s) {
     std::memcpy(b.data + b.len, s.data(), s.size());
@@ -312,7 +330,7 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
     b.len += static_cast<uint32_t>(openai::json_escape(b.data + b.len, id.size() * 6, id));
     put("\",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"}");
   };
-  const std::string_view path = d->x.head.path;
+  const std::string_view path = x.head.path;
   if (path.size() > 11) {
     // GET /v1/models/{id} (the SDKs' models.retrieve): a model the key may
     // use -- by name or pattern, as a request's `model` would resolve --
@@ -325,18 +343,18 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
       const size_t shown = model.size() > 128 ? 128 : model.size();
       char quoted[160];
       const size_t ql = openai::json_escape(quoted, sizeof quoted, model.substr(0, shown));
-      auto msg = fmt::format_to_n(d->x.scratch, sizeof d->x.scratch, "The model '{}' does not exist",
+      auto msg = fmt::format_to_n(x.scratch, sizeof x.scratch, "The model '{}' does not exist",
                                   std::string_view(quoted, ql));
-      answer_error(d, 404, std::string_view(d->x.scratch, msg.size < sizeof d->x.scratch ? msg.size : sizeof d->x.scratch),
+      x.codec->answer_error(x, 404, std::string_view(x.scratch, msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch),
                    "invalid_request_error", "model", "model_not_found", false);
       return;
     }
     if (!b.reserve(model.size() * 6 + 128)) {
-      close_downstream(d);
+      x.codec->fail(x);
       return;
     }
     put_model(model);
-    send_answer(d, 200, std::string_view(b.data, b.len), false, {}, {});
+    x.codec->answer(x, 200, std::string_view(b.data, b.len), false, {}, {});
     return;
   }
   // The exact model names of the groups the key may use (patterns are not
@@ -349,7 +367,7 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
     for (const auto& m : grp.models) need += m.size() * 6 + 96;
   }
   if (!b.reserve(need)) {
-    close_downstream(d);
+    x.codec->fail(x);
     return;
   }
   put("{\"object\":\"list\",\"data\":[");
@@ -371,7 +389,7 @@ void shard_server::answer_models(downstream_conn* d) noexcept {
     if (!listed_name) add_model(grp.name);
   }
   put("]}");
-  send_answer(d, 200, std::string_view(b.data, b.len), false, {}, {});
+  x.codec->answer(x, 200, std::string_view(b.data, b.len), false, {}, {});
 }
 
 }  // namespace sluice::proxy

@@ -1,17 +1,20 @@
 #pragma once
 // proxy (private): one request's exchange and the relay of its response.
 //
-//   downstream connection --codec--> exchange --adapter--> upstream attempt
-//   (downstream_conn,                (this file)           (upstream_conn,
-//    downstream_h1.cpp)                                     upstream_openai.cpp)
-//                                        |
-//                                      relay (relay.cpp: the response's
-//                                        framing, SSE facts, usage cut)
+//   client connection --codec--> exchange --adapter--> backend attempt
+//   (downstream_conn,            (this file;           (upstream_conn,
+//    h1_codec)                    shard_server's        openai_http)
+//                                 policy)
+//                                    |
+//                                  relay (relay.cpp: the response's
+//                                    framing, SSE facts, usage cut)
 //
 // The exchange owns the request's policy state: its head, the fields read
 // from its body, the route, the quota reservation, the attempts and the
-// facts its audit line is made of. It is made fresh for every request
-// (reset()), so nothing of one request can answer for the next.
+// facts its audit line is made of. Its policy reaches the client only
+// through its codec (client_codec.hpp) and the backend only through its
+// adapter (backend_adapter.hpp). It is made fresh for every request (its
+// codec's reset), so nothing of one request can answer for the next.
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -31,6 +34,17 @@ namespace sluice::proxy {
 
 struct downstream_conn;
 struct upstream_conn;
+class client_codec;
+class backend_adapter;
+
+// What the exchange does once the upstream send still reading its request
+// bytes has completed (see exchange::up_send_inflight).
+enum class after_upstream_send : uint8_t {
+  nothing,
+  next_request,
+  retry,              // decided (a 502/503 answer): start the next attempt
+  retry_unless_sent,  // a failed attempt: retry only if the send had not written the whole request
+};
 
 // What the scan of a streamed response saw (for billing and audit).
 struct stream_facts {
@@ -78,6 +92,16 @@ struct exchange {
   exchange(const exchange&) = delete;
   exchange& operator=(const exchange&) = delete;
 
+  // --- its sides (set by the codec that made it) ------------------------------
+  client_codec* codec = nullptr;
+  downstream_conn* conn = nullptr;   // the codec's connection (HTTP/1.1: the one that carries it)
+  backend_adapter* adapter = nullptr;
+  // The connection's buffers it uses (memory kept across exchanges, not
+  // state): the kept response body / re-framing scratch, and the backend
+  // request's head.
+  byte_buf* body = nullptr;
+  byte_buf* up_head = nullptr;
+
   // --- the request ---------------------------------------------------------
   http::request_head head;         // views into the connection's request bytes
   bool head_ok = false;            // `head` holds a parsed head (its views are valid)
@@ -107,7 +131,7 @@ struct exchange {
   uint64_t quota_charged = 0;
   uint64_t wait_since_ms = 0;      // parked for quota: since when (0: not waiting)
   uint64_t wait_until_ms = 0;      // parked on a short retry time: try again then
-  list_hook<downstream_conn> wait_hook;  // in the shard's quota waiters
+  list_hook<exchange> wait_hook;   // in the shard's quota waiters
 
   // --- the upstream attempt -------------------------------------------------
   upstream_conn* up = nullptr;
@@ -115,8 +139,12 @@ struct exchange {
   // The attempt's whole request reached the backend's socket: from then on
   // the backend may have started it, and a failure is never retried.
   bool up_request_sent = false;
+  // An upstream send reads this exchange's request bytes (lent by its
+  // codec: lend_request_bytes); what waits for its completion.
+  bool up_send_inflight = false;
+  after_upstream_send after_up_send = after_upstream_send::nothing;
   uint64_t total_deadline_ms = 0;  // upstream.total_timeout_ms for this exchange; 0 = none
-  // The forwarded request: head in the connection's up_head, then the body
+  // The forwarded request: head in *up_head, then the body
   // from its request bytes with at most two byte edits.
   iovec up_iov[6] = {};            // [1..]: the body, with its byte edits (none: joined to up_head)
   uint8_t up_iov_count = 0;
@@ -140,9 +168,6 @@ struct exchange {
   uint64_t first_token_ms = 0;     // monotonic; 0 = none yet
   std::string_view error_code;     // static strings only
 
-  // The next request's exchange, made in place. Only between exchanges:
-  // nothing accounted, no attempt, not parked.
-  void reset() noexcept;
 };
 
 }  // namespace sluice::proxy

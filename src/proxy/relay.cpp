@@ -11,6 +11,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "openai_http.hpp"
+
+#include "client_codec.hpp"
+#include "h1_codec.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -21,13 +25,13 @@
 
 namespace sluice::proxy {
 
-void shard_server::on_response_head(downstream_conn* d) noexcept {
+void openai_http::on_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->x.rsp.head;
   const config::group_config& g = _cfg->groups[d->x.group];
   // It answered: reachable and speaking HTTP, whatever the status. A 5xx
   // says something about the request or the load, not the connection (the
   // control thread judges a rate of them from the metrics).
-  if (d->x.up != nullptr) report_outcome(d->x.up->backend, false);
+  if (d->x.up != nullptr) _x.report_outcome(d->x.up->backend, false);
   // A backend that says 502/503 before anything reached the client: the
   // next backend on the key's ring gets the request (max_retries).
   const uint64_t tried = d->x.route_position < 64 ? d->x.tried_mask | uint64_t{1} << d->x.route_position : d->x.tried_mask;
@@ -36,17 +40,13 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   // "no backend".
   if ((rh.status == 502 || rh.status == 503) && d->x.attempts < g.upstream.max_retries && d->x.up != nullptr &&
       _routes->pick(d->x.group, d->x.route_key, tried).backend != route::k_none) {
-    upstream_conn* u = d->x.up;
-    d->x.up = nullptr;
-    u->owner = nullptr;
-    _routes->on_request_end(u->backend);
-    close_upstream(u);  // its body is not read: the connection cannot be reused
+    drop_attempt(d->x);  // its body is not read: the connection cannot be reused
     ++d->x.attempts;
     if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
     d->resp_body.len = 0;
     d->x.rsp.body_overflow = false;
     _metrics.at(metrics::stat::upstream_retries).add();
-    start_attempt(d);
+    start(d->x);
     return;
   }
   d->state = conn_state::streaming;
@@ -56,12 +56,12 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   if (rh.event_stream) {
     // One scanner per connection, made on its first stream and kept.
     if (!d->sse) {
-      d->sse.reset(new (std::nothrow) http::sse_scanner(&shard_server::on_sse_event, d));
+      d->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, d));
       if (d->sse) account_connection_memory(k_sse_scanner_bytes);
     }
     if (d->sse) d->sse->reset();
   }
-  set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);
+  _h1.set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);
 
   // A backend's error answer is held and answered in OpenAI's shape
   // (DESIGN.md §8: vLLM's flat body, integer codes): nothing of it goes out
@@ -79,7 +79,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   }
 
   if (!write_response_head(d)) {
-    upstream_failed(d, errc::internal);
+    upstream_failed(d->x, errc::internal);
     return;
   }
   d->x.status = rh.status;
@@ -92,7 +92,7 @@ void shard_server::on_response_head(downstream_conn* d) noexcept {
   relay(d, rh.head_bytes, true);
 }
 
-bool shard_server::write_response_head(downstream_conn* d) noexcept {
+bool openai_http::write_response_head(downstream_conn* d) noexcept {
   const http::response_head& rh = d->x.rsp.head;
   // The client's head: the backend's status and end-to-end fields, plus
   // x-request-id; framing (Content-Length / chunked) passes through as is,
@@ -127,7 +127,7 @@ bool shard_server::write_response_head(downstream_conn* d) noexcept {
   // sluice's own fields: the request id, the key's rate-limit state and
   // the time sluice and the backend took to the head (as OpenAI sends).
   char rate[512];
-  const size_t rl = write_rate_headers(d, rate, sizeof rate);
+  const size_t rl = _x.write_rate_headers(d->x, rate, sizeof rate);
   if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
     return false;
   }
@@ -135,7 +135,7 @@ bool shard_server::write_response_head(downstream_conn* d) noexcept {
   w.put("x-request-id: ");
   w.put(std::string_view(d->x.request_id, d->x.request_id_len));
   w.put("\r\nopenai-processing-ms: ");
-  w.put_int(now_ms() - d->x.request_start_ms);
+  w.put_int(_s.now_ms() - d->x.request_start_ms);
   w.put("\r\n");
   append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   append(o, std::string_view(rate, rl));
@@ -143,12 +143,12 @@ bool shard_server::write_response_head(downstream_conn* d) noexcept {
   return true;
 }
 
-void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
+void openai_http::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
   upstream_conn* u = d->x.up;
   relay_state& r = d->x.rsp;
   const bool sse_chunked = r.head.event_stream && r.head.chunked;
-  http::body_sink sink{&shard_server::on_body_data, d, sse_chunked ? &shard_server::on_chunk_end : nullptr,
-                       sse_chunked ? &shard_server::on_sse_chunk : nullptr};
+  http::body_sink sink{&openai_http::on_body_data, d, sse_chunked ? &openai_http::on_chunk_end : nullptr,
+                       sse_chunked ? &openai_http::on_sse_chunk : nullptr};
   http::body_status bs{};
   if (with_head) r.usage_in_batch = r.usage_covered = false;
   r.usage_event_at = nullptr;
@@ -159,11 +159,11 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
     bs = r.parser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
   }
   if (bs.error != errc::ok) {
-    upstream_failed(d, errc::upstream_protocol);
+    upstream_failed(d->x, errc::upstream_protocol);
     return;
   }
   if (!with_head && !r.client_done) {
-    set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
+    _h1.set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
   }
   r.complete = bs.complete;
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
@@ -203,7 +203,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
       send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : r.fwd_from;
       if (sse_chunked) send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
       if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
-        upstream_failed(d, errc::upstream_protocol);  // a chunk over 1 MiB to an HTTP/1.0 client
+        upstream_failed(d->x, errc::upstream_protocol);  // a chunk over 1 MiB to an HTTP/1.0 client
         return;
       }
     }
@@ -236,7 +236,7 @@ void shard_server::relay(downstream_conn* d, uint32_t parse_from, bool with_head
   send_batch(d, n, reads_up ? u : nullptr);
 }
 
-void shard_server::send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept {
+void openai_http::send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept {
   if (n == 0) {
     after_body_sent(d);
     return;
@@ -245,10 +245,10 @@ void shard_server::send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin)
   // The send reads u's buffer: u and its buffer stay until it completes,
   // whatever happens to the exchange meanwhile.
   if (pin != nullptr) pin_upstream_buffer(d, pin);
-  submit_send(d);
+  _h1.submit_send(d);
 }
 
-iovec shard_server::terminal_chunk_iov(downstream_conn* d) noexcept {
+iovec openai_http::terminal_chunk_iov(downstream_conn* d) noexcept {
   // The backend sent [DONE] but keeps its response open: the client's
   // response ends now (the OpenAI SDKs finish a stream only when its body
   // ends); the backend's rest is read and dropped until it ends, for a
@@ -257,11 +257,11 @@ iovec shard_server::terminal_chunk_iov(downstream_conn* d) noexcept {
   relay_state& r = d->x.rsp;
   r.client_done = true;
   const uint64_t idle_ms = _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms;
-  set_deadline(d, deadline_kind::upstream_idle, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
+  _h1.set_deadline(d, deadline_kind::upstream_idle, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
   return {const_cast<char*>(k_terminal.data()), k_terminal.size()};
 }
 
-void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept {
+void openai_http::send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept {
   upstream_conn* u = d->x.up;
   relay_state& r = d->x.rsp;
   const char* const batch = u->buf.data + r.fwd_from;
@@ -296,7 +296,7 @@ void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client)
   constexpr size_t k_size_room = 20;  // "<hex>\r\n", written right-aligned before the payload
   if (!d->resp_body.reserve(batch_len) ||
       !d->out.reserve(head_len + k_size_room + batch_len + 2 + 5)) {
-    upstream_failed(d, errc::internal);
+    upstream_failed(d->x, errc::internal);
     return;
   }
   bool last = false;
@@ -326,7 +326,7 @@ void shard_server::send_cut(downstream_conn* d, bool with_head, bool end_client)
   send_batch(d, n, nullptr);
 }
 
-void shard_server::send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept {
+void openai_http::send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept {
   // An HTTP/1.0 client: the payload of the whole chunks [fwd_from, send_end)
   // copied after the head in `out` (and without the usage event sluice
   // asked for, once it is in), the end of the answer told by the close.
@@ -336,7 +336,7 @@ void shard_server::send_dechunked(downstream_conn* d, bool with_head, bool end_c
   const size_t batch_len = r.send_end - r.fwd_from;
   const size_t head_len = with_head ? d->out.len : 0;
   if (!d->out.reserve(head_len + 2 * batch_len + 1) || !d->resp_body.reserve(batch_len + 1)) {
-    upstream_failed(d, errc::internal);
+    upstream_failed(d->x, errc::internal);
     return;
   }
   bool last = false;
@@ -358,10 +358,10 @@ void shard_server::send_dechunked(downstream_conn* d, bool with_head, bool end_c
   }
   d->send_iov[0] = {d->out.data, d->out.len};
   d->send_iov_count = 1;
-  submit_send(d);
+  _h1.submit_send(d);
 }
 
-bool shard_server::grow_upstream_buffer(upstream_conn* u) noexcept {
+bool openai_http::grow_upstream_buffer(upstream_conn* u) noexcept {
   // Held bytes (a stream's events not yet between two chunk ends) fill the
   // buffer: the connection takes a buffer of its own, twice the size, up to
   // a bound; a ring buffer goes back to the ring.
@@ -383,14 +383,14 @@ bool shard_server::grow_upstream_buffer(upstream_conn* u) noexcept {
   return true;
 }
 
-void shard_server::pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept {
+void openai_http::pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept {
   SLUICE_VERIFY(d->send_pin == nullptr && !u->buf_pinned);
   d->send_pin = u;
   u->buf_pinned = true;
   ++u->ops;
 }
 
-void shard_server::unpin_upstream_buffer(downstream_conn* d) noexcept {
+void openai_http::unpin_upstream_buffer(downstream_conn* d) noexcept {
   upstream_conn* u = d->send_pin;
   if (u == nullptr) return;
   d->send_pin = nullptr;
@@ -399,7 +399,7 @@ void shard_server::unpin_upstream_buffer(downstream_conn* d) noexcept {
   if (u->closing) maybe_free(u);
 }
 
-void shard_server::after_body_sent(downstream_conn* d) noexcept {
+void openai_http::after_body_sent(downstream_conn* d) noexcept {
   if (d->x.rsp.complete) {
     finish_exchange(d);
     return;
@@ -423,7 +423,7 @@ void shard_server::after_body_sent(downstream_conn* d) noexcept {
   submit_recv(d->x.up, rh.event_stream && left == 0);
 }
 
-void shard_server::finish_exchange(downstream_conn* d) noexcept {
+void openai_http::finish_exchange(downstream_conn* d) noexcept {
   upstream_conn* u = d->x.up;
   d->x.up = nullptr;
   if (u != nullptr) {
@@ -431,15 +431,7 @@ void shard_server::finish_exchange(downstream_conn* d) noexcept {
     release_upstream(u, d->x.rsp.reusable);
   }
   d->state = conn_state::local;  // so on_response_sent() counts it like any answer
-  on_response_sent(d);
-}
-
-void shard_server::abort_exchange(downstream_conn* d) noexcept {
-  _metrics.at(metrics::stat::downstream_aborts).add();
-  d->x.cancelled = true;
-  d->x.status = 499;  // nginx's "client closed request"
-  d->x.error_code = "client_closed";
-  close_downstream(d);  // closes the upstream connection too
+  _h1.on_response_sent(d);
 }
 
 }  // namespace sluice::proxy

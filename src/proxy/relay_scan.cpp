@@ -1,10 +1,14 @@
 // What the response scan sees: the body of a non-stream answer (kept for
 // its usage), the SSE events of a stream (usage, finish, errors, first
 // token) and a backend's error answer, read whole and answered in OpenAI's
-// shape. Runs inside the relay (upstream.cpp) on the hot path.
+// shape. Runs inside the relay (relay.cpp) on the hot path.
 #include <cstring>
 #include <string_view>
 
+#include "openai_http.hpp"
+
+#include "client_codec.hpp"
+#include "h1_codec.hpp"
 #include "shard_server.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
@@ -12,7 +16,7 @@
 
 namespace sluice::proxy {
 
-void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
+void openai_http::on_body_data(void* ctx, const char* data, size_t len) {
   auto* d = static_cast<downstream_conn*>(ctx);
   if (d->x.rsp.head.event_stream) {
     if (d->sse) d->sse->feed(data, len);
@@ -47,7 +51,7 @@ void shard_server::on_body_data(void* ctx, const char* data, size_t len) {
   b.len = static_cast<uint32_t>(keep + len);
 }
 
-void shard_server::on_sse_chunk(void* ctx, const char* data, size_t len, const char* end) {
+void openai_http::on_sse_chunk(void* ctx, const char* data, size_t len, const char* end) {
   // A whole chunk of an event stream: the scan and the boundary check in one
   // call (the walker's fast path; on_body_data + on_chunk_end otherwise).
   auto* d = static_cast<downstream_conn*>(ctx);
@@ -59,7 +63,7 @@ void shard_server::on_sse_chunk(void* ctx, const char* data, size_t len, const c
   }
 }
 
-void shard_server::on_chunk_end(void* ctx, const char* at) {
+void openai_http::on_chunk_end(void* ctx, const char* at) {
   auto* d = static_cast<downstream_conn*>(ctx);
   if (d->sse && d->sse->between_events()) {
     d->x.rsp.aligned_at = at;
@@ -67,7 +71,7 @@ void shard_server::on_chunk_end(void* ctx, const char* at) {
   }
 }
 
-void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
+void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   auto* d = static_cast<downstream_conn*>(ctx);
   stream_facts& s = d->x.rsp.facts;
   // Nearly every event of a stream is one content delta that vLLM ends with
@@ -83,7 +87,7 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
       p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
     ++s.events;
     ++s.content_events;
-    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->srv->now_ms();
+    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->codec->now_ms();
     return;
   }
   const openai::stream_event_info info = openai::scan_stream_event(ev.data);
@@ -92,7 +96,7 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
   if (info.error) s.error = true;
   if (info.has_content) {
     ++s.content_events;
-    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->srv->now_ms();
+    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->codec->now_ms();
   }
   if (info.usage_only) {
     d->x.rsp.usage_in_batch = true;
@@ -112,7 +116,7 @@ void shard_server::on_sse_event(void* ctx, const http::sse_event& ev) {
   }
 }
 
-void shard_server::answer_backend_error(downstream_conn* d) noexcept {
+void openai_http::answer_backend_error(downstream_conn* d) noexcept {
   // The backend's own retry advice (a 429's or 503's retry-after) goes on
   // to the client: the SDKs wait for it. Copied now, while the head's views
   // into the receive buffer are valid.
@@ -138,7 +142,7 @@ void shard_server::answer_backend_error(downstream_conn* d) noexcept {
   uint16_t status = d->x.status;
   const size_t bl = openai::normalize_backend_error(d->x.status, std::string_view(d->resp_body.data, d->resp_body.len),
                                                     d->x.rsp.body_overflow, body, sizeof body, status);
-  send_answer(d, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
+  d->x.codec->answer(d->x, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
 }
 
 }  // namespace sluice::proxy

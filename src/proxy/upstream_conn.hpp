@@ -1,6 +1,6 @@
 #pragma once
 // proxy (private): the backend side's connection objects. The OpenAI-over-
-// HTTP/1.1 adapter (upstream_openai.cpp) drives them.
+// HTTP/1.1 adapter (openai_http) drives them.
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -10,8 +10,8 @@
 
 namespace sluice::proxy {
 
-class shard_server;
-struct downstream_conn;
+class openai_http;
+struct exchange;
 
 // Shard-local. One per backend connection; from its socket() until it is
 // closed and its last operation has completed. Pooled between exchanges
@@ -22,7 +22,7 @@ struct downstream_conn;
 // that reads `buf` (buf_pinned). The object and its fd go only when ops is
 // 0 (maybe_free); shutdown(2) is what makes pending operations complete.
 struct upstream_conn {
-  shard_server* srv = nullptr;
+  openai_http* adapter = nullptr;
   int fd = -1;
   uint32_t backend = 0;
   int ops = 0;
@@ -34,11 +34,11 @@ struct upstream_conn {
   bool buf_lent = false;        // buf is the shard's upstream ring buffer buf_bid
   bool buf_pinned = false;      // a downstream send reads buf (counted in ops): it stays until that completes
   uint16_t buf_bid = 0;
-  downstream_conn* owner = nullptr;  // the connection whose exchange this attempt serves; null while pooled
-  // The connection whose request bytes (its `in` and `up_head`) the send in
-  // flight reads; it counts the send in its ops too, and neither moves nor
-  // frees those bytes until the completion.
-  downstream_conn* send_for = nullptr;
+  exchange* owner = nullptr;     // the exchange this attempt serves; null while pooled
+  // The exchange whose request bytes (its body and up_head) the send in
+  // flight reads; its codec holds them (lend_request_bytes), unmoved, until
+  // the completion.
+  exchange* send_for = nullptr;
   op<upstream_conn> connect_op, send_op, recv_op;
   sockaddr_storage peer{};      // the backend's address, read by the connect SQE
   socklen_t peer_len = 0;

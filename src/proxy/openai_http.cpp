@@ -11,6 +11,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "openai_http.hpp"
+
+#include "client_codec.hpp"
+#include "h1_codec.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -34,12 +38,80 @@ constexpr uint32_t k_host_room = 64;
 
 }  // namespace
 
+openai_http::openai_http(shard_context& s, shard_server& x, h1_codec& h1) noexcept : _s(s), _x(x), _h1(h1) {
+  _backend_count = _cfg->backends.size();
+  _backends = std::make_unique<backend_state[]>(_backend_count);
+  for (size_t i = 0; i < _backend_count; ++i) _backends[i].cfg = &_cfg->backends[i];
+}
+
+openai_http::~openai_http() {
+  for (size_t i = 0; i < _backend_count; ++i) {
+    while (upstream_conn* u = _backends[i].idle_head) {
+      _backends[i].idle_head = u->pool_hook.next;
+      // Its armed receive ends with the shutdown (no byte can land in the
+      // buffer after it is freed); the ring goes right after.
+      if (u->fd >= 0) {
+        ::shutdown(u->fd, SHUT_RDWR);
+        ::close(u->fd);
+      }
+      drop_upstream_buffer(u);
+      account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
+      delete u;
+    }
+  }
+}
+
+bool openai_http::init() noexcept {
+  // server.upstream_buffers (64) x 64 KiB for the backends' responses:
+  // lent from a receive's completion until its bytes are sent (a 41 KB SSE
+  // burst fits one), so idle streams and pooled connections hold no receive
+  // buffer. The kernel takes them in turn, so all are touched in time (4 MiB
+  // by default): a fixed cost per shard. With every one lent, a connection
+  // allocates its own.
+  _up_bufs = net::buffer_ring::create(_r.ring(), 1, _cfg->server.upstream_buffers, 64 * 1024);
+  return _up_bufs != nullptr;
+}
+
+void openai_http::reload(const config::config& n) noexcept {
+  // Backends keep their positions: pools and in-flight counts carry over.
+  SLUICE_VERIFY(n.backends.size() >= _backend_count);
+  auto backends = std::make_unique<backend_state[]>(n.backends.size());
+  for (size_t i = 0; i < _backend_count; ++i) backends[i] = _backends[i];
+  for (size_t i = 0; i < n.backends.size(); ++i) backends[i].cfg = &n.backends[i];
+  _backends = std::move(backends);
+  _backend_count = n.backends.size();
+  // Idle connections to removed backends go now; busy ones when released.
+  for (size_t i = 0; i < _backend_count; ++i) {
+    if (!n.backends[i].removed) continue;
+    while (upstream_conn* u = _backends[i].idle_head) close_upstream(u);
+  }
+}
+
+void openai_http::release(exchange& x) noexcept {
+  if (x.up != nullptr) drop_attempt(x);
+}
+
+void openai_http::drop_attempt(exchange& x) noexcept {
+  upstream_conn* u = x.up;
+  x.up = nullptr;
+  u->owner = nullptr;
+  _routes->on_request_end(u->backend);
+  close_upstream(u);  // shut down at once: the backend stops the request
+}
+
+void openai_http::on_timeout(exchange& x) noexcept {
+  _metrics.at(metrics::stat::upstream_timeouts).add();
+  upstream_failed(x, errc::upstream_timeout);
+}
+
 // ---------------------------------------------------------------------------
 // The forwarded request
 
-uint64_t shard_server::plan_upstream_body(downstream_conn* d, const openai::request_fields& f) noexcept {
-  const config::group_config& g = _cfg->groups[d->x.group];
-  const char* body = d->in.data + d->body_begin;
+uint64_t openai_http::plan_upstream_body(exchange& x, const openai::request_fields& f) noexcept {
+  const config::group_config& g = _cfg->groups[x.group];
+  const std::string_view client_body = x.codec->request_body(x);
+  const char* body = client_body.data();
+  const uint32_t body_bytes = static_cast<uint32_t>(client_body.size());
   // Body: the client's bytes with at most two byte edits, in body order:
   // `model` replaced when the group names its backend model, and usage
   // requested for a stream whose client did not ask for it (sluice bills
@@ -56,10 +128,10 @@ uint64_t shard_server::plan_upstream_body(downstream_conn* d, const openai::requ
   static constexpr std::string_view k_usage_member = "\"stream_options\":{\"include_usage\":true},";
   static constexpr std::string_view k_usage_first = "\"include_usage\":true";
   static constexpr std::string_view k_usage_first_of_more = "\"include_usage\":true,";
-  d->x.rsp.cut_usage = false;
-  if (g.inject_usage && f.stream && !f.include_usage && d->x.endpoint != openai::endpoint::embeddings &&
-      d->body_len != 0) {
-    d->x.rsp.cut_usage = true;
+  x.rsp.cut_usage = false;
+  if (g.inject_usage && f.stream && !f.include_usage && x.endpoint != openai::endpoint::embeddings &&
+      body_bytes != 0) {
+    x.rsp.cut_usage = true;
     if (f.stream_options_object && !f.has_include_usage) {
       // The client's other stream_options (vLLM's continuous_usage_stats)
       // stay: the member goes in first, after the object's brace.
@@ -76,45 +148,46 @@ uint64_t shard_server::plan_upstream_body(downstream_conn* d, const openai::requ
       edits[edit_count++] = {f.stream_options_begin, f.stream_options_end, k_usage_object.data(), k_usage_object.size()};
     } else {
       uint32_t brace = 0;  // the validated body starts with optional whitespace, then '{'
-      while (brace < d->body_len && body[brace] != '{') ++brace;
+      while (brace < body_bytes && body[brace] != '{') ++brace;
       edits[edit_count++] = {brace + 1, brace + 1, k_usage_member.data(), k_usage_member.size()};
     }
   }
   if (!g.backend_model.empty() && f.model_token_end > f.model_token_begin) {
     size_t n = 0;
-    d->x.scratch[n++] = '"';
-    n += openai::json_escape(d->x.scratch + n, sizeof d->x.scratch - 2, g.backend_model);
-    d->x.scratch[n++] = '"';
-    edits[edit_count++] = {f.model_token_begin, f.model_token_end, d->x.scratch, n};
+    x.scratch[n++] = '"';
+    n += openai::json_escape(x.scratch + n, sizeof x.scratch - 2, g.backend_model);
+    x.scratch[n++] = '"';
+    edits[edit_count++] = {f.model_token_begin, f.model_token_end, x.scratch, n};
   }
   if (edit_count == 2 && edits[1].begin < edits[0].begin) std::swap(edits[0], edits[1]);
-  uint64_t body_len = d->body_len;
-  d->x.up_iov_count = 1;  // [0] is the head
+  uint64_t body_len = body_bytes;
+  x.up_iov_count = 1;  // [0] is the head
   uint32_t at = 0;
   for (size_t i = 0; i < edit_count; ++i) {
-    if (edits[i].begin > at) d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(body) + at, edits[i].begin - at};
-    d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(edits[i].text), edits[i].text_len};
+    if (edits[i].begin > at) x.up_iov[x.up_iov_count++] = {const_cast<char*>(body) + at, edits[i].begin - at};
+    x.up_iov[x.up_iov_count++] = {const_cast<char*>(edits[i].text), edits[i].text_len};
     body_len = body_len - (edits[i].end - edits[i].begin) + edits[i].text_len;
     at = edits[i].end;
   }
-  if (at < d->body_len) d->x.up_iov[d->x.up_iov_count++] = {const_cast<char*>(body) + at, d->body_len - at};
+  if (at < body_bytes) x.up_iov[x.up_iov_count++] = {const_cast<char*>(body) + at, body_bytes - at};
   return body_len;
 }
 
-bool shard_server::build_upstream_request(downstream_conn* d, const openai::request_fields& f) noexcept {
-  const config::group_config& g = _cfg->groups[d->x.group];
-  const http::request_head& h = d->x.head;
-  const uint64_t body_len = plan_upstream_body(d, f);
+bool openai_http::build_upstream_request(exchange& x, const openai::request_fields& f) noexcept {
+  const config::group_config& g = _cfg->groups[x.group];
+  const http::request_head& h = x.head;
+  const uint64_t body_len = plan_upstream_body(x, f);
 
-  size_t need = h.head_bytes + 512 + d->peer_ip_len;
-  if (!d->up_head.reserve(need)) return false;
-  byte_buf& o = d->up_head;
+  const std::string_view peer_ip = x.codec->peer_ip(x);
+  size_t need = h.head_bytes + 512 + peer_ip.size();
+  if (!(*x.up_head).reserve(need)) return false;
+  byte_buf& o = (*x.up_head);
   o.len = 0;
   append(o, h.method_name);
   append(o, " ");
   append(o, h.target);
   append(o, " HTTP/1.1\r\nhost: ");
-  d->x.host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
+  x.host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
   append(o, "\r\n");
   std::string_view xff_prior;
   http::header hd;
@@ -132,7 +205,7 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
   w.put("content-length: ");
   w.put_int(body_len);
   w.put("\r\nx-request-id: ");
-  w.put(std::string_view(d->x.request_id, d->x.request_id_len));
+  w.put(std::string_view(x.request_id, x.request_id_len));
   w.put("\r\nx-forwarded-for: ");
   append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
   if (!xff_prior.empty() && xff_prior.size() < 1024) {
@@ -140,7 +213,7 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
     append(o, xff_prior);
     append(o, ", ");
   }
-  append(o, std::string_view(d->peer_ip, d->peer_ip_len));
+  append(o, peer_ip);
   append(o, "\r\n");
   if (!g.api_key.empty()) {
     // The group's own backend credential; the client's key never leaves.
@@ -150,69 +223,61 @@ bool shard_server::build_upstream_request(downstream_conn* d, const openai::requ
     append(o, "\r\n");
   }
   append(o, "\r\n");
-  d->x.up_body_len = body_len;
-  d->x.host_len = 0;
+  x.up_body_len = body_len;
+  x.host_len = 0;
   // A body that fits in the head's buffer as it is (most chat bodies: the
   // buffer starts at 1 KiB) joins the head there, so the request goes out
   // as one plain send; a larger one is sent from the client's buffer.
   if (static_cast<uint64_t>(o.len) + body_len + k_host_room <= o.cap) {
-    for (uint8_t i = 1; i < d->x.up_iov_count; ++i) {
-      std::memcpy(o.data + o.len, d->x.up_iov[i].iov_base, d->x.up_iov[i].iov_len);
-      o.len += static_cast<uint32_t>(d->x.up_iov[i].iov_len);
+    for (uint8_t i = 1; i < x.up_iov_count; ++i) {
+      std::memcpy(o.data + o.len, x.up_iov[i].iov_base, x.up_iov[i].iov_len);
+      o.len += static_cast<uint32_t>(x.up_iov[i].iov_len);
     }
-    d->x.up_iov_count = 1;
+    x.up_iov_count = 1;
   }
   return true;
 }
 
-void shard_server::forward(downstream_conn* d, const openai::request_fields& f) noexcept {
-  // The forwarded request is built now, while `f` (views into this shard's
-  // reader) is valid: admission may park the request until peers lend quota.
-  if (!build_upstream_request(d, f)) {
-    answer_error(d, 500, "Internal error.", "server_error", {}, {}, true);
-    return;
-  }
-  d->x.attempts = 0;
-  d->x.tried_mask = 0;
-  admit(d);
+bool openai_http::prepare(exchange& x, const openai::request_fields& f) noexcept {
+  return build_upstream_request(x, f);
 }
 
-void shard_server::start_attempt(downstream_conn* d) noexcept {
-  if (d->up_send_inflight) {
+void openai_http::start(exchange& x) noexcept {
+  if (x.up_send_inflight) {
     // The last attempt's send still reads the request bytes this one would
     // rewrite (the host) and send again: go on at its completion.
-    d->after_up_send = after_upstream_send::retry;
+    x.after_up_send = after_upstream_send::retry;
     return;
   }
-  d->x.up_request_sent = false;
-  const config::group_config& g = _cfg->groups[d->x.group];
-  const route::choice c = _routes->pick(d->x.group, d->x.route_key, d->x.tried_mask);
+  x.up_request_sent = false;
+  const config::group_config& g = _cfg->groups[x.group];
+  const route::choice c = _routes->pick(x.group, x.route_key, x.tried_mask);
   if (c.backend == route::k_none) {
-    answer_error(d, 503, "No backend is available for this model right now.", "server_error", {}, "no_backend",
+    x.codec->answer_error(x, 503, "No backend is available for this model right now.", "server_error", {}, "no_backend",
                  false);
     return;
   }
   const uint32_t backend = c.backend;
-  d->x.route_position = c.position;
+  x.route_position = c.position;
   // This attempt's backend goes in as the host value at host_offset (a
   // retry swaps it, moving what follows when the length differs).
   const std::string_view host = _cfg->backends[backend].host_header;
-  byte_buf& o = d->up_head;
-  if (host.size() != d->x.host_len) {
-    if (!o.reserve(static_cast<size_t>(o.len) - d->x.host_len + host.size())) {
-      answer_error(d, 500, "Internal error.", "server_error", {}, {}, false);
+  byte_buf& o = (*x.up_head);
+  if (host.size() != x.host_len) {
+    if (!o.reserve(static_cast<size_t>(o.len) - x.host_len + host.size())) {
+      x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, false);
       return;
     }
-    char* tail = o.data + d->x.host_offset + d->x.host_len;
-    std::memmove(o.data + d->x.host_offset + host.size(), tail, o.len - d->x.host_offset - d->x.host_len);
-    o.len = static_cast<uint32_t>(o.len - d->x.host_len + host.size());
-    d->x.host_len = static_cast<uint32_t>(host.size());
+    char* tail = o.data + x.host_offset + x.host_len;
+    std::memmove(o.data + x.host_offset + host.size(), tail, o.len - x.host_offset - x.host_len);
+    o.len = static_cast<uint32_t>(o.len - x.host_len + host.size());
+    x.host_len = static_cast<uint32_t>(host.size());
   }
-  std::memcpy(o.data + d->x.host_offset, host.data(), host.size());
-  d->x.up_msg_iov[0] = {o.data, o.len};
+  std::memcpy(o.data + x.host_offset, host.data(), host.size());
+  x.up_msg_iov[0] = {o.data, o.len};
   uint8_t n = 1;
-  for (uint8_t i = 1; i < d->x.up_iov_count; ++i) d->x.up_msg_iov[n++] = d->x.up_iov[i];
-  d->x.up_msg_iov_count = n;
+  for (uint8_t i = 1; i < x.up_iov_count; ++i) x.up_msg_iov[n++] = x.up_iov[i];
+  x.up_msg_iov_count = n;
 
   upstream_conn* u = acquire_upstream(backend, g.upstream.connections_max);
   if (u == nullptr) {
@@ -220,30 +285,29 @@ void shard_server::start_attempt(downstream_conn* d) noexcept {
     // a socket/allocation failed): shed, with a time to come back.
     const bool pool_full = _backends[backend].open >= g.upstream.connections_max;
     _metrics.at(pool_full ? metrics::stat::shed_upstream_pool : metrics::stat::shed_memory).add();
-    answer_error(d, 503, pool_full ? "Too many requests to the backend right now. Please try again."
+    x.codec->answer_error(x, 503, pool_full ? "Too many requests to the backend right now. Please try again."
                                    : "The server is overloaded. Please try again.",
                  "server_error", {}, "overloaded", false, "retry-after: 1\r\n");
     return;
   }
-  u->owner = d;
-  d->x.up = u;
-  d->x.backend_used = backend;
+  u->owner = &x;
+  x.up = u;
+  x.backend_used = backend;
   _routes->on_request_start(backend);
   _metrics.at(metrics::stat::upstream_requests).add();
-  d->state = conn_state::upstream;
-  d->x.rsp.parser.reset(false);
-  d->x.rsp.complete = false;
+  x.rsp.parser.reset(false);
+  x.rsp.complete = false;
   u->buf.len = 0;
   if (u->connected) {
-    set_deadline(d, deadline_kind::upstream_first_byte, g.upstream.first_byte_timeout_ms);
-    submit_upstream_send(d);
+    x.codec->wait_for_backend(x, deadline_kind::upstream_first_byte, g.upstream.first_byte_timeout_ms);
+    submit_upstream_send(x);
   } else {
-    set_deadline(d, deadline_kind::upstream_connect, g.upstream.connect_timeout_ms);
+    x.codec->wait_for_backend(x, deadline_kind::upstream_connect, g.upstream.connect_timeout_ms);
     submit_connect(u);
   }
 }
 
-upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_max) noexcept {
+upstream_conn* openai_http::acquire_upstream(uint32_t backend, uint32_t open_max) noexcept {
   backend_state& bs = _backends[backend];
   while (upstream_conn* u = bs.idle_head) {
     bs.idle_head = u->pool_hook.next;
@@ -268,16 +332,16 @@ upstream_conn* shard_server::acquire_upstream(uint32_t backend, uint32_t open_ma
   u->peer = b.address.storage;
   u->peer_len = b.address.length;
   ++bs.open;
-  u->srv = this;
+  u->adapter = this;
   u->backend = backend;
   u->connect_op.owner = u->send_op.owner = u->recv_op.owner = u;
-  u->connect_op.fn = &shard_server::on_up_connect;
-  u->send_op.fn = &shard_server::on_up_send;
-  u->recv_op.fn = &shard_server::on_up_recv;
+  u->connect_op.fn = &openai_http::on_up_connect;
+  u->send_op.fn = &openai_http::on_up_send;
+  u->recv_op.fn = &openai_http::on_up_recv;
   return u;
 }
 
-void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
+void openai_http::release_upstream(upstream_conn* u, bool reusable) noexcept {
   u->owner = nullptr;
   // A backend that answered before it read the whole request: the rest of
   // the request is still going out, so the connection's byte stream is in
@@ -307,7 +371,7 @@ void shard_server::release_upstream(upstream_conn* u, bool reusable) noexcept {
   submit_recv(u, true);
 }
 
-void shard_server::submit_recv(upstream_conn* u, bool poll_first) noexcept {
+void openai_http::submit_recv(upstream_conn* u, bool poll_first) noexcept {
   if (u->recv_armed) return;
   io_uring_sqe* s = _r.sqe(&u->recv_op);
   if (u->buf.data == nullptr) {
@@ -325,7 +389,7 @@ void shard_server::submit_recv(upstream_conn* u, bool poll_first) noexcept {
   ++u->ops;
 }
 
-void shard_server::drop_upstream_buffer(upstream_conn* u) noexcept {
+void openai_http::drop_upstream_buffer(upstream_conn* u) noexcept {
   SLUICE_ASSERT(!u->buf_pinned);
   if (u->buf_lent) {
     _up_bufs->recycle(u->buf_bid);
@@ -337,7 +401,7 @@ void shard_server::drop_upstream_buffer(upstream_conn* u) noexcept {
   }
 }
 
-void shard_server::close_upstream(upstream_conn* u) noexcept {
+void openai_http::close_upstream(upstream_conn* u) noexcept {
   if (u->closing) return;
   u->closing = true;
   if (u->in_pool) {
@@ -357,7 +421,7 @@ void shard_server::close_upstream(upstream_conn* u) noexcept {
   maybe_free(u);
 }
 
-void shard_server::maybe_free(upstream_conn* u) noexcept {
+void openai_http::maybe_free(upstream_conn* u) noexcept {
   if (!u->closing || u->ops > 0) return;
   SLUICE_VERIFY(u->send_for == nullptr && !u->buf_pinned && !u->recv_armed);
   drop_upstream_buffer(u);
@@ -367,7 +431,7 @@ void shard_server::maybe_free(upstream_conn* u) noexcept {
   delete u;
 }
 
-bool shard_server::upstream_gone(upstream_conn* u) noexcept {
+bool openai_http::upstream_gone(upstream_conn* u) noexcept {
   --u->ops;
   if (!u->closing && u->owner != nullptr) return false;
   // The exchange ended (client gone, timeout) while this operation was in
@@ -382,7 +446,7 @@ bool shard_server::upstream_gone(upstream_conn* u) noexcept {
   return true;
 }
 
-void shard_server::submit_connect(upstream_conn* u) noexcept {
+void openai_http::submit_connect(upstream_conn* u) noexcept {
   // The address is the connection's own copy: the kernel reads it when the
   // SQE is submitted (the next loop turn), and a reload may drop the config
   // snapshot in between.
@@ -391,105 +455,102 @@ void shard_server::submit_connect(upstream_conn* u) noexcept {
   ++u->ops;
 }
 
-void shard_server::on_up_connect(shard::completion* c, const io_uring_cqe* cqe) {
+void openai_http::on_up_connect(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
-  u->srv->on_up_connect_cqe(u, cqe->res);
+  u->adapter->on_up_connect_cqe(u, cqe->res);
 }
 
-void shard_server::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
+void openai_http::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
   if (upstream_gone(u)) return;
-  downstream_conn* d = u->owner;
+  exchange& x = *u->owner;
   if (res < 0) {
     _metrics.at(metrics::stat::upstream_connect_errors).add();
-    upstream_failed(d, errc::upstream_connect);
+    upstream_failed(x, errc::upstream_connect);
     return;
   }
   u->connected = true;
-  set_deadline(d, deadline_kind::upstream_first_byte, _cfg->groups[d->x.group].upstream.first_byte_timeout_ms);
-  submit_upstream_send(d);
+  x.codec->wait_for_backend(x, deadline_kind::upstream_first_byte, _cfg->groups[x.group].upstream.first_byte_timeout_ms);
+  submit_upstream_send(x);
   // The answer is read while the request goes out, as on a pooled
   // connection: a backend may answer (413, 400) before it reads a large
   // body, and would wait for sluice to read while sluice waits to write.
   submit_recv(u, true);
 }
 
-void shard_server::submit_upstream_send(downstream_conn* d) noexcept {
-  upstream_conn* u = d->x.up;
-  SLUICE_VERIFY(!d->up_send_inflight && u->send_for == nullptr);
-  prep_send_iov(_r.sqe(&u->send_op), u->fd, d->x.up_msg_iov, d->x.up_msg_iov_count, d->x.up_msg);
-  // The send uses u's socket and reads d's bytes: it holds both.
+void openai_http::submit_upstream_send(exchange& x) noexcept {
+  upstream_conn* u = x.up;
+  SLUICE_VERIFY(!x.up_send_inflight && u->send_for == nullptr);
+  prep_send_iov(_r.sqe(&u->send_op), u->fd, x.up_msg_iov, x.up_msg_iov_count, x.up_msg);
+  // The send uses u's socket and reads the exchange's bytes: it holds both.
   ++u->ops;
-  ++d->ops;
-  u->send_for = d;
-  d->up_send_inflight = true;
+  x.codec->lend_request_bytes(x);
+  u->send_for = &x;
 }
 
-void shard_server::after_upstream_send_done(downstream_conn* d) noexcept {
-  const after_upstream_send next = d->after_up_send;
-  d->after_up_send = after_upstream_send::nothing;
-  if (d->state == conn_state::closing) {
-    maybe_free(d);
-    return;
-  }
+void openai_http::after_upstream_send_done(exchange& x) noexcept {
+  const after_upstream_send next = x.after_up_send;
+  x.after_up_send = after_upstream_send::nothing;
   switch (next) {
     case after_upstream_send::nothing:
       return;
     case after_upstream_send::next_request:
-      next_request(d);
+      x.codec->request_bytes_free(x);
       return;
     case after_upstream_send::retry:
-      start_attempt(d);
+      start(x);
       return;
     case after_upstream_send::retry_unless_sent:
       // The failed attempt's send turned out to have written the whole
       // request: the backend may have started it.
-      if (d->x.up_request_sent) {
-        answer_upstream_failure(d, errc::upstream_connect);
+      if (x.up_request_sent) {
+        answer_upstream_failure(x, errc::upstream_connect);
       } else {
-        start_attempt(d);
+        start(x);
       }
       return;
   }
 }
 
-void shard_server::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
+void openai_http::on_up_send(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
-  u->srv->on_up_send_cqe(u, cqe->res);
+  u->adapter->on_up_send_cqe(u, cqe->res);
 }
 
-void shard_server::on_up_send_cqe(upstream_conn* u, int res) noexcept {
-  downstream_conn* d = u->send_for;
-  SLUICE_VERIFY(d != nullptr && d->up_send_inflight);
+void openai_http::on_up_send_cqe(upstream_conn* u, int res) noexcept {
+  SLUICE_VERIFY(u->send_for != nullptr);
+  exchange& x = *u->send_for;
   u->send_for = nullptr;
-  d->up_send_inflight = false;
-  --d->ops;
-  const bool more = res >= 0 && advance_iov(d->x.up_msg_iov, d->x.up_msg_iov_count, static_cast<size_t>(res));
-  if (res >= 0 && !more) d->x.up_request_sent = true;
-  if (upstream_gone(u)) {
+  const bool more = res >= 0 && advance_iov(x.up_msg_iov, x.up_msg_iov_count, static_cast<size_t>(res));
+  if (res >= 0 && !more) x.up_request_sent = true;
+  const bool gone = upstream_gone(u);
+  // The request bytes go back to the codec; a client side that closed
+  // meanwhile goes with them (and the exchange: nothing more to do).
+  if (!x.codec->return_request_bytes(x)) return;
+  if (gone) {
     // The exchange let go of the connection while this send was out (an
     // early answer, a failure, the client gone): what waited for the send
     // to give back the request bytes goes on now.
-    after_upstream_send_done(d);
+    after_upstream_send_done(x);
     return;
   }
-  SLUICE_ASSERT(u->owner == d);
+  SLUICE_ASSERT(u->owner == &x);
   if (res < 0) {
-    upstream_failed(d, errc::upstream_connect);  // not written whole: the backend cannot have started it
+    upstream_failed(x, errc::upstream_connect);  // not written whole: the backend cannot have started it
     return;
   }
   if (more) {
-    submit_upstream_send(d);
+    submit_upstream_send(x);
     return;
   }
   // A pooled connection's receive is armed already, and its completion may
   // even have come first (then the exchange has moved on): only a request
   // still waiting for its head needs one.
-  if (d->state == conn_state::upstream) submit_recv(u, true);
+  if (!x.rsp.head_seen) submit_recv(u, true);
 }
 
-void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
+void openai_http::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
   auto* u = static_cast<op<upstream_conn>*>(c)->owner;
-  shard_server* srv = u->srv;
+  openai_http* srv = u->adapter;
   u->recv_armed = false;
   if ((cqe->flags & IORING_CQE_F_BUFFER) != 0) {
     // A buffer from the ring: it holds the bytes from now on (the receive
@@ -519,118 +580,114 @@ void shard_server::on_up_recv(shard::completion* c, const io_uring_cqe* cqe) {
   srv->on_up_recv_cqe(u, cqe->res);
 }
 
-void shard_server::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
+void openai_http::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
   if (upstream_gone(u)) return;
-  downstream_conn* d = u->owner;
+  exchange& x = *u->owner;
   if (res <= 0) {
-    if (d->state == conn_state::streaming && res == 0 && d->x.rsp.parser.finish_at_eof()) {
+    if (x.rsp.head_seen && res == 0 && x.rsp.parser.finish_at_eof()) {
       // A body delimited by the close: complete.
-      d->x.rsp.complete = true;
-      d->x.rsp.reusable = false;
-      after_body_sent(d);
+      x.rsp.complete = true;
+      x.rsp.reusable = false;
+      after_body_sent(x.conn);
       return;
     }
-    if (res == -ETIMEDOUT && d->state == conn_state::upstream && !d->up_send_inflight) {
+    if (res == -ETIMEDOUT && !x.rsp.head_seen && !x.up_send_inflight) {
       // TCP_USER_TIMEOUT / keepalive (net::upstream_socket): the request's
       // bytes went unacknowledged that long (a black-holed pooled
       // connection: it cannot have started), or the host stopped answering
       // keepalive probes (it is gone, and what it started with it): retried
       // elsewhere, before anything reached the client.
-      d->x.up_request_sent = false;
+      x.up_request_sent = false;
     }
-    upstream_failed(d, d->state == conn_state::upstream && u->buf.len == 0 ? errc::upstream_connect
-                                                                            : errc::upstream_closed);
+    upstream_failed(x, !x.rsp.head_seen && u->buf.len == 0 ? errc::upstream_connect : errc::upstream_closed);
     return;
   }
   const uint32_t before = u->buf.len;
   u->buf.len += static_cast<uint32_t>(res);
-  if (d->state == conn_state::upstream) {
-    http::parse_status st = d->x.rsp.parser.parse_head(u->buf.data, u->buf.len, d->x.rsp.head);
+  if (!x.rsp.head_seen) {
+    http::parse_status st = x.rsp.parser.parse_head(u->buf.data, u->buf.len, x.rsp.head);
     if (st.need_more()) {
       if (u->buf.len >= u->buf.cap) {
-        upstream_failed(d, errc::upstream_protocol);
+        upstream_failed(x, errc::upstream_protocol);
         return;
       }
-      submit_recv(d->x.up);
+      submit_recv(x.up);
       return;
     }
     if (!st.ok()) {
-      upstream_failed(d, errc::upstream_protocol);
+      upstream_failed(x, errc::upstream_protocol);
       return;
     }
-    on_response_head(d);
+    on_response_head(x.conn);
     return;
   }
   // Copy path: relay what arrived.
-  relay(d, before, false);
+  relay(x.conn, before, false);
 }
 
-void shard_server::upstream_failed(downstream_conn* d, errc why) noexcept {
-  if (d->x.rsp.client_done) {
+void openai_http::upstream_failed(exchange& x, errc why) noexcept {
+  if (x.rsp.client_done) {
     // The client has its whole answer (sluice ended it after [DONE]): the
     // backend's rest did not come in time, or not as it should. Nothing
     // failed for the client; the connection is closed, not pooled.
-    d->x.rsp.reusable = false;
-    d->x.rsp.complete = true;
-    finish_exchange(d);
+    x.rsp.reusable = false;
+    x.rsp.complete = true;
+    finish_exchange(x.conn);
     return;
   }
-  upstream_conn* u = d->x.up;
+  upstream_conn* u = x.up;
   bool stale = false;
   if (u != nullptr) {
     stale = u->reused;
     // A stale pooled socket says nothing about the backend's health.
-    if (!stale || why != errc::upstream_connect) report_outcome(u->backend, true);
-    d->x.up = nullptr;
-    u->owner = nullptr;
-    _routes->on_request_end(u->backend);
-    close_upstream(u);
+    if (!stale || why != errc::upstream_connect) _x.report_outcome(u->backend, true);
+    drop_attempt(x);
   }
-  if (d->x.response_started) {
+  if (x.response_started) {
     // Something already reached the client: never retry, never fake an end.
     // Closing without the terminal chunk tells the client it was cut.
     _metrics.at(metrics::stat::upstream_truncated).add();
-    d->x.error_code = "upstream_truncated";
-    close_downstream(d);
+    x.error_code = "upstream_truncated";
+    x.codec->fail(x);
     return;
   }
-  const config::group_config& g = _cfg->groups[d->x.group];
+  const config::group_config& g = _cfg->groups[x.group];
   // Retried only while the backend cannot have started the request: the
   // connect failed, or the connection failed before the request was
   // written whole. A POST the backend may be running is never sent twice.
-  const bool retryable = why == errc::upstream_connect && !d->x.up_request_sent;
+  const bool retryable = why == errc::upstream_connect && !x.up_request_sent;
   // A pooled connection the backend had just closed does not count as an
   // attempt: nothing was wrong with the backend.
-  if (retryable && (stale || d->x.attempts < g.upstream.max_retries)) {
+  if (retryable && (stale || x.attempts < g.upstream.max_retries)) {
     if (!stale) {
-      ++d->x.attempts;
+      ++x.attempts;
       // The next attempt walks on along the key's ring.
-      if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
+      if (x.route_position < 64) x.tried_mask |= uint64_t{1} << x.route_position;
     }
     _metrics.at(metrics::stat::upstream_retries).add();
-    if (d->up_send_inflight) {
+    if (x.up_send_inflight) {
       // Its send (shut down with the connection) completes soon; whether
       // it had written everything decides.
-      d->after_up_send = after_upstream_send::retry_unless_sent;
+      x.after_up_send = after_upstream_send::retry_unless_sent;
       return;
     }
-    start_attempt(d);
+    start(x);
     return;
   }
-  answer_upstream_failure(d, why);
+  answer_upstream_failure(x, why);
 }
 
-void shard_server::answer_upstream_failure(downstream_conn* d, errc why) noexcept {
-  if (why == errc::upstream_connect && d->x.up_request_sent) {
+void openai_http::answer_upstream_failure(exchange& x, errc why) noexcept {
+  if (why == errc::upstream_connect && x.up_request_sent) {
     _metrics.at(metrics::stat::upstream_reset_after_send).add();
-    answer_error(d, 502, "The backend closed the connection before answering.", "server_error", {},
+    x.codec->answer_error(x, 502, "The backend closed the connection before answering.", "server_error", {},
                  "upstream_reset", false);
   } else if (why == errc::upstream_timeout) {
-    answer_error(d, 504, "The backend did not answer in time.", "server_error", {}, "upstream_timeout", false);
+    x.codec->answer_error(x, 504, "The backend did not answer in time.", "server_error", {}, "upstream_timeout", false);
   } else if (why == errc::upstream_protocol) {
-    answer_error(d, 502, "The backend sent an invalid response.", "server_error", {}, "bad_gateway", false);
+    x.codec->answer_error(x, 502, "The backend sent an invalid response.", "server_error", {}, "bad_gateway", false);
   } else {
-    answer_error(d, 502, "The backend is unavailable.", "server_error", {}, "bad_gateway", false);
+    x.codec->answer_error(x, 502, "The backend is unavailable.", "server_error", {}, "bad_gateway", false);
   }
 }
 

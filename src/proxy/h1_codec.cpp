@@ -1,7 +1,8 @@
-// The HTTP/1.1 codec of the downstream (client) side: receive, parse the
-// head and the body (Content-Length or chunked), answers sluice writes
-// itself, send, keep-alive, pipelining, close, and the connection's
-// deadlines. What a request means is the exchange's (exchange.cpp).
+// The HTTP/1.1 client codec: accept, receive, parse the head and the body
+// (Content-Length or chunked), answers sluice writes itself, send,
+// keep-alive, pipelining, close, and the connection's deadlines; and what
+// the exchange asks of its client side (client_codec). What a request
+// means is the exchange's (exchange.cpp).
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <sys/socket.h>
@@ -13,12 +14,16 @@
 
 #include <xxhash.h>
 
+#include "h1_codec.hpp"
+
+#include "openai_http.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/quota/estimate.hpp"
 
@@ -65,9 +70,220 @@ bool busy(conn_state s) noexcept {
          s == conn_state::quota_wait;
 }
 
+// Over a per-shard cap, or out of memory before a connection object exists:
+// shed at once rather than degrade everyone, with an answer the client can
+// act on. One non-blocking send on a fresh socket (its buffer is empty).
+constexpr std::string_view k_shed =
+    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 122\r\n"
+    "retry-after: 1\r\nconnection: close\r\n\r\n"
+    "{\"error\":{\"message\":\"The server is overloaded. Please try again.\",\"type\":\"server_error\","
+    "\"param\":null,\"code\":\"overloaded\"}}";
+static_assert(k_shed.size() - k_shed.find("\r\n\r\n") - 4 == 122, "content-length of the shed answer");
+
+http::limits limits_from(const config::server_config& s) {
+  http::limits l;
+  l.head_bytes_max = s.max_head_bytes;
+  l.line_bytes_max = s.max_line_bytes;
+  l.header_count_max = static_cast<uint16_t>(s.max_header_count);
+  l.body_bytes_max = s.max_body_bytes;
+  return l;
+}
+
+void shed(int fd) noexcept {
+  ssize_t sent = ::send(fd, k_shed.data(), k_shed.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)sent;  // best effort: the close says the rest
+  ::close(fd);
+}
+
 }  // namespace
 
-void shard_server::submit_recv(downstream_conn* d) noexcept {
+h1_codec::h1_codec(shard_context& s, shard_server& x, openai_http& up, int listen_fd) noexcept
+    : _s(s), _x(x), _up(up), _listen_fd(listen_fd), _limits(limits_from(s.cfg->server)) {
+  _accept_op.owner = this;
+  _accept_op.fn = &h1_codec::on_accept;
+}
+
+h1_codec::~h1_codec() {
+  while (_conns != nullptr) {
+    downstream_conn* d = _conns;
+    _conns = d->all_hook.next;
+    _timers.cancel(d->timer);
+    if (d->fd >= 0) ::close(d->fd);
+    delete d;
+  }
+  if (_listen_fd >= 0) ::close(_listen_fd);
+}
+
+bool h1_codec::init() noexcept {
+  // 512 x 16 KiB provided buffers per shard: a receive lands in one buffer
+  // and is copied into the connection's request buffer at once, so buffers
+  // turn over quickly; 8 MiB per shard bounds what the kernel may fill.
+  _bufs = net::buffer_ring::create(_r.ring(), 0, 512, 16 * 1024);
+  if (!_bufs) return false;
+  submit_accept();
+  return true;
+}
+
+void h1_codec::on_iteration(uint64_t now) noexcept {
+  _bufs->publish();
+  if (!_accept_armed && !_draining) submit_accept();
+  // Deadlines whose time has come (timeouts are seconds long: a loop
+  // turn's precision is plenty). on_deadline may close and free any
+  // connection, whose timer then leaves the wheel with it.
+  _timers.expire(now, [this](shard::timer& t) { on_deadline(static_cast<downstream_conn*>(t.owner)); });
+}
+
+void h1_codec::submit_accept() noexcept {
+  io_uring_sqe* s = _r.sqe(&_accept_op);
+  io_uring_prep_multishot_accept(s, _listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  _accept_armed = true;
+}
+
+void h1_codec::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
+  static_cast<op<h1_codec>*>(c)->owner->on_accept_cqe(cqe);
+}
+
+void h1_codec::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
+  // A multishot accept that ended is re-armed from on_iteration (a loop
+  // turn later), which keeps EMFILE from spinning.
+  if ((cqe->flags & IORING_CQE_F_MORE) == 0) _accept_armed = false;
+  if (cqe->res >= 0) {
+    const int fd = cqe->res;
+    if (_draining) {
+      ::close(fd);
+    } else if (_conn_count >= _cfg->server.connections_max) {
+      _metrics.at(metrics::stat::shed_connections).add();
+      shed(fd);
+    } else {
+      accept_connection(fd);
+    }
+  } else if (cqe->res != -ECANCELED) {
+    // EMFILE/ENFILE/ENOMEM: out of resources; the multishot ends.
+    log::warn("shard {}: accept: {}", _s.index, std::strerror(-cqe->res));
+  }
+}
+
+void h1_codec::accept_connection(int fd) noexcept {
+  auto* d = new (std::nothrow) downstream_conn(_limits);
+  if (d == nullptr) {
+    _metrics.at(metrics::stat::shed_memory).add();
+    shed(fd);
+    return;
+  }
+  account_connection_memory(sizeof(downstream_conn));
+  d->codec = this;
+  d->fd = fd;
+  d->recv_op.owner = d->send_op.owner = d;
+  d->timer.owner = d;
+  d->recv_op.fn = &h1_codec::on_recv;
+  d->send_op.fn = &h1_codec::on_send;
+  bind_exchange(d);
+  net::set_nodelay(fd);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    d->peer_ip_len = static_cast<uint8_t>(net::format_ip(ss, d->peer_ip, sizeof d->peer_ip));
+  }
+  d->all_hook.next = _conns;
+  if (_conns != nullptr) _conns->all_hook.prev = d;
+  _conns = d;
+  ++_conn_count;
+  _metrics.at(metrics::stat::connections_accepted).add();
+  _metrics.at(metrics::stat::connections_open).add();
+  d->state = conn_state::idle;
+  set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
+  submit_recv(d);
+}
+
+void h1_codec::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept {
+  const uint64_t at = deadline_at(k, now_ms(), ms, d->x.total_deadline_ms);
+  if (at == 0) {
+    d->deadline = deadline_kind::none;
+    _timers.cancel(d->timer);
+    return;
+  }
+  d->deadline = k;
+  _timers.arm(d->timer, at);
+}
+
+void h1_codec::begin_drain() noexcept {
+  if (_accept_armed) {
+    io_uring_sqe* s = _r.sqe_untracked();
+    io_uring_prep_cancel(s, &_accept_op, 0);
+  }
+  if (_listen_fd >= 0) {
+    // Connections still in this listener's queue are reset; with
+    // SO_REUSEPORT the kernel stops routing new ones here at once.
+    ::shutdown(_listen_fd, SHUT_RDWR);
+  }
+  // Idle keep-alive connections close now; busy ones after their response.
+  downstream_conn* d = _conns;
+  while (d != nullptr) {
+    downstream_conn* next = d->all_hook.next;
+    if (d->state == conn_state::idle && d->in.len == d->req_start) close_downstream(d);
+    d = next;
+  }
+}
+
+void h1_codec::cut_drain() noexcept {
+  // A request cut here is audited as cancelled, with what it had generated
+  // so far.
+  downstream_conn* d = _conns;
+  while (d != nullptr) {
+    downstream_conn* next = d->all_hook.next;
+    if (d->state != conn_state::closing) {
+      if (d->x.request_open) {
+        d->x.cancelled = true;
+        d->x.error_code = "drain_timeout";
+        if (d->x.status == 0) d->x.status = 503;
+      }
+      close_downstream(d);
+    }
+    d = next;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// client_codec: what the exchange and the adapter ask of this side
+
+std::string_view h1_codec::request_body(const exchange& x) const noexcept {
+  // Decoded in place, with simdjson's padding reserved after it (on_recv_cqe).
+  const downstream_conn* d = x.conn;
+  return {d->in.data + d->body_begin, d->body_len};
+}
+
+std::string_view h1_codec::peer_ip(const exchange& x) const noexcept {
+  return {x.conn->peer_ip, x.conn->peer_ip_len};
+}
+
+void h1_codec::wait_for_quota(exchange& x) noexcept { x.conn->state = conn_state::quota_wait; }
+
+void h1_codec::wait_for_backend(exchange& x, deadline_kind k, uint64_t ms) noexcept {
+  x.conn->state = conn_state::upstream;
+  set_deadline(x.conn, k, ms);
+}
+
+void h1_codec::fail(exchange& x) noexcept { close_downstream(x.conn); }
+
+void h1_codec::lend_request_bytes(exchange& x) noexcept {
+  SLUICE_VERIFY(!x.up_send_inflight);
+  x.up_send_inflight = true;
+  ++x.conn->ops;
+}
+
+bool h1_codec::return_request_bytes(exchange& x) noexcept {
+  SLUICE_VERIFY(x.up_send_inflight);
+  downstream_conn* d = x.conn;
+  x.up_send_inflight = false;
+  --d->ops;
+  if (d->state != conn_state::closing) return true;
+  maybe_free(d);  // may free d, and x with it
+  return false;
+}
+
+void h1_codec::request_bytes_free(exchange& x) noexcept { next_request(x.conn); }
+
+void h1_codec::submit_recv(downstream_conn* d) noexcept {
   io_uring_sqe* s = _r.sqe(&d->recv_op);
   io_uring_prep_recv_multishot(s, d->fd, nullptr, 0, 0);
   s->flags |= IOSQE_BUFFER_SELECT;
@@ -76,12 +292,12 @@ void shard_server::submit_recv(downstream_conn* d) noexcept {
   ++d->ops;
 }
 
-void shard_server::on_recv(shard::completion* c, const io_uring_cqe* cqe) {
+void h1_codec::on_recv(shard::completion* c, const io_uring_cqe* cqe) {
   auto* d = static_cast<op<downstream_conn>*>(c)->owner;
-  d->srv->on_recv_cqe(d, cqe);
+  d->codec->on_recv_cqe(d, cqe);
 }
 
-void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
+void h1_codec::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
   const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
   const int res = cqe->res;
   if (!more) {
@@ -142,7 +358,7 @@ void shard_server::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
   if (res > 0) process_input(d);
 }
 
-void shard_server::start_request(downstream_conn* d) noexcept {
+void h1_codec::start_request(downstream_conn* d) noexcept {
   d->state = conn_state::head;
   d->x.request_start_ms = now_ms();
   // The exchange is fresh (reset_exchange): nothing of the previous
@@ -152,7 +368,7 @@ void shard_server::start_request(downstream_conn* d) noexcept {
   set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
 }
 
-void shard_server::process_input(downstream_conn* d) noexcept {
+void h1_codec::process_input(downstream_conn* d) noexcept {
   for (;;) {
     switch (d->state) {
       case conn_state::idle:
@@ -163,13 +379,13 @@ void shard_server::process_input(downstream_conn* d) noexcept {
         http::parse_status st = d->parser.parse_head(d->in.data + d->req_start, d->in.len - d->req_start, d->x.head);
         if (st.need_more()) return;
         if (!st.ok()) {
-          open_request(d);
-          answer_error(d, st.status, st.message, "invalid_request_error", {}, {}, true);
+          _x.open_request(d->x);
+          answer_error(d->x, st.status, st.message, "invalid_request_error", {}, {}, true);
           return;
         }
         d->x.head_ok = true;
-        make_request_id(d);
-        open_request(d);
+        _x.make_request_id(d->x);
+        _x.open_request(d->x);
         d->body_begin = d->req_start + d->x.head.head_bytes;
         // Where this request's bytes end: here when it has no body (an early
         // answer below then moves on to the next request, not to this one
@@ -178,9 +394,9 @@ void shard_server::process_input(downstream_conn* d) noexcept {
         d->body_len = 0;
         d->chunk_raw_pos = d->body_begin;
         const bool has_body = d->x.head.chunked || d->x.head.content_length > 0;
-        if (!accept_head(d, has_body)) return;
+        if (!_x.accept_head(d->x, has_body)) return;
         if (!has_body) {
-          dispatch(d);
+          _x.dispatch(d->x);
           return;
         }
         d->state = conn_state::body;
@@ -211,12 +427,12 @@ void shard_server::process_input(downstream_conn* d) noexcept {
           d->body_len += static_cast<uint32_t>(produced);
           if (st.need_more()) return;
           if (!st.ok()) {
-            answer_error(d, st.status, st.message, "invalid_request_error", {}, {}, true);
+            answer_error(d->x, st.status, st.message, "invalid_request_error", {}, {}, true);
             return;
           }
           d->raw_end = d->chunk_raw_pos;
         }
-        dispatch(d);
+        _x.dispatch(d->x);
         return;
       }
       default:
@@ -225,10 +441,10 @@ void shard_server::process_input(downstream_conn* d) noexcept {
   }
 }
 
-void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string_view message, std::string_view type,
-                                std::string_view param, std::string_view code, bool close,
-                                std::string_view extra_headers) noexcept {
-  if (d->x.request_id_len == 0) make_request_id(d);
+void h1_codec::answer_error(exchange& x, uint16_t status, std::string_view message, std::string_view type,
+                            std::string_view param, std::string_view code, bool close,
+                            std::string_view extra_headers) noexcept {
+  if (x.request_id_len == 0) _x.make_request_id(x);
   char body[1024];
   openai::error_fields e;
   e.message = message;
@@ -237,13 +453,14 @@ void shard_server::answer_error(downstream_conn* d, uint16_t status, std::string
   e.code = code;
   const size_t bl = openai::write_error_body(body, sizeof body, e);
   _metrics.at(metrics::stat::local_errors).add();
-  send_answer(d, status, std::string_view(body, bl), close, extra_headers,
-              code.empty() ? std::string_view("invalid_request") : code);
+  answer(x, status, std::string_view(body, bl), close, extra_headers,
+         code.empty() ? std::string_view("invalid_request") : code);
 }
 
-void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_view body, bool close,
-                               std::string_view extra_headers, std::string_view error_code) noexcept {
-  if (d->x.request_id_len == 0) make_request_id(d);
+void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool close,
+                      std::string_view extra_headers, std::string_view error_code) noexcept {
+  downstream_conn* d = x.conn;
+  if (d->x.request_id_len == 0) _x.make_request_id(d->x);
   const size_t bl = body.size();
   close = close || !d->x.head.keep_alive || _draining || d->state == conn_state::idle;
   if (!d->out.reserve(bl + 1024)) {
@@ -251,7 +468,7 @@ void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_
     return;
   }
   char rate[512];
-  const size_t rl = write_rate_headers(d, rate, sizeof rate);
+  const size_t rl = _x.write_rate_headers(d->x, rate, sizeof rate);
   auto r = fmt::format_to_n(d->out.data, 1024,
                             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
                             "x-request-id: {}\r\n{}{}{}\r\n",
@@ -280,19 +497,19 @@ void shard_server::send_answer(downstream_conn* d, uint16_t status, std::string_
   submit_send(d);
 }
 
-void shard_server::submit_send(downstream_conn* d) noexcept {
+void h1_codec::submit_send(downstream_conn* d) noexcept {
   d->send_busy = true;
   // One piece (an SSE batch, an answer with its body in `out`) is a plain send.
   prep_send_iov(_r.sqe(&d->send_op), d->fd, d->send_iov, d->send_iov_count, d->down_msg);
   ++d->ops;
 }
 
-void shard_server::on_send(shard::completion* c, const io_uring_cqe* cqe) {
+void h1_codec::on_send(shard::completion* c, const io_uring_cqe* cqe) {
   auto* d = static_cast<op<downstream_conn>*>(c)->owner;
-  d->srv->on_send_cqe(d, cqe);
+  d->codec->on_send_cqe(d, cqe);
 }
 
-void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
+void h1_codec::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
   --d->ops;
   d->send_busy = false;
   const int res = cqe->res;
@@ -300,7 +517,7 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
   // pin holds; anything else ends the send's use of the upstream buffer.
   if (d->state == conn_state::closing || res < 0 ||
       !advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
-    unpin_upstream_buffer(d);
+    _up.unpin_upstream_buffer(d);
   } else {
     // The client took bytes: a stream's idle time starts again (a slow
     // reader is not a stalled one).
@@ -335,15 +552,15 @@ void shard_server::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
       on_response_sent(d);
       return;
     case conn_state::streaming:
-      after_body_sent(d);
+      _up.after_body_sent(d);
       return;
     default:
       return;
   }
 }
 
-void shard_server::on_response_sent(downstream_conn* d) noexcept {
-  end_request(d);
+void h1_codec::on_response_sent(downstream_conn* d) noexcept {
+  _x.end_request(d->x);
   if (d->x.inflight_counted) {
     _metrics.at(metrics::stat::requests_inflight).sub();
     d->x.inflight_counted = false;
@@ -366,7 +583,7 @@ void shard_server::on_response_sent(downstream_conn* d) noexcept {
   next_request(d);
 }
 
-void shard_server::linger(downstream_conn* d) noexcept {
+void h1_codec::linger(downstream_conn* d) noexcept {
   // What nginx's lingering_close does: a client that sent its whole body
   // with its head (every SDK does) would turn a close with unread input
   // into an RST, which destroys the answer before the client reads it. So
@@ -378,12 +595,12 @@ void shard_server::linger(downstream_conn* d) noexcept {
   set_deadline(d, deadline_kind::linger, k_linger_ms);
 }
 
-void shard_server::next_request(downstream_conn* d) noexcept {
-  if (d->up_send_inflight) {
+void h1_codec::next_request(downstream_conn* d) noexcept {
+  if (d->x.up_send_inflight) {
     // The backend answered before it read the whole request; the rest of
     // the request bytes are still the kernel's until that send completes
     // (its connection is shut down, so soon).
-    d->after_up_send = after_upstream_send::next_request;
+    d->x.after_up_send = after_upstream_send::next_request;
     return;
   }
   d->req_start = d->raw_end;
@@ -413,17 +630,27 @@ void shard_server::next_request(downstream_conn* d) noexcept {
   if (d->in.len > 0) process_input(d);
 }
 
-void shard_server::reset_exchange(downstream_conn* d) noexcept {
+void h1_codec::reset_exchange(downstream_conn* d) noexcept {
   exchange& x = d->x;
   // Only between exchanges: the last one is accounted, has let go of its
-  // backend connection, and waits for no quota.
+  // backend connection and of its request bytes, and waits for no quota.
   SLUICE_VERIFY(!x.request_open && x.up == nullptr && !x.inflight_counted && !x.held.live);
-  SLUICE_VERIFY(x.wait_hook.prev == nullptr && x.wait_hook.next == nullptr);
+  SLUICE_VERIFY(!x.up_send_inflight && x.wait_hook.linked_alone());
   std::destroy_at(&x);
   std::construct_at(&x);
+  bind_exchange(d);
 }
 
-void shard_server::compact_input(downstream_conn* d) noexcept {
+void h1_codec::bind_exchange(downstream_conn* d) noexcept {
+  exchange& x = d->x;
+  x.codec = this;
+  x.conn = d;
+  x.adapter = &_up;  // the one backend protocol so far
+  x.body = &d->resp_body;
+  x.up_head = &d->up_head;
+}
+
+void h1_codec::compact_input(downstream_conn* d) noexcept {
   if (d->req_start == 0) return;
   const uint32_t left = d->in.len - d->req_start;
   if (left != 0) std::memmove(d->in.data, d->in.data + d->req_start, left);
@@ -433,9 +660,10 @@ void shard_server::compact_input(downstream_conn* d) noexcept {
   if (left == 0 && d->in.cap > (256u << 10)) d->in.release();
 }
 
-void shard_server::client_gone(downstream_conn* d) noexcept {
+void h1_codec::client_gone(downstream_conn* d) noexcept {
   if (d->state == conn_state::upstream || d->state == conn_state::streaming || d->state == conn_state::quota_wait) {
-    abort_exchange(d);  // the backend request is cancelled with the connection
+    _x.cancel(d->x);
+    close_downstream(d);  // the backend request is cancelled with the connection
     return;
   }
   if (d->x.request_open && d->x.status == 0) {
@@ -447,10 +675,10 @@ void shard_server::client_gone(downstream_conn* d) noexcept {
   close_downstream(d);
 }
 
-void shard_server::close_downstream(downstream_conn* d) noexcept {
+void h1_codec::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
-  if (d->state == conn_state::quota_wait) unpark(d);
-  if (d->x.request_open) end_request(d);
+  if (d->state == conn_state::quota_wait) _x.unpark(d->x);
+  if (d->x.request_open) _x.end_request(d->x);
   if (d->x.inflight_counted) {
     _metrics.at(metrics::stat::requests_inflight).sub();
     d->x.inflight_counted = false;
@@ -458,22 +686,16 @@ void shard_server::close_downstream(downstream_conn* d) noexcept {
   d->state = conn_state::closing;
   d->deadline = deadline_kind::none;
   _timers.cancel(d->timer);
-  if (d->x.up != nullptr) {
-    upstream_conn* u = d->x.up;
-    d->x.up = nullptr;
-    u->owner = nullptr;
-    _routes->on_request_end(u->backend);
-    close_upstream(u);
-  }
+  if (d->x.adapter != nullptr) d->x.adapter->release(d->x);
   // shutdown() completes the pending receive (and any send) at once; the
   // fd is closed when the last operation has come back.
   ::shutdown(d->fd, SHUT_RDWR);
   maybe_free(d);
 }
 
-void shard_server::maybe_free(downstream_conn* d) noexcept {
+void h1_codec::maybe_free(downstream_conn* d) noexcept {
   if (d->state != conn_state::closing || d->ops > 0) return;
-  SLUICE_VERIFY(!d->up_send_inflight && d->send_pin == nullptr && !d->recv.armed() && !d->send_busy);
+  SLUICE_VERIFY(!d->x.up_send_inflight && d->send_pin == nullptr && !d->recv.armed() && !d->send_busy);
   SLUICE_VERIFY(!d->timer.armed());
   ::close(d->fd);
   d->fd = -1;
@@ -489,7 +711,7 @@ void shard_server::maybe_free(downstream_conn* d) noexcept {
   delete d;
 }
 
-void shard_server::on_deadline(downstream_conn* d) noexcept {
+void h1_codec::on_deadline(downstream_conn* d) noexcept {
   const deadline_kind k = d->deadline;
   d->deadline = deadline_kind::none;
   switch (k) {
@@ -497,8 +719,8 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
       if (d->state == conn_state::idle && d->in.len == d->req_start) {
         close_downstream(d);  // connected, said nothing
       } else {
-        open_request(d);
-        answer_error(d, 408, "Request header timeout.", "invalid_request_error", {}, "request_timeout", true);
+        _x.open_request(d->x);
+        answer_error(d->x, 408, "Request header timeout.", "invalid_request_error", {}, "request_timeout", true);
       }
       return;
     case deadline_kind::body: {
@@ -511,7 +733,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
         set_deadline(d, deadline_kind::body, 1000);
         return;
       }
-      answer_error(d, 408, "Request body timeout.", "invalid_request_error", {}, "request_timeout", true);
+      answer_error(d->x, 408, "Request body timeout.", "invalid_request_error", {}, "request_timeout", true);
       return;
     }
     case deadline_kind::idle:
@@ -534,8 +756,7 @@ void shard_server::on_deadline(downstream_conn* d) noexcept {
       [[fallthrough]];
     case deadline_kind::upstream_connect:
     case deadline_kind::upstream_first_byte:
-      _metrics.at(metrics::stat::upstream_timeouts).add();
-      upstream_failed(d, errc::upstream_timeout);
+      d->x.adapter->on_timeout(d->x);
       return;
     case deadline_kind::none:
       return;

@@ -1,0 +1,60 @@
+#pragma once
+// proxy (private): the seam between an exchange and its client side. The
+// exchange's policy (shard_server) and the backend adapters reach the client
+// only through this; HTTP/1.1 (h1_codec) is the first codec, and a codec
+// that carries many exchanges on one connection (HTTP/2) finds the stream
+// of each from the exchange it is given.
+#include <cstdint>
+#include <string_view>
+
+#include "downstream_conn.hpp"
+
+namespace sluice::proxy {
+
+struct exchange;
+
+class client_codec {
+ public:
+  virtual ~client_codec() = default;
+
+  // --- the request ----------------------------------------------------------
+  // The request's body, decoded and whole; valid until the exchange ends
+  // (and, while lent to an upstream send, unmoved).
+  virtual std::string_view request_body(const exchange& x) const noexcept = 0;
+  // The client's address, as text (x-forwarded-for).
+  virtual std::string_view peer_ip(const exchange& x) const noexcept = 0;
+
+  // --- where the exchange stands ----------------------------------------------
+  // Parked until the shard's quota slice can admit it (no deadline of its
+  // own: the waiter list bounds the wait).
+  virtual void wait_for_quota(exchange& x) noexcept = 0;
+  // Waits for a backend: `k` is upstream_connect or upstream_first_byte (or
+  // none: no deadline yet), capped at the exchange's total deadline.
+  virtual void wait_for_backend(exchange& x, deadline_kind k, uint64_t ms) noexcept = 0;
+
+  // --- answers sluice writes itself ---------------------------------------------
+  // A JSON body with sluice's fields; `error_code` (a static string) goes
+  // to the audit record. `close`: the connection closes after it.
+  virtual void answer(exchange& x, uint16_t status, std::string_view body, bool close,
+                      std::string_view extra_headers, std::string_view error_code) noexcept = 0;
+  // An error in OpenAI's shape (counted as sluice's own error).
+  virtual void answer_error(exchange& x, uint16_t status, std::string_view message, std::string_view type,
+                            std::string_view param, std::string_view code, bool close,
+                            std::string_view extra_headers = {}) noexcept = 0;
+  // The exchange cannot go on (out of memory): the client side closes.
+  virtual void fail(exchange& x) noexcept = 0;
+
+  // --- the request bytes, lent to a backend send ----------------------------------
+  // A send reads request_body() (and the exchange's upstream head): the
+  // client side's object stays, and the bytes stay where they are, until
+  // return_request_bytes. Only one such send at a time.
+  virtual void lend_request_bytes(exchange& x) noexcept = 0;
+  // The send completed. Returns: whether the exchange goes on; false when
+  // its client side closed meanwhile -- then `x` is gone with it.
+  [[nodiscard]] virtual bool return_request_bytes(exchange& x) noexcept = 0;
+  // The exchange was answered while a send still read its bytes, and the
+  // codec was told to wait (after_upstream_send::next_request): go on.
+  virtual void request_bytes_free(exchange& x) noexcept = 0;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,107 @@
+#pragma once
+// proxy (private): the HTTP/1.1 client codec. Owns the listener and the
+// client connections (downstream_conn): accept, receive, parse the head and
+// the body, answers sluice writes itself, send, keep-alive, pipelining,
+// lingering close, and every connection's deadline. What a request means is
+// the exchange's (shard_server); the backend side is the adapter's.
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "client_codec.hpp"
+#include "downstream_conn.hpp"
+#include "shard_context.hpp"
+#include "sluice/net/buffer_ring.hpp"
+
+namespace sluice::proxy {
+
+class shard_server;
+class openai_http;
+
+// Shard-local; a part of the shard's server.
+class h1_codec final : public client_codec {
+ public:
+  h1_codec(shard_context& s, shard_server& x, openai_http& up, int listen_fd) noexcept;
+  ~h1_codec() override;
+  h1_codec(const h1_codec&) = delete;
+  h1_codec& operator=(const h1_codec&) = delete;
+
+  bool init() noexcept;
+  // Once per loop turn: buffers published, accept re-armed, deadlines due.
+  void on_iteration(uint64_t now_ms) noexcept;
+  // Stops accepting; idle keep-alive connections close, busy ones after
+  // their response.
+  void begin_drain() noexcept;
+  // The drain's time is up: whatever is left is cut (audited cancelled).
+  void cut_drain() noexcept;
+  uint32_t connection_count() const noexcept { return _conn_count; }
+  uint64_t now_ms() const noexcept { return _s.now_ms(); }
+
+  // --- client_codec ---
+  std::string_view request_body(const exchange& x) const noexcept override;
+  std::string_view peer_ip(const exchange& x) const noexcept override;
+  void wait_for_quota(exchange& x) noexcept override;
+  void wait_for_backend(exchange& x, deadline_kind k, uint64_t ms) noexcept override;
+  void answer(exchange& x, uint16_t status, std::string_view body, bool close, std::string_view extra_headers,
+              std::string_view error_code) noexcept override;
+  void answer_error(exchange& x, uint16_t status, std::string_view message, std::string_view type,
+                    std::string_view param, std::string_view code, bool close,
+                    std::string_view extra_headers = {}) noexcept override;
+  void fail(exchange& x) noexcept override;
+  void lend_request_bytes(exchange& x) noexcept override;
+  bool return_request_bytes(exchange& x) noexcept override;
+  void request_bytes_free(exchange& x) noexcept override;
+
+  // --- used by the relay (the adapter's response on its way out) ---
+  void set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept;
+  void submit_send(downstream_conn* d) noexcept;
+  void on_response_sent(downstream_conn* d) noexcept;
+  void close_downstream(downstream_conn* d) noexcept;
+  void maybe_free(downstream_conn* d) noexcept;
+
+ private:
+  void submit_accept() noexcept;
+  static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
+  void on_accept_cqe(const io_uring_cqe* cqe) noexcept;
+  void accept_connection(int fd) noexcept;
+  void submit_recv(downstream_conn* d) noexcept;
+  static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
+  void on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
+  void process_input(downstream_conn* d) noexcept;
+  void start_request(downstream_conn* d) noexcept;
+  static void on_send(shard::completion* c, const io_uring_cqe* cqe);
+  void on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
+  void next_request(downstream_conn* d) noexcept;
+  // The client closed or reset its connection: an exchange in flight is
+  // cancelled (audited 499, client_closed), then the connection closes.
+  void client_gone(downstream_conn* d) noexcept;
+  // After an error answer that closes: shut the write side, drop input.
+  void linger(downstream_conn* d) noexcept;
+  void compact_input(downstream_conn* d) noexcept;
+  void on_deadline(downstream_conn* d) noexcept;
+  // The next request's exchange, made fresh in place. Only between
+  // exchanges: nothing accounted, no attempt, no lent bytes, not parked.
+  void reset_exchange(downstream_conn* d) noexcept;
+  // The exchange's sides: this codec, the connection, the adapter.
+  void bind_exchange(downstream_conn* d) noexcept;
+
+  shard_context& _s;
+  shard_server& _x;
+  openai_http& _up;
+  // Aliases of the context's members, by the names the code reads.
+  std::shared_ptr<const config::config>& _cfg = _s.cfg;
+  shard::reactor& _r = _s.r;
+  metrics::shard_metrics& _metrics = _s.metrics;
+  shard::timer_wheel& _timers = _s.timers;
+  const bool& _draining = _s.draining;
+
+  int _listen_fd;
+  http::limits _limits;
+  op<h1_codec> _accept_op;
+  bool _accept_armed = false;
+  std::unique_ptr<net::buffer_ring> _bufs;  // downstream receives (multishot)
+  downstream_conn* _conns = nullptr;         // every live downstream connection
+  uint32_t _conn_count = 0;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,150 @@
+#pragma once
+// proxy (private): the OpenAI-over-HTTP/1.1 backend adapter (vLLM, SGLang,
+// trtllm-serve, llama.cpp). Owns the backends' connection pools and the
+// upstream connections: the forwarded request (the client's body with at
+// most two byte edits), connect / send / receive, retries, the failures a
+// client is answered for (openai_http.cpp), and the relay of the response
+// to an HTTP/1.1 client (relay.cpp, relay_scan.cpp: framing passed through,
+// SSE facts, the usage cut).
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "backend_adapter.hpp"
+#include "downstream_conn.hpp"
+#include "exchange.hpp"
+#include "shard_context.hpp"
+#include "upstream_conn.hpp"
+#include "sluice/http/sse.hpp"
+#include "sluice/net/buffer_ring.hpp"
+
+namespace sluice::proxy {
+
+class shard_server;
+class h1_codec;
+
+// Shard-local; a part of the shard's server.
+class openai_http final : public backend_adapter {
+ public:
+  openai_http(shard_context& s, shard_server& x, h1_codec& h1) noexcept;
+  ~openai_http() override;
+  openai_http(const openai_http&) = delete;
+  openai_http& operator=(const openai_http&) = delete;
+
+  bool init() noexcept;
+  void on_iteration() noexcept { _up_bufs->publish(); }
+  // SIGHUP: backends keep their positions (pools carry over); idle
+  // connections to removed backends close.
+  void reload(const config::config& next) noexcept;
+
+  // --- backend_adapter ---
+  bool prepare(exchange& x, const openai::request_fields& f) noexcept override;
+  void start(exchange& x) noexcept override;
+  void release(exchange& x) noexcept override;
+  void on_timeout(exchange& x) noexcept override;
+
+  // --- the relay's side of a client send (h1_codec) ---
+  // The downstream send that read u->buf completed (or failed).
+  void unpin_upstream_buffer(downstream_conn* d) noexcept;
+  // A send of the response's bytes completed: the relay goes on.
+  void after_body_sent(downstream_conn* d) noexcept;
+
+ private:
+  // The forwarded body as iovecs (x.up_iov[1..]): the client's bytes with at
+  // most two byte edits (model, include_usage). Returns: its length.
+  uint64_t plan_upstream_body(exchange& x, const openai::request_fields& f) noexcept;
+  bool build_upstream_request(exchange& x, const openai::request_fields& f) noexcept;
+  // Writes this attempt's backend as the host; returns false out of memory.
+  bool set_upstream_host(exchange& x, uint32_t backend) noexcept;
+  // Returns: a pooled connection, else a new one while the backend has
+  // fewer than `open_max` on this shard; null when at the cap or out of
+  // resources.
+  upstream_conn* acquire_upstream(uint32_t backend, uint32_t open_max) noexcept;
+  void release_upstream(upstream_conn* u, bool reusable) noexcept;
+  // The exchange lets go of its attempt's connection (closed, not pooled).
+  void drop_attempt(exchange& x) noexcept;
+  void close_upstream(upstream_conn* u) noexcept;
+  void maybe_free(upstream_conn* u) noexcept;
+  // An upstream CQE's first step: counts the operation done. Returns:
+  // whether the connection no longer serves an exchange (then handled).
+  bool upstream_gone(upstream_conn* u) noexcept;
+  void submit_connect(upstream_conn* u) noexcept;
+  void submit_upstream_send(exchange& x) noexcept;
+  // No-op while one is armed. With no bytes held (u->buf empty) the
+  // receive takes a buffer from _up_bufs; else it appends to u->buf.
+  // `poll_first`: no bytes can be there yet (skip the first attempt).
+  void submit_recv(upstream_conn* u, bool poll_first = false) noexcept;
+  // Gives u->buf's storage back (to _up_bufs when lent). Only while no
+  // operation writes to it.
+  void drop_upstream_buffer(upstream_conn* u) noexcept;
+  static void on_up_connect(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_up_send(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_up_recv(shard::completion* c, const io_uring_cqe* cqe);
+  void on_up_connect_cqe(upstream_conn* u, int res) noexcept;
+  void on_up_send_cqe(upstream_conn* u, int res) noexcept;
+  void on_up_recv_cqe(upstream_conn* u, int res) noexcept;
+  void upstream_failed(exchange& x, errc why) noexcept;
+  // The client's answer to an attempt that failed and is not retried.
+  void answer_upstream_failure(exchange& x, errc why) noexcept;
+  // The upstream send that read x's request bytes has completed: what
+  // waited for it (the next request, a retry) goes on.
+  void after_upstream_send_done(exchange& x) noexcept;
+
+  // The relay (relay.cpp, relay_scan.cpp)
+  // The downstream send about to go reads u->buf: u (and its buffer) stays
+  // until that send completes.
+  void pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept;
+  void on_response_head(downstream_conn* d) noexcept;
+  // Another backend takes a 502/503 answered before anything reached the
+  // client. Returns: whether it did.
+  bool retry_on_status(downstream_conn* d) noexcept;
+  // The client's response head in `out`: the backend's status and end-to-end
+  // fields, sluice's own (x-request-id, rate limits, processing time).
+  // Returns: false when out of memory.
+  bool write_response_head(downstream_conn* d) noexcept;
+  // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
+  // the response head first when with_head).
+  void relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept;
+  // The batch [fwd_from, send_end) holds the usage event sluice asked for:
+  // sent without it (its chunk cut out, or the batch re-framed).
+  void send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept;
+  // The client's terminal chunk, sent by sluice after [DONE]; marks the
+  // response ended for the client.
+  iovec terminal_chunk_iov(downstream_conn* d) noexcept;
+  // Sends send_iov[0..n) (nothing: on to after_body_sent); `pin`: the
+  // upstream connection whose buffer the send reads, held until it completes.
+  void send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept;
+  // An HTTP/1.0 client: the batch's payload, de-chunked, after the head.
+  void send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept;
+  // Returns: whether u->buf could double (own allocation, up to 1 MiB).
+  bool grow_upstream_buffer(upstream_conn* u) noexcept;
+  // After [DONE] on a response the backend keeps open: how long its rest is
+  // waited for before the connection is closed instead of pooled.
+  static constexpr uint64_t k_after_done_wait_ms = 1000;
+  // A held backend error (hold_error), read whole: answered in OpenAI's shape.
+  void answer_backend_error(downstream_conn* d) noexcept;
+  // The response ended: the connection goes back to its pool (or closes),
+  // and the exchange is accounted as any answer.
+  void finish_exchange(downstream_conn* d) noexcept;
+  static void on_body_data(void* ctx, const char* data, size_t len);
+  static void on_sse_event(void* ctx, const http::sse_event& ev);
+  static void on_chunk_end(void* ctx, const char* at);
+  static void on_sse_chunk(void* ctx, const char* data, size_t len, const char* end);
+
+  shard_context& _s;
+  shard_server& _x;
+  h1_codec& _h1;
+  // Aliases of the context's members, by the names the code reads.
+  std::shared_ptr<const config::config>& _cfg = _s.cfg;
+  shard::reactor& _r = _s.r;
+  metrics::shard_metrics& _metrics = _s.metrics;
+  std::unique_ptr<route::table>& _routes = _s.routes;
+  const bool& _draining = _s.draining;
+
+  std::unique_ptr<net::buffer_ring> _up_bufs;   // upstream receives with nothing held
+  std::unique_ptr<backend_state[]> _backends;
+  size_t _backend_count = 0;
+};
+
+}  // namespace sluice::proxy
