@@ -64,7 +64,7 @@ struct gateway::shard_slot {
   std::atomic<bool> failed{false};
   std::atomic<bool> stopped{false};
   // Control messages pushed to `inbox` (control thread only) and taken by
-  // the shard (written by the shard only): settle() compares them.
+  // the shard (written by the shard only): behind() and settle() compare them.
   uint64_t posted = 0;
   std::atomic<uint64_t> applied{0};
 
@@ -283,6 +283,31 @@ bool gateway::settle(uint32_t bound_ms) const noexcept {
       }
     }
   }
+  return true;
+}
+
+gateway::settle_mark gateway::mark() const {
+  settle_mark m;
+  m.posted.reserve(_shards.size());
+  for (const auto& s : _shards) m.posted.push_back(s->posted);
+  return m;
+}
+
+int gateway::behind(const settle_mark& m) const noexcept {
+  for (size_t i = 0; i < _shards.size() && i < m.posted.size(); ++i) {
+    const shard_slot& s = *_shards[i];
+    if (s.stopped.load(std::memory_order_acquire)) continue;
+    if (s.applied.load(std::memory_order_acquire) < m.posted[i]) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool settle_wait::over(const gateway& g, uint64_t now_ms) const noexcept {
+  const int late = g.behind(_mark);
+  if (late < 0) return true;
+  if (now_ms < _deadline_ms) return false;
+  log::warn("shard {} has not taken a control message within {} ms; it applies it at its next loop turn", late,
+            k_bound_ms);
   return true;
 }
 

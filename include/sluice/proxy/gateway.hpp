@@ -4,6 +4,7 @@
 // The control thread (main) talks to shards only through SPSC queues.
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "sluice/config/config.hpp"
@@ -44,11 +45,23 @@ class gateway {
 
   // Control thread: a ring-rebalancing message (health) to every shard.
   void broadcast(const route::message& m) noexcept;
+  // Control thread: every shard's count of control messages posted so far.
+  // Taken right after posting a reload or a drain; settled() then says when
+  // every shard has taken it, so what the operator is told has happened
+  // holds for the next request on any shard, and the control thread (which
+  // serves /metrics and the signals) never waits for a shard.
+  struct settle_mark {
+    std::vector<uint64_t> posted;  // by shard index
+  };
+  settle_mark mark() const;
+  // Returns: the index of a running shard that has not yet taken every
+  // control message posted before `m`, or -1 when none (a stopped shard
+  // takes nothing more: it counts as settled).
+  int behind(const settle_mark& m) const noexcept;
+  bool settled(const settle_mark& m) const noexcept { return behind(m) < 0; }
   // Control thread: waits until every running shard has taken every control
-  // message posted so far (a reload, a drain, a route change), so what the
-  // operator is told has happened holds for the next request on any shard.
-  // Returns false (and logs which shard) if one is still behind after
-  // bound_ms.
+  // message posted so far. Returns false (and logs which shard) if one is
+  // still behind after bound_ms.
   bool settle(uint32_t bound_ms = 1000) const noexcept;
   // Control thread: the shards' passive reports of upstream outcomes
   // (failure = connect error, timeout, 5xx), in order per shard.
@@ -76,6 +89,26 @@ class gateway {
   config::reload_capacity _capacity;
   uint64_t _reloads_ok = 0, _reloads_failed = 0;
   bool _last_reload_ok = true;
+};
+
+// Control thread. A wait, polled by its owner, for every shard to take the
+// control messages posted before it began (a drain answered over the admin
+// API, a reload's log line). Bounded: a shard stuck in one long loop turn
+// must not hold the answer forever; it takes the message at its next turn.
+class settle_wait {
+ public:
+  static constexpr uint32_t k_bound_ms = 1000;
+
+  // `m`: gateway::mark(), taken just after the messages were posted.
+  settle_wait(gateway::settle_mark m, uint64_t now_ms) : _mark(std::move(m)), _deadline_ms(now_ms + k_bound_ms) {}
+  // Returns: whether the wait is over: every shard took the messages, or
+  // k_bound_ms passed (then a warning names the shard still behind). Poll
+  // it until it says so, then no more: the warning is logged once.
+  bool over(const gateway& g, uint64_t now_ms) const noexcept;
+
+ private:
+  gateway::settle_mark _mark;
+  uint64_t _deadline_ms;
 };
 
 }  // namespace sluice::proxy
