@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/log.hpp"
@@ -48,6 +50,14 @@ struct control_state {
     control_state* self = nullptr;
   } op;
   bool draining = false;
+  // Reloads taken but not yet on every shard, oldest first: their
+  // "reloaded" line waits for that (polled each loop turn, never waited for).
+  struct pending_reload {
+    proxy::settle_wait settled;
+    std::string source;
+    std::vector<std::string> notes;
+  };
+  std::vector<pending_reload> reloads;
 
   void arm() {
     io_uring_sqe* s = r->sqe(&op);
@@ -74,11 +84,11 @@ struct control_state {
       std::shared_ptr<const config::config> next = config::reconcile(*loaded, *cfg, g->capacity(), notes);
       g->reload(next);
       health->reload(next);
-      g->settle();  // every shard serves the new config once this is logged
+      // Counted now, in the order the files came (a failed one just after
+      // still reads last); the log line waits for every shard.
+      reloads.push_back({proxy::settle_wait(g->mark(), r->now_ms()), next->source, std::move(notes)});
       cfg = std::move(next);
       g->count_reload(true);
-      log::info("SIGHUP: reloaded {}", cfg->source);
-      for (const std::string& n : notes) log::info("SIGHUP: {}", n);
     } catch (const config::config_error& e) {
       g->count_reload(false);
       log::error("SIGHUP: {}; the running config stays", e.what());
@@ -86,6 +96,18 @@ struct control_state {
       g->count_reload(false);
       log::error("SIGHUP: reload failed: {}; the running config stays", e.what());
     }
+  }
+
+  // Each loop turn: "SIGHUP: reloaded" for the reloads every shard now
+  // serves (marks only grow, so they settle in order).
+  void log_settled_reloads(uint64_t now_ms) {
+    size_t done = 0;
+    while (done < reloads.size() && reloads[done].settled.over(*g, now_ms)) {
+      log::info("SIGHUP: reloaded {}", reloads[done].source);
+      for (const std::string& n : reloads[done].notes) log::info("SIGHUP: {}", n);
+      ++done;
+    }
+    reloads.erase(reloads.begin(), reloads.begin() + static_cast<ptrdiff_t>(done));
   }
 
   void handle(int sig) {
@@ -213,6 +235,7 @@ int main(int argc, char** argv) {
     h.on_iteration = [](void* p, uint64_t) {
       auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
+      c->log_settled_reloads(c->r->now_ms());
       if (c->g->stopped()) c->r->stop();
     };
     r->run(h);

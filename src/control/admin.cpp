@@ -5,11 +5,13 @@
 
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 
 #include <openssl/crypto.h>
 
 #include "sluice/auth/key_verifier.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/openai/error.hpp"
@@ -20,11 +22,15 @@ namespace sluice::control {
 using proxy::gateway;
 
 // Control-thread-local. One per admin connection: one request, then close.
+// One operation at a time is in flight (a receive, a send, or the timer of
+// a drain waiting for the shards); its CQE is what frees the connection.
 struct admin_server::conn {
   struct io : shard::completion {
     conn* self = nullptr;
   };
-  io recv_op, send_op;
+  io recv_op, send_op, settle_op;
+  bool settle_timer_armed = false;  // settle_op is the kernel's until its CQE
+  std::optional<proxy::settle_wait> settling;  // a drain's answer waits for every shard
   admin_server* srv = nullptr;
   int fd = -1;
   uint32_t len = 0;
@@ -74,9 +80,10 @@ void admin_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
   ++self->_open;
   k->srv = self;
   k->fd = cqe->res;
-  k->recv_op.self = k->send_op.self = k;
+  k->recv_op.self = k->send_op.self = k->settle_op.self = k;
   k->recv_op.fn = &admin_server::on_recv;
   k->send_op.fn = &admin_server::on_send;
+  k->settle_op.fn = &admin_server::on_settle_timer;
   self->submit_recv(k);
 }
 
@@ -93,6 +100,11 @@ void link_timeout(shard::reactor& r, io_uring_sqe* op) noexcept {
   io_uring_prep_link_timeout(r.sqe_untracked(), const_cast<__kernel_timespec*>(&k_admin_io_timeout), 0);
 }
 
+// A drain's answer looks again this often whether every shard has taken it:
+// a woken shard takes its inbox within microseconds, so most answers go out
+// at the first look or the next.
+constexpr __kernel_timespec k_settle_step{0, 1'000'000};
+
 }  // namespace
 
 void admin_server::submit_recv(conn* c) noexcept {
@@ -108,6 +120,7 @@ void admin_server::submit_send(conn* c) noexcept {
 }
 
 void admin_server::close_conn(conn* c) noexcept {
+  SLUICE_ASSERT(!c->settle_timer_armed);  // the kernel would complete into freed memory
   ::close(c->fd);
   --_open;
   delete c;
@@ -154,6 +167,31 @@ void admin_server::on_send(shard::completion* op, const io_uring_cqe* cqe) {
     return;
   }
   self->close_conn(c);
+}
+
+void admin_server::submit_settle_timer(conn* c) noexcept {
+  io_uring_sqe* s = _r.sqe(&c->settle_op);
+  io_uring_prep_timeout(s, const_cast<__kernel_timespec*>(&k_settle_step), 0, 0);
+  c->settle_timer_armed = true;
+}
+
+void admin_server::on_settle_timer(shard::completion* op, const io_uring_cqe*) {
+  conn* c = static_cast<conn::io*>(op)->self;
+  // -ETIME is the step passing; whatever else ended the timer, looking
+  // again is right (the wait is bounded by the clock, not by the CQEs).
+  c->settle_timer_armed = false;
+  c->srv->answer_when_settled(c);
+}
+
+void admin_server::answer_when_settled(conn* c) noexcept {
+  if (!c->settling->over(_g, _r.now_ms())) {
+    submit_settle_timer(c);
+    return;
+  }
+  c->settling.reset();
+  std::string body;
+  _health->describe_json(body);
+  respond(c, 200, "application/json", body);
 }
 
 void admin_server::respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept {
@@ -233,12 +271,10 @@ void admin_server::handle(conn* c) noexcept {
       respond(c, 404, "application/json", admin_error("No such backend; GET /backends lists them."));
       return;
     }
-    // The answer says the backend is (un)drained: make that true on every
-    // shard before saying it.
-    _g.settle();
-    std::string body;
-    _health->describe_json(body);
-    respond(c, 200, "application/json", body);
+    // The answer says the backend is (un)drained: it goes once that is
+    // true on every shard, so the next request on any connection sees it.
+    c->settling.emplace(_g.mark(), _r.now_ms());
+    answer_when_settled(c);
     return;
   }
   if (c->head.meth != http::method::get) {

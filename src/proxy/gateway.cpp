@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -64,7 +63,7 @@ struct gateway::shard_slot {
   std::atomic<bool> failed{false};
   std::atomic<bool> stopped{false};
   // Control messages pushed to `inbox` (control thread only) and taken by
-  // the shard (written by the shard only): behind() and settle() compare them.
+  // the shard (written by the shard only): behind() compares them.
   uint64_t posted = 0;
   std::atomic<uint64_t> applied{0};
 
@@ -261,29 +260,6 @@ void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noe
     if (!push_control(*s, m)) continue;
     if (s->reactor != nullptr) s->reactor->wake();
   }
-}
-
-bool gateway::settle(uint32_t bound_ms) const noexcept {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(bound_ms);
-  for (const auto& s : _shards) {
-    for (uint32_t spins = 0; !s->stopped.load(std::memory_order_acquire) &&
-                             s->applied.load(std::memory_order_acquire) < s->posted;
-         ++spins) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        log::warn("shard {} has not taken a control message within {} ms; it applies it at its next loop turn",
-                  s->index, bound_ms);
-        return false;
-      }
-      // A woken shard takes its inbox within microseconds: yield first,
-      // then sleep in short steps.
-      if (spins < 64) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
-  }
-  return true;
 }
 
 gateway::settle_mark gateway::mark() const {

@@ -41,8 +41,13 @@ class admin_server {
   static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
   static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
   static void on_send(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_settle_timer(shard::completion* c, const io_uring_cqe* cqe);
   void submit_recv(conn* c) noexcept;
   void submit_send(conn* c) noexcept;
+  void submit_settle_timer(conn* c) noexcept;
+  // A drain or undrain is answered once every shard has taken it (or its
+  // wait's bound passed); until then it looks again every millisecond.
+  void answer_when_settled(conn* c) noexcept;
   void respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept;
   void handle(conn* c) noexcept;
   void close_conn(conn* c) noexcept;

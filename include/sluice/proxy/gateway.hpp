@@ -59,10 +59,6 @@ class gateway {
   // takes nothing more: it counts as settled).
   int behind(const settle_mark& m) const noexcept;
   bool settled(const settle_mark& m) const noexcept { return behind(m) < 0; }
-  // Control thread: waits until every running shard has taken every control
-  // message posted so far. Returns false (and logs which shard) if one is
-  // still behind after bound_ms.
-  bool settle(uint32_t bound_ms = 1000) const noexcept;
   // Control thread: the shards' passive reports of upstream outcomes
   // (failure = connect error, timeout, 5xx), in order per shard.
   void drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failure), void* ctx) noexcept;
