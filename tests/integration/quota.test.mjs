@@ -7,10 +7,11 @@
 // answers 10 tokens). Requests go on fresh connections, so they land on
 // different shards: the limits are the key's, not a shard's.
 import assert from 'node:assert/strict';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { chat_body, is_openai_error, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
-import { gateway_config, post_fresh, recorded_requests } from './lib/gateway.mjs';
+import { chat_body, http_post, is_openai_error, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
+import { gateway_config, header_of, poll, post_fresh, read_audit, recorded_requests, samples, scrape } from './lib/gateway.mjs';
 
 const keys = {
   seq: 'sk-quota-seq-1111',
@@ -188,5 +189,64 @@ describe('token and request buckets', () => {
       remaining.push(r.headers['x-ratelimit-remaining-requests']);
     }
     assert.deepEqual(remaining, ['4', '3', '2', '1', '0']);
+  });
+});
+
+describe('a request parked for quota', () => {
+  let mock;
+  let sluice;
+  const key = 'sk-quota-park-7777';
+
+  before(async () => {
+    // Each stream lasts ~2 s (20 tokens at 10 per second).
+    mock = await start_mock_vllm({ reply_tokens: 20, tokens_per_sec: 10 });
+    // One shard (no borrow rounds: the wait is the refill's) and a cost of
+    // max_tokens alone: 250 tokens per minute refill one token in 240 ms,
+    // just within the 250 ms a request waits for quota before its 429.
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { quota: { input_weight: 0, output_weight: 1 } },
+        groups: [{ name: 'g', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'park', key, tokens_per_minute: 250, groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('whose client leaves is audited 499 client_closed and never reaches the backend', async () => {
+    // A takes the whole bucket and holds it while its stream runs.
+    let admitted;
+    const streaming = new Promise((resolve) => { admitted = resolve; });
+    const a = http_post(sluice.url, '/v1/chat/completions', chat_body({ max_tokens: 250, stream: true }), {
+      headers: { authorization: `Bearer ${key}`, 'x-request-id': 'holds-the-bucket' },
+      on_data: () => admitted(),
+    });
+    await streaming;
+    // B needs one token: it parks until the refill brings it.
+    let b_req;
+    const b = http_post(sluice.url, '/v1/chat/completions', chat_body({ max_tokens: 1 }), {
+      headers: { authorization: `Bearer ${key}`, 'x-request-id': 'left-while-parked' },
+      on_request: (req) => { b_req = req; },
+    }).catch((err) => ({ error: err }));
+    await poll(async () => {
+      const { parsed } = await scrape(sluice.admin_url);
+      return samples(parsed, 'sluice_inflight_requests')[0]?.value >= 2;
+    }, { interval_ms: 5, what: 'both requests to be open' });
+    b_req.destroy();
+    assert.ok((await b).error !== undefined, 'the client left before an answer');
+
+    const rec = await poll(() => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl')).find((r) => r.request_id === 'left-while-parked'),
+      { what: 'the audit record of the parked request' });
+    assert.equal(rec.status, 499);
+    assert.equal(rec.error, 'client_closed');
+    assert.equal(rec.cancelled, true);
+    // Its body was read and its group chosen (it did not leave mid-body),
+    // and no backend was picked: it left in admission.
+    assert.equal(rec.group, 'g');
+    assert.equal(rec.backend, null);
+    const seen = (await recorded_requests([mock])).map((r) => header_of(r, 'x-request-id'));
+    assert.equal(seen.length, 1, `only A reached the backend (B was still parked when it left): ${JSON.stringify(seen)}`);
+    assert.equal((await a).status, 200);
   });
 });
