@@ -33,6 +33,9 @@ class backend_adapter {
   // A deadline of the attempt (upstream_connect, upstream_first_byte,
   // upstream_idle) fell due.
   virtual void on_timeout(exchange& x) noexcept = 0;
+  // The codec's send of the response bytes given to it (send_response)
+  // completed: the relay goes on.
+  virtual void on_sent(exchange& x) noexcept = 0;
 };
 
 }  // namespace sluice::proxy

@@ -4,10 +4,13 @@
 // only through this; HTTP/1.1 (h1_codec) is the first codec, and a codec
 // that carries many exchanges on one connection (HTTP/2) finds the stream
 // of each from the exchange it is given.
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <string_view>
 
 #include "downstream_conn.hpp"
+#include "sluice/http/response.hpp"
 
 namespace sluice::proxy {
 
@@ -43,6 +46,29 @@ class client_codec {
                             std::string_view extra_headers = {}) noexcept = 0;
   // The exchange cannot go on (out of memory): the client side closes.
   virtual void fail(exchange& x) noexcept = 0;
+
+  // --- the response, relayed from a backend -------------------------------------
+  // Whether the client takes the backend's chunked framing as it comes
+  // (HTTP/1.1); else the adapter sends the payload alone (HTTP/1.0: close-
+  // delimited).
+  virtual bool takes_chunked(const exchange& x) const noexcept = 0;
+  // The client's response head from the backend's: its status and end-to-
+  // end fields, sluice's own (x-request-id, rate limits, processing time);
+  // `dechunked`: the body goes out without its chunk framing. Staged: it
+  // goes out first with the next send_response. Returns: false when out of
+  // memory.
+  virtual bool stage_response_head(exchange& x, const http::response_head& rh, bool dechunked) noexcept = 0;
+  // The response flows: no byte from the backend for `idle_ms` ends it
+  // (upstream_idle, capped at the exchange's total deadline).
+  virtual void stream_wait(exchange& x, uint64_t idle_ms) noexcept = 0;
+  // Sends the staged head (with_head) and body[0..n) (n <= 3; at least one
+  // of the two). `lender`: whose buffer the pieces read, kept until the
+  // send completes. The adapter hears of the completion (on_sent).
+  virtual void send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
+                             buffer_lender* lender) noexcept = 0;
+  // The response ended and every byte of it went out: the exchange is
+  // accounted as any answer, and the connection goes on (or closes).
+  virtual void response_done(exchange& x) noexcept = 0;
 
   // --- the request bytes, lent to a backend send ----------------------------------
   // A send reads request_body() (and the exchange's upstream head): the

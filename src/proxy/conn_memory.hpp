@@ -43,6 +43,14 @@ struct op : shard::completion {
   Owner* owner = nullptr;
 };
 
+// A connection's receive buffer that a client send reads: its
+// owner keeps the buffer, unmoved, until the send's completion gives it
+// back (give_back). The lender is the first base of the owner's
+// connection object, which give_back recovers.
+struct buffer_lender {
+  void (*give_back)(buffer_lender* self) noexcept = nullptr;
+};
+
 // Intrusive doubly linked list hook.
 template <class T>
 struct list_hook {

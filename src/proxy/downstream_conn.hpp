@@ -63,7 +63,7 @@ enum class conn_state : uint8_t {
 // object's memory: its receive and send, and an upstream send that reads
 // the request bytes (lent: x.up_send_inflight). Freed only when ops is 0
 // (maybe_free). While x.up_send_inflight, `in`, `stash`'s merge and
-// `up_head` stay where they are; while send_busy, `out` and send_iov do.
+// `mem.up_head` stay where they are; while send_busy, `out` and send_iov do.
 struct downstream_conn {
   h1_codec* codec = nullptr;
   int fd = -1;
@@ -76,7 +76,7 @@ struct downstream_conn {
   bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
   // The upstream connection whose receive buffer the downstream send in
   // flight reads (its buf_pinned): released at that send's completion.
-  upstream_conn* send_pin = nullptr;
+  buffer_lender* send_pin = nullptr;
   deadline_kind deadline = deadline_kind::none;
   shard::timer timer;              // in the shard's wheel while deadline != none
   op<downstream_conn> recv_op, send_op;
@@ -100,17 +100,11 @@ struct downstream_conn {
   // Outgoing bytes: `out` holds heads and local answers; send_iov points at
   // out and/or upstream buffer bytes.
   byte_buf out;                    // downstream response head / local answers
-  byte_buf up_head;                // upstream request head (the exchange's attempts)
   iovec send_iov[4] = {};
   uint8_t send_iov_count = 0;
   msghdr down_msg = {};
 
-  // Kept across exchanges (memory, not state): the non-stream response body
-  // read for its usage (bounded), and the SSE scanner made on the first
-  // stream.
-  byte_buf resp_body;
-  std::unique_ptr<http::sse_scanner> sse;
-
+  exchange_memory mem;             // its exchanges' buffers, kept across them
   exchange x;                      // the request in flight (or the last one)
 
   explicit downstream_conn(const http::limits& l) : parser(l) {}

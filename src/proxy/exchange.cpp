@@ -46,10 +46,10 @@ void shard_server::end_request(exchange& x) noexcept {
     if (x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(x.rsp.facts.prompt_tokens);
     completion = x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(x.rsp.facts.completion_tokens)
                                                  : x.rsp.facts.content_events;
-  } else if (x.rsp.head_seen && x.body->len != 0) {
+  } else if (x.rsp.head_seen && x.mem->body.len != 0) {
     // Past its bound the body is its last 64 KiB (scan.cpp): the usage
     // object is read from there.
-    const std::string_view body(x.body->data, x.body->len);
+    const std::string_view body(x.mem->body.data, x.mem->body.len);
     const openai::usage u =
         x.rsp.body_overflow ? openai::scan_usage_in_tail(body) : openai::scan_response_usage(body);
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
@@ -319,7 +319,7 @@ size_t decode_segment(std::string_view in, char* out, size_t cap) noexcept {
 void shard_server::answer_models(exchange& x) noexcept {
   const uint32_t key = static_cast<uint32_t>(x.key_index);
   const route::group_table& groups = _routes->groups();
-  byte_buf& b = *x.body;  // unused by local answers: the body is built here
+  byte_buf& b = x.mem->body;  // unused by local answers: the body is built here
   b.len = 0;
   auto put = [&](std::string_view s) {
     std::memcpy(b.data + b.len, s.data(), s.size());

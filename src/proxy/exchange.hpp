@@ -25,6 +25,7 @@
 #include "conn_memory.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/response.hpp"
+#include "sluice/http/sse.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/quota/shard_slices.hpp"
@@ -84,6 +85,15 @@ struct relay_state {
   stream_facts facts;
 };
 
+// Memory an exchange uses that its connection keeps across exchanges (not
+// state: grown once, then reused).
+struct exchange_memory {
+  byte_buf body;     // a non-stream response body, kept for its usage; a local answer's body; de-chunked bytes
+  byte_buf up_head;  // the backend request's head
+  byte_buf frame;    // what the relay makes for a send: a re-framed or de-chunked batch
+  std::unique_ptr<http::sse_scanner> sse;  // made on the connection's first stream
+};
+
 // Shard-local. One per request: from the first byte of its head until its
 // answer is sent or its connection closes. HTTP/1.1 has one at a time per
 // connection (embedded in it); a multiplexing codec would hold several.
@@ -96,11 +106,7 @@ struct exchange {
   client_codec* codec = nullptr;
   downstream_conn* conn = nullptr;   // the codec's connection (HTTP/1.1: the one that carries it)
   backend_adapter* adapter = nullptr;
-  // The connection's buffers it uses (memory kept across exchanges, not
-  // state): the kept response body / re-framing scratch, and the backend
-  // request's head.
-  byte_buf* body = nullptr;
-  byte_buf* up_head = nullptr;
+  exchange_memory* mem = nullptr;    // its connection's, kept across exchanges
 
   // --- the request ---------------------------------------------------------
   http::request_head head;         // views into the connection's request bytes
@@ -144,7 +150,7 @@ struct exchange {
   bool up_send_inflight = false;
   after_upstream_send after_up_send = after_upstream_send::nothing;
   uint64_t total_deadline_ms = 0;  // upstream.total_timeout_ms for this exchange; 0 = none
-  // The forwarded request: head in *up_head, then the body
+  // The forwarded request: head in mem->up_head, then the body
   // from its request bytes with at most two byte edits.
   iovec up_iov[6] = {};            // [1..]: the body, with its byte edits (none: joined to up_head)
   uint8_t up_iov_count = 0;

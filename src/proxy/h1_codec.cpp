@@ -16,7 +16,7 @@
 
 #include "h1_codec.hpp"
 
-#include "openai_http.hpp"
+#include "backend_adapter.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -97,8 +97,8 @@ void shed(int fd) noexcept {
 
 }  // namespace
 
-h1_codec::h1_codec(shard_context& s, shard_server& x, openai_http& up, int listen_fd) noexcept
-    : _s(s), _x(x), _up(up), _listen_fd(listen_fd), _limits(limits_from(s.cfg->server)) {
+h1_codec::h1_codec(shard_context& s, shard_server& x, int listen_fd) noexcept
+    : _s(s), _x(x), _listen_fd(listen_fd), _limits(limits_from(s.cfg->server)) {
   _accept_op.owner = this;
   _accept_op.fn = &h1_codec::on_accept;
 }
@@ -241,6 +241,108 @@ void h1_codec::cut_drain() noexcept {
     }
     d = next;
   }
+}
+
+// ---------------------------------------------------------------------------
+// client_codec: the response, relayed from a backend
+
+bool h1_codec::takes_chunked(const exchange& x) const noexcept {
+  return !(x.head.version_major == 1 && x.head.version_minor == 0);
+}
+
+bool h1_codec::stage_response_head(exchange& x, const http::response_head& rh, bool dechunked) noexcept {
+  downstream_conn* d = x.conn;
+  // The client's head: the backend's status and end-to-end fields, plus
+  // x-request-id; framing (Content-Length / chunked) passes through as is,
+  // and so do the body bytes -- except de-chunked, when the close ends it.
+  const bool close = !x.head.keep_alive || _draining || dechunked;
+  d->close_after_send = close;
+  size_t need = rh.head_bytes + 256;
+  if (!d->out.reserve(need)) {
+    return false;
+  }
+  byte_buf& o = d->out;
+  o.len = 0;
+  char line[160];
+  text_writer w(line, sizeof line);
+  w.put("HTTP/1.1 ");
+  w.put_int(rh.status);
+  w.put(' ');
+  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
+  append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
+  append(o, "\r\n");
+  http::header hd;
+  for (http::header_fields it = rh.fields(); it.next(hd);) {
+    if (drop_response_header(hd.name)) continue;
+    if (dechunked && iequals(hd.name, "transfer-encoding")) continue;
+    append(o, hd.name);
+    append(o, ": ");
+    append(o, hd.value);
+    append(o, "\r\n");
+  }
+  // sluice's own fields: the request id, the key's rate-limit state and
+  // the time sluice and the backend took to the head (as OpenAI sends).
+  char rate[512];
+  const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
+  if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
+    return false;
+  }
+  w = text_writer(line, sizeof line);
+  w.put("x-request-id: ");
+  w.put(std::string_view(x.request_id, x.request_id_len));
+  w.put("\r\nopenai-processing-ms: ");
+  w.put_int(now_ms() - x.request_start_ms);
+  w.put("\r\n");
+  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
+  append(o, std::string_view(rate, rl));
+  append(o, close ? "connection: close\r\n\r\n" : "\r\n");
+  return true;
+}
+
+void h1_codec::stream_wait(exchange& x, uint64_t idle_ms) noexcept {
+  x.conn->state = conn_state::streaming;
+  set_deadline(x.conn, deadline_kind::upstream_idle, idle_ms);
+}
+
+void h1_codec::send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
+                             buffer_lender* lender) noexcept {
+  downstream_conn* d = x.conn;
+  SLUICE_VERIFY(!d->send_busy && d->send_pin == nullptr && n <= 3 && (with_head || n != 0));
+  uint8_t k = 0;
+  if (with_head) {
+    d->send_iov[k++] = {d->out.data, d->out.len};
+    size_t body_len = 0;
+    for (uint8_t i = 0; i < n; ++i) body_len += body[i].iov_len;
+    if (body_len <= d->out.cap - d->out.len) {
+      // A short body that came with the head (a non-stream answer): joined
+      // to the head in `out`, so the client gets one plain send, and the
+      // lender has its buffer back at once.
+      for (uint8_t i = 0; i < n; ++i) {
+        std::memcpy(d->out.data + d->out.len, body[i].iov_base, body[i].iov_len);
+        d->out.len += static_cast<uint32_t>(body[i].iov_len);
+      }
+      d->send_iov[0].iov_len = d->out.len;
+      n = 0;
+      if (lender != nullptr) lender->give_back(lender);
+      lender = nullptr;
+    }
+  }
+  for (uint8_t i = 0; i < n; ++i) d->send_iov[k++] = body[i];
+  d->send_iov_count = k;
+  d->send_pin = lender;  // given back at this send's completion
+  submit_send(d);
+}
+
+void h1_codec::response_done(exchange& x) noexcept {
+  x.conn->state = conn_state::local;  // so on_response_sent() counts it like any answer
+  on_response_sent(x.conn);
+}
+
+void h1_codec::give_back_lent_buffer(downstream_conn* d) noexcept {
+  buffer_lender* l = d->send_pin;
+  if (l == nullptr) return;
+  d->send_pin = nullptr;
+  l->give_back(l);
 }
 
 // ---------------------------------------------------------------------------
@@ -517,7 +619,7 @@ void h1_codec::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept
   // pin holds; anything else ends the send's use of the upstream buffer.
   if (d->state == conn_state::closing || res < 0 ||
       !advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
-    _up.unpin_upstream_buffer(d);
+    give_back_lent_buffer(d);
   } else {
     // The client took bytes: a stream's idle time starts again (a slow
     // reader is not a stalled one).
@@ -552,7 +654,7 @@ void h1_codec::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept
       on_response_sent(d);
       return;
     case conn_state::streaming:
-      _up.after_body_sent(d);
+      d->x.adapter->on_sent(d->x);
       return;
     default:
       return;
@@ -618,7 +720,7 @@ void h1_codec::next_request(downstream_conn* d) noexcept {
   // The next request starts from a fresh exchange: nothing of this one can
   // answer for it.
   reset_exchange(d);
-  d->resp_body.len = 0;
+  d->mem.body.len = 0;
   d->raw_end = d->body_begin = d->body_len = 0;
   if (_draining && d->in.len == 0) {
     close_downstream(d);
@@ -645,9 +747,8 @@ void h1_codec::bind_exchange(downstream_conn* d) noexcept {
   exchange& x = d->x;
   x.codec = this;
   x.conn = d;
-  x.adapter = &_up;  // the one backend protocol so far
-  x.body = &d->resp_body;
-  x.up_head = &d->up_head;
+  x.adapter = _x.adapter();
+  x.mem = &d->mem;
 }
 
 void h1_codec::compact_input(downstream_conn* d) noexcept {
@@ -707,7 +808,7 @@ void h1_codec::maybe_free(downstream_conn* d) noexcept {
   if (d->all_hook.next != nullptr) d->all_hook.next->all_hook.prev = d->all_hook.prev;
   --_conn_count;
   _metrics.at(metrics::stat::connections_open).sub();
-  account_connection_memory(-static_cast<int64_t>(sizeof(downstream_conn) + (d->sse ? k_sse_scanner_bytes : 0)));
+  account_connection_memory(-static_cast<int64_t>(sizeof(downstream_conn) + (d->mem.sse ? k_sse_scanner_bytes : 0)));
   delete d;
 }
 

@@ -16,12 +16,11 @@
 namespace sluice::proxy {
 
 class shard_server;
-class openai_http;
 
 // Shard-local; a part of the shard's server.
 class h1_codec final : public client_codec {
  public:
-  h1_codec(shard_context& s, shard_server& x, openai_http& up, int listen_fd) noexcept;
+  h1_codec(shard_context& s, shard_server& x, int listen_fd) noexcept;
   ~h1_codec() override;
   h1_codec(const h1_codec&) = delete;
   h1_codec& operator=(const h1_codec&) = delete;
@@ -51,15 +50,22 @@ class h1_codec final : public client_codec {
   void lend_request_bytes(exchange& x) noexcept override;
   bool return_request_bytes(exchange& x) noexcept override;
   void request_bytes_free(exchange& x) noexcept override;
+  bool takes_chunked(const exchange& x) const noexcept override;
+  bool stage_response_head(exchange& x, const http::response_head& rh, bool dechunked) noexcept override;
+  void stream_wait(exchange& x, uint64_t idle_ms) noexcept override;
+  void send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
+                     buffer_lender* lender) noexcept override;
+  void response_done(exchange& x) noexcept override;
 
-  // --- used by the relay (the adapter's response on its way out) ---
+ private:
   void set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept;
   void submit_send(downstream_conn* d) noexcept;
   void on_response_sent(downstream_conn* d) noexcept;
   void close_downstream(downstream_conn* d) noexcept;
   void maybe_free(downstream_conn* d) noexcept;
-
- private:
+  // The send that read a lender's buffer completed (or failed): it is its
+  // lender's again.
+  void give_back_lent_buffer(downstream_conn* d) noexcept;
   void submit_accept() noexcept;
   static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
   void on_accept_cqe(const io_uring_cqe* cqe) noexcept;
@@ -87,7 +93,6 @@ class h1_codec final : public client_codec {
 
   shard_context& _s;
   shard_server& _x;
-  openai_http& _up;
   // Aliases of the context's members, by the names the code reads.
   std::shared_ptr<const config::config>& _cfg = _s.cfg;
   shard::reactor& _r = _s.r;

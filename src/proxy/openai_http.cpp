@@ -14,7 +14,6 @@
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
-#include "h1_codec.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -38,7 +37,7 @@ constexpr uint32_t k_host_room = 64;
 
 }  // namespace
 
-openai_http::openai_http(shard_context& s, shard_server& x, h1_codec& h1) noexcept : _s(s), _x(x), _h1(h1) {
+openai_http::openai_http(shard_context& s, shard_server& x) noexcept : _s(s), _x(x) {
   _backend_count = _cfg->backends.size();
   _backends = std::make_unique<backend_state[]>(_backend_count);
   for (size_t i = 0; i < _backend_count; ++i) _backends[i].cfg = &_cfg->backends[i];
@@ -180,8 +179,8 @@ bool openai_http::build_upstream_request(exchange& x, const openai::request_fiel
 
   const std::string_view peer_ip = x.codec->peer_ip(x);
   size_t need = h.head_bytes + 512 + peer_ip.size();
-  if (!(*x.up_head).reserve(need)) return false;
-  byte_buf& o = (*x.up_head);
+  if (!x.mem->up_head.reserve(need)) return false;
+  byte_buf& o = x.mem->up_head;
   o.len = 0;
   append(o, h.method_name);
   append(o, " ");
@@ -262,7 +261,7 @@ void openai_http::start(exchange& x) noexcept {
   // This attempt's backend goes in as the host value at host_offset (a
   // retry swaps it, moving what follows when the length differs).
   const std::string_view host = _cfg->backends[backend].host_header;
-  byte_buf& o = (*x.up_head);
+  byte_buf& o = x.mem->up_head;
   if (host.size() != x.host_len) {
     if (!o.reserve(static_cast<size_t>(o.len) - x.host_len + host.size())) {
       x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, false);
@@ -333,6 +332,7 @@ upstream_conn* openai_http::acquire_upstream(uint32_t backend, uint32_t open_max
   u->peer_len = b.address.length;
   ++bs.open;
   u->adapter = this;
+  u->give_back = &openai_http::give_back;
   u->backend = backend;
   u->connect_op.owner = u->send_op.owner = u->recv_op.owner = u;
   u->connect_op.fn = &openai_http::on_up_connect;
@@ -588,7 +588,7 @@ void openai_http::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
       // A body delimited by the close: complete.
       x.rsp.complete = true;
       x.rsp.reusable = false;
-      after_body_sent(x.conn);
+      after_body_sent(x);
       return;
     }
     if (res == -ETIMEDOUT && !x.rsp.head_seen && !x.up_send_inflight) {
@@ -618,11 +618,11 @@ void openai_http::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
       upstream_failed(x, errc::upstream_protocol);
       return;
     }
-    on_response_head(x.conn);
+    on_response_head(x);
     return;
   }
   // Copy path: relay what arrived.
-  relay(x.conn, before, false);
+  relay(x, before, false);
 }
 
 void openai_http::upstream_failed(exchange& x, errc why) noexcept {
@@ -632,7 +632,7 @@ void openai_http::upstream_failed(exchange& x, errc why) noexcept {
     // failed for the client; the connection is closed, not pooled.
     x.rsp.reusable = false;
     x.rsp.complete = true;
-    finish_exchange(x.conn);
+    finish_exchange(x);
     return;
   }
   upstream_conn* u = x.up;

@@ -4,15 +4,15 @@
 // upstream connections: the forwarded request (the client's body with at
 // most two byte edits), connect / send / receive, retries, the failures a
 // client is answered for (openai_http.cpp), and the relay of the response
-// to an HTTP/1.1 client (relay.cpp, relay_scan.cpp: framing passed through,
-// SSE facts, the usage cut).
+// (relay.cpp, relay_scan.cpp: the backend's framing passed through to a
+// client codec that takes it, else de-chunked; SSE facts; the usage cut).
+// It reaches the client only through the exchange's codec (client_codec).
 #include <sys/uio.h>
 
 #include <cstdint>
 #include <memory>
 
 #include "backend_adapter.hpp"
-#include "downstream_conn.hpp"
 #include "exchange.hpp"
 #include "shard_context.hpp"
 #include "upstream_conn.hpp"
@@ -22,12 +22,11 @@
 namespace sluice::proxy {
 
 class shard_server;
-class h1_codec;
 
 // Shard-local; a part of the shard's server.
 class openai_http final : public backend_adapter {
  public:
-  openai_http(shard_context& s, shard_server& x, h1_codec& h1) noexcept;
+  openai_http(shard_context& s, shard_server& x) noexcept;
   ~openai_http() override;
   openai_http(const openai_http&) = delete;
   openai_http& operator=(const openai_http&) = delete;
@@ -43,12 +42,7 @@ class openai_http final : public backend_adapter {
   void start(exchange& x) noexcept override;
   void release(exchange& x) noexcept override;
   void on_timeout(exchange& x) noexcept override;
-
-  // --- the relay's side of a client send (h1_codec) ---
-  // The downstream send that read u->buf completed (or failed).
-  void unpin_upstream_buffer(downstream_conn* d) noexcept;
-  // A send of the response's bytes completed: the relay goes on.
-  void after_body_sent(downstream_conn* d) noexcept;
+  void on_sent(exchange& x) noexcept override { after_body_sent(x); }
 
  private:
   // The forwarded body as iovecs (x.up_iov[1..]): the client's bytes with at
@@ -92,41 +86,35 @@ class openai_http final : public backend_adapter {
   void after_upstream_send_done(exchange& x) noexcept;
 
   // The relay (relay.cpp, relay_scan.cpp)
-  // The downstream send about to go reads u->buf: u (and its buffer) stays
-  // until that send completes.
-  void pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept;
-  void on_response_head(downstream_conn* d) noexcept;
-  // Another backend takes a 502/503 answered before anything reached the
-  // client. Returns: whether it did.
-  bool retry_on_status(downstream_conn* d) noexcept;
-  // The client's response head in `out`: the backend's status and end-to-end
-  // fields, sluice's own (x-request-id, rate limits, processing time).
-  // Returns: false when out of memory.
-  bool write_response_head(downstream_conn* d) noexcept;
+  void on_response_head(exchange& x) noexcept;
   // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
   // the response head first when with_head).
-  void relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept;
+  void relay(exchange& x, uint32_t parse_from, bool with_head) noexcept;
   // The batch [fwd_from, send_end) holds the usage event sluice asked for:
   // sent without it (its chunk cut out, or the batch re-framed).
-  void send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept;
+  void send_cut(exchange& x, bool with_head, bool end_client) noexcept;
   // The client's terminal chunk, sent by sluice after [DONE]; marks the
   // response ended for the client.
-  iovec terminal_chunk_iov(downstream_conn* d) noexcept;
-  // Sends send_iov[0..n) (nothing: on to after_body_sent); `pin`: the
-  // upstream connection whose buffer the send reads, held until it completes.
-  void send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept;
+  iovec terminal_chunk_iov(exchange& x) noexcept;
+  // Sends the staged head (with_head) and pieces[0..n) through the codec
+  // (neither: on to after_body_sent); `pin`: the upstream connection whose
+  // buffer the pieces read, lent until the send completes (give_back).
+  void send_batch(exchange& x, bool with_head, const iovec* pieces, uint8_t n, upstream_conn* pin) noexcept;
+  static void give_back(buffer_lender* l) noexcept;
+  // A send of the response's bytes completed: the relay goes on.
+  void after_body_sent(exchange& x) noexcept;
   // An HTTP/1.0 client: the batch's payload, de-chunked, after the head.
-  void send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept;
+  void send_dechunked(exchange& x, bool with_head, bool end_client) noexcept;
   // Returns: whether u->buf could double (own allocation, up to 1 MiB).
   bool grow_upstream_buffer(upstream_conn* u) noexcept;
   // After [DONE] on a response the backend keeps open: how long its rest is
   // waited for before the connection is closed instead of pooled.
   static constexpr uint64_t k_after_done_wait_ms = 1000;
   // A held backend error (hold_error), read whole: answered in OpenAI's shape.
-  void answer_backend_error(downstream_conn* d) noexcept;
+  void answer_backend_error(exchange& x) noexcept;
   // The response ended: the connection goes back to its pool (or closes),
   // and the exchange is accounted as any answer.
-  void finish_exchange(downstream_conn* d) noexcept;
+  void finish_exchange(exchange& x) noexcept;
   static void on_body_data(void* ctx, const char* data, size_t len);
   static void on_sse_event(void* ctx, const http::sse_event& ev);
   static void on_chunk_end(void* ctx, const char* at);
@@ -134,7 +122,6 @@ class openai_http final : public backend_adapter {
 
   shard_context& _s;
   shard_server& _x;
-  h1_codec& _h1;
   // Aliases of the context's members, by the names the code reads.
   std::shared_ptr<const config::config>& _cfg = _s.cfg;
   shard::reactor& _r = _s.r;

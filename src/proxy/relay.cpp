@@ -14,7 +14,6 @@
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
-#include "h1_codec.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -25,129 +24,80 @@
 
 namespace sluice::proxy {
 
-void openai_http::on_response_head(downstream_conn* d) noexcept {
-  const http::response_head& rh = d->x.rsp.head;
-  const config::group_config& g = _cfg->groups[d->x.group];
+void openai_http::on_response_head(exchange& x) noexcept {
+  const http::response_head& rh = x.rsp.head;
+  const config::group_config& g = _cfg->groups[x.group];
   // It answered: reachable and speaking HTTP, whatever the status. A 5xx
   // says something about the request or the load, not the connection (the
   // control thread judges a rate of them from the metrics).
-  if (d->x.up != nullptr) _x.report_outcome(d->x.up->backend, false);
+  if (x.up != nullptr) _x.report_outcome(x.up->backend, false);
   // A backend that says 502/503 before anything reached the client: the
   // next backend on the key's ring gets the request (max_retries).
-  const uint64_t tried = d->x.route_position < 64 ? d->x.tried_mask | uint64_t{1} << d->x.route_position : d->x.tried_mask;
+  const uint64_t tried = x.route_position < 64 ? x.tried_mask | uint64_t{1} << x.route_position : x.tried_mask;
   // Only when another backend can take it: with none, the client gets this
   // backend's own answer (status kept, in OpenAI's shape), not sluice's
   // "no backend".
-  if ((rh.status == 502 || rh.status == 503) && d->x.attempts < g.upstream.max_retries && d->x.up != nullptr &&
-      _routes->pick(d->x.group, d->x.route_key, tried).backend != route::k_none) {
-    drop_attempt(d->x);  // its body is not read: the connection cannot be reused
-    ++d->x.attempts;
-    if (d->x.route_position < 64) d->x.tried_mask |= uint64_t{1} << d->x.route_position;
-    d->resp_body.len = 0;
-    d->x.rsp.body_overflow = false;
+  if ((rh.status == 502 || rh.status == 503) && x.attempts < g.upstream.max_retries && x.up != nullptr &&
+      _routes->pick(x.group, x.route_key, tried).backend != route::k_none) {
+    drop_attempt(x);  // its body is not read: the connection cannot be reused
+    ++x.attempts;
+    if (x.route_position < 64) x.tried_mask |= uint64_t{1} << x.route_position;
+    x.mem->body.len = 0;
+    x.rsp.body_overflow = false;
     _metrics.at(metrics::stat::upstream_retries).add();
-    start(d->x);
+    start(x);
     return;
   }
-  d->state = conn_state::streaming;
-  d->x.rsp.head_seen = true;
-  d->x.rsp.reusable = rh.keep_alive;
-  d->x.rsp.facts = stream_facts{};
+  x.rsp.head_seen = true;
+  x.rsp.reusable = rh.keep_alive;
+  x.rsp.facts = stream_facts{};
   if (rh.event_stream) {
     // One scanner per connection, made on its first stream and kept.
-    if (!d->sse) {
-      d->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, d));
-      if (d->sse) account_connection_memory(k_sse_scanner_bytes);
+    if (!x.mem->sse) {
+      x.mem->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, &x));
+      if (x.mem->sse) account_connection_memory(k_sse_scanner_bytes);
     }
-    if (d->sse) d->sse->reset();
+    if (x.mem->sse) x.mem->sse->reset();
   }
-  _h1.set_deadline(d, deadline_kind::upstream_idle, g.upstream.stream_idle_timeout_ms);
+  x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
 
   // A backend's error answer is held and answered in OpenAI's shape
   // (DESIGN.md §8: vLLM's flat body, integer codes): nothing of it goes out
   // until its body is read. vLLM's are a few hundred bytes; a larger one
   // (or one of unknown length) is held up to the body buffer's bound.
   constexpr uint64_t k_error_hold_max = 64u << 10;
-  d->x.rsp.hold_error = rh.status >= 400 && !rh.event_stream &&
+  x.rsp.hold_error = rh.status >= 400 && !rh.event_stream &&
                   ((rh.has_content_length && rh.content_length <= k_error_hold_max) || rh.chunked);
-  if (d->x.rsp.hold_error) {
-    d->x.status = rh.status;
-    d->x.rsp.cut_usage = false;
-    d->x.rsp.fwd_from = rh.head_bytes;
-    relay(d, rh.head_bytes, true);
+  if (x.rsp.hold_error) {
+    x.status = rh.status;
+    x.rsp.cut_usage = false;
+    x.rsp.fwd_from = rh.head_bytes;
+    relay(x, rh.head_bytes, true);
     return;
   }
 
-  if (!write_response_head(d)) {
-    upstream_failed(d->x, errc::internal);
+  // An HTTP/1.0 client has no chunked coding: it gets the payload,
+  // delimited by the close.
+  x.rsp.dechunk = rh.chunked && !x.codec->takes_chunked(x);
+  if (!x.codec->stage_response_head(x, rh, x.rsp.dechunk)) {
+    upstream_failed(x, errc::internal);
     return;
   }
-  d->x.status = rh.status;
+  x.status = rh.status;
 
   // The cut of the injected usage chunk needs whole chunks (see relay());
   // any other answer (an error, a non-stream body) is passed on as it is.
-  if (d->x.rsp.cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) d->x.rsp.cut_usage = false;
-  d->x.response_started = true;
-  d->x.rsp.fwd_from = rh.head_bytes;
-  relay(d, rh.head_bytes, true);
+  if (x.rsp.cut_usage && !(rh.event_stream && rh.chunked && rh.status == 200)) x.rsp.cut_usage = false;
+  x.response_started = true;
+  x.rsp.fwd_from = rh.head_bytes;
+  relay(x, rh.head_bytes, true);
 }
 
-bool openai_http::write_response_head(downstream_conn* d) noexcept {
-  const http::response_head& rh = d->x.rsp.head;
-  // The client's head: the backend's status and end-to-end fields, plus
-  // x-request-id; framing (Content-Length / chunked) passes through as is,
-  // and so do the body bytes -- except to an HTTP/1.0 client, which has no
-  // chunked coding: it gets the payload, delimited by the close.
-  d->x.rsp.dechunk = rh.chunked && d->x.head.version_major == 1 && d->x.head.version_minor == 0;
-  const bool close = !d->x.head.keep_alive || _draining || d->x.rsp.dechunk;
-  d->close_after_send = close;
-  size_t need = rh.head_bytes + 256;
-  if (!d->out.reserve(need)) {
-    return false;
-  }
-  byte_buf& o = d->out;
-  o.len = 0;
-  char line[160];
-  text_writer w(line, sizeof line);
-  w.put("HTTP/1.1 ");
-  w.put_int(rh.status);
-  w.put(' ');
-  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
-  append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
-  append(o, "\r\n");
-  http::header hd;
-  for (http::header_fields it = rh.fields(); it.next(hd);) {
-    if (drop_response_header(hd.name)) continue;
-    if (d->x.rsp.dechunk && iequals(hd.name, "transfer-encoding")) continue;
-    append(o, hd.name);
-    append(o, ": ");
-    append(o, hd.value);
-    append(o, "\r\n");
-  }
-  // sluice's own fields: the request id, the key's rate-limit state and
-  // the time sluice and the backend took to the head (as OpenAI sends).
-  char rate[512];
-  const size_t rl = _x.write_rate_headers(d->x, rate, sizeof rate);
-  if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
-    return false;
-  }
-  w = text_writer(line, sizeof line);
-  w.put("x-request-id: ");
-  w.put(std::string_view(d->x.request_id, d->x.request_id_len));
-  w.put("\r\nopenai-processing-ms: ");
-  w.put_int(_s.now_ms() - d->x.request_start_ms);
-  w.put("\r\n");
-  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
-  append(o, std::string_view(rate, rl));
-  append(o, close ? "connection: close\r\n\r\n" : "\r\n");
-  return true;
-}
-
-void openai_http::relay(downstream_conn* d, uint32_t parse_from, bool with_head) noexcept {
-  upstream_conn* u = d->x.up;
-  relay_state& r = d->x.rsp;
+void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexcept {
+  upstream_conn* u = x.up;
+  relay_state& r = x.rsp;
   const bool sse_chunked = r.head.event_stream && r.head.chunked;
-  http::body_sink sink{&openai_http::on_body_data, d, sse_chunked ? &openai_http::on_chunk_end : nullptr,
+  http::body_sink sink{&openai_http::on_body_data, &x, sse_chunked ? &openai_http::on_chunk_end : nullptr,
                        sse_chunked ? &openai_http::on_sse_chunk : nullptr};
   http::body_status bs{};
   if (with_head) r.usage_in_batch = r.usage_covered = false;
@@ -159,11 +109,11 @@ void openai_http::relay(downstream_conn* d, uint32_t parse_from, bool with_head)
     bs = r.parser.feed_body(u->buf.data + parse_from, u->buf.len - parse_from, sink);
   }
   if (bs.error != errc::ok) {
-    upstream_failed(d->x, errc::upstream_protocol);
+    upstream_failed(x, errc::upstream_protocol);
     return;
   }
   if (!with_head && !r.client_done) {
-    _h1.set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
+    x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
   }
   r.complete = bs.complete;
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
@@ -174,9 +124,9 @@ void openai_http::relay(downstream_conn* d, uint32_t parse_from, bool with_head)
     // Nothing is sent either way.
     r.send_end = parsed_end;
     if (r.hold_error && bs.complete) {
-      answer_backend_error(d);
+      answer_backend_error(x);
     } else {
-      after_body_sent(d);
+      after_body_sent(x);
     }
     return;
   }
@@ -203,67 +153,67 @@ void openai_http::relay(downstream_conn* d, uint32_t parse_from, bool with_head)
       send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : r.fwd_from;
       if (sse_chunked) send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
       if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
-        upstream_failed(d->x, errc::upstream_protocol);  // a chunk over 1 MiB to an HTTP/1.0 client
+        upstream_failed(x, errc::upstream_protocol);  // a chunk over 1 MiB to an HTTP/1.0 client
         return;
       }
     }
     r.send_end = send_end;
-    send_dechunked(d, with_head, end_client);
+    send_dechunked(x, with_head, end_client);
     return;
   }
   r.send_end = send_end;
   if (r.cut_usage && r.usage_in_batch && (r.usage_covered || send_end == parsed_end) && send_end > r.fwd_from) {
-    send_cut(d, with_head, end_client);
+    send_cut(x, with_head, end_client);
     return;
   }
+  iovec pieces[2];
   uint8_t n = 0;
-  if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
-  bool reads_up = false;  // a piece of the send lies in u->buf
-  if (send_end > r.fwd_from) {
-    const uint32_t body = send_end - r.fwd_from;
-    if (with_head && body <= d->out.cap - d->out.len) {
-      // A short body that came with the head (a non-stream answer): joined
-      // to the head in `out`, so the client gets one plain send.
-      std::memcpy(d->out.data + d->out.len, u->buf.data + r.fwd_from, body);
-      d->out.len += body;
-      d->send_iov[0].iov_len = d->out.len;
-    } else {
-      d->send_iov[n++] = {u->buf.data + r.fwd_from, body};
-      reads_up = true;
-    }
-  }
-  if (end_client) d->send_iov[n++] = terminal_chunk_iov(d);
-  send_batch(d, n, reads_up ? u : nullptr);
+  if (send_end > r.fwd_from) pieces[n++] = {u->buf.data + r.fwd_from, send_end - r.fwd_from};
+  const bool reads_up = n != 0;  // a piece of the send lies in u->buf
+  if (end_client) pieces[n++] = terminal_chunk_iov(x);
+  send_batch(x, with_head, pieces, n, reads_up ? u : nullptr);
 }
 
-void openai_http::send_batch(downstream_conn* d, uint8_t n, upstream_conn* pin) noexcept {
-  if (n == 0) {
-    after_body_sent(d);
+void openai_http::send_batch(exchange& x, bool with_head, const iovec* pieces, uint8_t n,
+                             upstream_conn* pin) noexcept {
+  if (n == 0 && !with_head) {
+    after_body_sent(x);
     return;
   }
-  d->send_iov_count = n;
   // The send reads u's buffer: u and its buffer stay until it completes,
-  // whatever happens to the exchange meanwhile.
-  if (pin != nullptr) pin_upstream_buffer(d, pin);
-  _h1.submit_send(d);
+  // whatever happens to the exchange meanwhile (give_back).
+  if (pin != nullptr) {
+    SLUICE_VERIFY(!pin->buf_pinned);
+    pin->buf_pinned = true;
+    ++pin->ops;
+  }
+  x.codec->send_response(x, with_head, pieces, n, pin);
 }
 
-iovec openai_http::terminal_chunk_iov(downstream_conn* d) noexcept {
+void openai_http::give_back(buffer_lender* l) noexcept {
+  auto* u = static_cast<upstream_conn*>(l);
+  SLUICE_VERIFY(u->buf_pinned);
+  u->buf_pinned = false;
+  --u->ops;
+  if (u->closing) u->adapter->maybe_free(u);
+}
+
+iovec openai_http::terminal_chunk_iov(exchange& x) noexcept {
   // The backend sent [DONE] but keeps its response open: the client's
   // response ends now (the OpenAI SDKs finish a stream only when its body
   // ends); the backend's rest is read and dropped until it ends, for a
   // short while (then its connection is closed, not pooled).
   static constexpr std::string_view k_terminal = "0\r\n\r\n";
-  relay_state& r = d->x.rsp;
+  relay_state& r = x.rsp;
   r.client_done = true;
-  const uint64_t idle_ms = _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms;
-  _h1.set_deadline(d, deadline_kind::upstream_idle, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
+  const uint64_t idle_ms = _cfg->groups[x.group].upstream.stream_idle_timeout_ms;
+  x.codec->stream_wait(x, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
   return {const_cast<char*>(k_terminal.data()), k_terminal.size()};
 }
 
-void openai_http::send_cut(downstream_conn* d, bool with_head, bool end_client) noexcept {
-  upstream_conn* u = d->x.up;
-  relay_state& r = d->x.rsp;
+void openai_http::send_cut(exchange& x, bool with_head, bool end_client) noexcept {
+  upstream_conn* u = x.up;
+  relay_state& r = x.rsp;
   const char* const batch = u->buf.data + r.fwd_from;
   const size_t batch_len = r.send_end - r.fwd_from;
   size_t usage_from = 0;
@@ -274,37 +224,36 @@ void openai_http::send_cut(downstream_conn* d, bool with_head, bool end_client) 
   r.cut_usage = false;  // one per stream
   r.usage_in_batch = false;
   r.usage_covered = false;
+  iovec pieces[3];
   uint8_t n = 0;
-  if (with_head) d->send_iov[n++] = {d->out.data, d->out.len};
   size_t cut_begin = 0, cut_end = 0;
   if (find_usage_chunk(batch, batch_len, usage_from, cut_begin, cut_end)) {
     // vLLM's shape: the usage event is a chunk of its own; the chunks
     // around it go out as they came.
     _metrics.at(metrics::stat::usage_chunks_cut).add();
-    if (cut_begin > 0) d->send_iov[n++] = {const_cast<char*>(batch), cut_begin};
-    if (cut_end < batch_len) d->send_iov[n++] = {const_cast<char*>(batch) + cut_end, batch_len - cut_end};
-    const bool reads_up = n > (with_head ? 1 : 0);
-    if (end_client) d->send_iov[n++] = terminal_chunk_iov(d);
-    send_batch(d, n, reads_up ? u : nullptr);
+    if (cut_begin > 0) pieces[n++] = {const_cast<char*>(batch), cut_begin};
+    if (cut_end < batch_len) pieces[n++] = {const_cast<char*>(batch) + cut_end, batch_len - cut_end};
+    const bool reads_up = n != 0;
+    if (end_client) pieces[n++] = terminal_chunk_iov(x);
+    send_batch(x, with_head, pieces, n, reads_up ? u : nullptr);
     return;
   }
   // Any other shape (JSON spacing, CRLF events, chunk extensions, several
   // events in a chunk, an event over several chunks): the batch's payload
   // is re-framed as one chunk without the usage event. Rare, so it may
-  // copy: de-chunked into resp_body (unused by streams), filtered into out.
-  const size_t head_len = with_head ? d->out.len : 0;
+  // copy: de-chunked into mem->body (unused by streams), filtered into
+  // mem->frame.
   constexpr size_t k_size_room = 20;  // "<hex>\r\n", written right-aligned before the payload
-  if (!d->resp_body.reserve(batch_len) ||
-      !d->out.reserve(head_len + k_size_room + batch_len + 2 + 5)) {
-    upstream_failed(d->x, errc::internal);
+  if (!x.mem->body.reserve(batch_len) || !x.mem->frame.reserve(k_size_room + batch_len + 2 + 5)) {
+    upstream_failed(x, errc::internal);
     return;
   }
   bool last = false;
-  const size_t plen = dechunk(batch, batch_len, d->resp_body.data, last);
-  char* const payload = d->out.data + head_len + k_size_room;
+  const size_t plen = dechunk(batch, batch_len, x.mem->body.data, last);
+  char* const payload = x.mem->frame.data + k_size_room;
   uint32_t cut = 0;
-  const size_t flen = drop_usage_events(d->resp_body.data, plen, payload, cut);
-  d->resp_body.len = 0;
+  const size_t flen = drop_usage_events(x.mem->body.data, plen, payload, cut);
+  x.mem->body.len = 0;
   _metrics.at(cut != 0 ? metrics::stat::usage_chunks_cut : metrics::stat::usage_cut_failed).add();
   char size_line[k_size_room];
   text_writer w(size_line, sizeof size_line);
@@ -321,44 +270,37 @@ void openai_http::send_cut(downstream_conn* d, bool with_head, bool end_client) 
     std::memcpy(chunk + chunk_len, "0\r\n\r\n", 5);
     chunk_len += 5;
   }
-  if (chunk_len != 0) d->send_iov[n++] = {chunk, chunk_len};
-  if (end_client && !last) d->send_iov[n++] = terminal_chunk_iov(d);
-  send_batch(d, n, nullptr);
+  if (chunk_len != 0) pieces[n++] = {chunk, chunk_len};
+  if (end_client && !last) pieces[n++] = terminal_chunk_iov(x);
+  send_batch(x, with_head, pieces, n, nullptr);
 }
 
-void openai_http::send_dechunked(downstream_conn* d, bool with_head, bool end_client) noexcept {
+void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) noexcept {
   // An HTTP/1.0 client: the payload of the whole chunks [fwd_from, send_end)
-  // copied after the head in `out` (and without the usage event sluice
-  // asked for, once it is in), the end of the answer told by the close.
-  upstream_conn* u = d->x.up;
-  relay_state& r = d->x.rsp;
+  // copied into mem->frame (and without the usage event sluice asked for,
+  // once it is in), the end of the answer told by the close.
+  upstream_conn* u = x.up;
+  relay_state& r = x.rsp;
   const char* const batch = u->buf.data + r.fwd_from;
   const size_t batch_len = r.send_end - r.fwd_from;
-  const size_t head_len = with_head ? d->out.len : 0;
-  if (!d->out.reserve(head_len + 2 * batch_len + 1) || !d->resp_body.reserve(batch_len + 1)) {
-    upstream_failed(d->x, errc::internal);
+  if (!x.mem->frame.reserve(batch_len + 1) || !x.mem->body.reserve(batch_len + 1)) {
+    upstream_failed(x, errc::internal);
     return;
   }
   bool last = false;
   size_t n = 0;
   if (r.cut_usage && r.usage_in_batch && (r.usage_covered || r.complete)) {
-    const size_t plen = dechunk(batch, batch_len, d->resp_body.data, last);
+    const size_t plen = dechunk(batch, batch_len, x.mem->body.data, last);
     uint32_t cut = 0;
-    n = drop_usage_events(d->resp_body.data, plen, d->out.data + head_len, cut);
+    n = drop_usage_events(x.mem->body.data, plen, x.mem->frame.data, cut);
     _metrics.at(cut != 0 ? metrics::stat::usage_chunks_cut : metrics::stat::usage_cut_failed).add();
     r.cut_usage = r.usage_in_batch = r.usage_covered = false;
   } else {
-    n = dechunk(batch, batch_len, d->out.data + head_len, last);
+    n = dechunk(batch, batch_len, x.mem->frame.data, last);
   }
   if (end_client) r.client_done = true;  // no terminal chunk: the close ends it
-  d->out.len = static_cast<uint32_t>(head_len + n);
-  if (d->out.len == 0) {
-    after_body_sent(d);
-    return;
-  }
-  d->send_iov[0] = {d->out.data, d->out.len};
-  d->send_iov_count = 1;
-  _h1.submit_send(d);
+  const iovec payload{x.mem->frame.data, n};
+  send_batch(x, with_head, &payload, n != 0 ? 1 : 0, nullptr);
 }
 
 bool openai_http::grow_upstream_buffer(upstream_conn* u) noexcept {
@@ -383,55 +325,38 @@ bool openai_http::grow_upstream_buffer(upstream_conn* u) noexcept {
   return true;
 }
 
-void openai_http::pin_upstream_buffer(downstream_conn* d, upstream_conn* u) noexcept {
-  SLUICE_VERIFY(d->send_pin == nullptr && !u->buf_pinned);
-  d->send_pin = u;
-  u->buf_pinned = true;
-  ++u->ops;
-}
-
-void openai_http::unpin_upstream_buffer(downstream_conn* d) noexcept {
-  upstream_conn* u = d->send_pin;
-  if (u == nullptr) return;
-  d->send_pin = nullptr;
-  u->buf_pinned = false;
-  --u->ops;
-  if (u->closing) maybe_free(u);
-}
-
-void openai_http::after_body_sent(downstream_conn* d) noexcept {
-  if (d->x.rsp.complete) {
-    finish_exchange(d);
+void openai_http::after_body_sent(exchange& x) noexcept {
+  if (x.rsp.complete) {
+    finish_exchange(x);
     return;
   }
-  upstream_conn* u = d->x.up;
+  upstream_conn* u = x.up;
   // Keep what was parsed but not sent (a partial chunk) at the front;
   // with nothing left, the buffer goes back until more bytes come.
-  const uint32_t left = u->buf.len - d->x.rsp.send_end;
+  const uint32_t left = u->buf.len - x.rsp.send_end;
   if (left != 0) {
-    std::memmove(u->buf.data, u->buf.data + d->x.rsp.send_end, left);
+    std::memmove(u->buf.data, u->buf.data + x.rsp.send_end, left);
     u->buf.len = left;
   } else {
     drop_upstream_buffer(u);
   }
-  d->x.rsp.fwd_from = 0;
-  d->x.rsp.send_end = 0;
-  const http::response_head& rh = d->x.rsp.head;
+  x.rsp.fwd_from = 0;
+  x.rsp.send_end = 0;
+  const http::response_head& rh = x.rsp.head;
   // Everything sent of an event stream: the next event comes with the next
   // token, well after this send, so wait for readiness first. A partial
   // chunk's rest, or a long plain body, is likely there already: try first.
-  submit_recv(d->x.up, rh.event_stream && left == 0);
+  submit_recv(x.up, rh.event_stream && left == 0);
 }
 
-void openai_http::finish_exchange(downstream_conn* d) noexcept {
-  upstream_conn* u = d->x.up;
-  d->x.up = nullptr;
+void openai_http::finish_exchange(exchange& x) noexcept {
+  upstream_conn* u = x.up;
+  x.up = nullptr;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
-    release_upstream(u, d->x.rsp.reusable);
+    release_upstream(u, x.rsp.reusable);
   }
-  d->state = conn_state::local;  // so on_response_sent() counts it like any answer
-  _h1.on_response_sent(d);
+  x.codec->response_done(x);
 }
 
 }  // namespace sluice::proxy

@@ -8,7 +8,6 @@
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
-#include "h1_codec.hpp"
 #include "shard_server.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
@@ -17,9 +16,9 @@
 namespace sluice::proxy {
 
 void openai_http::on_body_data(void* ctx, const char* data, size_t len) {
-  auto* d = static_cast<downstream_conn*>(ctx);
-  if (d->x.rsp.head.event_stream) {
-    if (d->sse) d->sse->feed(data, len);
+  exchange& x = *static_cast<exchange*>(ctx);
+  if (x.rsp.head.event_stream) {
+    if (x.mem->sse) x.mem->sse->feed(data, len);
     return;
   }
   // A non-stream body is kept (up to 1 MiB) to read its usage at the end;
@@ -27,14 +26,14 @@ void openai_http::on_body_data(void* ctx, const char* data, size_t len) {
   // choices, which logprobs or a large `n` can grow past the bound).
   constexpr size_t k_body_keep_max = 1u << 20;
   constexpr size_t k_tail_keep = 64u << 10;
-  byte_buf& b = d->resp_body;
-  if (!d->x.rsp.body_overflow) {
+  byte_buf& b = x.mem->body;
+  if (!x.rsp.body_overflow) {
     if (b.len + len <= k_body_keep_max && b.reserve(b.len + len)) {
       std::memcpy(b.data + b.len, data, len);
       b.len += static_cast<uint32_t>(len);
       return;
     }
-    d->x.rsp.body_overflow = true;
+    x.rsp.body_overflow = true;
   }
   if (!b.reserve(k_tail_keep)) {
     b.len = 0;  // out of memory: no usage to read
@@ -54,26 +53,26 @@ void openai_http::on_body_data(void* ctx, const char* data, size_t len) {
 void openai_http::on_sse_chunk(void* ctx, const char* data, size_t len, const char* end) {
   // A whole chunk of an event stream: the scan and the boundary check in one
   // call (the walker's fast path; on_body_data + on_chunk_end otherwise).
-  auto* d = static_cast<downstream_conn*>(ctx);
-  if (!d->sse) return;
-  d->sse->feed(data, len);
-  if (d->sse->between_events()) {
-    d->x.rsp.aligned_at = end;
-    d->x.rsp.usage_covered = d->x.rsp.usage_in_batch;
+  exchange& x = *static_cast<exchange*>(ctx);
+  if (!x.mem->sse) return;
+  x.mem->sse->feed(data, len);
+  if (x.mem->sse->between_events()) {
+    x.rsp.aligned_at = end;
+    x.rsp.usage_covered = x.rsp.usage_in_batch;
   }
 }
 
 void openai_http::on_chunk_end(void* ctx, const char* at) {
-  auto* d = static_cast<downstream_conn*>(ctx);
-  if (d->sse && d->sse->between_events()) {
-    d->x.rsp.aligned_at = at;
-    d->x.rsp.usage_covered = d->x.rsp.usage_in_batch;
+  exchange& x = *static_cast<exchange*>(ctx);
+  if (x.mem->sse && x.mem->sse->between_events()) {
+    x.rsp.aligned_at = at;
+    x.rsp.usage_covered = x.rsp.usage_in_batch;
   }
 }
 
 void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
-  auto* d = static_cast<downstream_conn*>(ctx);
-  stream_facts& s = d->x.rsp.facts;
+  exchange& x = *static_cast<exchange*>(ctx);
+  stream_facts& s = x.rsp.facts;
   // Nearly every event of a stream is one content delta that vLLM ends with
   // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
   // counted without a parse (a parse per event costs ~330 ns; this, a
@@ -87,7 +86,7 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
       p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
     ++s.events;
     ++s.content_events;
-    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->codec->now_ms();
+    if (x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
     return;
   }
   const openai::stream_event_info info = openai::scan_stream_event(ev.data);
@@ -96,13 +95,13 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   if (info.error) s.error = true;
   if (info.has_content) {
     ++s.content_events;
-    if (d->x.first_token_ms == 0) d->x.first_token_ms = d->codec->now_ms();
+    if (x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
   }
   if (info.usage_only) {
-    d->x.rsp.usage_in_batch = true;
+    x.rsp.usage_in_batch = true;
     // In place, the event lies in the batch being relayed: relay() cuts
     // its chunk starting from here instead of searching the batch.
-    d->x.rsp.usage_event_at = ev.in_place ? ev.data.data() : nullptr;
+    x.rsp.usage_event_at = ev.in_place ? ev.data.data() : nullptr;
   }
   if (info.has_usage) {
     s.prompt_tokens = info.prompt_tokens;
@@ -116,14 +115,14 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   }
 }
 
-void openai_http::answer_backend_error(downstream_conn* d) noexcept {
+void openai_http::answer_backend_error(exchange& x) noexcept {
   // The backend's own retry advice (a 429's or 503's retry-after) goes on
   // to the client: the SDKs wait for it. Copied now, while the head's views
   // into the receive buffer are valid.
   char extra[160];
   size_t el = 0;
   http::header hd;
-  for (http::header_fields it = d->x.rsp.head.fields(); it.next(hd);) {
+  for (http::header_fields it = x.rsp.head.fields(); it.next(hd);) {
     if (!iequals(hd.name, "retry-after") && !iequals(hd.name, "retry-after-ms")) continue;
     if (hd.value.size() > 64 || el + hd.name.size() + hd.value.size() + 4 > sizeof extra) continue;
     for (std::string_view part : {hd.name, std::string_view(": "), hd.value, std::string_view("\r\n")}) {
@@ -131,18 +130,18 @@ void openai_http::answer_backend_error(downstream_conn* d) noexcept {
       el += part.size();
     }
   }
-  upstream_conn* u = d->x.up;
-  d->x.up = nullptr;
-  d->x.rsp.hold_error = false;
+  upstream_conn* u = x.up;
+  x.up = nullptr;
+  x.rsp.hold_error = false;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
-    release_upstream(u, d->x.rsp.reusable);
+    release_upstream(u, x.rsp.reusable);
   }
   char body[1024];
-  uint16_t status = d->x.status;
-  const size_t bl = openai::normalize_backend_error(d->x.status, std::string_view(d->resp_body.data, d->resp_body.len),
-                                                    d->x.rsp.body_overflow, body, sizeof body, status);
-  d->x.codec->answer(d->x, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
+  uint16_t status = x.status;
+  const size_t bl = openai::normalize_backend_error(x.status, std::string_view(x.mem->body.data, x.mem->body.len),
+                                                    x.rsp.body_overflow, body, sizeof body, status);
+  x.codec->answer(x, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
 }
 
 }  // namespace sluice::proxy

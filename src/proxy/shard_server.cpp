@@ -73,8 +73,8 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _quota(index, mesh.count, key_limits_of(*_cfg), static_cast<int64_t>(monotonic_ns()),
              slices_options_of(mesh)),
       _reader(_cfg->server.max_body_bytes),
-      _openai(_ctx, *this, _h1),
-      _h1(_ctx, *this, _openai, listen_fd) {
+      _openai(_ctx, *this),
+      _h1(_ctx, *this, listen_fd) {
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;
   _reported.assign(_cfg->backends.size(), 0);

@@ -131,6 +131,8 @@ class shard_server {
   // Passive health: failures always, a success only after a failure (that
   // is all the consecutive-failure count needs). Full queue: dropped.
   void report_outcome(uint32_t backend, bool failure) noexcept;
+  // The backend adapter a new exchange starts with (one protocol so far).
+  backend_adapter* adapter() noexcept { return &_openai; }
 
  private:
   void answer_models(exchange& x) noexcept;

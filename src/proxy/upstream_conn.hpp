@@ -19,9 +19,10 @@ struct exchange;
 //
 // Ownership: `ops` counts every SQE that names the connection's socket or
 // memory, its own (connect, send, receive) and those of a downstream send
-// that reads `buf` (buf_pinned). The object and its fd go only when ops is
-// 0 (maybe_free); shutdown(2) is what makes pending operations complete.
-struct upstream_conn {
+// that reads `buf` (buf_pinned: lent as a buffer_lender, given back at that
+// send's completion). The object and its fd go only when ops is 0
+// (maybe_free); shutdown(2) is what makes pending operations complete.
+struct upstream_conn : buffer_lender {
   openai_http* adapter = nullptr;
   int fd = -1;
   uint32_t backend = 0;

@@ -90,6 +90,13 @@ struct fake_codec final : proxy::client_codec {
   void lend_request_bytes(exchange&) noexcept override { ++lent; }
   bool return_request_bytes(exchange&) noexcept override { return --lent >= 0; }
   void request_bytes_free(exchange&) noexcept override {}
+  bool takes_chunked(const exchange&) const noexcept override { return true; }
+  bool stage_response_head(exchange&, const sluice::http::response_head&, bool) noexcept override { return true; }
+  void stream_wait(exchange&, uint64_t) noexcept override { calls.emplace_back("stream_wait"); }
+  void send_response(exchange&, bool, const iovec*, uint8_t, proxy::buffer_lender*) noexcept override {
+    calls.emplace_back("send_response");
+  }
+  void response_done(exchange&) noexcept override { calls.emplace_back("response_done"); }
 
   bool called(std::string_view what) const {
     for (const auto& c : calls) {
@@ -109,6 +116,7 @@ struct fake_adapter final : proxy::backend_adapter {
   void start(exchange&) noexcept override { ++started; }
   void release(exchange&) noexcept override { ++released; }
   void on_timeout(exchange&) noexcept override {}
+  void on_sent(exchange&) noexcept override {}
 };
 
 // One shard's policy on a config, with nothing listening (listen fd -1:
@@ -146,7 +154,7 @@ struct request {
   exchange x;
   fake_codec codec;
   fake_adapter adapter;
-  proxy::byte_buf body_buf, up_head;
+  proxy::exchange_memory mem;
 
   request(std::string_view method, std::string_view path, std::string_view key, std::string_view body) {
     bytes = std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nhost: sluice\r\n";
@@ -156,8 +164,7 @@ struct request {
     codec.body_len = body.size();
     x.codec = &codec;
     x.adapter = &adapter;
-    x.body = &body_buf;
-    x.up_head = &up_head;
+    x.mem = &mem;
     const sluice::http::parse_status st = parser.parse_head(bytes.data(), bytes.size(), x.head);
     REQUIRE(st.ok());
     x.head_ok = true;
