@@ -2,8 +2,10 @@
 // proxy (private): the HTTP/1.1 client codec. Owns the listener and the
 // client connections (downstream_conn): accept, receive, parse the head and
 // the body, answers sluice writes itself, send, keep-alive, pipelining,
-// lingering close, and every connection's deadline. What a request means is
-// the exchange's (shard_server); the backend side is the adapter's.
+// lingering close, and every connection's deadline (h1_codec.cpp: input,
+// connection life, deadlines; h1_send.cpp: answers, the relayed response,
+// sends). What a request means is the exchange's (shard_server); the backend
+// side is the adapter's.
 #include <cstdint>
 #include <memory>
 #include <string_view>

@@ -3,19 +3,20 @@
 // own, each in its own files:
 //
 //   h1_codec             the HTTP/1.1 client codec: the listener and the
-//     (h1_codec.cpp)       client connections -- receive, parse, send,
-//                          keep-alive, pipelining, close, deadlines
+//     (h1_codec.cpp,       client connections -- receive, parse, send,
+//      h1_send.cpp)        keep-alive, pipelining, close, deadlines
 //   shard_server         the exchanges' policy: dispatch, models, auth,
 //     (exchange.cpp,       quota admission, accounting and audit, the
 //      admission.cpp)      shard mesh; and the shard's life (this file)
 //   openai_http          the OpenAI-over-HTTP/1.1 backend adapter: pools,
 //     (openai_http.cpp)    the forwarded request, connect / send / receive
-//   relay                the response on its way back: head rewrite, body
-//     (relay.cpp,          relay, usage cut, SSE facts, backend errors
-//      relay_scan.cpp)
+//   relay                the response on its way back (part of the
+//     (relay.cpp,          adapter): body relay, usage cut, SSE facts,
+//      relay_scan.cpp)     backend errors
 //
 // The policy reaches the client side only through client_codec and the
-// backend side only through backend_adapter (exchange.hpp has the picture).
+// backend side only through backend_adapter; the adapter reaches the client
+// only through client_codec (exchange.hpp has the picture).
 //
 // Lifetimes: a connection object lives from accept (or connect) until its fd
 // is closed AND every io_uring operation that names it has completed (`ops`
