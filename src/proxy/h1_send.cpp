@@ -107,6 +107,7 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
 }
 
 void h1_codec::submit_send(downstream_conn* d) noexcept {
+  SLUICE_VERIFY(!d->send_busy);  // one send at a time: send_iov is the kernel's until its completion
   d->send_busy = true;
   // One piece (an SSE batch, an answer with its body in `out`) is a plain send.
   prep_send_iov(_r.sqe(&d->send_op), d->fd, d->send_iov, d->send_iov_count, d->down_msg);

@@ -369,6 +369,7 @@ void openai_http::release_upstream(upstream_conn* u, bool reusable) noexcept {
   // holds no buffer until bytes come.
   drop_upstream_buffer(u);
   submit_recv(u, true);
+  SLUICE_VERIFY(u->ops == 1 && u->recv_armed);  // pooled: only its idle receive is in flight
 }
 
 void openai_http::submit_recv(upstream_conn* u, bool poll_first) noexcept {
