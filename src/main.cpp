@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "sluice/config/config.hpp"
+#include "sluice/control/admin.hpp"
+#include "sluice/control/gateway.hpp"
+#include "sluice/control/health.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
-#include "sluice/control/admin.hpp"
-#include "sluice/proxy/gateway.hpp"
-#include "sluice/control/health.hpp"
 #include "sluice/shard/cpuset.hpp"
 #include "sluice/shard/reactor.hpp"
 
@@ -39,7 +39,7 @@ std::vector<int> choose_cpus(const config::flags& f, const config::config& c) {
 // Control-thread state for the signal handler completion.
 struct control_state {
   shard::reactor* r = nullptr;
-  proxy::gateway* g = nullptr;
+  control::gateway* g = nullptr;
   control::admin_server* admin = nullptr;
   control::health_checker* health = nullptr;
   const config::flags* flags = nullptr;
@@ -53,7 +53,7 @@ struct control_state {
   // Reloads taken but not yet on every shard, oldest first: their
   // "reloaded" line waits for that (polled each loop turn, never waited for).
   struct pending_reload {
-    proxy::settle_wait settled;
+    control::settle_wait settled;
     std::string source;
     std::vector<std::string> notes;
   };
@@ -86,7 +86,7 @@ struct control_state {
       health->reload(next);
       // Counted now, in the order the files came (a failed one just after
       // still reads last); the log line waits for every shard.
-      reloads.push_back({proxy::settle_wait(g->mark(), r->now_ms()), next->source, std::move(notes)});
+      reloads.push_back({control::settle_wait(g->mark(), r->now_ms()), next->source, std::move(notes)});
       cfg = std::move(next);
       g->count_reload(true);
     } catch (const config::config_error& e) {
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   try {
     std::vector<int> cpus = choose_cpus(f, *cfg);
     if (cpus.size() == 1 && cpus[0] < 0) cpus.clear();
-    auto g = proxy::gateway::start(cfg, cpus);
+    auto g = control::gateway::start(cfg, cpus);
 
     const config::socket_address& aa = cfg->server.admin;
     int admin_fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&aa.storage), aa.length, false, 64);

@@ -19,8 +19,6 @@
 
 namespace sluice::control {
 
-using proxy::gateway;
-
 // Control-thread-local. One per admin connection: one request, then close.
 // One operation at a time is in flight (a receive, a send, or the timer of
 // a drain waiting for the shards); its CQE is what frees the connection.
@@ -30,7 +28,7 @@ struct admin_server::conn {
   };
   io recv_op, send_op, settle_op;
   bool settle_timer_armed = false;  // settle_op is the kernel's until its CQE
-  std::optional<proxy::settle_wait> settling;  // a drain's answer waits for every shard
+  std::optional<settle_wait> settling;  // a drain's answer waits for every shard
   admin_server* srv = nullptr;
   int fd = -1;
   uint32_t len = 0;

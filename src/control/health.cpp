@@ -12,11 +12,8 @@
 #include "sluice/metrics/registry.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
-#include "sluice/proxy/gateway.hpp"
 
 namespace sluice::control {
-
-using proxy::gateway;
 
 // One backend's prober: one probe in flight at a time, each on a fresh
 // connection (a probe must see what a new request would: refused, slow to

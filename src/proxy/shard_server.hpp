@@ -18,6 +18,10 @@
 // backend side only through backend_adapter; the adapter reaches the client
 // only through client_codec (exchange.hpp has the picture).
 //
+// run_shard() (shard_main.cpp) makes and runs one on its shard thread; the
+// mesh's types and what the shard shares with the control thread are in
+// sluice/proxy/shard.hpp.
+//
 // Lifetimes: a connection object lives from accept (or connect) until its fd
 // is closed AND every io_uring operation that names it has completed (`ops`
 // counts them); only then is it freed. An SQE that reads one object's memory
@@ -44,6 +48,7 @@
 #include "sluice/http/sse.hpp"
 #include "sluice/net/buffer_ring.hpp"
 #include "sluice/openai/request.hpp"
+#include "sluice/proxy/shard.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/table.hpp"
 #include "sluice/shard/reactor.hpp"
@@ -51,38 +56,6 @@
 #include "sluice/shard/timer_wheel.hpp"
 
 namespace sluice::proxy {
-
-// Shard -> shard: ring rebalancing (load reports) and quota lending. Small
-// and trivially copyable, as the SPSC queues require.
-struct shard_message {
-  enum class kind : uint8_t { route, quota } what = kind::route;
-  union {
-    route::message r;
-    quota::message q;
-  };
-  shard_message() noexcept : r() {}
-};
-static_assert(std::is_trivially_copyable_v<shard_message>);
-
-using mesh_queue = shard::spsc_queue<shard_message, 1024>;
-
-// Shard -> control: one upstream attempt's outcome, for passive health.
-struct upstream_outcome {
-  uint32_t backend = 0;
-  uint8_t failure = 0;
-};
-using outcome_queue = shard::spsc_queue<upstream_outcome, 4096>;
-
-// The shards' queues to each other, owned by the gateway.
-struct shard_mesh {
-  uint32_t count = 1;
-  mesh_queue* const* queues = nullptr;           // [from * count + to]; diagonal unused
-  std::atomic<shard::reactor*> const* reactors = nullptr;  // by shard; null until it runs
-  outcome_queue* to_control = nullptr;                     // this shard's passive health reports
-  std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
-  uint32_t quota_keys_max = 0;                             // keys per shard in quota_levels (reload room)
-  mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
-};
 
 // Shard-local; created and run by the shard thread.
 class shard_server {

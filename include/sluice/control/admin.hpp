@@ -1,16 +1,14 @@
 #pragma once
-// proxy: the admin listener, served by the control thread's reactor:
+// control: the admin listener, served by the control thread's reactor:
 // GET /healthz and GET /metrics (Prometheus text, shard counters summed at
 // scrape time). One request per connection; never on a shard's core path.
 #include <cstdint>
 #include <string>
 
-#include "sluice/proxy/gateway.hpp"
+#include "sluice/control/gateway.hpp"
 #include "sluice/shard/reactor.hpp"
 
 namespace sluice::control {
-
-using proxy::gateway;
 
 class health_checker;
 

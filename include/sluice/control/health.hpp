@@ -1,5 +1,5 @@
 #pragma once
-// proxy: backend health on the control thread. Active probes
+// control: backend health on the control thread. Active probes
 // (GET /health over a fresh connection every interval) and the shards'
 // passive reports (connect failures, 5xx) feed one route::backend_health per
 // backend; every change becomes a ring-rebalancing message to all shards.
@@ -10,14 +10,11 @@
 #include <vector>
 
 #include "sluice/config/config.hpp"
-#include "sluice/proxy/gateway.hpp"
+#include "sluice/control/gateway.hpp"
 #include "sluice/route/health.hpp"
 #include "sluice/shard/reactor.hpp"
 
 namespace sluice::control {
-
-using proxy::gateway;
-
 
 // Control-thread-local. One per process; lives as long as the gateway.
 class health_checker {

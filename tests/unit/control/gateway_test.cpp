@@ -4,32 +4,19 @@
 #include <cstdint>
 #include <thread>
 
+#include "../idle_shard_config.hpp"
 #include "sluice/config/config.hpp"
-#include "sluice/proxy/gateway.hpp"
+#include "sluice/control/gateway.hpp"
 
 namespace cfg = sluice::config;
-using sluice::proxy::gateway;
-using sluice::proxy::settle_wait;
+using sluice::control::gateway;
+using sluice::control::settle_wait;
 
 namespace {
 
-// Two shards on an ephemeral port, no audit file; the backend is never
-// dialled (nothing is requested).
+// Two shards; nothing is requested of them.
 std::unique_ptr<gateway> start_two_shards() {
-  constexpr std::string_view toml = R"(
-[server]
-listen = "127.0.0.1:0"
-[audit]
-path = ""
-[[group]]
-name = "g"
-models = ["*"]
-backends = ["http://127.0.0.1:9"]
-[[key]]
-id = "k"
-key = "k"
-)";
-  return gateway::start(cfg::load(toml, "test.toml", {}), {-1, -1});
+  return gateway::start(cfg::load(sluice::test::k_idle_shard_config, "test.toml", {}), {-1, -1});
 }
 
 sluice::route::message drain_of_backend_0() {
@@ -53,7 +40,7 @@ bool settles(const gateway& g, const gateway::settle_mark& m) {
 
 }  // namespace
 
-TEST_SUITE("proxy::gateway settle marks") {
+TEST_SUITE("control::gateway settle marks") {
   TEST_CASE("a mark is settled once every shard has taken what was posted before it") {
     auto g = start_two_shards();
     const gateway::settle_mark before = g->mark();

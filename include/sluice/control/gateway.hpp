@@ -1,7 +1,10 @@
 #pragma once
-// proxy: starts and stops the shards. One shard per CPU: a pinned thread with
-// its own reactor, listener (SO_REUSEPORT), buffer ring, pools and counters.
-// The control thread (main) talks to shards only through SPSC queues.
+// control: the shard set, seen from the control thread. Starts one shard per
+// CPU (a pinned thread running proxy::run_shard: its own reactor, listener
+// (SO_REUSEPORT), buffer ring, pools and counters), posts control messages to
+// them (drain, reload, health, audit reopen), tells when they have taken
+// them, and joins them. It reaches a shard only through its proxy::shard_link:
+// SPSC queues plus a ring wake-up.
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -11,8 +14,10 @@
 #include "sluice/metrics/registry.hpp"
 #include "sluice/route/table.hpp"
 
-namespace sluice::proxy {
+namespace sluice::control {
 
+// Control-thread-local. One per process, from start-up until every shard
+// thread is joined.
 class gateway {
  public:
   // Binds the listeners (resolving port 0 once, so every shard shares the
@@ -69,17 +74,22 @@ class gateway {
   bool stopped() const noexcept;
   void join() noexcept;
 
-  struct shard_slot;
-
  private:
   gateway() = default;
+  // start(): the next shard's link, on its listener, before any thread runs.
+  void add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd);
+  // start(): one thread per shard, then waits until each is ready. Throws
+  // (after stopping the others) when one failed to start.
+  void launch();
   void post(uint8_t kind, uint32_t drain_ms, const route::message* r = nullptr) noexcept;
 
   std::unique_ptr<metrics::registry> _metrics;
   // The shard mesh (queues by (from, to) and each shard's reactor for
-  // wake-ups); defined in gateway.cpp.
+  // wake-ups); defined in gateway.cpp. Outlives every shard thread.
   struct mesh_storage;
   std::unique_ptr<mesh_storage> _mesh;
+  // A shard's link and its thread; defined in gateway.cpp.
+  struct shard_slot;
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
   config::reload_capacity _capacity;
@@ -107,4 +117,4 @@ class settle_wait {
   uint64_t _deadline_ms;
 };
 
-}  // namespace sluice::proxy
+}  // namespace sluice::control

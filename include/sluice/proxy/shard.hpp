@@ -1,0 +1,113 @@
+#pragma once
+// proxy: the entry point of a shard thread, and what that thread shares with
+// the control thread. The control module (control::gateway) binds the
+// listeners, builds the mesh and one shard_link per shard, and starts a
+// thread on run_shard() for each; from then on the two threads meet only in
+// the fields of shard_link, each written by one side, as marked below.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "sluice/config/config.hpp"
+#include "sluice/metrics/registry.hpp"
+#include "sluice/quota/shard_slices.hpp"
+#include "sluice/route/table.hpp"
+#include "sluice/shard/reactor.hpp"
+#include "sluice/shard/spsc_queue.hpp"
+
+namespace sluice::proxy {
+
+// Shard -> shard: ring rebalancing (load reports) and quota lending. Small
+// and trivially copyable, as the SPSC queues require.
+struct shard_message {
+  enum class kind : uint8_t { route, quota } what = kind::route;
+  union {
+    route::message r;
+    quota::message q;
+  };
+  shard_message() noexcept : r() {}
+};
+static_assert(std::is_trivially_copyable_v<shard_message>);
+
+using mesh_queue = shard::spsc_queue<shard_message, 1024>;
+
+// Shard -> control: one upstream attempt's outcome, for passive health.
+struct upstream_outcome {
+  uint32_t backend = 0;
+  uint8_t failure = 0;
+};
+using outcome_queue = shard::spsc_queue<upstream_outcome, 4096>;
+
+// The shards' queues to each other, owned by the control thread's gateway
+// (which outlives every shard thread); each shard holds this view of them.
+struct shard_mesh {
+  uint32_t count = 1;
+  mesh_queue* const* queues = nullptr;           // [from * count + to]; diagonal unused
+  std::atomic<shard::reactor*> const* reactors = nullptr;  // by shard; null until it runs
+  outcome_queue* to_control = nullptr;                     // this shard's passive health reports
+  std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
+  uint32_t quota_keys_max = 0;                             // keys per shard in quota_levels (reload room)
+  mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
+};
+
+// Control -> shard. Small and trivially copyable (spsc_queue's rule).
+struct control_message {
+  enum class kind : uint8_t { drain, reopen_audit, route, reload } what = kind::drain;
+  uint32_t drain_ms = 0;
+  route::message r;  // kind::route
+  // kind::reload: a heap copy of the snapshot's owner, taken over (and
+  // deleted) by the shard; one left in the queue when the shard stopped is
+  // the control thread's to delete.
+  std::shared_ptr<const config::config>* snapshot = nullptr;
+};
+// 64 control messages: a full inbox means the shard is far behind, and the
+// control thread then waits for it (control ops are rare and cold).
+using control_queue = shard::spsc_queue<control_message, 64>;
+
+// Shared by the control thread and one shard thread. One per shard; made by
+// the control thread before the shard thread starts and freed after it is
+// joined, so either side may hold a reference for the thread's whole life.
+struct shard_link {
+  // Set by the control thread before the thread starts; read-only after.
+  uint32_t index = 0;
+  int cpu = -1;  // -1: not pinned
+  std::shared_ptr<const config::config> cfg;  // the start-up snapshot
+  metrics::shard_metrics* metrics = nullptr;  // this shard's block (single writer: the shard)
+  shard_mesh mesh;
+  // Handed over: the control thread binds it, the shard takes it (and sets
+  // -1) as it starts; the control thread does not touch it after the start.
+  int listen_fd = -1;
+
+  // Control -> shard: the control thread pushes, the shard pops. `posted`
+  // is written by the control thread only, `applied` by the shard only
+  // (release: a reader that sees the count sees what the messages did);
+  // the control thread compares them to tell when a shard has caught up.
+  control_queue inbox;
+  uint64_t posted = 0;
+  std::atomic<uint64_t> applied{0};
+
+  // Shard -> control: the shard pushes, the control thread pops.
+  outcome_queue outcomes;
+
+  // Written by the shard thread, read by the control thread. `reactor` is
+  // set before `ready` (whose release publishes it) and stays null when the
+  // start failed. The reactor itself is kept until the link goes, after
+  // the thread is joined: the control thread and peer shards may still
+  // wake it while the shard leaves its loop.
+  shard::reactor* reactor = nullptr;
+  std::unique_ptr<shard::reactor> owned_reactor;
+  std::atomic<bool> ready{false};    // started, or failed to (then `failed`)
+  std::atomic<bool> failed{false};
+  std::atomic<bool> stopped{false};  // left the loop, audit flushed; takes no more messages
+};
+
+// Shard thread: the whole life of one shard. Names and pins the thread,
+// creates its reactor and shard server on `link`'s config and listener,
+// says `ready`, then runs the loop, taking control messages between
+// completions, until a drain has finished; flushes the audit log and says
+// `stopped`. A start-up failure (no ring, no buffer ring, no audit file) is
+// logged where it happens and said through `failed`.
+void run_shard(shard_link& link) noexcept;
+
+}  // namespace sluice::proxy

@@ -1,0 +1,284 @@
+// The shard set, run from the control thread: bind the listeners, build the
+// mesh, start one thread per shard on proxy::run_shard (which is all the
+// shard side: src/proxy/shard_main.cpp), post control messages, tell when the
+// shards have taken them, join. A shard is reached only through its
+// proxy::shard_link: an SPSC queue plus a ring wake-up.
+#include "sluice/control/gateway.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "sluice/core/assert.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/net/socket.hpp"
+#include "sluice/proxy/shard.hpp"
+
+namespace sluice::control {
+
+using proxy::control_message;
+using proxy::shard_link;
+
+// The queues between every ordered pair of shards, the shards' reactors (for
+// wake-ups) and the published quota levels. Made before the first shard
+// thread starts, freed after the last is joined.
+struct gateway::mesh_storage {
+  size_t count;
+  uint32_t keys_max;  // quota keys per shard, room for reloads included
+  std::vector<std::unique_ptr<proxy::mesh_queue>> queues;
+  std::vector<proxy::mesh_queue*> ptrs;
+  std::unique_ptr<std::atomic<shard::reactor*>[]> reactors;
+  std::unique_ptr<std::atomic<int64_t>[]> quota_levels;  // [(shard * keys + key) * 2 + r]
+
+  mesh_storage(size_t n, size_t keys);
+  // One shard's view; `to_control` is its outcome queue.
+  proxy::shard_mesh view(proxy::outcome_queue& to_control) const noexcept;
+};
+
+// A shard's link and the thread that runs it: the thread is joined before
+// the slot (and so the link) goes.
+struct gateway::shard_slot {
+  shard_link link;
+  std::thread thread;
+};
+
+namespace {
+
+metrics::registry::names names_of(const config::config& c) {
+  metrics::registry::names names;
+  for (const auto& grp : c.groups) names.groups.push_back(grp.name);
+  for (const auto& b : c.backends) names.backends.push_back(b.url);
+  for (const auto& k : c.keys) names.keys.push_back(k.id);
+  return names;
+}
+
+void set_port(sockaddr_storage& addr, uint16_t port) noexcept {
+  if (addr.ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(&addr)->sin_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = htons(port);
+  }
+}
+
+// One listener per shard. With port 0 the first one's port is then the one
+// every other shard binds, so they share one SO_REUSEPORT group. Returns:
+// the fds, by shard; `port` is set to the bound port. Throws with the cause.
+std::vector<int> bind_listeners(const config::socket_address& la, size_t n, uint16_t& port) {
+  sockaddr_storage addr = la.storage;
+  std::vector<int> fds;
+  for (size_t i = 0; i < n; ++i) {
+    int fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&addr), la.length, true);
+    if (fd < 0) {
+      for (int f : fds) ::close(f);
+      throw std::runtime_error(fmt::format("cannot listen on {}: {}", la.text, std::strerror(-fd)));
+    }
+    if (i == 0) {
+      port = net::local_port(fd);
+      set_port(addr, port);
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+// Queues `m` for the shard, waiting while its inbox is full (a full one
+// means the shard is far behind, and waiting for it is the right thing for
+// a control op), unless the shard has stopped: then it takes nothing more.
+// Returns: whether it was queued.
+bool push_control(shard_link& s, const control_message& m) noexcept {
+  for (;;) {
+    if (s.inbox.try_push(m)) {
+      ++s.posted;
+      return true;
+    }
+    if (s.stopped.load(std::memory_order_acquire)) return false;
+    std::this_thread::yield();
+  }
+}
+
+// push_control(), then a wake-up so that a shard asleep in its ring takes it
+// now. Returns: whether it was queued.
+bool send_control(shard_link& s, const control_message& m) noexcept {
+  if (!push_control(s, m)) return false;
+  if (s.reactor != nullptr) s.reactor->wake();
+  return true;
+}
+
+}  // namespace
+
+gateway::mesh_storage::mesh_storage(size_t n, size_t keys)
+    : count(n),
+      keys_max(static_cast<uint32_t>(keys)),
+      queues(n * n),
+      ptrs(n * n, nullptr),
+      reactors(std::make_unique<std::atomic<shard::reactor*>[]>(n)),
+      quota_levels(std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(1, n * keys * 2))) {
+  for (size_t from = 0; from < n; ++from) {
+    for (size_t to = 0; to < n; ++to) {
+      if (from == to) continue;
+      queues[from * n + to] = std::make_unique<proxy::mesh_queue>();
+      ptrs[from * n + to] = queues[from * n + to].get();
+    }
+  }
+  for (size_t i = 0; i < n; ++i) reactors[i].store(nullptr);
+}
+
+proxy::shard_mesh gateway::mesh_storage::view(proxy::outcome_queue& to_control) const noexcept {
+  proxy::shard_mesh m;
+  m.count = static_cast<uint32_t>(count);
+  m.to_control = &to_control;
+  m.quota_levels = quota_levels.get();
+  m.quota_keys_max = keys_max;
+  m.queues = ptrs.data();
+  m.reactors = reactors.get();
+  return m;
+}
+
+std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus) {
+  std::unique_ptr<gateway> g(new gateway());
+  net::raise_fd_limit();
+  const size_t n = cpus.empty() ? 1 : cpus.size();
+  g->_capacity = config::capacity_for(*cfg);
+  const config::reload_capacity& cap = g->_capacity;
+  g->_metrics = std::make_unique<metrics::registry>(
+      n, names_of(*cfg),
+      metrics::registry::room{cap.groups - cfg->groups.size(), cap.backends - cfg->backends.size(),
+                              cap.keys - cfg->keys.size()});
+  for (size_t b = 0; b < cfg->backends.size(); ++b) g->_metrics->set_backend_up(static_cast<uint32_t>(b), true);
+  const std::vector<int> fds = bind_listeners(cfg->server.listen, n, g->_port);
+  g->_mesh = std::make_unique<mesh_storage>(n, cap.keys);
+  for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i]);
+  g->launch();
+  return g;
+}
+
+void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd) {
+  auto s = std::make_unique<shard_slot>();
+  shard_link& l = s->link;
+  l.index = static_cast<uint32_t>(_shards.size());
+  l.cpu = cpu;
+  l.listen_fd = listen_fd;
+  l.cfg = cfg;
+  l.metrics = &_metrics->shard(l.index);
+  l.mesh = _mesh->view(l.outcomes);
+  _shards.push_back(std::move(s));
+}
+
+void gateway::launch() {
+  for (auto& s : _shards) {
+    shard_link* l = &s->link;
+    s->thread = std::thread([l] { proxy::run_shard(*l); });
+  }
+  bool failed = false;
+  for (auto& s : _shards) {
+    s->link.ready.wait(false);
+    failed |= s->link.failed.load();
+  }
+  if (failed) {
+    drain(0);
+    join();
+    throw std::runtime_error("a shard failed to start (see the log above)");
+  }
+}
+
+gateway::~gateway() {
+  drain(0);
+  join();
+  // A reload that reached a shard's inbox as it stopped: its snapshot copy.
+  for (auto& s : _shards) {
+    control_message m;
+    while (s->link.inbox.try_pop(m)) delete m.snapshot;
+  }
+}
+
+void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noexcept {
+  for (auto& s : _shards) {
+    if (s->link.stopped) continue;
+    control_message m;
+    m.what = static_cast<control_message::kind>(kind);
+    m.drain_ms = drain_ms;
+    if (r != nullptr) m.r = *r;
+    send_control(s->link, m);
+  }
+}
+
+gateway::settle_mark gateway::mark() const {
+  settle_mark m;
+  m.posted.reserve(_shards.size());
+  for (const auto& s : _shards) m.posted.push_back(s->link.posted);
+  return m;
+}
+
+int gateway::behind(const settle_mark& m) const noexcept {
+  for (size_t i = 0; i < _shards.size() && i < m.posted.size(); ++i) {
+    const shard_link& s = _shards[i]->link;
+    if (s.stopped.load(std::memory_order_acquire)) continue;
+    if (s.applied.load(std::memory_order_acquire) < m.posted[i]) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool settle_wait::over(const gateway& g, uint64_t now_ms) const noexcept {
+  const int late = g.behind(_mark);
+  if (late < 0) return true;
+  if (now_ms < _deadline_ms) return false;
+  log::warn("shard {} has not taken a control message within {} ms; it applies it at its next loop turn", late,
+            k_bound_ms);
+  return true;
+}
+
+void gateway::drain(uint32_t drain_ms) noexcept {
+  post(static_cast<uint8_t>(control_message::kind::drain), drain_ms);
+}
+
+void gateway::broadcast(const route::message& m) noexcept {
+  post(static_cast<uint8_t>(control_message::kind::route), 0, &m);
+}
+
+void gateway::drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failure), void* ctx) noexcept {
+  for (auto& s : _shards) {
+    proxy::upstream_outcome o;
+    while (s->link.outcomes.try_pop(o)) fn(ctx, o.backend, o.failure != 0);
+  }
+}
+
+void gateway::reload(std::shared_ptr<const config::config> next) {
+  const size_t known = _metrics->label_names().backends.size();
+  SLUICE_VERIFY(_metrics->rename(names_of(*next)));
+  for (size_t b = 0; b < next->backends.size(); ++b) {
+    // New backends start up, as at start; removed ones read 0.
+    if (next->backends[b].removed || b >= known) {
+      _metrics->set_backend_up(static_cast<uint32_t>(b), !next->backends[b].removed);
+    }
+  }
+  for (auto& s : _shards) {
+    if (s->link.stopped) continue;
+    control_message m;
+    m.what = control_message::kind::reload;
+    m.snapshot = new std::shared_ptr<const config::config>(next);
+    if (!send_control(s->link, m)) delete m.snapshot;
+  }
+}
+
+void gateway::reopen_audit() noexcept { post(static_cast<uint8_t>(control_message::kind::reopen_audit), 0); }
+
+bool gateway::stopped() const noexcept {
+  for (auto& s : _shards) {
+    if (!s->link.stopped) return false;
+  }
+  return true;
+}
+
+void gateway::join() noexcept {
+  for (auto& s : _shards) {
+    if (s->thread.joinable()) s->thread.join();
+  }
+}
+
+}  // namespace sluice::control
