@@ -536,6 +536,7 @@ void openai_http::on_up_send_cqe(upstream_conn* u, int res) noexcept {
   }
   SLUICE_ASSERT(u->owner == &x);
   if (res < 0) {
+    if (res == -ETIMEDOUT) u->reused = false;  // unreachable or wedged, not stale (see on_up_recv_cqe)
     upstream_failed(x, errc::upstream_connect);  // not written whole: the backend cannot have started it
     return;
   }
@@ -600,6 +601,9 @@ void openai_http::on_up_recv_cqe(upstream_conn* u, int res) noexcept {
       // elsewhere, before anything reached the client.
       x.up_request_sent = false;
     }
+    // A timed-out socket is no stale pooled one: the backend is unreachable
+    // or wedged; it counts as an attempt, and the retry walks on the ring.
+    if (res == -ETIMEDOUT) u->reused = false;
     upstream_failed(x, !x.rsp.head_seen && u->buf.len == 0 ? errc::upstream_connect : errc::upstream_closed);
     return;
   }

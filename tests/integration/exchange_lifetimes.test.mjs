@@ -159,3 +159,66 @@ describe('a backend connection that fails after the whole request was written', 
     assert.equal(samples(m.parsed, 'sluice_upstream_reset_after_send_total').reduce((a, s) => a + s.value, 0), 1);
   });
 });
+
+describe('a pooled backend connection that stops taking the request', () => {
+  let backends, sluice;
+  const big = 32 << 20;
+
+  before(async () => {
+    // Each backend answers a request once it has read it whole, except a
+    // large one on a connection that already carried a request: that one it
+    // stops reading (a backend wedged, or a path that black-holes), so the
+    // connection's window closes before sluice has written the request.
+    backends = await Promise.all(['a', 'b'].map((name) => {
+      const b = start_raw_backend((conn, head) => {
+        const len = Number(/\r\ncontent-length:[ \t]*(\d+)/i.exec(head)?.[1] ?? 0);
+        if (len >= big && conn.heads.length > 1) {
+          conn.socket.pause();
+          return;
+        }
+        const answer = () => conn.socket.write(small_answer(name));
+        if (len === 0) {
+          answer();
+        } else {
+          // Answer once the body is in (start_raw_backend counts it).
+          const want = conn.body_bytes + len;
+          const check = () => (conn.body_bytes >= want ? answer() : setTimeout(check, 5));
+          check();
+        }
+      });
+      return b;
+    }));
+    sluice = await start_sluice({
+      config: `${sluice_config({
+        backends: backends.map((b) => b.url),
+        server: { max_body_bytes: 64 << 20 },
+        upstream: { max_retries: 1, first_byte_timeout_ms: 45000 },
+      }).replace('balance = "round-robin"', 'balance = "session"')}\n[health]\ninterval_ms = 0\n`,
+      extra_args: ['--cpus', '0'],
+    });
+  });
+  after(() => stop_all(sluice, ...(backends ?? [])));
+
+  // One session: the large request takes the connection the small one left
+  // in the pool.
+  it('is cut by TCP_USER_TIMEOUT and retried on the other backend, before the first-byte timeout', async () => {
+    const session = { ...auth, 'x-session-id': 'wedged-pool' };
+    const warm = await http_post(sluice.url, '/v1/chat/completions', chat_body({ content: 'warm' }), { headers: session });
+    assert.equal(warm.status, 200, warm.text);
+    const first = JSON.parse(warm.text).choices[0].message.content;
+    const t0 = Date.now();
+    const r = await http_post(sluice.url, '/v1/chat/completions', chat_body({ content: 'x'.repeat(big) }), {
+      headers: session, timeout_ms: bound_ms(60000),
+    });
+    const took_ms = Date.now() - t0;
+    assert.equal(r.status, 200, r.text.slice(0, 300));
+    const second = JSON.parse(r.text).choices[0].message.content;
+    assert.notEqual(second, first, 'the retry went to the other backend, not the wedged one again');
+    // Well before the 45 s first-byte timeout (the socket's user timeout is 15 s).
+    assert.ok(took_ms < 40000, `answered after ${took_ms} ms`);
+    const wedged = backends[first === 'a' ? 0 : 1];
+    assert.ok(wedged.conns.some((c) => c.heads.length === 2), 'the large request went out on the pooled connection');
+    const m = await scrape(sluice.admin_url);
+    assert.ok(samples(m.parsed, 'sluice_upstream_retries_total').reduce((a, s) => a + s.value, 0) >= 1);
+  });
+});
