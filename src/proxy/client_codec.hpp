@@ -21,7 +21,8 @@ class client_codec {
   virtual ~client_codec() = default;
 
   // --- the request ----------------------------------------------------------
-  // The request's body, decoded and whole; valid until the exchange ends
+  // The request's body, decoded and whole, with simdjson's padding readable
+  // after it (the reader parses it in place); valid until the exchange ends
   // (and, while lent to an upstream send, unmoved).
   virtual std::string_view request_body(const exchange& x) const noexcept = 0;
   // The client's address, as text (x-forwarded-for).
