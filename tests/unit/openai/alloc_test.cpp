@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../alloc_counter.hpp"
+#include "sluice/openai/anthropic.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
 
@@ -42,6 +43,42 @@ TEST_SUITE("openai::allocation") {
       char out[256];
       CHECK(write_error_body(out, sizeof(out), default_error_for_status(400, e.message)) > 0);
     }
+    CHECK(sluice::test::allocations() == before);
+  }
+
+  TEST_CASE("a warm Anthropic stream translator allocates nothing per event") {
+    struct event {
+      const char* name;
+      const char* data;
+    };
+    static constexpr event events[] = {
+        {"message_start", R"({"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":25,"output_tokens":1}}})"},
+        {"content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})"},
+        {"ping", R"({"type":"ping"})"},
+        {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello \"x\"\n"}})"},
+        {"content_block_start", R"({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}})"},
+        {"content_block_delta", R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}})"},
+        {"unknown", R"({"type":"unknown"})"},
+        {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":15}})"},
+        {"message_stop", R"({"type":"message_stop"})"},
+    };
+    anthropic_stream stream;
+    const anthropic_reply_context ctx{"req", 1, "m", true};
+    char out[2048];
+    auto run = [&] {
+      stream.reset(ctx);
+      size_t bytes = 0;
+      for (const event& e : events) {
+        anthropic_stream_result r = stream.feed(e.name, e.data, out, sizeof(out));
+        CHECK(r.status == anthropic_stream_status::ok);
+        bytes += r.written;
+      }
+      CHECK(stream.done());
+      return bytes;
+    };
+    const size_t warm = run();
+    const size_t before = sluice::test::allocations();
+    for (int i = 0; i < 100; ++i) CHECK(run() == warm);
     CHECK(sluice::test::allocations() == before);
   }
 }

@@ -1,0 +1,48 @@
+#pragma once
+// openai (private): the Anthropic -> OpenAI mappings and reply pieces both
+// the body and the stream translators use.
+#include <cstdint>
+#include <string_view>
+
+#include "json_writer.hpp"
+#include "sluice/openai/anthropic.hpp"
+
+namespace sluice::openai::detail {
+
+// stop_reason -> finish_reason (static strings); empty stays empty.
+std::string_view anthropic_finish_reason(std::string_view stop_reason) noexcept;
+
+// An Anthropic error type -> the status sluice answers with; `status` (the
+// backend's) decides when the type is unknown.
+uint16_t anthropic_error_status(std::string_view type, uint16_t status) noexcept;
+
+// The fields every reply object opens with, up to the choices array:
+// {"id":"chatcmpl-<request id>","object":<object>,"created":N,"model":M,"choices":[
+template <class Sink>
+void reply_prefix(json_writer<Sink>& w, const anthropic_reply_context& ctx, std::string_view object) {
+  w.raw("{\"id\":\"chatcmpl-");
+  w.escaped(ctx.request_id);
+  w.raw("\",\"object\":");
+  w.str(object);
+  w.raw(",\"created\":");
+  w.num(ctx.created_s);
+  w.raw(",\"model\":");
+  w.str(ctx.model);
+  w.raw(",\"choices\":[");
+}
+
+// vLLM's usage object (its key order); an unknown count (-1) is 0.
+template <class Sink>
+void usage_object(json_writer<Sink>& w, int64_t prompt, int64_t completion, bool with_details) {
+  prompt = prompt < 0 ? 0 : prompt;
+  completion = completion < 0 ? 0 : completion;
+  w.raw("{\"prompt_tokens\":");
+  w.num(prompt);
+  w.raw(",\"total_tokens\":");
+  w.num(prompt + completion);
+  w.raw(",\"completion_tokens\":");
+  w.num(completion);
+  w.raw(with_details ? ",\"prompt_tokens_details\":null}" : "}");
+}
+
+}  // namespace sluice::openai::detail

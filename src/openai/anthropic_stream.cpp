@@ -1,0 +1,207 @@
+// openai: an Anthropic Messages SSE stream -> the OpenAI chunk sequence vLLM
+// writes, one event at a time. Anthropic's events and what each becomes:
+//   message_start        usage.input_tokens; the role chunk
+//   content_block_start  text: nothing (its text comes in deltas);
+//                        tool_use: the tool call's first chunk (id, name)
+//   content_block_delta  text_delta: a content chunk; input_json_delta: an
+//                        arguments fragment of its tool call
+//   message_delta        stop_reason, usage.output_tokens; the finish chunk
+//   message_stop         the usage chunk (when asked), [DONE]
+//   error                an OpenAI error event, [DONE]
+//   ping, content_block_stop, thinking/signature deltas, unknown types: nothing
+#include <cstring>
+
+#include "anthropic_map.hpp"
+#include "sluice/core/assert.hpp"
+#include "sluice/openai/anthropic.hpp"
+#include "sluice/openai/error.hpp"
+
+namespace sluice::openai {
+
+namespace {
+
+using simdjson::dom::element;
+using writer = detail::json_writer<detail::bounded_sink>;
+
+std::string_view get_string(element obj, std::string_view key) noexcept {
+  std::string_view v;
+  return obj[key].get_string().get(v) == simdjson::SUCCESS ? v : std::string_view{};
+}
+
+int64_t get_int(element obj, std::string_view key, int64_t fallback) noexcept {
+  int64_t v = 0;
+  return obj[key].get_int64().get(v) == simdjson::SUCCESS ? v : fallback;
+}
+
+void chunk_begin(writer& w, const anthropic_reply_context& ctx) noexcept {
+  w.raw("data: ");
+  detail::reply_prefix(w, ctx, "chat.completion.chunk");
+}
+
+// A tool-call chunk up to its function's fields: {"index":<tool>, ... "function":{
+void tool_chunk_begin(writer& w, const anthropic_reply_context& ctx, int16_t tool) noexcept {
+  chunk_begin(w, ctx);
+  w.raw("{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":");
+  w.num(int64_t{tool});
+}
+
+// A chunk with one choice whose delta is the content `text`.
+void content_chunk(writer& w, const anthropic_reply_context& ctx, std::string_view text) noexcept {
+  chunk_begin(w, ctx);
+  w.raw("{\"index\":0,\"delta\":{\"content\":");
+  w.str(text);
+  w.raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+}  // namespace
+
+anthropic_stream::anthropic_stream(size_t event_bytes_max)
+    : _event_bytes_max(event_bytes_max),
+      _padded(new char[event_bytes_max + simdjson::SIMDJSON_PADDING]),
+      _parser(event_bytes_max) {
+  // Start-up, not per event: the parser's tape and string buffer for the
+  // largest event, so parse() never grows them.
+  SLUICE_VERIFY(_parser.allocate(event_bytes_max) == simdjson::SUCCESS);
+  reset({});
+}
+
+void anthropic_stream::reset(const anthropic_reply_context& ctx) noexcept {
+  _ctx = ctx;
+  _state = state{};
+  _state.block_tool.fill(-1);
+}
+
+anthropic_stream_result anthropic_stream::feed(std::string_view event, std::string_view data, char* out,
+                                               size_t cap) noexcept {
+  using status = anthropic_stream_status;
+  if (_state.done) return {status::ended, 0, 0};
+  if (data.size() > _event_bytes_max) return {status::too_large, 0, 0};
+  std::memcpy(_padded.get(), data.data(), data.size());
+  std::memset(_padded.get() + data.size(), 0, simdjson::SIMDJSON_PADDING);
+  element root;
+  if (_parser.parse(_padded.get(), data.size(), false).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return {status::malformed, 0, 0};
+  }
+  std::string_view type = get_string(root, "type");
+  if (type.empty()) type = event;
+
+  const state saved = _state;
+  detail::bounded_sink sink{out, cap};
+  writer w(sink);
+  auto role_chunk = [&] {
+    if (_state.role_sent) return;
+    _state.role_sent = true;
+    chunk_begin(w, _ctx);
+    w.raw("{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+          "\"finish_reason\":null}]}\n\n");
+  };
+  // A content block's index, checked against the tool map's bound.
+  auto block_index = [&](int64_t& index) {
+    index = get_int(root, "index", -1);
+    return index >= 0 && index < static_cast<int64_t>(k_blocks_max);
+  };
+  int64_t index = -1;
+  element e;
+  element delta;
+  if (type == "message_start") {
+    element usage;
+    if (root["message"].get(e) == simdjson::SUCCESS && e["usage"].get(usage) == simdjson::SUCCESS) {
+      _state.prompt_tokens = get_int(usage, "input_tokens", _state.prompt_tokens);
+      _state.completion_tokens = get_int(usage, "output_tokens", _state.completion_tokens);
+    }
+    role_chunk();
+  } else if (type == "content_block_start") {
+    if (root["content_block"].get(e) != simdjson::SUCCESS || !block_index(index)) return {status::malformed, 0, 0};
+    role_chunk();
+    std::string_view block_type = get_string(e, "type");
+    if (block_type == "text") {
+      std::string_view text = get_string(e, "text");
+      if (!text.empty()) content_chunk(w, _ctx, text);
+    } else if (block_type == "tool_use") {
+      const int16_t tool = _state.tools++;
+      _state.block_tool[static_cast<size_t>(index)] = tool;
+      tool_chunk_begin(w, _ctx, tool);
+      w.raw(",\"id\":");
+      w.str(get_string(e, "id"));
+      w.raw(",\"type\":\"function\",\"function\":{\"name\":");
+      w.str(get_string(e, "name"));
+      w.raw(",\"arguments\":\"\"}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    }
+  } else if (type == "content_block_delta") {
+    if (root["delta"].get(delta) != simdjson::SUCCESS || !block_index(index)) return {status::malformed, 0, 0};
+    role_chunk();
+    std::string_view delta_type = get_string(delta, "type");
+    if (delta_type == "text_delta") {
+      std::string_view text = get_string(delta, "text");
+      if (!text.empty()) content_chunk(w, _ctx, text);
+    } else if (delta_type == "input_json_delta") {
+      const int16_t tool = _state.block_tool[static_cast<size_t>(index)];
+      if (tool < 0) {
+        _state = saved;
+        return {status::malformed, 0, 0};  // arguments for a block that is not a tool call
+      }
+      std::string_view fragment = get_string(delta, "partial_json");
+      if (!fragment.empty()) {
+        tool_chunk_begin(w, _ctx, tool);
+        w.raw(",\"function\":{\"arguments\":");
+        w.str(fragment);
+        w.raw("}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+      }
+    }
+  } else if (type == "message_delta") {
+    element usage;
+    if (root["usage"].get(usage) == simdjson::SUCCESS) {
+      _state.prompt_tokens = get_int(usage, "input_tokens", _state.prompt_tokens);
+      _state.completion_tokens = get_int(usage, "output_tokens", _state.completion_tokens);
+    }
+    std::string_view finish;
+    if (root["delta"].get(delta) == simdjson::SUCCESS) {
+      finish = detail::anthropic_finish_reason(get_string(delta, "stop_reason"));
+    }
+    if (!finish.empty() && _state.finish_reason.empty()) {
+      role_chunk();
+      _state.finish_reason = finish;
+      chunk_begin(w, _ctx);
+      w.raw("{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":");
+      w.str(finish);
+      w.raw(",\"stop_reason\":null}]}\n\n");
+    }
+  } else if (type == "message_stop") {
+    if (_ctx.include_usage) {
+      chunk_begin(w, _ctx);
+      w.raw("],\"usage\":");
+      detail::usage_object(w, _state.prompt_tokens, _state.completion_tokens, false);
+      w.raw("}\n\n");
+    }
+    w.raw("data: [DONE]\n\n");
+    _state.done = true;
+  } else if (type == "error") {
+    std::string_view error_type;
+    std::string_view message;
+    if (root["error"].get(e) == simdjson::SUCCESS) {
+      error_type = get_string(e, "type");
+      message = get_string(e, "message");
+    }
+    const error_fields fields = default_error_for_status(detail::anthropic_error_status(error_type, 500), message);
+    w.raw("data: {\"error\":{\"message\":");
+    w.str(fields.message);
+    w.raw(",\"type\":");
+    w.str(fields.type);
+    w.raw(",\"param\":null,\"code\":");
+    if (fields.code.empty()) {
+      w.raw("null");
+    } else {
+      w.str(fields.code);
+    }
+    w.raw("}}\n\ndata: [DONE]\n\n");
+    _state.finish_reason = "error";
+    _state.done = true;
+  }
+  if (!sink.fits()) {
+    _state = saved;
+    return {status::need_space, 0, sink.size};
+  }
+  return {status::ok, sink.size, sink.size};
+}
+
+}  // namespace sluice::openai

@@ -1,0 +1,410 @@
+// The Anthropic translators: OpenAI requests in, Anthropic requests out;
+// Anthropic replies and recorded streams in, OpenAI bodies and chunks out.
+// Outputs are parsed back (simdjson) where key order does not matter.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/openai/anthropic.hpp"
+
+using namespace sluice::openai;
+using simdjson::dom::element;
+
+namespace {
+
+struct parsed {
+  simdjson::dom::parser parser;
+  element root;
+  explicit parsed(const std::string& s) { REQUIRE(parser.parse(s).get(root) == simdjson::SUCCESS); }
+};
+
+std::string str(element e) { return std::string(std::string_view(e.get_string().value())); }
+
+// Translates `body`; REQUIREs success.
+std::string to_anthropic(std::string_view body, int64_t max_tokens_default = 512) {
+  anthropic_request_writer writer;
+  std::string out;
+  request_error err;
+  const bool ok = writer.write(body, {"claude-x", max_tokens_default}, out, err);
+  INFO(err.message);
+  REQUIRE(ok);
+  return out;
+}
+
+request_error refused(std::string_view body) {
+  static anthropic_request_writer writer;  // the error's views point into it
+  std::string out;
+  request_error err;
+  CHECK_FALSE(writer.write(body, {"claude-x", 512}, out, err));
+  return err;
+}
+
+struct sse_event {
+  std::string_view event;
+  std::string_view data;
+};
+
+// Feeds a recorded stream; returns each OpenAI SSE event's data (without
+// "data: " and the blank line) and the last feed's status.
+std::vector<std::string> translate(anthropic_stream& s, const std::vector<sse_event>& events,
+                                   anthropic_stream_status& last) {
+  std::vector<std::string> out;
+  char buf[4096];
+  for (const sse_event& e : events) {
+    anthropic_stream_result r = s.feed(e.event, e.data, buf, sizeof(buf));
+    last = r.status;
+    if (r.status != anthropic_stream_status::ok) break;
+    std::string_view bytes(buf, r.written);
+    while (!bytes.empty()) {
+      REQUIRE(bytes.starts_with("data: "));
+      size_t end = bytes.find("\n\n");
+      REQUIRE(end != std::string_view::npos);
+      out.emplace_back(bytes.substr(6, end - 6));
+      bytes.remove_prefix(end + 2);
+    }
+  }
+  return out;
+}
+
+const anthropic_reply_context k_ctx{"req1", 1700000000, "my-model", false};
+
+const std::vector<sse_event> k_text_stream = {
+    {"message_start",
+     R"({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":1}}})"},
+    {"content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})"},
+    {"ping", R"({"type": "ping"})"},
+    {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}})"},
+    {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" \"world\"\n"}})"},
+    {"content_block_stop", R"({"type":"content_block_stop","index":0})"},
+    {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}})"},
+    {"message_stop", R"({"type":"message_stop"})"},
+};
+
+}  // namespace
+
+TEST_SUITE("openai::anthropic request") {
+  TEST_CASE("system messages become the top-level system and turns keep their order") {
+    std::string out = to_anthropic(
+        R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"developer","content":[{"type":"text","text":"no emoji"}]},)"
+        R"({"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"more"},{"role":"user","content":"again"}]})");
+    parsed p(out);
+    CHECK(str(p.root["model"]) == "claude-x");
+    CHECK(int64_t(p.root["max_tokens"]) == 512);
+    auto system = p.root["system"].get_array().value();
+    REQUIRE(system.size() == 2);
+    CHECK(str(system.at(0)["text"]) == "be brief");
+    CHECK(str(system.at(1)["text"]) == "no emoji");
+    auto messages = p.root["messages"].get_array().value();
+    REQUIRE(messages.size() == 3);  // the two last user messages share one turn
+    CHECK(str(messages.at(0)["role"]) == "user");
+    CHECK(str(messages.at(1)["role"]) == "assistant");
+    CHECK(str(messages.at(1)["content"].at(0)["text"]) == "hello");
+    CHECK(messages.at(2)["content"].get_array().value().size() == 2);
+    CHECK(p.root["stream"].error() == simdjson::NO_SUCH_FIELD);
+  }
+
+  TEST_CASE("max_tokens, sampling, stop and stream are carried") {
+    SUBCASE("stop as a string, max_tokens given") {
+      parsed p(to_anthropic(
+          R"({"model":"m","max_tokens":77,"temperature":0.5,"top_p":0.9,"stop":"END","stream":true,"messages":[{"role":"user","content":"x"}]})"));
+      CHECK(int64_t(p.root["max_tokens"]) == 77);
+      CHECK(double(p.root["temperature"]) == 0.5);
+      CHECK(double(p.root["top_p"]) == 0.9);
+      CHECK(str(p.root["stop_sequences"].at(0)) == "END");
+      CHECK(bool(p.root["stream"]));
+    }
+    SUBCASE("stop as an array, max_completion_tokens wins") {
+      parsed p(to_anthropic(
+          R"({"model":"m","max_tokens":5,"max_completion_tokens":9,"stop":["a","b"],"messages":[{"role":"user","content":"x"}]})"));
+      CHECK(int64_t(p.root["max_tokens"]) == 9);
+      CHECK(p.root["stop_sequences"].get_array().value().size() == 2);
+    }
+    SUBCASE("missing max_tokens takes the caller's default") {
+      parsed p(to_anthropic(R"({"model":"m","messages":[{"role":"user","content":"x"}]})", 4096));
+      CHECK(int64_t(p.root["max_tokens"]) == 4096);
+    }
+  }
+
+  TEST_CASE("tools, tool calls and tool results map to tool_use and tool_result blocks") {
+    parsed p(to_anthropic(
+        R"({"model":"m","tools":[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},)"
+        R"({"type":"function","function":{"name":"now"}}],"tool_choice":"required","messages":[{"role":"user","content":"weather?"},)"
+        R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},)"
+        R"({"id":"call_2","type":"function","function":{"name":"now","arguments":""}}]},)"
+        R"({"role":"tool","tool_call_id":"call_1","content":"sunny"},{"role":"tool","tool_call_id":"call_2","content":[{"type":"text","text":"noon"}]}]})"));
+    auto tools = p.root["tools"].get_array().value();
+    REQUIRE(tools.size() == 2);
+    CHECK(str(tools.at(0)["name"]) == "get_weather");
+    CHECK(str(tools.at(0)["description"]) == "Weather");
+    CHECK(str(tools.at(0)["input_schema"]["properties"]["city"]["type"]) == "string");
+    CHECK(str(tools.at(1)["input_schema"]["type"]) == "object");
+    CHECK(str(p.root["tool_choice"]["type"]) == "any");
+    auto messages = p.root["messages"].get_array().value();
+    REQUIRE(messages.size() == 3);
+    element use = messages.at(1)["content"].at(0);
+    CHECK(str(use["type"]) == "tool_use");
+    CHECK(str(use["id"]) == "call_1");
+    CHECK(str(use["input"]["city"]) == "Paris");
+    CHECK(messages.at(1)["content"].at(1)["input"].get_object().value().size() == 0);
+    CHECK(str(messages.at(2)["role"]) == "user");
+    auto results = messages.at(2)["content"].get_array().value();
+    REQUIRE(results.size() == 2);  // both results in one user turn
+    CHECK(str(results.at(0)["type"]) == "tool_result");
+    CHECK(str(results.at(0)["tool_use_id"]) == "call_1");
+    CHECK(str(results.at(0)["content"]) == "sunny");
+    CHECK(str(results.at(1)["content"].at(0)["text"]) == "noon");
+  }
+
+  TEST_CASE("image parts become base64 or url sources") {
+    parsed p(to_anthropic(
+        R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what?"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},)"
+        R"({"type":"image_url","image_url":{"url":"https://example.com/cat.jpg"}}]}]})"));
+    auto blocks = p.root["messages"].at(0)["content"].get_array().value();
+    REQUIRE(blocks.size() == 3);
+    CHECK(str(blocks.at(1)["source"]["type"]) == "base64");
+    CHECK(str(blocks.at(1)["source"]["media_type"]) == "image/png");
+    CHECK(str(blocks.at(1)["source"]["data"]) == "iVBORw0KGgo=");
+    CHECK(str(blocks.at(2)["source"]["type"]) == "url");
+    CHECK(str(blocks.at(2)["source"]["url"]) == "https://example.com/cat.jpg");
+  }
+
+  TEST_CASE("what cannot be carried is a 400 naming the field") {
+    CHECK(refused(R"({"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]})").param ==
+          "messages[0].content[0]");
+    CHECK(refused(R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"ftp://x"}}]}]})").param ==
+          "messages[0].content[0]");
+    CHECK(refused(R"({"model":"m","n":2,"messages":[{"role":"user","content":"x"}]})").param == "n");
+    CHECK(refused(R"({"model":"m","temperature":1.5,"messages":[{"role":"user","content":"x"}]})").param == "temperature");
+    CHECK(refused(R"({"model":"m","messages":[{"role":"system","content":"only"}]})").param == "messages");
+    CHECK(refused(R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"[1]"}}]}]})").param ==
+          "messages[0].tool_calls[0]");
+    CHECK(refused(R"({"model":"m","messages":[{"role":"function","content":"x"}]})").param == "messages[0].role");
+  }
+}
+
+TEST_SUITE("openai::anthropic response") {
+  TEST_CASE("a message becomes a chat.completion with joined text, tool calls and usage") {
+    const std::string body =
+        R"({"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hi "},)"
+        R"({"type":"text","text":"there"},{"type":"tool_use","id":"toolu_1","name":"get","input":{"a":[1,2]}}],)"
+        R"("stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":4}})";
+    std::string out;
+    anthropic_outcome o;
+    REQUIRE(anthropic_response_to_openai(body, k_ctx, out, o));
+    CHECK(o.prompt_tokens == 10);
+    CHECK(o.completion_tokens == 4);
+    CHECK(o.finish_reason == "tool_calls");
+    parsed p(out);
+    CHECK(str(p.root["id"]) == "chatcmpl-req1");
+    CHECK(str(p.root["object"]) == "chat.completion");
+    CHECK(int64_t(p.root["created"]) == 1700000000);
+    CHECK(str(p.root["model"]) == "my-model");
+    element choice = p.root["choices"].at(0);
+    CHECK(str(choice["message"]["content"]) == "Hi there");
+    CHECK(str(choice["finish_reason"]) == "tool_calls");
+    element call = choice["message"]["tool_calls"].at(0);
+    CHECK(str(call["id"]) == "toolu_1");
+    CHECK(str(call["function"]["name"]) == "get");
+    CHECK(str(call["function"]["arguments"]) == R"({"a":[1,2]})");
+    CHECK(int64_t(p.root["usage"]["prompt_tokens"]) == 10);
+    CHECK(int64_t(p.root["usage"]["completion_tokens"]) == 4);
+    CHECK(int64_t(p.root["usage"]["total_tokens"]) == 14);
+  }
+
+  TEST_CASE("stop reasons map to finish reasons") {
+    const char* rows[][2] = {{"end_turn", "stop"}, {"stop_sequence", "stop"}, {"max_tokens", "length"}, {"tool_use", "tool_calls"}};
+    for (auto& row : rows) {
+      std::string body = std::string(R"({"type":"message","content":[{"type":"text","text":"x"}],"stop_reason":")") + row[0] +
+                         R"(","usage":{"input_tokens":1,"output_tokens":1}})";
+      std::string out;
+      anthropic_outcome o;
+      REQUIRE(anthropic_response_to_openai(body, k_ctx, out, o));
+      CHECK(o.finish_reason == row[1]);
+      parsed p(out);
+      CHECK(str(p.root["choices"].at(0)["finish_reason"]) == row[1]);
+    }
+  }
+
+  TEST_CASE("an error body or malformed JSON is not a message") {
+    std::string out;
+    anthropic_outcome o;
+    CHECK_FALSE(anthropic_response_to_openai(R"({"type":"error","error":{"type":"api_error","message":"x"}})", k_ctx, out, o));
+    CHECK_FALSE(anthropic_response_to_openai(R"({"type":"message","content":[)", k_ctx, out, o));
+  }
+
+  TEST_CASE("Anthropic error bodies map to OpenAI errors and statuses") {
+    struct row {
+      uint16_t status;
+      const char* body;
+      uint16_t want_status;
+      const char* want_message;
+    };
+    const row rows[] = {
+        {400, R"({"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too big"}})", 400, "max_tokens: too big"},
+        {401, R"({"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}})", 502, "invalid x-api-key"},
+        {404, R"({"type":"error","error":{"type":"not_found_error","message":"model: claude-y"}})", 404, "model: claude-y"},
+        {429, R"({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}})", 429, "slow down"},
+        {529, R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})", 503, "Overloaded"},
+        {500, R"({"type":"error","error":{"type":"api_error","message":"boom"}})", 502, "boom"},
+        {503, "<html>not json</html>", 502, nullptr},
+    };
+    for (const row& r : rows) {
+      char out[1024];
+      uint16_t status = 0;
+      size_t n = anthropic_error_to_openai(r.status, r.body, out, sizeof(out), status);
+      CHECK(status == r.want_status);
+      parsed p(std::string(out, n));
+      if (r.want_message) CHECK(str(p.root["error"]["message"]) == r.want_message);
+      CHECK(p.root["error"]["type"].is_string());
+    }
+  }
+}
+
+TEST_SUITE("openai::anthropic stream") {
+  TEST_CASE("a text stream becomes role, content, finish, usage and [DONE] chunks") {
+    anthropic_stream s;
+    anthropic_reply_context ctx = k_ctx;
+    ctx.include_usage = true;
+    s.reset(ctx);
+    anthropic_stream_status last{};
+    auto chunks = translate(s, k_text_stream, last);
+    CHECK(last == anthropic_stream_status::ok);
+    REQUIRE(chunks.size() == 6);
+    parsed role(chunks[0]);
+    CHECK(str(role.root["id"]) == "chatcmpl-req1");
+    CHECK(str(role.root["object"]) == "chat.completion.chunk");
+    CHECK(str(role.root["model"]) == "my-model");
+    CHECK(int64_t(role.root["created"]) == 1700000000);
+    CHECK(str(role.root["choices"].at(0)["delta"]["role"]) == "assistant");
+    CHECK(str(role.root["choices"].at(0)["delta"]["content"]) == "");
+    CHECK(role.root["choices"].at(0)["finish_reason"].is_null());
+    CHECK(str(parsed(chunks[1]).root["choices"].at(0)["delta"]["content"]) == "Hello");
+    CHECK(str(parsed(chunks[2]).root["choices"].at(0)["delta"]["content"]) == " \"world\"\n");
+    CHECK(str(parsed(chunks[3]).root["choices"].at(0)["finish_reason"]) == "stop");
+    parsed usage(chunks[4]);
+    CHECK(usage.root["choices"].get_array().value().size() == 0);
+    CHECK(int64_t(usage.root["usage"]["prompt_tokens"]) == 25);
+    CHECK(int64_t(usage.root["usage"]["completion_tokens"]) == 15);
+    CHECK(int64_t(usage.root["usage"]["total_tokens"]) == 40);
+    CHECK(chunks[5] == "[DONE]");
+    CHECK(s.done());
+    CHECK(s.outcome().prompt_tokens == 25);
+    CHECK(s.outcome().completion_tokens == 15);
+    CHECK(s.outcome().finish_reason == "stop");
+    char buf[64];
+    CHECK(s.feed("message_stop", R"({"type":"message_stop"})", buf, sizeof(buf)).status == anthropic_stream_status::ended);
+  }
+
+  TEST_CASE("without include_usage there is no usage chunk, but usage is still reported") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    anthropic_stream_status last{};
+    auto chunks = translate(s, k_text_stream, last);
+    REQUIRE(chunks.size() == 5);
+    CHECK(chunks[4] == "[DONE]");
+    CHECK(s.outcome().completion_tokens == 15);
+  }
+
+  TEST_CASE("tool use streams as tool-call deltas with argument fragments") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    anthropic_stream_status last{};
+    auto chunks = translate(
+        s,
+        {{"message_start", R"({"type":"message_start","message":{"usage":{"input_tokens":5,"output_tokens":0}}})"},
+         {"content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})"},
+         {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Let me check."}})"},
+         {"content_block_stop", R"({"type":"content_block_stop","index":0})"},
+         {"content_block_start", R"({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_9","name":"get_weather","input":{}}})"},
+         {"content_block_delta", R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}})"},
+         {"content_block_delta", R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\": \"Par"}})"},
+         {"content_block_delta", R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"is\"}"}})"},
+         {"content_block_stop", R"({"type":"content_block_stop","index":1})"},
+         {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":30}})"},
+         {"message_stop", R"({"type":"message_stop"})"}},
+        last);
+    REQUIRE(chunks.size() == 7);
+    parsed start(chunks[2]);
+    element call = start.root["choices"].at(0)["delta"]["tool_calls"].at(0);
+    CHECK(int64_t(call["index"]) == 0);
+    CHECK(str(call["id"]) == "toolu_9");
+    CHECK(str(call["type"]) == "function");
+    CHECK(str(call["function"]["name"]) == "get_weather");
+    CHECK(str(call["function"]["arguments"]) == "");
+    std::string arguments;
+    for (int i : {3, 4}) {
+      parsed frag(chunks[i]);
+      element c = frag.root["choices"].at(0)["delta"]["tool_calls"].at(0);
+      CHECK(int64_t(c["index"]) == 0);
+      arguments += str(c["function"]["arguments"]);
+    }
+    CHECK(arguments == R"({"city": "Paris"})");
+    CHECK(str(parsed(chunks[5]).root["choices"].at(0)["finish_reason"]) == "tool_calls");
+    CHECK(chunks[6] == "[DONE]");
+    CHECK(s.outcome().finish_reason == "tool_calls");
+  }
+
+  TEST_CASE("an error event ends the stream with an OpenAI error event and [DONE]") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    anthropic_stream_status last{};
+    auto chunks = translate(
+        s,
+        {k_text_stream[0], k_text_stream[1], k_text_stream[3],
+         {"error", R"({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})"}},
+        last);
+    REQUIRE(chunks.size() == 4);
+    parsed error(chunks[2]);
+    CHECK(str(error.root["error"]["message"]) == "Overloaded");
+    CHECK(str(error.root["error"]["type"]) == "server_error");
+    CHECK(chunks[3] == "[DONE]");
+    CHECK(s.done());
+    CHECK(s.outcome().finish_reason == "error");
+  }
+
+  TEST_CASE("ping and unknown events write nothing") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    char buf[256];
+    CHECK(s.feed("ping", R"({"type":"ping"})", buf, sizeof(buf)).written == 0);
+    auto r = s.feed("future_event", R"({"type":"future_event","x":1})", buf, sizeof(buf));
+    CHECK(r.status == anthropic_stream_status::ok);
+    CHECK(r.written == 0);
+    r = s.feed("content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hm"}})",
+               buf, sizeof(buf));
+    CHECK(r.status == anthropic_stream_status::ok);
+    CHECK(r.written > 0);  // only the role chunk
+  }
+
+  TEST_CASE("malformed events are a clear error") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    char buf[256];
+    CHECK(s.feed("content_block_delta", R"({"type":"content_block_delta","index":0,"delta":)", buf, sizeof(buf)).status ==
+          anthropic_stream_status::malformed);
+    CHECK(s.feed("message_start", "[1,2]", buf, sizeof(buf)).status == anthropic_stream_status::malformed);
+    CHECK(s.feed("content_block_delta", R"({"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{"}})",
+                 buf, sizeof(buf)).status == anthropic_stream_status::malformed);
+    anthropic_stream small(64);
+    small.reset(k_ctx);
+    CHECK(small.feed("message_start", k_text_stream[0].data, buf, sizeof(buf)).status == anthropic_stream_status::too_large);
+  }
+
+  TEST_CASE("output that does not fit says how much it needs and changes nothing") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    char small[16];
+    auto r = s.feed("message_start", k_text_stream[0].data, small, sizeof(small));
+    CHECK(r.status == anthropic_stream_status::need_space);
+    CHECK(r.written == 0);
+    REQUIRE(r.needed > sizeof(small));
+    std::vector<char> big(r.needed);
+    auto again = s.feed("message_start", k_text_stream[0].data, big.data(), big.size());
+    CHECK(again.status == anthropic_stream_status::ok);
+    CHECK(again.written == r.needed);
+    CHECK(std::string_view(big.data(), big.size()).find("\"role\":\"assistant\"") != std::string_view::npos);
+  }
+}
