@@ -6,6 +6,7 @@
 // role maps to, and a turn is opened only when a message's role differs from
 // the open one (consecutive tool results share one user turn, as Anthropic
 // requires).
+#include <cstdarg>
 #include <cstdio>
 
 #include "json_writer.hpp"
@@ -102,6 +103,218 @@ bool image_block(turns& t, element part, request_error& err, std::string_view pa
   return true;
 }
 
+// One translation's shared parts: the output, the error, and the writer's
+// buffer for a param that names an index ("messages[3].content[1]").
+struct job {
+  writer& w;
+  request_error& err;
+  char* param;
+  size_t param_cap;
+  simdjson::dom::parser& arguments;
+
+  [[gnu::format(printf, 2, 3)]] const char* at(const char* format, ...) {
+    va_list args;
+    va_start(args, format);
+    std::vsnprintf(param, param_cap, format, args);
+    va_end(args);
+    return param;
+  }
+};
+
+// System and developer messages, in order, as text blocks of `system`.
+void write_system(job& j, simdjson::dom::array messages) {
+  uint32_t blocks = 0;
+  auto add = [&](std::string_view text) {
+    if (text.empty()) return;
+    j.w.raw(blocks++ == 0 ? ",\"system\":[" : ",");
+    j.w.raw("{\"type\":\"text\",\"text\":");
+    j.w.str(text);
+    j.w.raw("}");
+  };
+  for (element m : messages) {
+    std::string_view role = get_string(m, "role");
+    element content;
+    if ((role != "system" && role != "developer") || m["content"].get(content) != simdjson::SUCCESS) continue;
+    if (content.is_string()) add(content.get_string().value_unsafe());
+    if (content.is_array()) {
+      for (element part : as_array(content)) add(get_string(part, "text"));
+    }
+  }
+  if (blocks > 0) j.w.raw("]");
+}
+
+// A "tool" message: a tool_result block in the user turn.
+void write_tool_result(job& j, turns& t, element m, element content, bool has_content) {
+  t.block("user");
+  j.w.raw("{\"type\":\"tool_result\",\"tool_use_id\":");
+  j.w.str(get_string(m, "tool_call_id"));
+  j.w.raw(",\"content\":");
+  if (has_content && content.is_string()) {
+    j.w.str(content.get_string().value_unsafe());
+  } else {
+    j.w.raw("[");
+    uint32_t parts = 0;
+    if (has_content && content.is_array()) {
+      for (element part : as_array(content)) {
+        j.w.raw(parts++ == 0 ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
+        j.w.str(get_string(part, "text"));
+        j.w.raw("}");
+      }
+    }
+    j.w.raw("]");
+  }
+  j.w.raw("}");
+}
+
+// An assistant message's tool_calls as tool_use blocks. `arguments` is a
+// JSON string in OpenAI, an object in Anthropic: it is checked to be one and
+// then copied as the client wrote it.
+bool write_tool_calls(job& j, turns& t, element m, uint32_t i) {
+  simdjson::dom::array calls;
+  if (m["tool_calls"].get_array().get(calls) != simdjson::SUCCESS) return true;
+  uint32_t k = 0;
+  for (element call : calls) {
+    const char* param = j.at("messages[%u].tool_calls[%u]", i, k++);
+    element fn;
+    if (call["function"].get(fn) != simdjson::SUCCESS) return fail(j.err, param, "a tool call needs a function");
+    std::string_view arguments = get_string(fn, "arguments");
+    element parsed;
+    if (arguments.empty()) arguments = "{}";
+    if (j.arguments.parse(arguments.data(), arguments.size(), true).get(parsed) != simdjson::SUCCESS ||
+        !parsed.is_object()) {
+      return fail(j.err, param, "a tool call's arguments must be a JSON object");
+    }
+    t.block("assistant");
+    j.w.raw("{\"type\":\"tool_use\",\"id\":");
+    j.w.str(get_string(call, "id"));
+    j.w.raw(",\"name\":");
+    j.w.str(get_string(fn, "name"));
+    j.w.raw(",\"input\":");
+    j.w.raw(arguments);
+    j.w.raw("}");
+  }
+  return true;
+}
+
+// One non-system message (index i) into the turns.
+bool write_message(job& j, turns& t, element m, uint32_t i) {
+  std::string_view role = get_string(m, "role");
+  if (role == "system" || role == "developer") return true;
+  element content;
+  const bool has_content = m["content"].get(content) == simdjson::SUCCESS && !content.is_null();
+  if (role == "tool") {
+    write_tool_result(j, t, m, content, has_content);
+    return true;
+  }
+  if (role != "user" && role != "assistant") {
+    return fail(j.err, j.at("messages[%u].role", i),
+                "this model's backend takes system, user, assistant and tool messages only");
+  }
+  if (has_content && content.is_string()) text_block(t, role, content.get_string().value_unsafe());
+  if (has_content && content.is_array()) {
+    uint32_t k = 0;
+    for (element part : as_array(content)) {
+      const char* param = j.at("messages[%u].content[%u]", i, k++);
+      std::string_view type = get_string(part, "type");
+      if (type == "text") {
+        text_block(t, role, get_string(part, "text"));
+      } else if (type == "image_url" && role == "user") {
+        if (!image_block(t, part, j.err, param)) return false;
+      } else {
+        return fail(j.err, param, "this content part type cannot be sent to this model's backend");
+      }
+    }
+  }
+  return role != "assistant" || write_tool_calls(j, t, m, i);
+}
+
+// temperature, top_p, stop -> stop_sequences, stream.
+bool write_sampling(job& j, element root) {
+  double number = 0;
+  if (root["temperature"].get_double().get(number) == simdjson::SUCCESS) {
+    // Anthropic's range is 0..1, OpenAI's 0..2: a value above 1 has no equivalent.
+    if (number > 1.0) return fail(j.err, "temperature", "temperature must be at most 1 for this model's backend");
+    j.w.raw(",\"temperature\":");
+    j.w.num(number);
+  }
+  if (root["top_p"].get_double().get(number) == simdjson::SUCCESS) {
+    j.w.raw(",\"top_p\":");
+    j.w.num(number);
+  }
+  element stop;
+  if (root["stop"].get(stop) == simdjson::SUCCESS && !stop.is_null()) {
+    if (!stop.is_string() && !stop.is_array()) return fail(j.err, "stop", "stop must be a string or an array of strings");
+    j.w.raw(",\"stop_sequences\":[");
+    if (stop.is_string()) {
+      j.w.str(stop.get_string().value_unsafe());
+    } else {
+      uint32_t s = 0;
+      for (element e : as_array(stop)) {
+        if (!e.is_string()) return fail(j.err, "stop", "stop must be a string or an array of strings");
+        if (s++ > 0) j.w.raw(",");
+        j.w.str(e.get_string().value_unsafe());
+      }
+    }
+    j.w.raw("]");
+  }
+  bool stream = false;
+  if (root["stream"].get_bool().get(stream) == simdjson::SUCCESS && stream) j.w.raw(",\"stream\":true");
+  return true;
+}
+
+// tools[].function -> tools[] {name, description, input_schema}.
+bool write_tools(job& j, element root) {
+  simdjson::dom::array tools;
+  if (root["tools"].get_array().get(tools) != simdjson::SUCCESS || tools.size() == 0) return true;
+  j.w.raw(",\"tools\":[");
+  uint32_t k = 0;
+  for (element tool : tools) {
+    element fn;
+    if (tool["function"].get(fn) != simdjson::SUCCESS || get_string(tool, "type") != "function") {
+      return fail(j.err, j.at("tools[%u]", k), "only function tools can be sent to this model's backend");
+    }
+    j.w.raw(k++ == 0 ? "{\"name\":" : ",{\"name\":");
+    j.w.str(get_string(fn, "name"));
+    std::string_view description = get_string(fn, "description");
+    if (!description.empty()) {
+      j.w.raw(",\"description\":");
+      j.w.str(description);
+    }
+    element schema;
+    j.w.raw(",\"input_schema\":");
+    if (fn["parameters"].get(schema) == simdjson::SUCCESS && schema.is_object()) {
+      j.w.raw(simdjson::to_string(schema));
+    } else {
+      j.w.raw("{\"type\":\"object\",\"properties\":{}}");
+    }
+    j.w.raw("}");
+  }
+  j.w.raw("]");
+  return true;
+}
+
+// tool_choice: auto -> auto, required -> any, none -> none, a function -> tool.
+bool write_tool_choice(job& j, element root) {
+  element choice;
+  if (root["tool_choice"].get(choice) != simdjson::SUCCESS || choice.is_null()) return true;
+  std::string_view mode = choice.is_string() ? std::string_view(choice.get_string().value_unsafe()) : "";
+  element fn;
+  if (mode == "auto" || mode == "none") {
+    j.w.raw(",\"tool_choice\":{\"type\":");
+    j.w.str(mode);
+    j.w.raw("}");
+  } else if (mode == "required") {
+    j.w.raw(",\"tool_choice\":{\"type\":\"any\"}");
+  } else if (choice.is_object() && choice["function"].get(fn) == simdjson::SUCCESS) {
+    j.w.raw(",\"tool_choice\":{\"type\":\"tool\",\"name\":");
+    j.w.str(get_string(fn, "name"));
+    j.w.raw("}");
+  } else {
+    return fail(j.err, "tool_choice", "tool_choice must be auto, required, none or a function");
+  }
+  return true;
+}
+
 }  // namespace
 
 bool anthropic_request_writer::write(std::string_view body, const anthropic_request_options& opts,
@@ -122,6 +335,7 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
 
   detail::string_sink sink{out};
   writer w(sink);
+  job j{w, err, _param, sizeof(_param), _arguments};
   w.raw("{\"model\":");
   w.str(opts.model);
   int64_t max_tokens = opts.max_tokens_default;
@@ -131,184 +345,18 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
   }
   w.raw(",\"max_tokens\":");
   w.num(max_tokens);
-
-  // System and developer messages, in order, as text blocks of `system`.
-  uint32_t system_blocks = 0;
-  for (element m : messages) {
-    std::string_view role = get_string(m, "role");
-    if (role != "system" && role != "developer") continue;
-    element content;
-    if (m["content"].get(content) != simdjson::SUCCESS) continue;
-    auto add = [&](std::string_view text) {
-      if (text.empty()) return;
-      w.raw(system_blocks++ == 0 ? ",\"system\":[" : ",");
-      w.raw("{\"type\":\"text\",\"text\":");
-      w.str(text);
-      w.raw("}");
-    };
-    if (content.is_string()) add(content.get_string().value_unsafe());
-    if (content.is_array()) {
-      for (element part : as_array(content)) add(get_string(part, "text"));
-    }
-  }
-  if (system_blocks > 0) w.raw("]");
+  write_system(j, messages);
 
   w.raw(",\"messages\":[");
   turns t{w, {}};
-  uint32_t index = 0;
+  uint32_t i = 0;
   for (element m : messages) {
-    const uint32_t i = index++;
-    std::string_view role = get_string(m, "role");
-    if (role == "system" || role == "developer") continue;
-    element content;
-    const bool has_content = m["content"].get(content) == simdjson::SUCCESS && !content.is_null();
-    if (role == "tool") {
-      t.block("user");
-      w.raw("{\"type\":\"tool_result\",\"tool_use_id\":");
-      w.str(get_string(m, "tool_call_id"));
-      w.raw(",\"content\":");
-      if (has_content && content.is_string()) {
-        w.str(content.get_string().value_unsafe());
-      } else {
-        w.raw("[");
-        uint32_t parts = 0;
-        if (has_content && content.is_array()) {
-          for (element part : as_array(content)) {
-            w.raw(parts++ == 0 ? "{\"type\":\"text\",\"text\":" : ",{\"type\":\"text\",\"text\":");
-            w.str(get_string(part, "text"));
-            w.raw("}");
-          }
-        }
-        w.raw("]");
-      }
-      w.raw("}");
-      continue;
-    }
-    if (role != "user" && role != "assistant") {
-      std::snprintf(_param, sizeof(_param), "messages[%u].role", i);
-      return fail(err, _param, "this model's backend takes system, user, assistant and tool messages only");
-    }
-    if (has_content && content.is_string()) text_block(t, role, content.get_string().value_unsafe());
-    if (has_content && content.is_array()) {
-      uint32_t j = 0;
-      for (element part : as_array(content)) {
-        std::snprintf(_param, sizeof(_param), "messages[%u].content[%u]", i, j++);
-        std::string_view type = get_string(part, "type");
-        if (type == "text") {
-          text_block(t, role, get_string(part, "text"));
-        } else if (type == "image_url" && role == "user") {
-          if (!image_block(t, part, err, _param)) return false;
-        } else {
-          return fail(err, _param, "this content part type cannot be sent to this model's backend");
-        }
-      }
-    }
-    simdjson::dom::array calls;
-    if (role != "assistant" || m["tool_calls"].get_array().get(calls) != simdjson::SUCCESS) continue;
-    uint32_t k = 0;
-    for (element call : calls) {
-      std::snprintf(_param, sizeof(_param), "messages[%u].tool_calls[%u]", i, k++);
-      element fn;
-      if (call["function"].get(fn) != simdjson::SUCCESS) return fail(err, _param, "a tool call needs a function");
-      std::string_view arguments = get_string(fn, "arguments");
-      element parsed;
-      if (arguments.empty()) arguments = "{}";
-      if (_arguments.parse(arguments.data(), arguments.size(), true).get(parsed) != simdjson::SUCCESS ||
-          !parsed.is_object()) {
-        return fail(err, _param, "a tool call's arguments must be a JSON object");
-      }
-      t.block("assistant");
-      w.raw("{\"type\":\"tool_use\",\"id\":");
-      w.str(get_string(call, "id"));
-      w.raw(",\"name\":");
-      w.str(get_string(fn, "name"));
-      w.raw(",\"input\":");
-      w.raw(arguments);  // checked above: a JSON object, as the client wrote it
-      w.raw("}");
-    }
+    if (!write_message(j, t, m, i++)) return false;
   }
   t.close();
   if (t.count == 0) return fail(err, "messages", "messages must hold at least one user or assistant message");
   w.raw("]");
-
-  double number = 0;
-  if (root["temperature"].get_double().get(number) == simdjson::SUCCESS) {
-    // Anthropic's range is 0..1, OpenAI's 0..2: a value above 1 has no equivalent.
-    if (number > 1.0) return fail(err, "temperature", "temperature must be at most 1 for this model's backend");
-    w.raw(",\"temperature\":");
-    w.num(number);
-  }
-  if (root["top_p"].get_double().get(number) == simdjson::SUCCESS) {
-    w.raw(",\"top_p\":");
-    w.num(number);
-  }
-  element stop;
-  if (root["stop"].get(stop) == simdjson::SUCCESS && !stop.is_null()) {
-    w.raw(",\"stop_sequences\":[");
-    if (stop.is_string()) {
-      w.str(stop.get_string().value_unsafe());
-    } else if (stop.is_array()) {
-      uint32_t s = 0;
-      for (element e : as_array(stop)) {
-        if (!e.is_string()) return fail(err, "stop", "stop must be a string or an array of strings");
-        if (s++ > 0) w.raw(",");
-        w.str(e.get_string().value_unsafe());
-      }
-    } else {
-      return fail(err, "stop", "stop must be a string or an array of strings");
-    }
-    w.raw("]");
-  }
-  bool stream = false;
-  if (root["stream"].get_bool().get(stream) == simdjson::SUCCESS && stream) w.raw(",\"stream\":true");
-
-  simdjson::dom::array tools;
-  if (root["tools"].get_array().get(tools) == simdjson::SUCCESS && tools.size() > 0) {
-    w.raw(",\"tools\":[");
-    uint32_t k = 0;
-    for (element tool : tools) {
-      element fn;
-      if (tool["function"].get(fn) != simdjson::SUCCESS || get_string(tool, "type") != "function") {
-        std::snprintf(_param, sizeof(_param), "tools[%u]", k);
-        return fail(err, _param, "only function tools can be sent to this model's backend");
-      }
-      w.raw(k++ == 0 ? "{\"name\":" : ",{\"name\":");
-      w.str(get_string(fn, "name"));
-      std::string_view description = get_string(fn, "description");
-      if (!description.empty()) {
-        w.raw(",\"description\":");
-        w.str(description);
-      }
-      element schema;
-      w.raw(",\"input_schema\":");
-      if (fn["parameters"].get(schema) == simdjson::SUCCESS && schema.is_object()) {
-        w.raw(simdjson::to_string(schema));
-      } else {
-        w.raw("{\"type\":\"object\",\"properties\":{}}");
-      }
-      w.raw("}");
-    }
-    w.raw("]");
-  }
-  element choice;
-  if (root["tool_choice"].get(choice) == simdjson::SUCCESS && !choice.is_null()) {
-    std::string_view mode = choice.is_string() ? std::string_view(choice.get_string().value_unsafe()) : "";
-    if (mode == "auto") {
-      w.raw(",\"tool_choice\":{\"type\":\"auto\"}");
-    } else if (mode == "required") {
-      w.raw(",\"tool_choice\":{\"type\":\"any\"}");
-    } else if (mode == "none") {
-      w.raw(",\"tool_choice\":{\"type\":\"none\"}");
-    } else if (choice.is_object()) {
-      element fn;
-      if (choice["function"].get(fn) != simdjson::SUCCESS) return fail(err, "tool_choice", "tool_choice needs a function");
-      w.raw(",\"tool_choice\":{\"type\":\"tool\",\"name\":");
-      w.str(get_string(fn, "name"));
-      w.raw("}");
-    } else {
-      return fail(err, "tool_choice", "tool_choice must be auto, required, none or a function");
-    }
-  }
+  if (!write_sampling(j, root) || !write_tools(j, root) || !write_tool_choice(j, root)) return false;
   w.raw("}");
   return true;
 }

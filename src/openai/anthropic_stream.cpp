@@ -71,6 +71,129 @@ void anthropic_stream::reset(const anthropic_reply_context& ctx) noexcept {
   _state.block_tool.fill(-1);
 }
 
+void anthropic_stream::role_chunk(detail::bounded_sink& sink) noexcept {
+  if (_state.role_sent) return;
+  _state.role_sent = true;
+  writer w(sink);
+  chunk_begin(w, _ctx);
+  w.raw("{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+        "\"finish_reason\":null}]}\n\n");
+}
+
+// A content block's index, checked against the tool map's bound: -1 when out of it.
+int64_t anthropic_stream::block_index(element root) noexcept {
+  const int64_t index = get_int(root, "index", -1);
+  return index >= 0 && index < static_cast<int64_t>(k_blocks_max) ? index : -1;
+}
+
+bool anthropic_stream::on_block_start(element root, detail::bounded_sink& sink) noexcept {
+  element block;
+  const int64_t index = block_index(root);
+  if (root["content_block"].get(block) != simdjson::SUCCESS || index < 0) return false;
+  role_chunk(sink);
+  writer w(sink);
+  std::string_view type = get_string(block, "type");
+  if (type == "text") {
+    std::string_view text = get_string(block, "text");
+    if (!text.empty()) content_chunk(w, _ctx, text);
+  } else if (type == "tool_use") {
+    const int16_t tool = _state.tools++;
+    _state.block_tool[static_cast<size_t>(index)] = tool;
+    tool_chunk_begin(w, _ctx, tool);
+    w.raw(",\"id\":");
+    w.str(get_string(block, "id"));
+    w.raw(",\"type\":\"function\",\"function\":{\"name\":");
+    w.str(get_string(block, "name"));
+    w.raw(",\"arguments\":\"\"}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+  }
+  return true;
+}
+
+bool anthropic_stream::on_block_delta(element root, detail::bounded_sink& sink) noexcept {
+  element delta;
+  const int64_t index = block_index(root);
+  if (root["delta"].get(delta) != simdjson::SUCCESS || index < 0) return false;
+  role_chunk(sink);
+  writer w(sink);
+  std::string_view type = get_string(delta, "type");
+  if (type == "text_delta") {
+    std::string_view text = get_string(delta, "text");
+    if (!text.empty()) content_chunk(w, _ctx, text);
+  } else if (type == "input_json_delta") {
+    const int16_t tool = _state.block_tool[static_cast<size_t>(index)];
+    if (tool < 0) return false;  // arguments for a block that is not a tool call
+    std::string_view fragment = get_string(delta, "partial_json");
+    if (!fragment.empty()) {
+      tool_chunk_begin(w, _ctx, tool);
+      w.raw(",\"function\":{\"arguments\":");
+      w.str(fragment);
+      w.raw("}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    }
+  }
+  return true;  // thinking, signature and citation deltas have no chat chunk
+}
+
+void anthropic_stream::on_usage(element usage) noexcept {
+  _state.prompt_tokens = get_int(usage, "input_tokens", _state.prompt_tokens);
+  _state.completion_tokens = get_int(usage, "output_tokens", _state.completion_tokens);
+}
+
+void anthropic_stream::on_message_delta(element root, detail::bounded_sink& sink) noexcept {
+  element usage;
+  element delta;
+  if (root["usage"].get(usage) == simdjson::SUCCESS) on_usage(usage);
+  std::string_view finish;
+  if (root["delta"].get(delta) == simdjson::SUCCESS) {
+    finish = detail::anthropic_finish_reason(get_string(delta, "stop_reason"));
+  }
+  if (finish.empty() || !_state.finish_reason.empty()) return;
+  role_chunk(sink);
+  _state.finish_reason = finish;
+  writer w(sink);
+  chunk_begin(w, _ctx);
+  w.raw("{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":");
+  w.str(finish);
+  w.raw(",\"stop_reason\":null}]}\n\n");
+}
+
+void anthropic_stream::on_message_stop(detail::bounded_sink& sink) noexcept {
+  writer w(sink);
+  if (_ctx.include_usage) {
+    chunk_begin(w, _ctx);
+    w.raw("],\"usage\":");
+    detail::usage_object(w, _state.prompt_tokens, _state.completion_tokens, false);
+    w.raw("}\n\n");
+  }
+  w.raw("data: [DONE]\n\n");
+  _state.done = true;
+}
+
+// What a vLLM stream error looks like to the client: an error event, [DONE].
+void anthropic_stream::on_error(element root, detail::bounded_sink& sink) noexcept {
+  std::string_view type;
+  std::string_view message;
+  element error;
+  if (root["error"].get(error) == simdjson::SUCCESS) {
+    type = get_string(error, "type");
+    message = get_string(error, "message");
+  }
+  const error_fields fields = default_error_for_status(detail::anthropic_error_status(type, 500), message);
+  writer w(sink);
+  w.raw("data: {\"error\":{\"message\":");
+  w.str(fields.message);
+  w.raw(",\"type\":");
+  w.str(fields.type);
+  w.raw(",\"param\":null,\"code\":");
+  if (fields.code.empty()) {
+    w.raw("null");
+  } else {
+    w.str(fields.code);
+  }
+  w.raw("}}\n\ndata: [DONE]\n\n");
+  _state.finish_reason = "error";
+  _state.done = true;
+}
+
 anthropic_stream_result anthropic_stream::feed(std::string_view event, std::string_view data, char* out,
                                                size_t cap) noexcept {
   using status = anthropic_stream_status;
@@ -87,115 +210,28 @@ anthropic_stream_result anthropic_stream::feed(std::string_view event, std::stri
 
   const state saved = _state;
   detail::bounded_sink sink{out, cap};
-  writer w(sink);
-  auto role_chunk = [&] {
-    if (_state.role_sent) return;
-    _state.role_sent = true;
-    chunk_begin(w, _ctx);
-    w.raw("{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-          "\"finish_reason\":null}]}\n\n");
-  };
-  // A content block's index, checked against the tool map's bound.
-  auto block_index = [&](int64_t& index) {
-    index = get_int(root, "index", -1);
-    return index >= 0 && index < static_cast<int64_t>(k_blocks_max);
-  };
-  int64_t index = -1;
-  element e;
-  element delta;
+  bool well_formed = true;
+  element message;
+  element usage;
   if (type == "message_start") {
-    element usage;
-    if (root["message"].get(e) == simdjson::SUCCESS && e["usage"].get(usage) == simdjson::SUCCESS) {
-      _state.prompt_tokens = get_int(usage, "input_tokens", _state.prompt_tokens);
-      _state.completion_tokens = get_int(usage, "output_tokens", _state.completion_tokens);
+    if (root["message"].get(message) == simdjson::SUCCESS && message["usage"].get(usage) == simdjson::SUCCESS) {
+      on_usage(usage);
     }
-    role_chunk();
+    role_chunk(sink);
   } else if (type == "content_block_start") {
-    if (root["content_block"].get(e) != simdjson::SUCCESS || !block_index(index)) return {status::malformed, 0, 0};
-    role_chunk();
-    std::string_view block_type = get_string(e, "type");
-    if (block_type == "text") {
-      std::string_view text = get_string(e, "text");
-      if (!text.empty()) content_chunk(w, _ctx, text);
-    } else if (block_type == "tool_use") {
-      const int16_t tool = _state.tools++;
-      _state.block_tool[static_cast<size_t>(index)] = tool;
-      tool_chunk_begin(w, _ctx, tool);
-      w.raw(",\"id\":");
-      w.str(get_string(e, "id"));
-      w.raw(",\"type\":\"function\",\"function\":{\"name\":");
-      w.str(get_string(e, "name"));
-      w.raw(",\"arguments\":\"\"}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-    }
+    well_formed = on_block_start(root, sink);
   } else if (type == "content_block_delta") {
-    if (root["delta"].get(delta) != simdjson::SUCCESS || !block_index(index)) return {status::malformed, 0, 0};
-    role_chunk();
-    std::string_view delta_type = get_string(delta, "type");
-    if (delta_type == "text_delta") {
-      std::string_view text = get_string(delta, "text");
-      if (!text.empty()) content_chunk(w, _ctx, text);
-    } else if (delta_type == "input_json_delta") {
-      const int16_t tool = _state.block_tool[static_cast<size_t>(index)];
-      if (tool < 0) {
-        _state = saved;
-        return {status::malformed, 0, 0};  // arguments for a block that is not a tool call
-      }
-      std::string_view fragment = get_string(delta, "partial_json");
-      if (!fragment.empty()) {
-        tool_chunk_begin(w, _ctx, tool);
-        w.raw(",\"function\":{\"arguments\":");
-        w.str(fragment);
-        w.raw("}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-      }
-    }
+    well_formed = on_block_delta(root, sink);
   } else if (type == "message_delta") {
-    element usage;
-    if (root["usage"].get(usage) == simdjson::SUCCESS) {
-      _state.prompt_tokens = get_int(usage, "input_tokens", _state.prompt_tokens);
-      _state.completion_tokens = get_int(usage, "output_tokens", _state.completion_tokens);
-    }
-    std::string_view finish;
-    if (root["delta"].get(delta) == simdjson::SUCCESS) {
-      finish = detail::anthropic_finish_reason(get_string(delta, "stop_reason"));
-    }
-    if (!finish.empty() && _state.finish_reason.empty()) {
-      role_chunk();
-      _state.finish_reason = finish;
-      chunk_begin(w, _ctx);
-      w.raw("{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":");
-      w.str(finish);
-      w.raw(",\"stop_reason\":null}]}\n\n");
-    }
+    on_message_delta(root, sink);
   } else if (type == "message_stop") {
-    if (_ctx.include_usage) {
-      chunk_begin(w, _ctx);
-      w.raw("],\"usage\":");
-      detail::usage_object(w, _state.prompt_tokens, _state.completion_tokens, false);
-      w.raw("}\n\n");
-    }
-    w.raw("data: [DONE]\n\n");
-    _state.done = true;
+    on_message_stop(sink);
   } else if (type == "error") {
-    std::string_view error_type;
-    std::string_view message;
-    if (root["error"].get(e) == simdjson::SUCCESS) {
-      error_type = get_string(e, "type");
-      message = get_string(e, "message");
-    }
-    const error_fields fields = default_error_for_status(detail::anthropic_error_status(error_type, 500), message);
-    w.raw("data: {\"error\":{\"message\":");
-    w.str(fields.message);
-    w.raw(",\"type\":");
-    w.str(fields.type);
-    w.raw(",\"param\":null,\"code\":");
-    if (fields.code.empty()) {
-      w.raw("null");
-    } else {
-      w.str(fields.code);
-    }
-    w.raw("}}\n\ndata: [DONE]\n\n");
-    _state.finish_reason = "error";
-    _state.done = true;
+    on_error(root, sink);
+  }  // ping, content_block_stop and unknown types: nothing to say
+  if (!well_formed) {
+    _state = saved;
+    return {status::malformed, 0, 0};
   }
   if (!sink.fits()) {
     _state = saved;

@@ -18,6 +18,10 @@
 
 namespace sluice::openai {
 
+namespace detail {
+struct bounded_sink;
+}
+
 struct anthropic_request_options {
   std::string_view model;            // the backend's model name
   int64_t max_tokens_default = 4096;  // Anthropic requires max_tokens; the group's default
@@ -132,6 +136,17 @@ class anthropic_stream {
     std::string_view finish_reason;
     std::array<int16_t, k_blocks_max> block_tool{};  // block index -> tool index, -1 = not a tool
   };
+
+  // The event handlers write into `sink`; feed() puts the state back when
+  // the output did not fit. Returns (bool): false when the event is malformed.
+  void role_chunk(detail::bounded_sink& sink) noexcept;
+  static int64_t block_index(simdjson::dom::element root) noexcept;
+  bool on_block_start(simdjson::dom::element root, detail::bounded_sink& sink) noexcept;
+  bool on_block_delta(simdjson::dom::element root, detail::bounded_sink& sink) noexcept;
+  void on_usage(simdjson::dom::element usage) noexcept;
+  void on_message_delta(simdjson::dom::element root, detail::bounded_sink& sink) noexcept;
+  void on_message_stop(detail::bounded_sink& sink) noexcept;
+  void on_error(simdjson::dom::element root, detail::bounded_sink& sink) noexcept;
 
   size_t _event_bytes_max;
   std::unique_ptr<char[]> _padded;  // event_bytes_max + SIMDJSON_PADDING
