@@ -28,6 +28,16 @@ std::string_view anthropic_finish_reason(std::string_view stop_reason) noexcept 
   return stop_reason.empty() ? std::string_view{} : "stop";  // pause_turn and future values
 }
 
+int64_t anthropic_prompt_tokens(element usage, int64_t fallback) noexcept {
+  int64_t input = 0;
+  if (usage["input_tokens"].get_int64().get(input) != simdjson::SUCCESS) return fallback;
+  for (std::string_view key : {"cache_creation_input_tokens", "cache_read_input_tokens"}) {
+    int64_t cached = 0;
+    if (usage[key].get_int64().get(cached) == simdjson::SUCCESS && cached > 0) input += cached;
+  }
+  return input;
+}
+
 uint16_t anthropic_error_status(std::string_view type, uint16_t status) noexcept {
   struct mapping {
     std::string_view anthropic_type;
@@ -65,7 +75,7 @@ bool anthropic_response_to_openai(std::string_view body, const anthropic_reply_c
   element usage;
   if (root["usage"].get(usage) == simdjson::SUCCESS) {
     int64_t tokens = 0;
-    if (usage["input_tokens"].get_int64().get(tokens) == simdjson::SUCCESS) outcome.prompt_tokens = tokens;
+    outcome.prompt_tokens = detail::anthropic_prompt_tokens(usage, -1);
     if (usage["output_tokens"].get_int64().get(tokens) == simdjson::SUCCESS) outcome.completion_tokens = tokens;
   }
   outcome.finish_reason = anthropic_finish_reason(get_string(root, "stop_reason"));

@@ -16,6 +16,11 @@ std::string_view anthropic_finish_reason(std::string_view stop_reason) noexcept;
 // backend's) decides when the type is unknown.
 uint16_t anthropic_error_status(std::string_view type, uint16_t status) noexcept;
 
+// Anthropic's input_tokens leaves out prompt-cache reads and writes, which
+// are input all the same: prompt tokens are the three together. `fallback`
+// when the usage object has no input_tokens.
+int64_t anthropic_prompt_tokens(simdjson::dom::element usage, int64_t fallback) noexcept;
+
 // The fields every reply object opens with, up to the choices array:
 // {"id":"chatcmpl-<request id>","object":<object>,"created":N,"model":M,"choices":[
 template <class Sink>

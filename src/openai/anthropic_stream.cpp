@@ -134,7 +134,7 @@ bool anthropic_stream::on_block_delta(element root, detail::bounded_sink& sink) 
 }
 
 void anthropic_stream::on_usage(element usage) noexcept {
-  _state.prompt_tokens = get_int(usage, "input_tokens", _state.prompt_tokens);
+  _state.prompt_tokens = detail::anthropic_prompt_tokens(usage, _state.prompt_tokens);
   _state.completion_tokens = get_int(usage, "output_tokens", _state.completion_tokens);
 }
 

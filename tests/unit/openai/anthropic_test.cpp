@@ -157,6 +157,18 @@ TEST_SUITE("openai::anthropic request") {
     CHECK(str(results.at(1)["content"].at(0)["text"]) == "noon");
   }
 
+  TEST_CASE("tool_choice maps to Anthropic's") {
+    const char* rows[][2] = {{R"("auto")", "auto"}, {R"("none")", "none"}, {R"("required")", "any"},
+                             {R"({"type":"function","function":{"name":"f"}})", "tool"}};
+    for (auto& row : rows) {
+      parsed p(to_anthropic(std::string(R"({"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":)") +
+                            row[0] + R"(,"messages":[{"role":"user","content":"x"}]})"));
+      CHECK(str(p.root["tool_choice"]["type"]) == row[1]);
+    }
+    CHECK(refused(R"({"model":"m","tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]})").param == "tool_choice");
+    CHECK(refused(R"({"model":"m","tools":[{"type":"code_interpreter"}],"messages":[{"role":"user","content":"x"}]})").param == "tools[0]");
+  }
+
   TEST_CASE("image parts become base64 or url sources") {
     parsed p(to_anthropic(
         R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what?"},)"
@@ -212,6 +224,20 @@ TEST_SUITE("openai::anthropic response") {
     CHECK(int64_t(p.root["usage"]["prompt_tokens"]) == 10);
     CHECK(int64_t(p.root["usage"]["completion_tokens"]) == 4);
     CHECK(int64_t(p.root["usage"]["total_tokens"]) == 14);
+  }
+
+  TEST_CASE("prompt-cache reads and writes count as prompt tokens") {
+    const std::string body =
+        R"({"type":"message","content":[],"stop_reason":"end_turn","usage":{"input_tokens":3,)"
+        R"("cache_creation_input_tokens":100,"cache_read_input_tokens":20,"output_tokens":2}})";
+    std::string out;
+    anthropic_outcome o;
+    REQUIRE(anthropic_response_to_openai(body, k_ctx, out, o));
+    CHECK(o.prompt_tokens == 123);
+    parsed p(out);
+    CHECK(p.root["choices"].at(0)["message"]["content"].is_null());
+    CHECK(p.root["choices"].at(0)["message"]["tool_calls"].get_array().value().size() == 0);
+    CHECK(int64_t(p.root["usage"]["total_tokens"]) == 125);
   }
 
   TEST_CASE("stop reasons map to finish reasons") {
@@ -306,6 +332,21 @@ TEST_SUITE("openai::anthropic stream") {
     REQUIRE(chunks.size() == 5);
     CHECK(chunks[4] == "[DONE]");
     CHECK(s.outcome().completion_tokens == 15);
+  }
+
+  TEST_CASE("a reset stream starts over with the new context") {
+    anthropic_stream s;
+    s.reset(k_ctx);
+    anthropic_stream_status last{};
+    (void)translate(s, k_text_stream, last);
+    anthropic_reply_context next = k_ctx;
+    next.request_id = "req2";
+    s.reset(next);
+    CHECK_FALSE(s.done());
+    CHECK(s.outcome().prompt_tokens == -1);
+    auto chunks = translate(s, k_text_stream, last);
+    REQUIRE(chunks.size() == 5);
+    CHECK(str(parsed(chunks[0]).root["id"]) == "chatcmpl-req2");
   }
 
   TEST_CASE("tool use streams as tool-call deltas with argument fragments") {
