@@ -25,7 +25,8 @@ struct bounded_sink {
   size_t cap;
   size_t size = 0;
   void append(const char* p, size_t n) noexcept {
-    if (size + n <= cap) std::memcpy(out + size, p, n);
+    // An empty view's data() may be null, which memcpy must not see.
+    if (n != 0 && size + n <= cap) std::memcpy(out + size, p, n);
     size += n;
   }
   bool fits() const noexcept { return size <= cap; }
