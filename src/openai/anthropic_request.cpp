@@ -293,26 +293,42 @@ bool write_tools(job& j, element root) {
   return true;
 }
 
-// tool_choice: auto -> auto, required -> any, none -> none, a function -> tool.
+// tool_choice: auto -> auto, required -> any, none -> none, a function ->
+// tool; parallel_tool_calls false -> disable_parallel_tool_use (Anthropic
+// keeps it inside tool_choice, so it needs one: auto when none was given).
 bool write_tool_choice(job& j, element root) {
+  bool parallel = true;
+  const bool serial = root["parallel_tool_calls"].get_bool().get(parallel) == simdjson::SUCCESS && !parallel;
   element choice;
-  if (root["tool_choice"].get(choice) != simdjson::SUCCESS || choice.is_null()) return true;
+  if (root["tool_choice"].get(choice) != simdjson::SUCCESS || choice.is_null()) {
+    if (serial) j.w.raw(",\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":true}");
+    return true;
+  }
   std::string_view mode = choice.is_string() ? std::string_view(choice.get_string().value_unsafe()) : "";
   element fn;
   if (mode == "auto" || mode == "none") {
     j.w.raw(",\"tool_choice\":{\"type\":");
     j.w.str(mode);
-    j.w.raw("}");
   } else if (mode == "required") {
-    j.w.raw(",\"tool_choice\":{\"type\":\"any\"}");
+    j.w.raw(",\"tool_choice\":{\"type\":\"any\"");
   } else if (choice.is_object() && choice["function"].get(fn) == simdjson::SUCCESS) {
     j.w.raw(",\"tool_choice\":{\"type\":\"tool\",\"name\":");
     j.w.str(get_string(fn, "name"));
-    j.w.raw("}");
   } else {
     return fail(j.err, "tool_choice", "tool_choice must be auto, required, none or a function");
   }
+  j.w.raw(serial && mode != "none" ? ",\"disable_parallel_tool_use\":true}" : "}");
   return true;
+}
+
+// user -> metadata.user_id, the one piece of OpenAI's end-user tracking
+// Anthropic has.
+void write_metadata(job& j, element root) {
+  std::string_view user = get_string(root, "user");
+  if (user.empty()) return;
+  j.w.raw(",\"metadata\":{\"user_id\":");
+  j.w.str(user);
+  j.w.raw("}");
 }
 
 }  // namespace
@@ -331,6 +347,10 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
   int64_t n = 1;
   if (root["n"].get_int64().get(n) == simdjson::SUCCESS && n != 1) {
     return fail(err, "n", "this model's backend gives one choice per request: n must be 1");
+  }
+  bool logprobs = false;
+  if (root["logprobs"].get_bool().get(logprobs) == simdjson::SUCCESS && logprobs) {
+    return fail(err, "logprobs", "this model's backend does not return logprobs");
   }
 
   detail::string_sink sink{out};
@@ -357,6 +377,7 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
   if (t.count == 0) return fail(err, "messages", "messages must hold at least one user or assistant message");
   w.raw("]");
   if (!write_sampling(j, root) || !write_tools(j, root) || !write_tool_choice(j, root)) return false;
+  write_metadata(j, root);
   w.raw("}");
   return true;
 }

@@ -105,6 +105,11 @@ TEST_SUITE("openai::anthropic request") {
     CHECK(p.root["stream"].error() == simdjson::NO_SUCH_FIELD);
   }
 
+  TEST_CASE("user becomes metadata.user_id") {
+    parsed p(to_anthropic(R"({"model":"m","user":"u-42","messages":[{"role":"user","content":"x"}]})"));
+    CHECK(str(p.root["metadata"]["user_id"]) == "u-42");
+  }
+
   TEST_CASE("max_tokens, sampling, stop and stream are carried") {
     SUBCASE("stop as a string, max_tokens given") {
       parsed p(to_anthropic(
@@ -165,6 +170,10 @@ TEST_SUITE("openai::anthropic request") {
                             row[0] + R"(,"messages":[{"role":"user","content":"x"}]})"));
       CHECK(str(p.root["tool_choice"]["type"]) == row[1]);
     }
+    parsed serial(to_anthropic(R"({"model":"m","parallel_tool_calls":false,"tools":[{"type":"function","function":{"name":"f"}}],)"
+                               R"("messages":[{"role":"user","content":"x"}]})"));
+    CHECK(str(serial.root["tool_choice"]["type"]) == "auto");
+    CHECK(bool(serial.root["tool_choice"]["disable_parallel_tool_use"]));
     CHECK(refused(R"({"model":"m","tool_choice":"sometimes","messages":[{"role":"user","content":"x"}]})").param == "tool_choice");
     CHECK(refused(R"({"model":"m","tools":[{"type":"code_interpreter"}],"messages":[{"role":"user","content":"x"}]})").param == "tools[0]");
   }
@@ -188,6 +197,7 @@ TEST_SUITE("openai::anthropic request") {
           "messages[0].content[0]");
     CHECK(refused(R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"ftp://x"}}]}]})").param ==
           "messages[0].content[0]");
+    CHECK(refused(R"({"model":"m","logprobs":true,"messages":[{"role":"user","content":"x"}]})").param == "logprobs");
     CHECK(refused(R"({"model":"m","n":2,"messages":[{"role":"user","content":"x"}]})").param == "n");
     CHECK(refused(R"({"model":"m","temperature":1.5,"messages":[{"role":"user","content":"x"}]})").param == "temperature");
     CHECK(refused(R"({"model":"m","messages":[{"role":"system","content":"only"}]})").param == "messages");
