@@ -9,6 +9,7 @@
 //   message_stop         the usage chunk (when asked), [DONE]
 //   error                an OpenAI error event, [DONE]
 //   ping, content_block_stop, thinking/signature deltas, unknown types: nothing
+#include <cstdint>
 #include <cstring>
 
 #include "anthropic_map.hpp"
@@ -97,6 +98,7 @@ bool anthropic_stream::on_block_start(element root, detail::bounded_sink& sink) 
     std::string_view text = get_string(block, "text");
     if (!text.empty()) content_chunk(w, _ctx, text);
   } else if (type == "tool_use") {
+    if (_state.tools == INT16_MAX) return false;  // only a broken stream restarts blocks this often
     const int16_t tool = _state.tools++;
     _state.block_tool[static_cast<size_t>(index)] = tool;
     tool_chunk_begin(w, _ctx, tool);

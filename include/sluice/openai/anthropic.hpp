@@ -115,7 +115,12 @@ class anthropic_stream {
   void reset(const anthropic_reply_context& ctx) noexcept;
 
   // `event`: the SSE event name (may be empty; the data's "type" decides),
-  // `data`: its data bytes. Output goes to out[0, cap).
+  // `data`: its data bytes. Output goes to out[0, cap); an event writes at
+  // most two chunks, so 2 * (256 + 6 * (request id + model bytes)) + 6 *
+  // data bytes always fits (6: the longest escape, \u00XX, per byte).
+  // Returns: see anthropic_stream_status. After message_stop or an error
+  // event done() is true; outcome() then holds the usage and the finish
+  // reason ("error" after an error event) for billing and audit.
   anthropic_stream_result feed(std::string_view event, std::string_view data, char* out,
                                size_t cap) noexcept;
 
