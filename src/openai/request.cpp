@@ -681,6 +681,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
                     "messages");
       }
       out.message_count = index;
+      out.messages = messages;
       break;
     }
     case endpoint::completions: {

@@ -90,6 +90,11 @@ struct request_fields {
   // same text rule as above): route keys over more than two leading messages.
   static constexpr uint32_t k_leading_messages_max = 8;
   std::array<std::string_view, k_leading_messages_max> leading_messages{};
+  // Chat: the "messages" array as parsed, for the chat templates that turn
+  // it into one prompt (text-prompt backends); a view into the reader's last
+  // parse like the strings above. Left unset (not to be read) for the other
+  // endpoints and for a refused body: read it only when message_count > 0.
+  simdjson::dom::element messages;
   bool has_tools = false;          // a non-empty "tools" or "functions" array
   bool has_images = false;         // a content part of type image_url / input_image
   const request_text* text = nullptr;  // set by read(): the text the estimate reads
