@@ -152,8 +152,9 @@ bool render_chatml(const request_fields& f, text_writer& out, request_error& err
   return ok;
 }
 
-bool render_llama3(const request_fields& f, text_writer& out, request_error& err) noexcept {
-  out.put("<|begin_of_text|>");
+bool render_llama3(const request_fields& f, bool bos, text_writer& out,
+                   request_error& err) noexcept {
+  if (bos) out.put("<|begin_of_text|>");
   const bool ok = each_message(f, err, [&](const message& m) {
     out.put("<|start_header_id|>");
     out.put(role_name(m.who));
@@ -172,7 +173,8 @@ bool render_llama3(const request_fields& f, text_writer& out, request_error& err
 // text (joined by "\n\n") opens the first user turn, followed by "\n\n".
 // The rest must alternate user/assistant, starting with a user turn, as
 // the template itself raises otherwise.
-bool render_mistral(const request_fields& f, text_writer& out, request_error& err) noexcept {
+bool render_mistral(const request_fields& f, bool bos, text_writer& out,
+                    request_error& err) noexcept {
   bool system_pending = false;
   const bool checked = each_message(f, err, [&](const message& m) {
     system_pending = system_pending || m.who == role::system;
@@ -188,7 +190,7 @@ bool render_mistral(const request_fields& f, text_writer& out, request_error& er
       return put_content(s, out, err);
     });
   };
-  out.put("<s>");
+  if (bos) out.put("<s>");
   bool expect_user = true;
   const bool ok = each_message(f, err, [&](const message& m) {
     if (m.who == role::system) return true;
@@ -282,8 +284,8 @@ bool render_chat_prompt(const chat_template& t, const request_fields& fields, te
   bool ok = false;
   switch (t.kind) {
     case chat_template_kind::chatml: ok = render_chatml(fields, out, err); break;
-    case chat_template_kind::llama3: ok = render_llama3(fields, out, err); break;
-    case chat_template_kind::mistral: ok = render_mistral(fields, out, err); break;
+    case chat_template_kind::llama3: ok = render_llama3(fields, t.include_bos, out, err); break;
+    case chat_template_kind::mistral: ok = render_mistral(fields, t.include_bos, out, err); break;
     case chat_template_kind::custom: ok = render_custom(t.custom, fields, out, err); break;
   }
   if (!ok) return false;

@@ -38,6 +38,11 @@ struct custom_chat_template {
 
 struct chat_template {
   chat_template_kind kind = chat_template_kind::chatml;
+  // The BOS token as text (llama3 "<|begin_of_text|>", mistral "<s>"), as the
+  // model's template writes it. A backend that tokenizes the prompt with
+  // special tokens added (vLLM's default for a prompt string) adds its own
+  // BOS, and a second one changes the model's output: turn this off there.
+  bool include_bos = true;
   custom_chat_template custom;  // kind == custom only
 };
 

@@ -8,6 +8,7 @@
 
 #include "../alloc_counter.hpp"
 #include "sluice/openai/anthropic.hpp"
+#include "sluice/openai/chat_template.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
 
@@ -79,6 +80,28 @@ TEST_SUITE("openai::allocation") {
     const size_t warm = run();
     const size_t before = sluice::test::allocations();
     for (int i = 0; i < 100; ++i) CHECK(run() == warm);
+    CHECK(sluice::test::allocations() == before);
+  }
+
+  TEST_CASE("rendering a chat template allocates nothing") {
+    std::string body =
+        R"({"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":)"
+        R"([{"type":"text","text":"a"},{"type":"text","text":" b "}]}]})";
+    const size_t len = body.size();
+    body.append(simdjson::SIMDJSON_PADDING, '\0');
+    request_reader reader(1 << 20);
+    request_fields f;
+    request_error e;
+    REQUIRE(reader.read(endpoint::chat_completions, body.data(), len, 100, f, e));
+    char prompt[512];
+    const size_t before = sluice::test::allocations();
+    for (auto kind : {chat_template_kind::chatml, chat_template_kind::llama3,
+                      chat_template_kind::mistral, chat_template_kind::custom}) {
+      chat_template t;
+      t.kind = kind;
+      sluice::text_writer out(prompt, sizeof prompt);
+      CHECK(render_chat_prompt(t, f, out, e));
+    }
     CHECK(sluice::test::allocations() == before);
   }
 }

@@ -129,6 +129,17 @@ TEST_SUITE("openai::chat_template") {
     });
   }
 
+  TEST_CASE("include_bos = false leaves the BOS token to the backend's tokenizer") {
+    chat_template t = of(chat_template_kind::llama3);
+    t.include_bos = false;
+    const std::string_view body = R"({"model":"m","messages":[{"role":"user","content":"Hi"}]})";
+    CHECK(render(t, body).prompt ==
+          "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    t.kind = chat_template_kind::mistral;
+    CHECK(render(t, body).prompt == "[INST] Hi [/INST]");
+  }
+
   TEST_CASE("mistral refuses turns that do not alternate") {
     const rendered r = render(of(chat_template_kind::mistral),
         R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]})");
