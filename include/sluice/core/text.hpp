@@ -40,6 +40,8 @@ struct text_writer {
     *p++ = c;
   }
   void put(std::string_view s) noexcept {
+    // An empty view may have a null data(), which memcpy must not get.
+    if (s.empty()) return;
     if (static_cast<size_t>(end - p) < s.size()) {
       ok = false;
       p = end;
