@@ -100,9 +100,15 @@ size_t nullable_size(std::string_view s) noexcept { return s.empty() ? 4 : escap
 }  // namespace
 
 size_t json_escape(char* out, size_t cap, std::string_view s) noexcept {
+  size_t consumed = 0;
+  return json_escape(out, cap, s, consumed);
+}
+
+size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept {
   static constexpr char hex[] = "0123456789abcdef";
   writer w{out, cap};
-  for (size_t i = 0; i < s.size();) {
+  size_t i = 0;
+  for (; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c == '"' || c == '\\') {
       const char esc[2] = {'\\', static_cast<char>(c)};
@@ -124,6 +130,7 @@ size_t json_escape(char* out, size_t cap, std::string_view s) noexcept {
       }
     }
   }
+  consumed = i;
   return w.len;
 }
 

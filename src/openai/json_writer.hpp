@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "sluice/openai/error.hpp"
+
 namespace sluice::openai::detail {
 
 // Cold path (per request): appends to a caller-reused string.
@@ -43,25 +45,16 @@ class json_writer {
     escaped(v);
     raw("\"");
   }
+  // openai::json_escape's escapes (whole UTF-8 characters; invalid bytes
+  // become U+FFFD), in pieces through a stack buffer.
   void escaped(std::string_view v) {
-    static constexpr char hex[] = "0123456789abcdef";
-    size_t run = 0;
-    for (size_t i = 0; i < v.size(); ++i) {
-      auto c = static_cast<unsigned char>(v[i]);
-      if (c != '"' && c != '\\' && c >= 0x20) continue;
-      _sink.append(v.data() + run, i - run);
-      run = i + 1;
-      char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-      switch (c) {
-        case '"': raw("\\\""); break;
-        case '\\': raw("\\\\"); break;
-        case '\n': raw("\\n"); break;
-        case '\r': raw("\\r"); break;
-        case '\t': raw("\\t"); break;
-        default: _sink.append(esc, sizeof(esc)); break;
-      }
+    char buf[256];
+    while (!v.empty()) {
+      size_t used = 0;
+      const size_t n = json_escape(buf, sizeof buf, v, used);
+      _sink.append(buf, n);
+      v.remove_prefix(used);
     }
-    _sink.append(v.data() + run, v.size() - run);
   }
   void num(int64_t v) {
     char buf[24];

@@ -26,6 +26,9 @@ size_t write_error_body(char* out, size_t cap, const error_fields& e) noexcept;
 // Writes `s` JSON-escaped (without quotes), as whole escapes and whole UTF-8
 // characters only. Returns bytes written, <= cap.
 size_t json_escape(char* out, size_t cap, std::string_view s) noexcept;
+// The same, and `consumed` says how much of `s` it took (all of it unless
+// `out` filled), so a caller can escape a long string in pieces.
+size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept;
 
 // The type/code OpenAI uses for an HTTP status when sluice itself answers
 // (the full table is in error.cpp): 4xx type invalid_request_error, 401 code
