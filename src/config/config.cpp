@@ -41,7 +41,13 @@ const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens
 const names k_audit_keys = {"path", "fsync_interval_ms"};
 const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "max_tokens_cap", "upstream",
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
-                             "inject_usage"};
+                             "inject_usage", "protocol", "triton_flavor", "chat_template", "chat_template_bos",
+                             "custom_template"};
+const names k_custom_template_keys = {"begin", "system_prefix", "system_suffix", "user_prefix", "user_suffix",
+                                      "assistant_prefix", "assistant_suffix", "generation_prefix"};
+const names k_protocols = {"openai", "triton", "anthropic"};
+const names k_triton_flavors = {"vllm", "trtllm"};
+const names k_chat_templates = {"chatml", "llama3", "mistral", "custom"};
 const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms",
                               "max_ejection_percent", "panic_threshold_percent"};
 const names k_router_keys = {"auto_model", "default_group"};
@@ -341,7 +347,8 @@ struct backend_ref {
 };
 
 struct parsed_url {
-  std::string normalized;  // "http://host:port"
+  backend_transport transport = backend_transport::http1;
+  std::string normalized;  // "http://host:port", "grpc://host:port"
   std::string host;        // without brackets, for getaddrinfo
   std::string port;
   std::string host_header; // "host:port", brackets kept for IPv6
@@ -349,22 +356,31 @@ struct parsed_url {
 
 parsed_url parse_backend_url(std::string_view url) {
   const auto bad = [&](std::string_view why) {
-    return config_error(fmt::format("backend URL \"{}\": {}; allowed: http://HOST:PORT (optionally ending in /)", url, why));
+    return config_error(fmt::format(
+        "backend URL \"{}\": {}; allowed: http://HOST:PORT or grpc://HOST:PORT (optionally ending in /)", url, why));
   };
   constexpr std::string_view k_http = "http://";
-  if (url.starts_with("https://")) {
+  constexpr std::string_view k_grpc = "grpc://";
+  if (url.starts_with("https://") || url.starts_with("grpcs://")) {
     throw config_error(fmt::format(
-        "backend URL \"{}\": https backends are not supported yet; use http:// (TLS to backends is planned)", url));
+        "backend URL \"{}\": TLS to backends is not supported yet; use http:// or grpc:// (TLS to backends is planned)", url));
   }
-  if (!url.starts_with(k_http)) throw bad("the scheme must be http://");
-  std::string_view rest = url.substr(k_http.size());
+  parsed_url out;
+  std::string_view rest;
+  if (url.starts_with(k_http)) {
+    rest = url.substr(k_http.size());
+  } else if (url.starts_with(k_grpc)) {
+    out.transport = backend_transport::grpc;
+    rest = url.substr(k_grpc.size());
+  } else {
+    throw bad("the scheme must be http:// or grpc://");
+  }
   if (rest.ends_with('/')) rest.remove_suffix(1);
   if (rest.find('/') != std::string_view::npos || rest.find('?') != std::string_view::npos ||
       rest.find('#') != std::string_view::npos) {
     throw bad("a backend URL has no path; sluice forwards the client's path (/v1/...)");
   }
   if (rest.find('@') != std::string_view::npos) throw bad("credentials in the URL are not supported");
-  parsed_url out;
   std::string_view port;
   if (rest.starts_with('[')) {
     size_t close = rest.find(']');
@@ -395,7 +411,7 @@ parsed_url parse_backend_url(std::string_view url) {
                  [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; });
   out.host_header = rest.starts_with('[') ? fmt::format("[{}]:{}", host_lower, out.port)
                                           : fmt::format("{}:{}", host_lower, out.port);
-  out.normalized = fmt::format("http://{}", out.host_header);
+  out.normalized = fmt::format("{}{}", out.transport == backend_transport::grpc ? k_grpc : k_http, out.host_header);
   return out;
 }
 
@@ -502,6 +518,52 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
               " (1 = system prompt, 2 = system prompt + first user message, 3-8 = the first K messages)");
   r.read_uint(t, "group", "prefix_bytes", g.prefix_bytes, 1, 1u << 20, " (leading /v1/completions prompt bytes)");
   r.read_bool(t, "group", "inject_usage", g.inject_usage);
+  std::string text;
+  if (const toml::node* n = r.read_string(t, "group", "protocol", text)) {
+    if (text == "openai") g.protocol = backend_protocol::openai;
+    else if (text == "triton") g.protocol = backend_protocol::triton;
+    else if (text == "anthropic") g.protocol = backend_protocol::anthropic;
+    else r.fail(*n, fmt::format("group.protocol \"{}\" is not a protocol; allowed: {}", text, join(k_protocols)));
+  }
+  const bool text_prompt = g.protocol == backend_protocol::triton;
+  const auto triton_only = [&](std::string_view key) {
+    if (const toml::node* n = t.get(key); n != nullptr && !text_prompt) {
+      r.fail(*n, fmt::format("group.{} applies to protocol = \"triton\" only (this group's protocol is \"{}\")", key,
+                             to_string(g.protocol)));
+    }
+  };
+  for (std::string_view key : {"triton_flavor", "chat_template", "chat_template_bos", "custom_template"}) triton_only(key);
+  if (const toml::node* n = r.read_string(t, "group", "triton_flavor", text)) {
+    if (text == "vllm") g.flavor = triton_flavor::vllm;
+    else if (text == "trtllm") g.flavor = triton_flavor::trtllm;
+    else r.fail(*n, fmt::format("group.triton_flavor \"{}\" is not a flavour; allowed: {}", text, join(k_triton_flavors)));
+  }
+  chat_template_config& ct = g.chat_template;
+  if (const toml::node* n = r.read_string(t, "group", "chat_template", ct.kind)) {
+    if (std::find(k_chat_templates.begin(), k_chat_templates.end(), ct.kind) == k_chat_templates.end()) {
+      r.fail(*n, fmt::format("group.chat_template \"{}\" is not a template; allowed: {}", ct.kind, join(k_chat_templates)));
+    }
+  }
+  r.read_bool(t, "group", "chat_template_bos", ct.include_bos);
+  const toml::table* custom = r.table(t, "custom_template", "group.custom_template");
+  if (custom != nullptr) {
+    r.check_keys(*custom, "[group.custom_template]", k_custom_template_keys);
+    if (ct.kind != "custom") {
+      r.fail(*custom, fmt::format("[group.custom_template] is read only with chat_template = \"custom\" (this group's is \"{}\")",
+                                  ct.kind));
+    }
+    r.read_string(*custom, "group.custom_template", "begin", ct.begin);
+    r.read_string(*custom, "group.custom_template", "system_prefix", ct.system_prefix);
+    r.read_string(*custom, "group.custom_template", "system_suffix", ct.system_suffix);
+    r.read_string(*custom, "group.custom_template", "user_prefix", ct.user_prefix);
+    r.read_string(*custom, "group.custom_template", "user_suffix", ct.user_suffix);
+    r.read_string(*custom, "group.custom_template", "assistant_prefix", ct.assistant_prefix);
+    r.read_string(*custom, "group.custom_template", "assistant_suffix", ct.assistant_suffix);
+    r.read_string(*custom, "group.custom_template", "generation_prefix", ct.generation_prefix);
+  } else if (ct.kind == "custom") {
+    r.fail(t, fmt::format("group \"{}\": chat_template = \"custom\" needs a [group.custom_template] table with the "
+                          "per-role strings ({})", g.name, join(k_custom_template_keys)));
+  }
   if (const toml::node* n = t.get("bounded_load")) {
     double c = 0;
     if (n->is_floating_point()) {
@@ -739,12 +801,22 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
         backend_config b;
         b.url = u.normalized;
         b.host_header = u.host_header;
+        b.transport = u.transport;
         b.address = prefixed(ref.origin, [&] { return resolve(u); });
         cfg->backends.push_back(std::move(b));
       }
       auto& indices = d.group.backends;
       if (std::find(indices.begin(), indices.end(), index) != indices.end()) {
         throw config_error(fmt::format("{}: group \"{}\" lists backend \"{}\" twice", ref.origin, d.group.name, ref.url));
+      }
+      const backend_config& b = cfg->backends[index];
+      const bool grpc_backend = b.transport == backend_transport::grpc;
+      if (grpc_backend != (d.group.protocol == backend_protocol::triton)) {
+        throw config_error(fmt::format(
+            "{}: group \"{}\" (protocol = \"{}\") lists backend \"{}\"; {}", ref.origin, d.group.name,
+            to_string(d.group.protocol), ref.url,
+            grpc_backend ? "grpc:// backends are for protocol = \"triton\""
+                         : "protocol = \"triton\" backends are grpc://HOST:PORT (KServe v2 gRPC, Triton's port 8001)"));
       }
       indices.push_back(index);
       d.group.weights.push_back(ref.weight);
@@ -756,6 +828,15 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
     cfg->groups.push_back(std::move(d.group));
   }
   return cfg;
+}
+
+std::string_view to_string(backend_protocol p) noexcept {
+  switch (p) {
+    case backend_protocol::openai: return "openai";
+    case backend_protocol::triton: return "triton";
+    case backend_protocol::anthropic: return "anthropic";
+  }
+  return "openai";
 }
 
 std::shared_ptr<const config> load_from_flags(const flags& f) {

@@ -86,9 +86,15 @@ struct audit_config {
 // one 64-bit word.
 inline constexpr size_t k_group_backends_max = 64;
 
+// What a backend speaks, by its URL's scheme: http:// is HTTP/1.1 (the
+// OpenAI API, or Anthropic's Messages API, by its group's protocol);
+// grpc:// is gRPC over HTTP/2 cleartext (KServe v2 / Triton).
+enum class backend_transport : uint8_t { http1, grpc };
+
 struct backend_config {
-  std::string url;          // as written: "http://127.0.0.1:8000"
-  std::string host_header;  // "127.0.0.1:8000"
+  std::string url;          // normalized: "http://127.0.0.1:8000", "grpc://10.0.0.7:8001"
+  std::string host_header;  // "127.0.0.1:8000" (HTTP/2: :authority)
+  backend_transport transport = backend_transport::http1;
   socket_address address;   // resolved at load
   bool removed = false;     // gone from the file at a reload; kept so indices stay valid (see reconcile)
 };
@@ -130,8 +136,36 @@ struct rule_config {
   std::string origin;                        // "FILE:LINE" of the [[rule]], for logs
 };
 
+// The protocol a group's backends speak (DESIGN.md §6a): the client always
+// sees the OpenAI API.
+enum class backend_protocol : uint8_t {
+  openai,     // OpenAI over HTTP/1.1: vLLM, SGLang, trtllm-serve, llama.cpp (passed through)
+  triton,     // KServe v2 gRPC ModelStreamInfer: Triton's vLLM or TensorRT-LLM backend
+  anthropic,  // Anthropic's Messages API over HTTP/1.1 (POST /v1/messages)
+};
+std::string_view to_string(backend_protocol p) noexcept;
+
+// protocol = "triton": which model's inputs the request is written for.
+enum class triton_flavor : uint8_t {
+  vllm,    // Triton's vLLM backend: text_input, stream, sampling_parameters (JSON), return_* flags
+  trtllm,  // TensorRT-LLM's ensemble: text_input, max_tokens, stream, temperature, top_p, stop_words
+};
+
+// A text-prompt backend's chat template (the names of openai::chat_template;
+// config sits below openai, so it holds the names and strings only).
+struct chat_template_config {
+  std::string kind = "chatml";  // chatml | llama3 | mistral | custom
+  bool include_bos = true;      // chat_template_bos: false where the backend's tokenizer adds its own
+  // [group.custom_template]: kind = "custom" only.
+  std::string begin, system_prefix, system_suffix, user_prefix, user_suffix, assistant_prefix, assistant_suffix,
+      generation_prefix;
+};
+
 struct group_config {
   std::string name;
+  backend_protocol protocol = backend_protocol::openai;
+  triton_flavor flavor = triton_flavor::vllm;  // protocol = "triton"
+  chat_template_config chat_template;          // protocol = "triton"
   std::vector<std::string> models;   // exact names and glob patterns ("*", "qwen-*")
   std::string backend_model;         // "" = forward the client's model unchanged
   std::string balance = "session";   // session | prefix | least-loaded | round-robin

@@ -228,6 +228,88 @@ key = "x"
   }
 }
 
+TEST_SUITE("config::protocols") {
+  TEST_CASE("triton and anthropic groups: protocol, flavour, template and the backends' transport") {
+    auto c = load(R"(
+[[group]]
+name = "trt"
+protocol = "triton"
+triton_flavor = "trtllm"
+chat_template = "custom"
+chat_template_bos = false
+backends = ["grpc://127.0.0.1:8001/"]
+[group.custom_template]
+begin = "<s>"
+user_prefix = "[U] "
+user_suffix = "\n"
+generation_prefix = "[A] "
+
+[[group]]
+name = "claude"
+protocol = "anthropic"
+backends = ["http://127.0.0.1:8002"]
+
+[[group]]
+name = "tri-default"
+protocol = "triton"
+backends = ["grpc://127.0.0.1:8003"]
+[[key]]
+id = "k"
+key = "x"
+)");
+    REQUIRE(c->groups.size() == 3);
+    const auto& trt = c->groups[0];
+    CHECK(trt.protocol == cfg::backend_protocol::triton);
+    CHECK(trt.flavor == cfg::triton_flavor::trtllm);
+    CHECK(trt.chat_template.kind == "custom");
+    CHECK_FALSE(trt.chat_template.include_bos);
+    CHECK(trt.chat_template.begin == "<s>");
+    CHECK(trt.chat_template.user_prefix == "[U] ");
+    CHECK(trt.chat_template.user_suffix == "\n");
+    CHECK(trt.chat_template.generation_prefix == "[A] ");
+    CHECK(trt.chat_template.system_prefix.empty());
+    CHECK(c->groups[1].protocol == cfg::backend_protocol::anthropic);
+    CHECK(c->groups[2].flavor == cfg::triton_flavor::vllm);
+    CHECK(c->groups[2].chat_template.kind == "chatml");
+    CHECK(c->groups[2].chat_template.include_bos);
+    REQUIRE(c->backends.size() == 3);
+    CHECK(c->backends[0].url == "grpc://127.0.0.1:8001");
+    CHECK(c->backends[0].transport == cfg::backend_transport::grpc);
+    CHECK(c->backends[0].host_header == "127.0.0.1:8001");
+    CHECK(c->backends[1].transport == cfg::backend_transport::http1);
+    CHECK(cfg::to_string(cfg::backend_protocol::anthropic) == "anthropic");
+  }
+
+  TEST_CASE("a protocol that does not fit its backends or its keys is refused, saying why") {
+    const auto group = [](std::string_view body) {
+      return "[[group]]\nname = \"g\"\n" + std::string(body) + "\n[[key]]\nid = \"k\"\nkey = \"x\"\n";
+    };
+    CHECK(error_of(group("protocol = \"grpc\"\nbackends = [\"grpc://127.0.0.1:1\"]"))
+              .find("allowed: openai, triton, anthropic") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nbackends = [\"http://127.0.0.1:1\"]"))
+              .find("protocol = \"triton\" backends are grpc://HOST:PORT") != std::string::npos);
+    CHECK(error_of(group("backends = [\"grpc://127.0.0.1:1\"]")).find("grpc:// backends are for protocol = \"triton\"") !=
+          std::string::npos);
+    CHECK(error_of(group("protocol = \"anthropic\"\nbackends = [\"grpc://127.0.0.1:1\"]"))
+              .find("grpc:// backends are for") != std::string::npos);
+    CHECK(error_of(group("chat_template = \"llama3\"\nbackends = [\"http://127.0.0.1:1\"]"))
+              .find("group.chat_template applies to protocol = \"triton\" only") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\ntriton_flavor = \"onnx\"\nbackends = [\"grpc://127.0.0.1:1\"]"))
+              .find("allowed: vllm, trtllm") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nchat_template = \"zephyr\"\nbackends = [\"grpc://127.0.0.1:1\"]"))
+              .find("allowed: chatml, llama3, mistral, custom") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nchat_template = \"custom\"\nbackends = [\"grpc://127.0.0.1:1\"]"))
+              .find("needs a [group.custom_template] table") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nbackends = [\"grpc://127.0.0.1:1\"]\n[group.custom_template]\nbegin = \"x\""))
+              .find("only with chat_template = \"custom\"") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nchat_template = \"custom\"\nbackends = [\"grpc://127.0.0.1:1\"]\n"
+                         "[group.custom_template]\nuser_prefx = \"x\""))
+              .find("user_prefx") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nbackends = [\"grpcs://127.0.0.1:1\"]")).find("TLS to backends") !=
+          std::string::npos);
+  }
+}
+
 TEST_SUITE("config::errors") {
   // Each case: the text before the valid tail, the line the message must
   // name, and a fragment of the message. A new rule is a new row.
