@@ -2,6 +2,7 @@
 // client built the way Triton's clients build requests, lib/anthropic_peer.mjs
 // against the official @anthropic-ai/sdk. Needs no build.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import { after, before, describe, it } from 'node:test';
 
 import Anthropic from '@anthropic-ai/sdk';
@@ -358,6 +359,79 @@ describe('triton peer with a @grpc/grpc-js client', () => {
     const { responses } = await stream_infer(client, vllm_request({ prompt: 'ping' })).done;
     assert.equal(output_of(responses[0], 'text_output').values[0], 'echo:ping');
     peer.set({});
+  });
+});
+
+// What the grpc-js server itself asks of an HTTP/2 client (sluice's is
+// hand-written): one ModelStreamInfer request sent with node:http2 and
+// varying headers; the answer's head, trailers and message bytes.
+describe('triton peer seen from a bare node:http2 client', () => {
+  let peer;
+  const serialize = inference_package().GRPCInferenceService.service.ModelStreamInfer.requestSerialize;
+  const framed = () => {
+    const body = serialize(vllm_request({ id: 'h2', returns: false, empty_final: false }));
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(body.length, 1);
+    return Buffer.concat([head, body]);
+  };
+
+  before(async () => { peer = await start_triton_peer(); });
+  after(() => stop_all(peer));
+
+  function exchange(headers, data = framed()) {
+    const session = http2.connect(`http://127.0.0.1:${peer.port}`);
+    session.on('error', () => {});
+    const req = session.request({ ':method': 'POST', ':path': '/inference.GRPCInferenceService/ModelStreamInfer', ...headers });
+    const out = { head: null, trailers: null, bytes: 0 };
+    req.on('response', (h) => { out.head = h; });
+    req.on('trailers', (t) => { out.trailers = t; });
+    req.on('data', (d) => { out.bytes += d.length; });
+    req.end(data);
+    return with_timeout(new Promise((resolve) => {
+      req.on('close', () => { session.close(); resolve(out); });
+    }), bound_ms(5000), 'the HTTP/2 exchange');
+  }
+
+  it('answers with or without te: trailers; content-type application/grpc or application/grpc+proto', async () => {
+    for (const headers of [{ 'content-type': 'application/grpc', te: 'trailers' }, { 'content-type': 'application/grpc' }, { 'content-type': 'application/grpc+proto', te: 'trailers' }]) {
+      const out = await exchange(headers);
+      assert.equal(out.head[':status'], 200, JSON.stringify(headers));
+      assert.equal(out.head['content-type'], 'application/grpc+proto');
+      assert.equal(out.head['grpc-status'], undefined);
+      assert.ok(out.bytes > 5 * 4, 'four framed messages');
+      assert.equal(out.trailers['grpc-status'], '0');
+    }
+  });
+
+  it('answers another content-type with a bare HTTP 415 (no grpc-status at all)', async () => {
+    for (const headers of [{ te: 'trailers' }, { 'content-type': 'application/json', te: 'trailers' }]) {
+      const out = await exchange(headers);
+      assert.equal(out.head[':status'], 415);
+      assert.equal(out.head['grpc-status'], undefined);
+      assert.equal(out.trailers, null);
+    }
+  });
+
+  it('answers a scripted status Trailers-Only: grpc-status in the one HEADERS frame, grpc-message percent-encoded', async () => {
+    peer.set({ status: grpc.status.RESOURCE_EXHAUSTED, details: 'queue full' });
+    const out = await exchange({ 'content-type': 'application/grpc', te: 'trailers' });
+    assert.equal(out.head[':status'], 200);
+    assert.equal(out.head['grpc-status'], String(grpc.status.RESOURCE_EXHAUSTED));
+    assert.equal(out.head['grpc-message'], 'queue%20full');
+    assert.equal(out.trailers, null);
+    assert.equal(out.bytes, 0);
+    peer.set({});
+  });
+
+  it('answers an unknown method UNIMPLEMENTED Trailers-Only, its grpc-message not percent-encoded', async () => {
+    const out = await exchange({ ':path': '/inference.GRPCInferenceService/Nope', 'content-type': 'application/grpc' });
+    assert.equal(out.head['grpc-status'], String(grpc.status.UNIMPLEMENTED));
+    assert.match(out.head['grpc-message'], /does not implement the method \/inference/);
+  });
+
+  it('answers a malformed grpc-timeout INTERNAL Trailers-Only', async () => {
+    const out = await exchange({ 'content-type': 'application/grpc', 'grpc-timeout': 'soon' });
+    assert.equal(out.head['grpc-status'], String(grpc.status.INTERNAL));
   });
 });
 
