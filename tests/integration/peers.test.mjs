@@ -354,6 +354,22 @@ describe('triton peer with a @grpc/grpc-js client', () => {
     peer.set({});
   });
 
+  it('stop() resets open calls (a backend that dies), recording no cancel', async () => {
+    const dying = await start_triton_peer({ hang: true });
+    const c = new inference.GRPCInferenceService(`127.0.0.1:${dying.port}`, grpc.credentials.createInsecure());
+    try {
+      const run = stream_infer(c, vllm_request(), { half_close: false });
+      await dying.wait_for('requests', 1);
+      await dying.stop();
+      const { status } = await run.done;
+      assert.notEqual(status.code, grpc.status.OK);
+      assert.deepEqual(dying.cancels, []);
+    } finally {
+      c.close();
+      await dying.stop();
+    }
+  });
+
   it('script as a function of the decoded request', async () => {
     peer.set((r) => ({ tokens: [`echo:${r.inputs.text_input.value}`] }));
     const { responses } = await stream_infer(client, vllm_request({ prompt: 'ping' })).done;

@@ -226,7 +226,8 @@ const uint32_tensor = (name, value, shape) => ({ output: { name, datatype: 'UINT
 //                 answered, half-closed or not)
 //
 // Resolves {url: 'grpc://127.0.0.1:PORT', port, requests, cancels, probes,
-// calls, set(script), wait_for(list, count, timeout_ms), stop()}:
+// calls, set(script), wait_for(list, count, timeout_ms), stop()} (stop():
+// a forced shutdown, open calls reset as when a backend dies):
 //   requests  decoded requests (decode_infer_request) plus metadata (the
 //             call's request metadata as a plain object) and call (index
 //             into calls)
@@ -363,9 +364,10 @@ export async function start_triton_peer(script = {}) {
       return with_timeout(reached, timeout_ms, `${count} ${name} at the triton peer (have ${list.length})`)
         .finally(() => events.off('recorded', on));
     },
+    // Abrupt, as a backend that dies: open calls are reset, not ended.
     async stop() {
       stopping = true;
-      for (const c of live_calls) { try { c.cancelled || c.end(); } catch { /* gone */ } }
+      live_calls.clear();
       server.forceShutdown();
     },
   };
@@ -395,7 +397,7 @@ function answer_plan(r, knobs, model) {
   let tokens = [...(knobs.tokens ?? ['Hello', ' from', ' Triton', '.'])];
   let finish_reason = knobs.finish_reason ?? 'stop';
   const max_tokens = flavour === 'vllm'
-    ? (r.inputs.sampling_parameters?.value?.max_tokens ?? 16)
+    ? (r.inputs.sampling_parameters?.value?.max_tokens ?? r.parameters.max_tokens ?? 16)
     : r.inputs.max_tokens?.values[0];
   if (max_tokens !== undefined && tokens.length > max_tokens) {
     tokens = tokens.slice(0, max_tokens);
