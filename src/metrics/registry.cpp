@@ -184,6 +184,8 @@ constexpr stat_row k_stat_rows[] = {
      "Usage chunks sluice asked for and removed from client streams."},
     {stat::usage_cut_failed, "sluice_usage_cut_failed_total", "counter", "",
      "Usage chunks sluice asked for that it could not remove from a client stream (should stay 0)."},
+    {stat::upstream_bad_replies, "sluice_upstream_bad_replies_total", "counter", "",
+     "Backend replies or stream events of a translated protocol (Anthropic, gRPC) that sluice could not read."},
     {stat::shed_connections, "sluice_shed_connections_total", "counter", "",
      "Connections refused over server.connections_max."},
     {stat::shed_requests, "sluice_shed_requests_total", "counter", "reason=\"inflight\"",

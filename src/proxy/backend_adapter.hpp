@@ -20,7 +20,8 @@ class backend_adapter {
 
   // Builds the backend's request from the client's (its fields `f` are
   // views valid only now: admission may park the exchange before the first
-  // attempt). Returns: false when out of memory.
+  // attempt). Returns: false when it answered the client instead (a 400
+  // for what the protocol cannot carry, a 500 out of memory).
   virtual bool prepare(exchange& x, const openai::request_fields& f) noexcept = 0;
   // An attempt: picks a backend on the exchange's route (skipping those
   // tried), connects or takes a pooled connection, sends. Its outcome comes

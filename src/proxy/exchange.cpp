@@ -42,7 +42,13 @@ void shard_server::end_request(exchange& x) noexcept {
   // Tokens: the backend's usage when it sent one; for a stream cut short
   // without it, the content events seen (one token each, as vLLM streams).
   uint64_t prompt = 0, completion = 0;
-  if (x.rsp.head_seen && x.rsp.head.event_stream) {
+  if (x.rsp.translated) {
+    // A reply sluice translated: its counts are the backend's own (or, cut
+    // short, the content pieces seen).
+    if (x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(x.rsp.facts.prompt_tokens);
+    completion = x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(x.rsp.facts.completion_tokens)
+                                                 : x.rsp.facts.content_events;
+  } else if (x.rsp.head_seen && x.rsp.head.event_stream) {
     if (x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(x.rsp.facts.prompt_tokens);
     completion = x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(x.rsp.facts.completion_tokens)
                                                  : x.rsp.facts.content_events;
@@ -69,13 +75,13 @@ void shard_server::end_request(exchange& x) noexcept {
       }
     }
   }
-  const bool answered = x.rsp.head_seen && x.rsp.head.status == 200;
+  const bool answered = x.rsp.translated ? x.rsp.answered_ok : x.rsp.head_seen && x.rsp.head.status == 200;
   // A stream cut before its usage chunk: the prompt is the estimate.
   if (answered && prompt == 0) prompt = x.input_estimate;
   // A non-stream answer whose client left before its usage was read: the
   // backend sends its head only once it has generated everything, so the
   // output part of the reservation is billed (README: Quota).
-  if (answered && !x.rsp.head.event_stream && !x.rsp.complete && completion == 0) {
+  if (answered && !(x.rsp.translated ? x.is_stream : x.rsp.head.event_stream) && !x.rsp.complete && completion == 0) {
     completion = x.reserved_output;
   }
   // Settle exactly once: the backend's usage when it answered 200 (a
@@ -279,10 +285,9 @@ void shard_server::dispatch(exchange& x) noexcept {
                                         _cfg->quota.output_weight);
   // The backend's request is built now, while `f` (views into this
   // shard's reader) is valid: admission may park the exchange.
-  if (!x.adapter->prepare(x, f)) {
-    x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
-    return;
-  }
+  // The codec bound the OpenAI adapter; a group of another protocol has its own.
+  if (grp.protocol != config::backend_protocol::openai) x.adapter = adapter_for(grp.protocol);
+  if (!x.adapter->prepare(x, f)) return;  // answered
   x.attempts = 0;
   x.tried_mask = 0;
   admit(x);

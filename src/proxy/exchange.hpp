@@ -27,6 +27,7 @@
 #include "sluice/http/response.hpp"
 #include "sluice/http/sse.hpp"
 #include "sluice/metrics/registry.hpp"
+#include "sluice/openai/anthropic.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/key.hpp"
@@ -59,6 +60,12 @@ struct stream_facts {
   char finish_reason[23] = {};
 };
 
+// How the backend's reply reaches the client: passed through (the OpenAI
+// API: its bytes, with at most the usage chunk cut), or translated into the
+// OpenAI API by sluice (Anthropic's Messages API, KServe v2 gRPC): then the
+// client's head and body are sluice's, and `facts` holds what billing reads.
+enum class reply_dialect : uint8_t { openai, anthropic, triton };
+
 // Shard-local; part of an exchange. The response of the current attempt on
 // its way to the client: the parser of the backend's framing, what the SSE
 // scan saw, and the state of the usage cut. Byte offsets are into the
@@ -80,6 +87,11 @@ struct relay_state {
   const char* aligned_at = nullptr;
   bool dechunk = false;           // an HTTP/1.0 client and a chunked answer: the payload goes out close-delimited
   bool client_done = false;       // sluice ended the client's response after [DONE]; the backend's rest is dropped
+  reply_dialect dialect = reply_dialect::openai;
+  bool translated = false;        // a translated reply began: `facts` has its counts (end_request reads them)
+  bool answered_ok = false;       // translated: the backend took the request and answers it (billed as a 200)
+  bool hold_reply = false;        // translated, non-stream: the backend's body is read whole, then answered
+  bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
   stream_facts facts;
@@ -92,6 +104,7 @@ struct exchange_memory {
   byte_buf up_head;  // the backend request's head
   byte_buf frame;    // what the relay makes for a send: a re-framed or de-chunked batch
   std::unique_ptr<http::sse_scanner> sse;  // made on the connection's first stream
+  std::unique_ptr<openai::anthropic_stream> anthropic;  // made on its first translated Anthropic stream
 };
 
 // Shard-local. One per request: from the first byte of its head until its

@@ -238,7 +238,10 @@ bool openai_http::build_upstream_request(exchange& x, const openai::request_fiel
 }
 
 bool openai_http::prepare(exchange& x, const openai::request_fields& f) noexcept {
-  return build_upstream_request(x, f);
+  x.rsp.dialect = reply_dialect::openai;
+  if (build_upstream_request(x, f)) return true;
+  x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
+  return false;
 }
 
 void openai_http::start(exchange& x) noexcept {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend_adapter.hpp"
 #include "exchange.hpp"
@@ -112,6 +113,17 @@ class openai_http final : public backend_adapter {
   static constexpr uint64_t k_after_done_wait_ms = 1000;
   // A held backend error (hold_error), read whole: answered in OpenAI's shape.
   void answer_backend_error(exchange& x) noexcept;
+
+  // The relay's Anthropic dialect (anthropic_relay.cpp): the reply is
+  // translated into OpenAI's, as reply_dialect says.
+  void on_anthropic_head(exchange& x) noexcept;
+  void on_anthropic_event(exchange& x, const http::sse_event& ev) noexcept;
+  // The batch's translated events, in x.mem->frame after its size room,
+  // sent as one chunk (the terminal chunk after it once the client's
+  // response ends).
+  void send_translated(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept;
+  // A held non-stream reply, read whole: answered as a chat.completion.
+  void answer_anthropic_reply(exchange& x) noexcept;
   // The response ended: the connection goes back to its pool (or closes),
   // and the exchange is accounted as any answer.
   void finish_exchange(exchange& x) noexcept;
@@ -129,6 +141,7 @@ class openai_http final : public backend_adapter {
   std::unique_ptr<route::table>& _routes = _s.routes;
   const bool& _draining = _s.draining;
 
+  std::string _reply;                           // a translated non-stream reply (reused)
   std::unique_ptr<net::buffer_ring> _up_bufs;   // upstream receives with nothing held
   std::unique_ptr<backend_state[]> _backends;
   size_t _backend_count = 0;

@@ -37,7 +37,10 @@ void openai_http::on_response_head(exchange& x) noexcept {
   // Only when another backend can take it: with none, the client gets this
   // backend's own answer (status kept, in OpenAI's shape), not sluice's
   // "no backend".
-  if ((rh.status == 502 || rh.status == 503) && x.attempts < g.upstream.max_retries && x.up != nullptr &&
+  // Anthropic's own "overloaded" is 529.
+  const bool unavailable = rh.status == 502 || rh.status == 503 ||
+                           (rh.status == 529 && x.rsp.dialect == reply_dialect::anthropic);
+  if (unavailable && x.attempts < g.upstream.max_retries && x.up != nullptr &&
       _routes->pick(x.group, x.route_key, tried).backend != route::k_none) {
     drop_attempt(x);  // its body is not read: the connection cannot be reused
     ++x.attempts;
@@ -46,6 +49,10 @@ void openai_http::on_response_head(exchange& x) noexcept {
     x.rsp.body_overflow = false;
     _metrics.at(metrics::stat::upstream_retries).add();
     start(x);
+    return;
+  }
+  if (x.rsp.dialect == reply_dialect::anthropic) {
+    on_anthropic_head(x);
     return;
   }
   x.rsp.head_seen = true;
@@ -118,13 +125,19 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
   r.complete = bs.complete;
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
   if (bs.complete && parsed_end != u->buf.len) r.reusable = false;  // bytes past the end
-  if (r.hold_error || r.client_done) {
-    // A held error's body went to resp_body (on_body_data); after [DONE]
-    // the client's response has ended and the backend's rest is dropped.
-    // Nothing is sent either way.
+  if (r.translated && !r.hold_reply && !r.client_done) {
+    send_translated(x, with_head, parsed_end, bs.complete);
+    return;
+  }
+  if (r.hold_error || r.hold_reply || r.client_done) {
+    // A held error's body went to resp_body (on_body_data), and so does a
+    // reply read whole to be translated; after [DONE] the client's response
+    // has ended and the backend's rest is dropped. Nothing is sent.
     r.send_end = parsed_end;
     if (r.hold_error && bs.complete) {
       answer_backend_error(x);
+    } else if (r.hold_reply && bs.complete) {
+      answer_anthropic_reply(x);
     } else {
       after_body_sent(x);
     }

@@ -72,6 +72,10 @@ void openai_http::on_chunk_end(void* ctx, const char* at) {
 
 void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   exchange& x = *static_cast<exchange*>(ctx);
+  if (x.rsp.dialect == reply_dialect::anthropic) {
+    x.up->adapter->on_anthropic_event(x, ev);
+    return;
+  }
   stream_facts& s = x.rsp.facts;
   // Nearly every event of a stream is one content delta that vLLM ends with
   // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
@@ -139,8 +143,11 @@ void openai_http::answer_backend_error(exchange& x) noexcept {
   }
   char body[1024];
   uint16_t status = x.status;
-  const size_t bl = openai::normalize_backend_error(x.status, std::string_view(x.mem->body.data, x.mem->body.len),
-                                                    x.rsp.body_overflow, body, sizeof body, status);
+  const std::string_view held(x.mem->body.data, x.mem->body.len);
+  const size_t bl = x.rsp.dialect == reply_dialect::anthropic
+                        ? openai::anthropic_error_to_openai(x.status, x.rsp.body_overflow ? std::string_view{} : held,
+                                                            body, sizeof body, status)
+                        : openai::normalize_backend_error(x.status, held, x.rsp.body_overflow, body, sizeof body, status);
   x.codec->answer(x, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
 }
 

@@ -74,6 +74,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
              slices_options_of(mesh)),
       _reader(_cfg->server.max_body_bytes),
       _openai(_ctx, *this),
+      _anthropic(_ctx, _openai),
       _h1(_ctx, *this, listen_fd) {
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;

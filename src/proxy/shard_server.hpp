@@ -37,6 +37,7 @@
 
 #include "exchange.hpp"
 #include "h1_codec.hpp"
+#include "anthropic_http.hpp"
 #include "openai_http.hpp"
 #include "shard_context.hpp"
 #include "sluice/audit/writer.hpp"
@@ -105,8 +106,17 @@ class shard_server {
   // Passive health: failures always, a success only after a failure (that
   // is all the consecutive-failure count needs). Full queue: dropped.
   void report_outcome(uint32_t backend, bool failure) noexcept;
-  // The backend adapter a new exchange starts with (one protocol so far).
+  // The backend adapter a new exchange starts with (until its model named
+  // its group), and the one of a group's protocol.
   backend_adapter* adapter() noexcept { return &_openai; }
+  backend_adapter* adapter_for(config::backend_protocol p) noexcept {
+    switch (p) {
+      case config::backend_protocol::anthropic: return &_anthropic;
+      case config::backend_protocol::triton: return &_openai;  // not yet: refused at prepare
+      case config::backend_protocol::openai: break;
+    }
+    return &_openai;
+  }
 
  private:
   void answer_models(exchange& x) noexcept;
@@ -152,6 +162,7 @@ class shard_server {
   // The parts: the client codec and the backend adapter (each refers to
   // the other two; constructed after the context, destroyed before it).
   openai_http _openai;
+  anthropic_http _anthropic;    // on _openai's HTTP/1.1 transport
   h1_codec _h1;
   // The loop polls before sleeping (server.idle_poll_us) only while at most
   // this many requests are open on the shard.

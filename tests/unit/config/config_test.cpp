@@ -350,7 +350,7 @@ TEST_SUITE("config::errors") {
       {"bad balance", "[[group]]\nname = \"a\"\nbalance = \"random\"\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "allowed: session, prefix, least-loaded, round-robin"},
       {"group without backends", "[[group]]\nname = \"a\"\n", 1, "group \"a\" has no backends"},
       {"empty backends", "[[group]]\nname = \"a\"\nbackends = []\n", 3, "must not be empty"},
-      {"https backend", "[[group]]\nname = \"a\"\nbackends = [\"https://127.0.0.1:1\"]\n", 3, "https backends are not supported yet"},
+      {"https backend", "[[group]]\nname = \"a\"\nbackends = [\"https://127.0.0.1:1\"]\n", 3, "TLS to backends is not supported yet"},
       {"backend without port", "[[group]]\nname = \"a\"\nbackends = [\n\"http://127.0.0.1\"]\n", 4, "the port is missing"},
       {"backend with a path", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1/v1\"]\n", 3, "has no path"},
       {"backend listed twice", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\", \"http://127.0.0.1:1/\"]\n", 3, "twice"},

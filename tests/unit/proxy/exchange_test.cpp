@@ -109,8 +109,10 @@ struct fake_codec final : proxy::client_codec {
 struct fake_adapter final : proxy::backend_adapter {
   int prepared = 0, started = 0, released = 0;
   bool prepare_ok = true;
-  bool prepare(exchange&, const sluice::openai::request_fields&) noexcept override {
+  bool prepare(exchange& x, const sluice::openai::request_fields&) noexcept override {
     ++prepared;
+    // An adapter that cannot build the request answers the client itself.
+    if (!prepare_ok) x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
     return prepare_ok;
   }
   void start(exchange&) noexcept override { ++started; }

@@ -1,0 +1,267 @@
+// The relay's Anthropic dialect (reply_dialect::anthropic): the backend's
+// Messages reply, translated into the OpenAI reply the client would get
+// from vLLM for the same text. The transport's parser and SSE scanner read
+// the backend's bytes as for any response; what goes to the client is
+// sluice's own:
+//   - an error answer (any status but 200) is read whole and answered in
+//     OpenAI's shape (openai::anthropic_error_to_openai);
+//   - a non-stream reply is read whole, then answered as a chat.completion;
+//   - a stream's events are fed to openai::anthropic_stream, one at a time;
+//     what it writes for a batch of events goes out as one chunk of the
+//     client's own chunked body (or bare, to an HTTP/1.0 client).
+#include <cstring>
+
+#include "openai_http.hpp"
+
+#include "client_codec.hpp"
+#include "shard_server.hpp"
+#include "wire.hpp"
+#include "sluice/core/log.hpp"
+#include "sluice/core/text.hpp"
+#include "sluice/openai/error.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+// The client's head for a translated stream: sluice's fields, not the
+// backend's (Anthropic's request-id and rate-limit headers stay behind).
+constexpr std::string_view k_stream_fields =
+    "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n";
+
+http::response_head translated_stream_head() noexcept {
+  http::response_head h;
+  h.status = 200;
+  h.reason = "OK";
+  h.keep_alive = true;
+  h.chunked = true;
+  h.event_stream = true;
+  h.content_type = "text/event-stream; charset=utf-8";
+  h.header_count = 2;
+  h.field_lines = k_stream_fields;
+  h.head_bytes = static_cast<uint32_t>(k_stream_fields.size() + 32);
+  return h;
+}
+
+// Room before a batch's payload in mem->frame for its chunk size line.
+constexpr uint32_t k_size_room = 20;
+// The most one event may need, per the translator's bound (anthropic.hpp).
+constexpr size_t event_output_bound(const exchange& x, size_t data_bytes) noexcept {
+  return 2 * (256 + 6 * (size_t{x.request_id_len} + x.model_len)) + 6 * data_bytes;
+}
+
+}  // namespace
+
+void openai_http::on_anthropic_head(exchange& x) noexcept {
+  const http::response_head& rh = x.rsp.head;
+  relay_state& r = x.rsp;
+  r.head_seen = true;
+  r.reusable = rh.keep_alive;
+  r.facts = stream_facts{};
+  const config::group_config& g = _cfg->groups[x.group];
+  x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
+  r.fwd_from = rh.head_bytes;
+  if (rh.status != 200) {
+    // Anthropic's error body, held and answered in OpenAI's shape
+    // (answer_backend_error); a body past the hold bound is its tail.
+    r.hold_error = true;
+    x.status = rh.status;
+    relay(x, rh.head_bytes, true);
+    return;
+  }
+  r.translated = true;
+  r.answered_ok = true;
+  if (!x.is_stream) {
+    if (rh.event_stream) {
+      upstream_failed(x, errc::upstream_protocol);  // a stream the request did not ask for
+      return;
+    }
+    r.hold_reply = true;
+    x.mem->body.len = 0;
+    relay(x, rh.head_bytes, true);
+    return;
+  }
+  if (!rh.event_stream) {
+    upstream_failed(x, errc::upstream_protocol);
+    return;
+  }
+  if (!x.mem->sse) {
+    x.mem->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, &x));
+    if (x.mem->sse) account_connection_memory(k_sse_scanner_bytes);
+  }
+  if (!x.mem->anthropic) {
+    x.mem->anthropic.reset(new (std::nothrow) openai::anthropic_stream(http::sse_scanner::k_event_bytes_max));
+    if (x.mem->anthropic) account_connection_memory(static_cast<int64_t>(sizeof(openai::anthropic_stream)) +
+                                                    2 * static_cast<int64_t>(http::sse_scanner::k_event_bytes_max));
+  }
+  if (!x.mem->sse || !x.mem->anthropic || !x.mem->frame.reserve(64u << 10)) {
+    upstream_failed(x, errc::internal);
+    return;
+  }
+  x.mem->sse->reset();
+  openai::anthropic_reply_context ctx;
+  ctx.request_id = std::string_view(x.request_id, x.request_id_len);
+  ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
+  ctx.model = std::string_view(x.model, x.model_len);
+  ctx.include_usage = r.client_usage;
+  x.mem->anthropic->reset(ctx);
+  r.dechunk = !x.codec->takes_chunked(x);
+  if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
+    upstream_failed(x, errc::internal);
+    return;
+  }
+  x.status = 200;
+  x.response_started = true;
+  x.mem->frame.len = k_size_room;
+  relay(x, rh.head_bytes, true);
+}
+
+void openai_http::on_anthropic_event(exchange& x, const http::sse_event& ev) noexcept {
+  relay_state& r = x.rsp;
+  openai::anthropic_stream& t = *x.mem->anthropic;
+  stream_facts& s = r.facts;
+  if (s.done) return;  // after [DONE] (or an event it could not read): the backend's rest is dropped
+  ++s.events;
+  byte_buf& f = x.mem->frame;
+  openai::anthropic_stream_result res;
+  if (ev.truncated) {
+    res.status = openai::anthropic_stream_status::too_large;
+  } else {
+    // Room for the worst this event can write, and the chunk's tail (its
+    // CRLF, the terminal chunk) after it.
+    const size_t need = static_cast<size_t>(f.len) + event_output_bound(x, ev.data.size()) + 16;
+    if (need > f.cap && !f.reserve(need)) {
+      res.status = openai::anthropic_stream_status::too_large;
+    } else {
+      res = t.feed({}, ev.data, f.data + f.len, f.cap - f.len - 16);
+    }
+  }
+  switch (res.status) {
+    case openai::anthropic_stream_status::ok:
+      if (res.written != 0 && x.first_token_ms == 0 && s.events > 1) x.first_token_ms = _s.now_ms();
+      f.len += static_cast<uint32_t>(res.written);
+      break;
+    case openai::anthropic_stream_status::ended:
+      break;
+    case openai::anthropic_stream_status::need_space:  // the bound above makes this a bug
+    case openai::anthropic_stream_status::malformed:
+    case openai::anthropic_stream_status::too_large: {
+      // The stream cannot be read on: it ends as a vLLM stream that fails
+      // does, with an error event, then [DONE]; the backend is cut.
+      _metrics.at(metrics::stat::upstream_bad_replies).add();
+      static constexpr std::string_view k_error =
+          "data: {\"error\":{\"message\":\"The backend sent an event sluice cannot read.\",\"type\":\"server_error\","
+          "\"param\":null,\"code\":502}}\n\ndata: [DONE]\n\n";
+      if (f.reserve(static_cast<size_t>(f.len) + k_error.size() + 16)) {
+        std::memcpy(f.data + f.len, k_error.data(), k_error.size());
+        f.len += static_cast<uint32_t>(k_error.size());
+      }
+      s.error = true;
+      s.done = true;
+      r.reusable = false;
+      return;
+    }
+  }
+  if (t.done()) {
+    const openai::anthropic_outcome o = t.outcome();
+    s.done = true;
+    s.prompt_tokens = o.prompt_tokens;
+    s.completion_tokens = o.completion_tokens;
+    if (o.finish_reason == "error") s.error = true;
+    const size_t n = o.finish_reason.size() < sizeof s.finish_reason ? o.finish_reason.size() : sizeof s.finish_reason;
+    std::memcpy(s.finish_reason, o.finish_reason.data(), n);
+    s.finish_reason_len = static_cast<uint8_t>(n);
+  }
+}
+
+void openai_http::send_translated(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept {
+  // Everything parsed was read into the translator: none of the backend's
+  // bytes go out, so the receive buffer is not lent.
+  relay_state& r = x.rsp;
+  byte_buf& f = x.mem->frame;
+  r.send_end = parsed_end;
+  // The client's response ends with the translator's [DONE] (facts.done),
+  // or when the backend's ends without one (truncated, as the backend's was).
+  const bool end_client = r.facts.done || complete;
+  if (end_client) r.client_done = true;
+  const uint32_t payload = f.len - k_size_room;
+  iovec piece{};
+  uint8_t n = 0;
+  if (r.dechunk) {
+    if (payload != 0) piece = {f.data + k_size_room, payload};
+    n = payload != 0 ? 1 : 0;
+  } else {
+    char size_line[k_size_room];
+    text_writer w(size_line, sizeof size_line);
+    w.put_hex_min(payload);
+    w.put("\r\n");
+    const size_t sl = static_cast<size_t>(w.p - size_line);
+    char* const chunk = f.data + k_size_room - sl;
+    size_t len = 0;
+    if (payload != 0) {
+      std::memcpy(chunk, size_line, sl);
+      std::memcpy(f.data + f.len, "\r\n", 2);
+      len = sl + payload + 2;
+    }
+    if (end_client) {
+      std::memcpy(chunk + len, "0\r\n\r\n", 5);
+      len += 5;
+    }
+    if (len != 0) {
+      piece = {payload != 0 ? chunk : f.data + k_size_room, len};
+      n = 1;
+    }
+  }
+  f.len = k_size_room;  // the next batch starts afresh once this send completed
+  if (end_client && !complete) {
+    // The backend's rest is read and dropped for a short while (as after a
+    // passed-through [DONE]); then its connection is closed, not pooled.
+    const uint64_t idle_ms = _cfg->groups[x.group].upstream.stream_idle_timeout_ms;
+    x.codec->stream_wait(x, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
+  }
+  send_batch(x, with_head, &piece, n, nullptr);
+}
+
+void openai_http::answer_anthropic_reply(exchange& x) noexcept {
+  relay_state& r = x.rsp;
+  upstream_conn* u = x.up;
+  x.up = nullptr;
+  r.hold_reply = false;
+  if (u != nullptr) {
+    _routes->on_request_end(u->backend);
+    release_upstream(u, r.reusable);
+  }
+  openai::anthropic_reply_context ctx;
+  ctx.request_id = std::string_view(x.request_id, x.request_id_len);
+  ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
+  ctx.model = std::string_view(x.model, x.model_len);
+  openai::anthropic_outcome o;
+  bool ok = false;
+  if (!r.body_overflow && x.mem->body.reserve(static_cast<size_t>(x.mem->body.len) + simdjson::SIMDJSON_PADDING)) {
+    try {
+      ok = openai::anthropic_response_to_openai(std::string_view(x.mem->body.data, x.mem->body.len), ctx, _reply, o);
+    } catch (...) {  // the reply string's growth: out of memory
+      ok = false;
+    }
+  }
+  if (!ok) {
+    _metrics.at(metrics::stat::upstream_bad_replies).add();
+    r.answered_ok = false;
+    x.mem->body.len = 0;
+    x.codec->answer_error(x, 502,
+                          r.body_overflow ? "The backend's answer is too large to translate."
+                                          : "The backend sent an answer sluice cannot read.",
+                          "server_error", {}, "upstream_error", false);
+    return;
+  }
+  stream_facts& s = r.facts;
+  s.prompt_tokens = o.prompt_tokens;
+  s.completion_tokens = o.completion_tokens;
+  const size_t n = o.finish_reason.size() < sizeof s.finish_reason ? o.finish_reason.size() : sizeof s.finish_reason;
+  std::memcpy(s.finish_reason, o.finish_reason.data(), n);
+  s.finish_reason_len = static_cast<uint8_t>(n);
+  x.mem->body.len = 0;  // not scanned again at the end: `facts` has the counts
+  x.codec->answer(x, 200, _reply, false, {}, {});
+}
+
+}  // namespace sluice::proxy
