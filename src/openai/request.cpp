@@ -627,6 +627,33 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
       has_input = true;
     } else if (key == "tools" || key == "functions") {
       if (v.is_array() && simdjson::dom::array(v).size() > 0) out.has_tools = true;
+    } else {
+      // Recorded, not read: a position per member the loop visits anyway.
+      request_fields::member* m = nullptr;
+      if (key == "temperature") {
+        m = &out.temperature;
+      } else if (key == "top_p") {
+        m = &out.top_p;
+      } else if (key == "stop") {
+        m = &out.stop;
+      } else if (key == "seed") {
+        m = &out.seed;
+      } else if (key == "presence_penalty") {
+        m = &out.presence_penalty;
+      } else if (key == "frequency_penalty") {
+        m = &out.frequency_penalty;
+      } else if (key == "tool_choice") {
+        m = &out.tool_choice;
+      } else if (key == "function_call") {
+        m = &out.function_call;
+      } else if (key == "response_format") {
+        m = &out.response_format;
+      } else if (key == "logprobs") {
+        m = &out.logprobs;
+      } else if (key == "top_logprobs") {
+        m = &out.top_logprobs;
+      }
+      if (m != nullptr && !v.is_null()) *m = {v, true};
     }
   }
   if (!has_model) return fail(err, "you must provide a model parameter", "model");
@@ -690,6 +717,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
       if (!prompt.is_string() && !prompt.is_array()) {
         return fail(err, "Invalid type for 'prompt': expected a string or an array.", "prompt");
       }
+      out.prompt = {prompt, true};
       out.input_bytes = read_prompt_bytes(prompt, out.first_user_message, _text);
       out.last_user_message = out.first_user_message;
       out.output_sequences = count_prompts(prompt);
@@ -706,6 +734,8 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
     }
   }
 
+  out.n = choices;
+  out.best_of = best_of;
   if (ep != endpoint::embeddings) out.output_sequences *= static_cast<uint64_t>(std::max(choices, best_of));
 
   span model_span;

@@ -95,6 +95,22 @@ struct request_fields {
   // parse like the strings above. Left unset (not to be read) for the other
   // endpoints and for a refused body: read it only when message_count > 0.
   simdjson::dom::element messages;
+  // Members a backend adapter that writes its own request reads (Triton:
+  // sampling parameters, and what a text prompt cannot carry). Each is the
+  // value as parsed, a view into the reader's last parse like `messages`;
+  // absent or JSON null leaves `present` false. The reader records them as
+  // its one pass over the top level meets them and checks no type: the
+  // adapter that reads one checks it (the OpenAI adapter passes the body on
+  // to a backend that checks them itself).
+  struct member {
+    simdjson::dom::element value;
+    bool present = false;
+  };
+  member temperature, top_p, stop, seed, presence_penalty, frequency_penalty;
+  member tool_choice, function_call, response_format, logprobs, top_logprobs;
+  member prompt;                   // completions: the "prompt" value (checked: a string or an array)
+  int64_t n = 1;                   // "n" as validated above (1 when absent)
+  int64_t best_of = 1;             // "best_of" likewise
   bool has_tools = false;          // a non-empty "tools" or "functions" array
   bool has_images = false;         // a content part of type image_url / input_image
   const request_text* text = nullptr;  // set by read(): the text the estimate reads
