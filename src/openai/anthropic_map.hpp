@@ -1,6 +1,7 @@
 #pragma once
 // openai (private): the Anthropic -> OpenAI mappings and reply pieces both
-// the body and the stream translators use.
+// the body and the stream translators use (the reply pieces serve the
+// Triton translators as well).
 #include <cstdint>
 #include <string_view>
 
@@ -22,18 +23,27 @@ uint16_t anthropic_error_status(std::string_view type, uint16_t status) noexcept
 int64_t anthropic_prompt_tokens(simdjson::dom::element usage, int64_t fallback) noexcept;
 
 // The fields every reply object opens with, up to the choices array:
-// {"id":"chatcmpl-<request id>","object":<object>,"created":N,"model":M,"choices":[
+// {"id":"<id_prefix><request id>","object":<object>,"created":N,"model":M,"choices":[
+// (vLLM's ids: "chatcmpl-" for chat, "cmpl-" for completions). The Triton
+// translators use it too.
 template <class Sink>
-void reply_prefix(json_writer<Sink>& w, const anthropic_reply_context& ctx, std::string_view object) {
-  w.raw("{\"id\":\"chatcmpl-");
-  w.escaped(ctx.request_id);
+void reply_prefix(json_writer<Sink>& w, std::string_view id_prefix, std::string_view request_id, int64_t created_s,
+                  std::string_view model, std::string_view object) {
+  w.raw("{\"id\":\"");
+  w.raw(id_prefix);
+  w.escaped(request_id);
   w.raw("\",\"object\":");
   w.str(object);
   w.raw(",\"created\":");
-  w.num(ctx.created_s);
+  w.num(created_s);
   w.raw(",\"model\":");
-  w.str(ctx.model);
+  w.str(model);
   w.raw(",\"choices\":[");
+}
+
+template <class Sink>
+void reply_prefix(json_writer<Sink>& w, const anthropic_reply_context& ctx, std::string_view object) {
+  reply_prefix(w, "chatcmpl-", ctx.request_id, ctx.created_s, ctx.model, object);
 }
 
 // vLLM's usage object (its key order); an unknown count (-1) is 0.
