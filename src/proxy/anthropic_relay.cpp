@@ -24,27 +24,6 @@ namespace sluice::proxy {
 
 namespace {
 
-// The client's head for a translated stream: sluice's fields, not the
-// backend's (Anthropic's request-id and rate-limit headers stay behind).
-constexpr std::string_view k_stream_fields =
-    "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n";
-
-http::response_head translated_stream_head() noexcept {
-  http::response_head h;
-  h.status = 200;
-  h.reason = "OK";
-  h.keep_alive = true;
-  h.chunked = true;
-  h.event_stream = true;
-  h.content_type = "text/event-stream; charset=utf-8";
-  h.header_count = 2;
-  h.field_lines = k_stream_fields;
-  h.head_bytes = static_cast<uint32_t>(k_stream_fields.size() + 32);
-  return h;
-}
-
-// Room before a batch's payload in mem->frame for its chunk size line.
-constexpr uint32_t k_size_room = 20;
 // The most one event may need, per the translator's bound (anthropic.hpp).
 constexpr size_t event_output_bound(const exchange& x, size_t data_bytes) noexcept {
   return 2 * (256 + 6 * (size_t{x.request_id_len} + x.model_len)) + 6 * data_bytes;
@@ -112,7 +91,7 @@ void openai_http::on_anthropic_head(exchange& x) noexcept {
   }
   x.status = 200;
   x.response_started = true;
-  x.mem->frame.len = k_size_room;
+  x.mem->frame.len = k_batch_room;
   relay(x, rh.head_bytes, true);
 }
 
@@ -184,42 +163,15 @@ void openai_http::send_translated(exchange& x, bool with_head, uint32_t parsed_e
   // or when the backend's ends without one (truncated, as the backend's was).
   const bool end_client = r.facts.done || complete;
   if (end_client) r.client_done = true;
-  const uint32_t payload = f.len - k_size_room;
-  iovec piece{};
-  uint8_t n = 0;
-  if (r.dechunk) {
-    if (payload != 0) piece = {f.data + k_size_room, payload};
-    n = payload != 0 ? 1 : 0;
-  } else {
-    char size_line[k_size_room];
-    text_writer w(size_line, sizeof size_line);
-    w.put_hex_min(payload);
-    w.put("\r\n");
-    const size_t sl = static_cast<size_t>(w.p - size_line);
-    char* const chunk = f.data + k_size_room - sl;
-    size_t len = 0;
-    if (payload != 0) {
-      std::memcpy(chunk, size_line, sl);
-      std::memcpy(f.data + f.len, "\r\n", 2);
-      len = sl + payload + 2;
-    }
-    if (end_client) {
-      std::memcpy(chunk + len, "0\r\n\r\n", 5);
-      len += 5;
-    }
-    if (len != 0) {
-      piece = {payload != 0 ? chunk : f.data + k_size_room, len};
-      n = 1;
-    }
-  }
-  f.len = k_size_room;  // the next batch starts afresh once this send completed
+  const iovec piece = frame_translated_batch(f, r.dechunk, end_client);
+  f.len = k_batch_room;  // the next batch starts afresh once this send completed
   if (end_client && !complete) {
     // The backend's rest is read and dropped for a short while (as after a
     // passed-through [DONE]); then its connection is closed, not pooled.
     const uint64_t idle_ms = _cfg->groups[x.group].upstream.stream_idle_timeout_ms;
     x.codec->stream_wait(x, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
   }
-  send_batch(x, with_head, &piece, n, nullptr);
+  send_batch(x, with_head, &piece, piece.iov_len != 0 ? 1 : 0, nullptr);
 }
 
 void openai_http::answer_anthropic_reply(exchange& x) noexcept {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "conn_memory.hpp"
@@ -28,6 +29,7 @@
 #include "sluice/http/sse.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/openai/anthropic.hpp"
+#include "sluice/openai/triton.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/key.hpp"
@@ -36,6 +38,8 @@ namespace sluice::proxy {
 
 struct downstream_conn;
 struct upstream_conn;
+struct h2_conn;
+struct exchange;
 class client_codec;
 class backend_adapter;
 
@@ -97,6 +101,30 @@ struct relay_state {
   stream_facts facts;
 };
 
+// Shard-local; part of an exchange. Its attempt on a gRPC backend: one
+// HTTP/2 stream of a connection many exchanges share (triton_grpc).
+struct grpc_attempt {
+  h2_conn* conn = nullptr;          // null: no stream open
+  int32_t stream_id = -1;
+  list_hook<exchange> hook;         // in conn's streams
+  exchange* dirty_next = nullptr;   // in conn's list of streams with news after a receive
+  bool dirty = false;
+  bool head_seen = false;           // the response's HEADERS came
+  bool closed = false;              // the stream closed (trailers, RST, or the connection went)
+  bool sending = false;             // a client send of this stream's output is out
+  bool messages = false;            // a message came: the backend took the request
+  bool head_pending = false;        // the client's head is staged, not yet sent
+  bool conn_failed = false;         // the connection went (the stream never ended by itself)
+  bool timed_out = false;           // a deadline of the attempt fell due
+  int32_t grpc_status = -1;         // from the trailers (or a Trailers-Only answer); -1: none
+  uint16_t http_status = 0;
+  uint32_t request_off = 0;         // bytes of the framed request (mem->up_head) given to nghttp2
+  uint32_t parsed = 0;              // bytes of mem->body decoded into messages
+  uint32_t unconsumed = 0;          // stream bytes decoded whose output has not yet reached the client
+  uint8_t grpc_message_len = 0;
+  char grpc_message[160] = {};      // grpc-message, still percent-encoded (truncated)
+};
+
 // Memory an exchange uses that its connection keeps across exchanges (not
 // state: grown once, then reused).
 struct exchange_memory {
@@ -105,6 +133,8 @@ struct exchange_memory {
   byte_buf frame;    // what the relay makes for a send: a re-framed or de-chunked batch
   std::unique_ptr<http::sse_scanner> sse;  // made on the connection's first stream
   std::unique_ptr<openai::anthropic_stream> anthropic;  // made on its first translated Anthropic stream
+  openai::triton_stream triton;  // a gRPC reply's translation (small: no buffers of its own)
+  std::string triton_text;       // a non-stream gRPC reply's text, accumulated
 };
 
 // Shard-local. One per request: from the first byte of its head until its
@@ -173,6 +203,8 @@ struct exchange {
   uint32_t host_len = 0;           // the host now written there
   uint64_t up_body_len = 0;
   msghdr up_msg = {};
+
+  grpc_attempt grpc;               // the attempt's stream on a gRPC backend
 
   // --- the response ---------------------------------------------------------
   relay_state rsp;

@@ -75,6 +75,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _reader(_cfg->server.max_body_bytes),
       _openai(_ctx, *this),
       _anthropic(_ctx, _openai),
+      _triton(_ctx, *this),
       _h1(_ctx, *this, listen_fd) {
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;
@@ -137,6 +138,7 @@ void shard_server::reload(std::shared_ptr<const config::config> next) {
   SLUICE_VERIFY(n.backends.size() >= _cfg->backends.size() && n.keys.size() >= _cfg->keys.size());
   _routes = std::make_unique<route::table>(n, *_routes);
   _openai.reload(n);
+  _triton.reload(n);
   _reported.resize(n.backends.size(), 0);
   _reported_version = ~uint64_t{0};  // a new table counts afresh: compare at the next report
   _last_failed.resize(n.backends.size(), 0);

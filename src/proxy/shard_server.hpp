@@ -39,6 +39,7 @@
 #include "h1_codec.hpp"
 #include "anthropic_http.hpp"
 #include "openai_http.hpp"
+#include "triton_grpc.hpp"
 #include "shard_context.hpp"
 #include "sluice/audit/writer.hpp"
 #include "sluice/auth/key_verifier.hpp"
@@ -112,7 +113,7 @@ class shard_server {
   backend_adapter* adapter_for(config::backend_protocol p) noexcept {
     switch (p) {
       case config::backend_protocol::anthropic: return &_anthropic;
-      case config::backend_protocol::triton: return &_openai;  // not yet: refused at prepare
+      case config::backend_protocol::triton: return &_triton;
       case config::backend_protocol::openai: break;
     }
     return &_openai;
@@ -163,6 +164,7 @@ class shard_server {
   // the other two; constructed after the context, destroyed before it).
   openai_http _openai;
   anthropic_http _anthropic;    // on _openai's HTTP/1.1 transport
+  triton_grpc _triton;
   h1_codec _h1;
   // The loop polls before sleeping (server.idle_poll_us) only while at most
   // this many requests are open on the shard.

@@ -165,4 +165,46 @@ size_t drop_usage_events(const char* p, size_t n, char* out, uint32_t& cut) noex
   return w + (n - event);
 }
 
+namespace {
+constexpr std::string_view k_translated_stream_fields =
+    "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n";
+}  // namespace
+
+http::response_head translated_stream_head() noexcept {
+  http::response_head h;
+  h.status = 200;
+  h.reason = "OK";
+  h.keep_alive = true;
+  h.chunked = true;
+  h.event_stream = true;
+  h.content_type = "text/event-stream; charset=utf-8";
+  h.header_count = 2;
+  h.field_lines = k_translated_stream_fields;
+  h.head_bytes = static_cast<uint32_t>(k_translated_stream_fields.size() + 32);
+  return h;
+}
+
+iovec frame_translated_batch(byte_buf& f, bool dechunk, bool end_client) noexcept {
+  const uint32_t payload = f.len - k_batch_room;
+  if (dechunk) return {f.data + k_batch_room, payload};
+  char size_line[32];  // 16 hex digits and CRLF fit the room (8 do for a 32-bit length)
+  text_writer w(size_line, k_batch_room);
+  w.put_hex_min(payload);
+  w.put("\r\n");
+  const size_t sl = static_cast<size_t>(w.p - size_line);
+  char* const chunk = f.data + k_batch_room - sl;
+  size_t len = 0;
+  if (payload != 0) {
+    std::memcpy(chunk, size_line, sl);
+    std::memcpy(f.data + f.len, "\r\n", 2);
+    len = sl + payload + 2;
+  }
+  char* const begin = payload != 0 ? chunk : f.data + k_batch_room;
+  if (end_client) {
+    std::memcpy(begin + len, "0\r\n\r\n", 5);
+    len += 5;
+  }
+  return {begin, len};
+}
+
 }  // namespace sluice::proxy

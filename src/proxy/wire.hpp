@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "conn_memory.hpp"
+#include "sluice/http/response.hpp"
 
 namespace sluice::proxy {
 
@@ -83,5 +84,20 @@ inline void prep_send_iov(io_uring_sqe* s, int fd, iovec* iov, uint8_t count, ms
   msg.msg_iovlen = count;
   io_uring_prep_sendmsg(s, fd, &msg, MSG_NOSIGNAL);
 }
+
+// --- replies sluice writes itself (a translated protocol) --------------------
+
+// The client's head for a translated stream: sluice's own fields, not the
+// backend's (its request ids and rate-limit headers stay behind).
+http::response_head translated_stream_head() noexcept;
+
+// A translated batch in `f`: its payload after k_batch_room bytes kept
+// free for the chunk size line. Returns: the one piece that goes out -- the
+// payload framed as a chunk (and the terminal chunk after it when
+// `end_client`), or bare when `dechunk` (an HTTP/1.0 client, whose end is
+// the close) -- with len 0 when there is nothing to send. `f` must have 7
+// bytes of room past its len.
+inline constexpr uint32_t k_batch_room = 20;
+iovec frame_translated_batch(byte_buf& f, bool dechunk, bool end_client) noexcept;
 
 }  // namespace sluice::proxy

@@ -66,6 +66,7 @@ struct text_writer {
   void put_hex(uint64_t v, unsigned width) noexcept {
     static constexpr char digits[] = "0123456789abcdef";
     char tmp[16];
+    width = width == 0 ? 1 : width > 16 ? 16 : width;  // (also what lets GCC see the loop's bound)
     for (unsigned i = width; i > 0; --i, v >>= 4) tmp[i - 1] = digits[v & 0xF];
     put(std::string_view(tmp, width));
   }
