@@ -26,13 +26,16 @@ flags:
   --token-pad N          append N filler bytes 'x' to every token's text, so a
                          reply of many MiB needs few tokens (default 0; at
                          most 65536)
-  --fail-status N        answer every completion/chat/embedding request with
-                         HTTP N and vLLM's error body, as an engine that is
-                         down or overloaded does: 400, 422, 429, 500, 502,
-                         503 or 504 (default 0: never)
+  --fail-status N        answer every completion/chat/embedding/messages
+                         request with HTTP N and vLLM's error body (Anthropic's
+                         on /v1/messages), as an engine that is down or
+                         overloaded does: 400, 422, 429, 500, 502, 503, 504 or
+                         529 (default 0: never)
   --threads N            event loops, one SO_REUSEPORT listener each (default 1)
   --api-key KEY          require "Authorization: Bearer KEY" on /v1/* (401
-                         {"error":"Unauthorized"} otherwise, as vLLM)
+                         {"error":"Unauthorized"} otherwise, as vLLM), and
+                         "x-api-key: KEY" on /v1/messages (401
+                         authentication_error otherwise, as Anthropic)
   --created UNIX         fixed "created" timestamp (default: current time)
   --max-model-len N      max_model_len reported by /v1/models (default 32768)
   --kv-capacity N        requests in flight that make kv_cache_usage_perc 1.0
@@ -58,6 +61,20 @@ prompt_tokens (deterministic, no tokenizer):
 stdout: one line "mock-vllm listening on http://HOST:PORT" at start, and
   "abort request_id=<id> tokens=<n>" when a client leaves before its reply is
   complete (<id> is the response id, e.g. chatcmpl-<X-Request-Id>).
+
+Anthropic Messages API (POST /v1/messages, not in vLLM): needs an
+  anthropic-version header and max_tokens. prompt_tokens as chat, the system
+  prompt counting as one message (text blocks and tool_result contents count
+  their words; image and tool_use blocks none); the reply is the chat reply
+  (same tokens, n = min(--reply-tokens, max_tokens)), stop_reason "max_tokens"
+  when cut, else "end_turn"; id "msg_" + X-Request-Id. Streams send
+  message_start, content_block_start, ping, one content_block_delta per
+  token, content_block_stop, message_delta, message_stop; --fail-after-tokens
+  sends an error event (overloaded_error) before it drops the connection.
+  Test knob: with "tools" and "weather" in the last user message, the reply
+  is a tool_use block (id "toolu_" + X-Request-Id, the first tool's name,
+  input {"city":"Paris"} streamed in 3 input_json_delta pieces, counted as 3
+  output tokens), stop_reason "tool_use".
 
 mock-only endpoints (not in vLLM):
   GET /debug/requests     the last 1000 requests, oldest first, as a JSON array
@@ -136,7 +153,8 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
     } else if (flag == "--fail-status") {
       ok = parse_number(value, out.fail_status) &&
            (out.fail_status == 400 || out.fail_status == 422 || out.fail_status == 429 ||
-            (out.fail_status >= 500 && out.fail_status <= 504 && out.fail_status != 501));
+            (out.fail_status >= 500 && out.fail_status <= 504 && out.fail_status != 501) ||
+            out.fail_status == 529);
     } else if (flag == "--threads") {
       ok = parse_number(value, out.threads) && out.threads >= 1 && out.threads <= 256;
     } else if (flag == "--api-key") {

@@ -144,6 +144,8 @@ std::string_view status_line(int status) noexcept {
     case 502: return "HTTP/1.1 502 Bad Gateway\r\n";
     case 503: return "HTTP/1.1 503 Service Unavailable\r\n";
     case 504: return "HTTP/1.1 504 Gateway Timeout\r\n";
+    // Anthropic's "overloaded"; not an IANA status, so no standard phrase.
+    case 529: return "HTTP/1.1 529 Overloaded\r\n";
     default: return "HTTP/1.1 500 Internal Server Error\r\n";
   }
 }

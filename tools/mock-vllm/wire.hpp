@@ -13,7 +13,8 @@
 
 namespace mock_vllm {
 
-enum class endpoint : uint8_t { chat, completion, embedding };
+// messages: Anthropic's /v1/messages (anthropic.hpp); the others are vLLM's.
+enum class endpoint : uint8_t { chat, completion, embedding, messages };
 
 struct usage_counts {
   uint32_t prompt_tokens = 0;

@@ -16,6 +16,7 @@
 
 #include "sluice/core/assert.hpp"
 #include "sluice/core/clock.hpp"
+#include "connection.hpp"
 
 namespace mock_vllm {
 
@@ -23,77 +24,12 @@ namespace {
 
 constexpr size_t k_read_size = 64 * 1024;
 constexpr size_t k_input_max = 64 * 1024 * 1024;  // a client that never stops sending
-// An unpaced stream stops generating while this much waits to be sent and
-// goes on when the socket has taken it: a reply of hundreds of MiB to a slow
-// reader is produced as fast as it is read, not held whole in memory.
-constexpr size_t k_output_high = 1024 * 1024;
 constexpr size_t k_free_max = 4096;
 constexpr int k_events_max = 512;
 constexpr uint32_t k_read_events = EPOLLIN | EPOLLRDHUP;
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
-const std::string* find_header(const header_list& headers, std::string_view name) {
-  for (const auto& h : headers) {
-    if (iequals(h.first, name)) return &h.second;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
-// Shard-local. One per accepted socket, from accept until close; reused
-// through the worker's free list so its buffers keep their capacity.
-struct worker::connection {
-  int fd = -1;
-  llhttp_t parser{};
-  std::string in;  // received, not yet parsed past `in_parsed`
-  size_t in_parsed = 0;
-  std::string out;  // to send, from `out_sent`
-  size_t out_sent = 0;
-
-  // The request being parsed (llhttp hands pieces of each across reads).
-  std::string url;
-  header_list headers;
-  bool in_value = false;
-  std::string body;
-  bool request_ready = false;
-  bool keep_alive = true;
-  bool close_header = false;  // uvicorn echoes a literal "connection: close"
-
-  bool want_write = false;
-  bool closing = false;  // close once `out` is sent
-  bool dead = false;
-  bool peer_eof = false;
-  bool blocked = false;  // generation waits for `out` to drain (k_output_high)
-
-  // The reply in progress; `busy` while it is not fully generated.
-  bool busy = false;
-  bool waiting = false;  // before the first token (vllm:num_requests_waiting)
-  endpoint kind = endpoint::chat;
-  bool stream = false;
-  bool include_usage = false;
-  bool ends_by_length = false;
-  bool role_sent = false;
-  uint32_t tokens = 0;
-  uint32_t sent = 0;
-  uint32_t fail_after = 0;  // --fail-after-tokens, or this request's x-mock-fail-after-tokens
-  uint32_t prompt_tokens = 0;
-  int64_t created = 0;
-  uint64_t first_token_ns = 0;
-  uint64_t timer_serial = 0;
-  std::string id;
-  std::string prefix;  // constant head of every chunk of this stream
-};
 
 namespace {
 
@@ -415,7 +351,18 @@ void worker::handle_request(connection& c) {
 }
 
 void worker::route(connection& c, std::string_view method, std::string_view path) {
-  if (!_opts.api_key.empty() && path.starts_with("/v1")) {
+  if (path == "/v1/messages") {
+    // Anthropic's headers, checked before the route like vLLM's key is.
+    const std::string* key = find_header(c.headers, "x-api-key");
+    if (!_opts.api_key.empty() && (key == nullptr || *key != _opts.api_key)) {
+      respond_anthropic_error(c, 401, "invalid x-api-key");
+      return;
+    }
+    if (find_header(c.headers, "anthropic-version") == nullptr) {
+      respond_anthropic_error(c, 400, "anthropic-version: header is required");
+      return;
+    }
+  } else if (!_opts.api_key.empty() && path.starts_with("/v1")) {
     // vLLM's AuthenticationMiddleware: an exact "Bearer <key>" on /v1 paths.
     const std::string* auth = find_header(c.headers, "authorization");
     if (auth == nullptr || auth->size() != _opts.api_key.size() + 7 || !auth->starts_with("Bearer ") ||
@@ -433,6 +380,7 @@ void worker::route(connection& c, std::string_view method, std::string_view path
       {"/v1/chat/completions", "POST", "allow: POST\r\n"}, {"/v1/completions", "POST", "allow: POST\r\n"},
       {"/v1/embeddings", "POST", "allow: POST\r\n"},       {"/v1/models", "GET", "allow: GET\r\n"},
       {"/health", "GET", "allow: GET\r\n"},                {"/metrics", "GET", "allow: GET\r\n"},
+      {"/v1/messages", "POST", "allow: POST\r\n"},
   };
   const route_entry* found = nullptr;
   for (const auto& r : routes) {
@@ -452,6 +400,8 @@ void worker::route(connection& c, std::string_view method, std::string_view path
     start_generation(c, endpoint::completion);
   } else if (path == "/v1/embeddings") {
     start_generation(c, endpoint::embedding);
+  } else if (path == "/v1/messages") {
+    start_messages(c);
   } else if (path == "/v1/models") {
     int64_t created = _opts.created >= 0 ? _opts.created : time(nullptr);
     _error.clear();
@@ -504,13 +454,7 @@ void worker::start_generation(connection& c, endpoint kind) {
   c.ends_by_length = _plan.ends_by_length;
   c.prompt_tokens = _plan.prompt_tokens;
   c.sent = 0;
-  c.fail_after = _opts.fail_after_tokens;
-  if (const std::string* fail = find_header(c.headers, "x-mock-fail-after-tokens")) {
-    // A test's per-request failure (soak traffic); a bad value is ignored.
-    uint32_t n = 0;
-    auto [end, ec] = std::from_chars(fail->data(), fail->data() + fail->size(), n);
-    if (ec == std::errc{} && end == fail->data() + fail->size()) c.fail_after = n;
-  }
+  c.fail_after = fail_after_tokens(_opts, c.headers);
   c.role_sent = kind != endpoint::chat;  // completions have no role chunk
   c.busy = true;
   c.waiting = true;
@@ -530,6 +474,10 @@ void worker::start_generation(connection& c, endpoint kind) {
 }
 
 void worker::advance(connection& c) {
+  if (c.kind == endpoint::messages) {
+    advance_messages(c);
+    return;
+  }
   if (c.waiting) {
     c.waiting = false;
     _state.waiting.fetch_sub(1, std::memory_order_relaxed);
@@ -590,7 +538,11 @@ void worker::finish_generation(connection& c) {
 
 void worker::fail_connection(connection& c) {
   // A backend that dies mid-generation: what was produced goes out, then
-  // the connection closes with no terminal chunk.
+  // the connection closes with no terminal chunk. Anthropic's API says why
+  // in an error event first.
+  if (c.kind == endpoint::messages && c.stream) {
+    append_stream_error_event(c.out, _scratch, "overloaded_error", "Overloaded (mock-vllm --fail-after-tokens)");
+  }
   _state.running.fetch_sub(1, std::memory_order_relaxed);
   _state.failures_total.fetch_add(1, std::memory_order_relaxed);
   c.busy = false;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "anthropic.hpp"
 #include "options.hpp"
 #include "plan.hpp"
 #include "state.hpp"
@@ -52,6 +53,8 @@ class worker {
   void handle_request(connection& c);
   void route(connection& c, std::string_view method, std::string_view path);
   void start_generation(connection& c, endpoint kind);
+  void start_messages(connection& c);
+  void advance_messages(connection& c);
   void advance(connection& c);
   void finish_generation(connection& c);
   void fail_connection(connection& c);
@@ -64,6 +67,7 @@ class worker {
   void respond_json(connection& c, int status, std::string_view body,
                     std::string_view extra_headers = {});
   void respond_error(connection& c, int status, std::string_view type, std::string_view message);
+  void respond_anthropic_error(connection& c, int status, std::string_view message);
   void append_uuid_hex(std::string& out);
 
   const options& _opts;
@@ -82,6 +86,7 @@ class worker {
   std::priority_queue<timer_entry, std::vector<timer_entry>, std::greater<>> _timers;
   simdjson::dom::parser _json;
   plan _plan;
+  anthropic_plan _anthropic_plan;
   std::string _scratch;  // one event or one body at a time
   std::string _error;
   std::string _line;
