@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import Anthropic from '@anthropic-ai/sdk';
 
 const repo_root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const build_dir = path.resolve(process.env.SLUICE_BUILD_DIR ?? path.join(repo_root, 'build'));
@@ -334,4 +335,140 @@ test('SIGTERM ends it with exit code 0', async () => {
   const exited = new Promise((resolve) => mock.child.on('exit', (code, signal) => resolve({ code, signal })));
   mock.child.kill('SIGTERM');
   assert.deepEqual(await exited, { code: 0, signal: null });
+});
+
+// ---------------------------------------------------------------------------
+// Anthropic's Messages API on /v1/messages, read by the official SDK.
+
+const anthropic_client = (mock, apiKey = 'ak') => new Anthropic({ apiKey, baseURL: mock.url, maxRetries: 0 });
+const conversation = {
+  model: 'claude-any', max_tokens: 100, system: 'be brief',
+  messages: [{ role: 'user', content: [{ type: 'text', text: 'hello there world' }] }],
+};
+const weather_tools = [{ name: 'get_weather', description: 'weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }];
+
+// What the OpenAI chat path answers for the same conversation.
+async function chat_twin(mock, max_tokens) {
+  const res = await fetch(`${mock.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer ak' },
+    body: JSON.stringify({ max_tokens, messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hello there world' }] }),
+  });
+  return res.json();
+}
+
+test('the Anthropic SDK reads a non-stream message: the chat reply\'s text and counts, id from X-Request-Id', async () => {
+  const mock = await start_mock(['--reply-tokens', '4', '--api-key', 'ak']);
+  const client = anthropic_client(mock);
+  const message = await client.messages.create(conversation, { headers: { 'X-Request-Id': 'm1' } });
+  const twin = await chat_twin(mock, 100);
+  assert.equal(message.id, 'msg_m1');
+  assert.equal(message.type, 'message');
+  assert.equal(message.role, 'assistant');
+  assert.equal(message.model, 'mock-model');
+  assert.deepEqual(message.content, [{ type: 'text', text: twin.choices[0].message.content }]);
+  assert.equal(message.stop_reason, 'end_turn');
+  assert.equal(message.stop_sequence, null);
+  assert.deepEqual(message.usage, { input_tokens: twin.usage.prompt_tokens, output_tokens: twin.usage.completion_tokens });
+  assert.deepEqual(message.usage, { input_tokens: 4 + 2 + 4 + 3, output_tokens: 4 });
+  const cut = await client.messages.create({ ...conversation, max_tokens: 2 });
+  assert.equal(cut.content[0].text, 'tok0 tok1');
+  assert.equal(cut.stop_reason, 'max_tokens');
+  assert.equal(cut.usage.output_tokens, 2);
+});
+
+test('the Anthropic SDK reads a stream: text deltas, final message and usage', async () => {
+  const mock = await start_mock(['--reply-tokens', '5']);
+  const client = anthropic_client(mock);
+  const stream = client.messages.stream({ ...conversation, max_tokens: 3 }, { headers: { 'X-Request-Id': 's1' } });
+  const deltas = [];
+  const types = [];
+  stream.on('text', (delta) => deltas.push(delta));
+  stream.on('streamEvent', (event) => types.push(event.type));
+  const message = await stream.finalMessage();
+  assert.deepEqual(deltas, ['tok0', ' tok1', ' tok2']);
+  assert.deepEqual(types, ['message_start', 'content_block_start', 'content_block_delta', 'content_block_delta',
+    'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop']);
+  assert.equal(message.id, 'msg_s1');
+  assert.deepEqual(message.content, [{ type: 'text', text: 'tok0 tok1 tok2' }]);
+  assert.equal(message.stop_reason, 'max_tokens');
+  assert.deepEqual(message.usage, { input_tokens: 13, output_tokens: 3 });
+});
+
+test('a stream\'s raw events are Anthropic\'s, ping included, and end with the terminal chunk', async () => {
+  const mock = await start_mock(['--reply-tokens', '1']);
+  const raw = await exchange(mock.port, post('/v1/messages', { ...conversation, stream: true },
+    { 'anthropic-version': '2023-06-01', 'X-Request-Id': 'r' }), { until: ended });
+  const head = raw.slice(0, raw.indexOf('\r\n\r\n'));
+  assert.match(head, /content-type: text\/event-stream; charset=utf-8\r\ntransfer-encoding: chunked$/);
+  assert.deepEqual(dechunk(raw.slice(raw.indexOf('\r\n\r\n') + 4)).map((e) => e.split('\n')[0]), [
+    'event: message_start', 'event: content_block_start', 'event: ping', 'event: content_block_delta',
+    'event: content_block_stop', 'event: message_delta', 'event: message_stop']);
+});
+
+test('the Anthropic SDK reads a tool_use answer, whole and streamed', async () => {
+  const mock = await start_mock();
+  const client = anthropic_client(mock);
+  const request = { ...conversation, tools: weather_tools, messages: [{ role: 'user', content: 'What is the weather in Paris?' }] };
+  const message = await client.messages.create(request, { headers: { 'X-Request-Id': 't1' } });
+  assert.deepEqual(message.content, [{ type: 'tool_use', id: 'toolu_t1', name: 'get_weather', input: { city: 'Paris' } }]);
+  assert.equal(message.stop_reason, 'tool_use');
+  const stream = client.messages.stream(request, { headers: { 'X-Request-Id': 't2' } });
+  const pieces = [];
+  stream.on('inputJson', (partial) => pieces.push(partial));
+  const streamed = await stream.finalMessage();
+  assert.equal(pieces.length, 3);
+  assert.equal(pieces.join(''), '{"city":"Paris"}');
+  assert.deepEqual(streamed.content, [{ type: 'tool_use', id: 'toolu_t2', name: 'get_weather', input: { city: 'Paris' } }]);
+  assert.equal(streamed.stop_reason, 'tool_use');
+  assert.equal(streamed.usage.output_tokens, 3);
+  // Without tools the same words get text.
+  const plain = await client.messages.create({ ...request, tools: undefined });
+  assert.equal(plain.content[0].type, 'text');
+});
+
+test('--fail-after-tokens on a messages stream sends an error event the SDK raises', async () => {
+  const mock = await start_mock(['--fail-after-tokens', '2']);
+  const client = anthropic_client(mock);
+  const stream = client.messages.stream(conversation);
+  const deltas = [];
+  stream.on('text', (delta) => deltas.push(delta));
+  await assert.rejects(stream.finalMessage(), (err) => {
+    assert.ok(err instanceof Anthropic.APIError, `${err}`);
+    assert.equal(err.error?.error?.type ?? err.error?.type, 'overloaded_error');
+    return true;
+  });
+  assert.deepEqual(deltas, ['tok0', ' tok1']);
+});
+
+test('Anthropic\'s errors: key, version header, max_tokens, --fail-status', async () => {
+  const mock = await start_mock(['--api-key', 'ak']);
+  await assert.rejects(anthropic_client(mock, 'wrong').messages.create(conversation), Anthropic.AuthenticationError);
+  const bare = (body, headers) => fetch(`${mock.url}/v1/messages`, { method: 'POST', body: JSON.stringify(body), headers: { 'x-api-key': 'ak', ...headers } })
+    .then(async (r) => [r.status, await r.json()]);
+  const [status, body] = await bare(conversation, {});
+  assert.equal(status, 400);
+  assert.equal(body.type, 'error');
+  assert.equal(body.error.type, 'invalid_request_error');
+  assert.match(body.error.message, /anthropic-version/);
+  await assert.rejects(anthropic_client(mock).messages.create({ ...conversation, max_tokens: undefined }), Anthropic.BadRequestError);
+  for (const [code, type, cls] of [[529, 'overloaded_error', Anthropic.InternalServerError], [503, 'overloaded_error', Anthropic.InternalServerError],
+    [429, 'rate_limit_error', Anthropic.RateLimitError], [500, 'api_error', Anthropic.InternalServerError]]) {
+    const failing = await start_mock(['--fail-status', String(code)]);
+    await assert.rejects(anthropic_client(failing).messages.create(conversation), (err) => {
+      assert.ok(err instanceof cls, `${code}: ${err}`);
+      assert.equal(err.status, code);
+      assert.deepEqual(err.error.error.type, type);
+      return true;
+    });
+    failing.child.kill('SIGTERM');
+  }
+});
+
+test('a client that leaves a messages stream is logged as an abort', async () => {
+  const mock = await start_mock(['--tokens-per-sec', '200', '--reply-tokens', '1000']);
+  await exchange(mock.port, post('/v1/messages', { ...conversation, stream: true, max_tokens: 1000 },
+    { 'anthropic-version': '2023-06-01', 'X-Request-Id': 'left' }), { until: (s) => s.includes('tok0') });
+  const line = await mock.wait_line(/^abort request_id=msg_left /);
+  assert.match(line, /^abort request_id=msg_left tokens=\d+$/);
+  assert.ok(Number(line.split('=').at(-1)) < 1000);
 });
