@@ -235,6 +235,45 @@ export async function restart_mock_vllm_on(port, options = {}) {
 }
 
 // ---------------------------------------------------------------------------
+// mock-triton
+
+// Starts build/mock-triton (KServe v2 over gRPC) on an ephemeral port and
+// waits for its listening line. `address` is "127.0.0.1:PORT", for
+// @grpc/grpc-js clients.
+export async function start_mock_triton({
+  port = 0, ttft_ms, tokens_per_sec, reply_tokens, fail_after_tokens, fail_mode, fail_status,
+  model = mock_model, not_ready = false, extra_args = [],
+} = {}) {
+  const args = ['--port', String(port)];
+  const opt = (flag, value) => { if (value !== undefined && value !== null) args.push(flag, String(value)); };
+  opt('--ttft-ms', ttft_ms);
+  opt('--tokens-per-sec', tokens_per_sec);
+  opt('--reply-tokens', reply_tokens);
+  opt('--fail-after-tokens', fail_after_tokens);
+  opt('--fail-mode', fail_mode);
+  opt('--fail-status', fail_status);
+  opt('--model', model);
+  if (not_ready) args.push('--not-ready');
+  args.push(...extra_args);
+  const proc = new managed_process('mock-triton', program('mock-triton'), args);
+  let listening;
+  try {
+    listening = await proc.wait_for_line(/mock-triton listening on grpc:\/\/(127\.0\.0\.1:(\d+))/, { timeout_ms: bound_ms(10000) });
+  } catch (err) {
+    await proc.stop({ signal: 'SIGKILL' });
+    throw err;
+  }
+  return {
+    proc,
+    address: listening.match[1],
+    url: `grpc://${listening.match[1]}`,
+    port: Number(listening.match[2]),
+    model,
+    stop(opts) { return proc.stop(opts); },
+  };
+}
+
+// ---------------------------------------------------------------------------
 // sluice
 
 // A complete TOML config for tests: one group "default" accepting any model
