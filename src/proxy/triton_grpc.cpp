@@ -44,6 +44,17 @@ size_t write_grpc_timeout(char* out, uint64_t ms) noexcept {
   return static_cast<size_t>(w.p - out);
 }
 
+// A completion handler's hold on its connection: counted as an operation,
+// so nothing the handler sets off (a stream's end, the connection's
+// failure) frees the connection under it; let go at the handler's end.
+struct conn_hold {
+  h2_conn* c;
+  explicit conn_hold(h2_conn* conn) noexcept : c(conn) { ++c->ops; }
+  conn_hold(const conn_hold&) = delete;
+  conn_hold& operator=(const conn_hold&) = delete;
+  ~conn_hold() { c->adapter->let_go(c); }
+};
+
 exchange* stream_exchange(nghttp2_session* s, int32_t id) noexcept {
   return static_cast<exchange*>(nghttp2_session_get_stream_user_data(s, id));
 }
@@ -223,6 +234,15 @@ void triton_grpc::maybe_free(h2_conn* c) noexcept {
   delete c;
 }
 
+void triton_grpc::let_go(h2_conn* c) noexcept {
+  --c->ops;
+  if (c->closing && c->streams == 0) {
+    close_conn(c);
+  } else {
+    maybe_free(c);
+  }
+}
+
 bool triton_grpc::conn_gone(h2_conn* c) noexcept {
   --c->ops;
   if (!c->closing) return false;
@@ -234,6 +254,7 @@ bool triton_grpc::conn_gone(h2_conn* c) noexcept {
 }
 
 void triton_grpc::fail_conn(h2_conn* c, errc why) noexcept {
+  conn_hold hold(c);
   c->closing = true;
   if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
   if (c->streams_head != nullptr) _x.report_outcome(c->backend, true);
@@ -252,7 +273,6 @@ void triton_grpc::fail_conn(h2_conn* c, errc why) noexcept {
     a.conn_failed = why != errc::ok;
     if (!a.sending) advance(*x);
   }
-  maybe_free(c);
 }
 
 void triton_grpc::on_connect(shard::completion* op, const io_uring_cqe* cqe) {
@@ -262,6 +282,7 @@ void triton_grpc::on_connect(shard::completion* op, const io_uring_cqe* cqe) {
 
 void triton_grpc::on_connect_cqe(h2_conn* c, int res) noexcept {
   if (conn_gone(c)) return;
+  conn_hold hold(c);
   if (res < 0) {
     _metrics.at(metrics::stat::upstream_connect_errors).add();
     fail_conn(c, errc::upstream_connect);
@@ -284,6 +305,7 @@ void triton_grpc::on_send(shard::completion* op, const io_uring_cqe* cqe) {
 void triton_grpc::on_send_cqe(h2_conn* c, int res) noexcept {
   c->send_busy = false;
   if (conn_gone(c)) return;
+  conn_hold hold(c);
   if (res < 0) {
     fail_conn(c, errc::upstream_closed);
     return;
@@ -308,6 +330,7 @@ void triton_grpc::on_recv(shard::completion* op, const io_uring_cqe* cqe) {
 
 void triton_grpc::on_recv_cqe(h2_conn* c, int res) noexcept {
   if (conn_gone(c)) return;
+  conn_hold hold(c);
   if (res <= 0) {
     fail_conn(c, errc::upstream_closed);
     return;
@@ -333,7 +356,6 @@ void triton_grpc::on_recv_cqe(h2_conn* c, int res) noexcept {
   }
   submit_recv(c);
   flush(c);
-  if (c->closing && c->streams == 0) close_conn(c);
 }
 
 // ---------------------------------------------------------------------------
@@ -460,6 +482,7 @@ bool triton_grpc::open_stream(exchange& x, h2_conn* c) noexcept {
   grpc_attempt& a = x.grpc;
   a = grpc_attempt{};
   x.mem->body.len = 0;
+  x.mem->triton.reset({});  // the last exchange's reply is not this one's (start_reply sets it up)
   const config::backend_config& b = _cfg->backends[c->backend];
   char timeout[16];
   size_t tl = 0;

@@ -113,6 +113,12 @@ class triton_grpc final : public backend_adapter {
   // Returns: whether c no longer serves (then handled).
   bool conn_gone(h2_conn* c) noexcept;
 
+ public:
+  // A handler's hold ends (conn_hold): c closes or goes if it should.
+  void let_go(h2_conn* c) noexcept;
+
+ private:
+
   // Streams
   bool open_stream(exchange& x, h2_conn* c) noexcept;
   // The exchange lets go of its stream (RST_STREAM CANCEL when still open).

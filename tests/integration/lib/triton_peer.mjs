@@ -310,7 +310,7 @@ export async function start_triton_peer(script = {}) {
       }
       if (knobs.hang) return;
 
-      const plan = answer_plan(r, knobs, model_of());
+      const plan = answer_plan(r, knobs, knobs.model ?? model_of());
       let step = 0;
       const send_next = () => {
         if (ended) return;
