@@ -786,6 +786,9 @@ void triton_grpc::send_output(exchange& x, bool end_client) noexcept {
   }
   if (end_client) x.rsp.client_done = true;
   const iovec piece = frame_translated_batch(f, x.rsp.dechunk, end_client);
+  // The codec relays a response now (its send completions come back as
+  // on_sent), even when the whole reply came before it waited for one.
+  x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
   a.head_pending = false;
   a.sending = true;
   x.response_started = true;
