@@ -123,7 +123,8 @@ test('ServerReady and ModelReady answer true, ModelReady only for --model, and -
   const down = await start({ not_ready: true });
   assert.deepEqual(await unary(down.client, 'ServerReady', {}), { ready: false });
   assert.deepEqual(await unary(down.client, 'ModelReady', { name: 'mock-model' }), { ready: false });
-  await assert.rejects(unary(client, 'ServerLive', {}), (err) => err.code === grpc.status.UNIMPLEMENTED);
+  assert.deepEqual(await unary(down.client, 'ServerLive', {}), { live: true });
+  await assert.rejects(unary(client, 'ModelInfer', {}), (err) => err.code === grpc.status.UNIMPLEMENTED);
 });
 
 test('a vLLM-flavour stream: one token per response, finish reason and counts on the last, then the empty final response', async () => {

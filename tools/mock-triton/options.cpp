@@ -33,9 +33,11 @@ flags:
   --created UNIX         accepted as mock-vllm's; unused (no timestamps here)
   --help                 this text
 
-methods (/inference.GRPCInferenceService/...): ServerReady, ModelReady (true
-  for --model only), ModelStreamInfer (one ModelInferRequest per stream);
-  anything else is grpc-status 12 UNIMPLEMENTED.
+methods (/inference.GRPCInferenceService/...): ServerLive (always true),
+  ServerReady, ModelReady (true for --model only, any version),
+  ModelStreamInfer (one ModelInferRequest per stream; a model other than
+  --model gets Triton's "unknown model" error_message); anything else is
+  grpc-status 12 UNIMPLEMENTED.
 ModelStreamInfer inputs: text_input (BYTES) and stream (BOOL) always; an INT32
   max_tokens input makes it the TensorRT-LLM ensemble (flavour trtllm: output
   text_output only, shape [1,1]); otherwise the vLLM backend (flavour vllm:

@@ -380,7 +380,7 @@ void server::on_request_headers(connection& c, stream& s) {
     return;
   }
   std::string_view method = std::string_view(s.path).substr(k_service.size());
-  if (method != "ServerReady" && method != "ModelReady" && method != "ModelStreamInfer") {
+  if (method != "ServerLive" && method != "ServerReady" && method != "ModelReady" && method != "ModelStreamInfer") {
     submit_trailers_only(c, s, 12, "unknown method " + std::string(method));
     return;
   }
@@ -462,7 +462,9 @@ void server::respond_unary(connection& c, stream& s) {
     submit_trailers_only(c, s, 13, sluice::grpc::describe(status));
     return;
   }
-  bool ready = !_opts.not_ready;
+  // ServerLiveResponse{bool live = 1} has ServerReadyResponse's bytes; a
+  // server that is not ready is still live.
+  bool ready = s.path.ends_with("/ServerLive") || !_opts.not_ready;
   if (s.path.ends_with("/ModelReady")) {
     std::string_view name, version;
     if (decode_model_ready_request(f.message, name, version) != sluice::grpc::decode_status::ok) {
