@@ -1,6 +1,5 @@
 #include "codec.hpp"
 
-#include <cstring>
 
 #include "plan.hpp"  // mock-vllm's count_words
 #include "wire.hpp"  // mock-vllm's append_token_text
