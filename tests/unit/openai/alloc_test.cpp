@@ -11,6 +11,7 @@
 #include "sluice/openai/chat_template.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
+#include "sluice/openai/triton.hpp"
 
 using namespace sluice::openai;
 
@@ -102,6 +103,75 @@ TEST_SUITE("openai::allocation") {
       sluice::text_writer out(prompt, sizeof prompt);
       CHECK(render_chat_prompt(t, f, out, e));
     }
+    CHECK(sluice::test::allocations() == before);
+  }
+
+  TEST_CASE("a warm Triton request writer and stream translator allocate nothing") {
+    std::string chat =
+        R"({"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],)"
+        R"("max_tokens":9,"temperature":0.5,"top_p":0.9,"stop":["a","b"],"seed":3,"presence_penalty":0.1})";
+    const size_t chat_len = chat.size();
+    chat.append(simdjson::SIMDJSON_PADDING, '\0');
+    std::string completion = R"({"model":"m","prompt":"once","stop":"x","frequency_penalty":1})";
+    const size_t completion_len = completion.size();
+    completion.append(simdjson::SIMDJSON_PADDING, '\0');
+    request_reader reader(1 << 20);
+    request_fields f;
+    request_error e;
+    triton_request_writer writer;
+    std::string frame;
+    triton_request_options opts;
+    opts.model = "backend";
+    opts.request_id = "req";
+
+    sluice::grpc::stream_response piece;
+    piece.has_text_output = true;
+    piece.text_output = "Hello \"x\"\n";
+    piece.num_input_tokens = 4;
+    piece.num_output_tokens = 1;
+    piece.has_finish_reason = true;
+    piece.finish_reason = "None";
+    sluice::grpc::stream_response last = piece;
+    last.finish_reason = "stop";
+    last.has_final_response = last.final_response = true;
+    sluice::grpc::stream_response error;
+    error.error_message = "failed";
+    triton_stream stream;
+    std::string text;
+    char out[4096];
+
+    auto run = [&] {
+      size_t bytes = 0;
+      for (triton_flavor flavor : {triton_flavor::vllm, triton_flavor::trtllm}) {
+        opts.flavor = flavor;
+        CHECK(reader.read(endpoint::chat_completions, chat.data(), chat_len, 100, f, e));
+        CHECK(writer.write(opts, f, endpoint::chat_completions, frame, e));
+        bytes += frame.size();
+        CHECK(reader.read(endpoint::completions, completion.data(), completion_len, 100, f, e));
+        CHECK(writer.write(opts, f, endpoint::completions, frame, e));
+        bytes += frame.size();
+      }
+      for (endpoint kind : {endpoint::chat_completions, endpoint::completions}) {
+        const triton_reply_context ctx{"req", 1, "m", kind, true};
+        stream.reset(ctx);
+        for (int i = 0; i < 3; ++i) bytes += stream.feed(piece, out, sizeof out).written;
+        bytes += stream.feed(last, out, sizeof out).written;
+        stream.reset(ctx);
+        bytes += stream.feed(piece, out, sizeof out).written;
+        bytes += stream.feed(error, out, sizeof out).written;
+        stream.reset(ctx);
+        bytes += stream.feed(piece, out, sizeof out).written;
+        bytes += stream.finish(out, sizeof out).written;
+        stream.reset(ctx, &text);
+        for (int i = 0; i < 3; ++i) CHECK(stream.feed(piece, out, sizeof out).status == triton_stream_status::ok);
+        CHECK(stream.feed(last, out, sizeof out).status == triton_stream_status::ok);
+        bytes += stream.write_body(out, sizeof out).written;
+      }
+      return bytes;
+    };
+    const size_t warm = run();
+    const size_t before = sluice::test::allocations();
+    for (int i = 0; i < 50; ++i) CHECK(run() == warm);
     CHECK(sluice::test::allocations() == before);
   }
 }
