@@ -566,4 +566,39 @@ TEST_SUITE("openai::request_reader") {
     CHECK(o.param == "max_tokens");
     CHECK(read_body(reader, endpoint::chat_completions, chat(R"("max_tokens":32)"), 32).ok);
   }
+
+  TEST_CASE("sampling and output members are recorded as sent; null is absent") {
+    request_reader reader(max_body_bytes);
+    const outcome o = read_body(
+        reader, endpoint::chat_completions,
+        R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0.5,"top_p":null,)"
+        R"("stop":["a"],"seed":3,"presence_penalty":1,"frequency_penalty":-1,"tool_choice":"none",)"
+        R"("response_format":{"type":"text"},"logprobs":false,"top_logprobs":0,"n":2,"best_of":3})");
+    REQUIRE(o.ok);
+    const request_fields& f = o.fields;
+    CHECK(f.temperature.present);
+    CHECK(double(f.temperature.value) == 0.5);
+    CHECK_FALSE(f.top_p.present);
+    CHECK(f.stop.present);
+    CHECK(f.stop.value.is_array());
+    CHECK(int64_t(f.seed.value) == 3);
+    CHECK(int64_t(f.presence_penalty.value) == 1);
+    CHECK(int64_t(f.frequency_penalty.value) == -1);
+    CHECK(std::string_view(f.tool_choice.value) == "none");
+    CHECK(f.response_format.value.is_object());
+    CHECK(f.logprobs.present);
+    CHECK(f.top_logprobs.present);
+    CHECK_FALSE(f.function_call.present);
+    CHECK_FALSE(f.prompt.present);
+    CHECK(f.n == 2);
+    CHECK(f.best_of == 3);
+    CHECK(f.output_sequences == 3);
+
+    const outcome c = read_body(reader, endpoint::completions, R"({"model":"m","prompt":["p"]})");
+    REQUIRE(c.ok);
+    CHECK(c.fields.prompt.present);
+    CHECK(c.fields.prompt.value.is_array());
+    CHECK(c.fields.n == 1);
+    CHECK_FALSE(c.fields.temperature.present);
+  }
 }
