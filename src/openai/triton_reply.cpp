@@ -3,7 +3,9 @@
 // at a time,
 //   the first response        the role chunk (chat only)
 //   a non-empty text_output   a content chunk (chat) / a text chunk (completions)
-//   the end                   the finish chunk, the usage chunk when asked, [DONE]
+//   the end                   the finish reason on the last content chunk, or an
+//                             empty finish chunk when the last response has no
+//                             text; the usage chunk when asked; [DONE]
 //   an error_message          an error event, [DONE]
 // and for a non-stream client the text collected, then one body. The chunk
 // and body bytes are those of tools/mock-vllm/wire.cpp (vLLM's field order;
@@ -52,16 +54,19 @@ void event_suffix(writer& w, const triton_reply_context& ctx) {
   w.raw(is_chat(ctx) ? "]}\n\n" : "],\"usage\":null}\n\n");
 }
 
-void content_event(writer& w, const triton_reply_context& ctx, std::string_view text) {
+// A content chunk; `finish` non-empty makes it the last one, as vLLM puts
+// the finish reason on the chunk with the last text (then "stop_reason"
+// follows in chat chunks too).
+void content_event(writer& w, const triton_reply_context& ctx, std::string_view text, std::string_view finish) {
   event_prefix(w, ctx);
-  if (is_chat(ctx)) {
-    w.raw("{\"index\":0,\"delta\":{\"content\":");
-    w.str(text);
-    w.raw("},\"logprobs\":null,\"finish_reason\":null}");
+  w.raw(is_chat(ctx) ? "{\"index\":0,\"delta\":{\"content\":" : "{\"index\":0,\"text\":");
+  w.str(text);
+  w.raw(is_chat(ctx) ? "},\"logprobs\":null,\"finish_reason\":" : ",\"logprobs\":null,\"finish_reason\":");
+  if (finish.empty()) {
+    w.raw(is_chat(ctx) ? "null}" : "null,\"stop_reason\":null}");
   } else {
-    w.raw("{\"index\":0,\"text\":");
-    w.str(text);
-    w.raw(",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}");
+    w.str(finish);
+    w.raw(",\"stop_reason\":null}");
   }
   event_suffix(w, ctx);
 }
@@ -87,18 +92,16 @@ size_t triton_stream::body_bytes_max() const noexcept {
   return 1024 + escaped_bound(_ctx.request_id.size() + _ctx.model.size() + text);
 }
 
-// The end of a reply: the finish chunk, the usage chunk when asked, [DONE].
-void triton_stream::end(detail::bounded_sink& sink, std::string_view finish) noexcept {
+// The end of a reply: the finish chunk (unless the last content chunk
+// carried the finish reason: `finish_sent`), the usage chunk when asked,
+// [DONE]. An empty-content finish chunk is what vLLM writes when the last
+// token (EOS) decodes to nothing.
+void triton_stream::end(detail::bounded_sink& sink, std::string_view finish, bool finish_sent) noexcept {
   _state.done = true;
   _state.outcome.finish_reason = finish;
   if (_text != nullptr) return;
   writer w(sink);
-  event_prefix(w, _ctx);
-  w.raw(is_chat(_ctx) ? "{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":"
-                      : "{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":");
-  w.str(finish);
-  w.raw(",\"stop_reason\":null}");
-  event_suffix(w, _ctx);
+  if (!finish_sent) content_event(w, _ctx, "", finish);
   if (_ctx.include_usage) {
     // Dumped with exclude_none by vLLM: no prompt_tokens_details.
     event_prefix(w, _ctx);
@@ -152,6 +155,9 @@ triton_stream_result triton_stream::feed(const grpc::stream_response& r, char* o
       o.content_seen = true;
       if (!o.counted_by_backend) ++o.completion_tokens;
     }
+    std::string_view finish = finish_reason_of(r);
+    const bool ending = !finish.empty() || (r.has_final_response && r.final_response);
+    if (ending && finish.empty()) finish = "stop";  // TensorRT-LLM says none
     role_event(sink);
     if (!text.empty()) {
       if (_text != nullptr) {
@@ -159,13 +165,10 @@ triton_stream_result triton_stream::feed(const grpc::stream_response& r, char* o
         _text->append(text.data(), text.size());
       } else {
         writer w(sink);
-        content_event(w, _ctx, text);
+        content_event(w, _ctx, text, ending ? finish : std::string_view{});
       }
     }
-    const std::string_view finish = finish_reason_of(r);
-    if (!finish.empty() || (r.has_final_response && r.final_response)) {
-      end(sink, finish.empty() ? std::string_view("stop") : finish);
-    }
+    if (ending) end(sink, finish, !text.empty());
   }
   if (!sink.fits()) {
     // Only a stream client's events reach here (accumulate mode writes no
@@ -182,7 +185,7 @@ triton_stream_result triton_stream::finish(char* out, size_t cap) noexcept {
   const state saved = _state;
   detail::bounded_sink sink{out, cap};
   role_event(sink);
-  end(sink, "stop");
+  end(sink, "stop", false);
   if (!sink.fits()) {
     _state = saved;
     return {status::need_space, 0, sink.size};

@@ -35,7 +35,7 @@ struct triton_request_options {
   chat_template prompt_template;     // chat completions: how messages become the prompt
   std::string_view model;            // model_name on the wire: the group's backend_model or the client's
   std::string_view request_id;       // the request's id: ModelInferRequest.id
-  int64_t default_max_tokens = 256;  // when the client gave none (the group's default)
+  int64_t default_max_tokens = 256;  // >= 1: when the client gave none (the group's default)
 };
 
 // Shard-local, one per shard (once per request). Owns the scratch the
@@ -174,7 +174,7 @@ class triton_stream {
   };
 
   void role_event(detail::bounded_sink& sink) noexcept;
-  void end(detail::bounded_sink& sink, std::string_view finish) noexcept;
+  void end(detail::bounded_sink& sink, std::string_view finish, bool finish_sent) noexcept;
 
   triton_reply_context _ctx;
   std::string* _text = nullptr;  // accumulate mode

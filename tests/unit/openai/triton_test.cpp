@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "../../../tools/mock-vllm/wire.hpp"
@@ -474,10 +475,11 @@ TEST_SUITE("openai::triton_stream") {
       s.reset(ctx);
       stream_response first = text("tok0", 1);
       first.num_input_tokens = 5;
-      stream_response last = text(" tok1", 1, "stop");
+      // vLLM's stop by EOS: a last response with no text (EOS decodes to "").
+      stream_response last = text("", 1, "stop");
       last.num_input_tokens = 5;
       last.has_final_response = last.final_response = true;
-      const std::string got = feed_all(s, {first, last});
+      const std::string got = feed_all(s, {first, text(" tok1", 1), last});
 
       std::string prefix;
       mock_vllm::append_chunk_prefix(prefix, mock_vllm::endpoint::chat, "chatcmpl-req", 1700000000, "qwen");
@@ -487,18 +489,46 @@ TEST_SUITE("openai::triton_stream") {
       mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::chat, prefix, 0, false);
       mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::chat, prefix, 1, false);
       mock_vllm::append_stop_event(expected, scratch, mock_vllm::endpoint::chat, prefix);
-      if (include_usage) mock_vllm::append_usage_event(expected, scratch, prefix, {5, 2});
+      if (include_usage) mock_vllm::append_usage_event(expected, scratch, prefix, {5, 3});
       mock_vllm::append_done_events(expected);
       CHECK(got.size() > 600);
       CHECK(got == dechunk(expected));
       CHECK(s.done());
       CHECK(s.outcome().prompt_tokens == 5);
-      CHECK(s.outcome().completion_tokens == 2);
+      CHECK(s.outcome().completion_tokens == 3);
       CHECK(s.outcome().counted_by_backend);
       CHECK(s.outcome().content_seen);
       CHECK(s.outcome().finish_reason == "stop");
       char buf[64];
       CHECK(s.feed(final_empty(), buf, sizeof buf).status == triton_stream_status::ended);
+    }
+  }
+
+  TEST_CASE("the finish reason rides on the last text, as vLLM's length finish does") {
+    for (auto [kind, mock_kind, id] :
+         {std::tuple{endpoint::chat_completions, mock_vllm::endpoint::chat, "chatcmpl-req"},
+          std::tuple{endpoint::completions, mock_vllm::endpoint::completion, "cmpl-req"}}) {
+      triton_reply_context ctx = chat_ctx;
+      ctx.kind = kind;
+      ctx.include_usage = true;
+      triton_stream s;
+      s.reset(ctx);
+      stream_response first = text("tok0", 1);
+      first.num_input_tokens = 2;
+      stream_response last = text(" tok1", 1, "length");
+      last.has_final_response = last.final_response = true;
+      const std::string got = feed_all(s, {first, last});
+      std::string prefix;
+      mock_vllm::append_chunk_prefix(prefix, mock_kind, id, 1700000000, "qwen");
+      std::string expected;
+      std::string scratch;
+      if (kind == endpoint::chat_completions) mock_vllm::append_role_event(expected, scratch, prefix);
+      mock_vllm::append_token_event(expected, scratch, mock_kind, prefix, 0, false);
+      mock_vllm::append_token_event(expected, scratch, mock_kind, prefix, 1, true);
+      mock_vllm::append_usage_event(expected, scratch, prefix, {2, 2});
+      mock_vllm::append_done_events(expected);
+      CHECK(got == dechunk(expected));
+      CHECK(s.outcome().finish_reason == "length");
     }
   }
 
