@@ -115,4 +115,21 @@ struct stream_response {
 inline constexpr size_t k_outputs_max = 16;
 decode_status decode_stream_response(std::string_view message, stream_response& out) noexcept;
 
+// --- readiness: ServerReady and ModelReady (the health probe's RPCs) -------
+
+// ServerReadyRequest is empty: its frame is the 5-byte prefix alone.
+inline constexpr size_t k_server_ready_frame_bytes = k_frame_header_bytes;
+size_t encode_server_ready_frame(char* out, size_t cap) noexcept;
+
+// ModelReadyRequest { name = 1; version = 2; } behind its gRPC prefix
+// (empty strings left out, as protoc does). Returns: the bytes written, or
+// 0 when `cap` is too small.
+size_t model_ready_frame_bytes(std::string_view name, std::string_view version) noexcept;
+size_t encode_model_ready_frame(std::string_view name, std::string_view version, char* out, size_t cap) noexcept;
+
+// Reads ServerReadyResponse or ModelReadyResponse (both { bool ready = 1; };
+// absent means false, as in proto3). Returns: ok with `ready` set, or why
+// the bytes are malformed.
+decode_status decode_ready_response(std::string_view message, bool& ready) noexcept;
+
 }  // namespace sluice::grpc
