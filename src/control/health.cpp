@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "grpc_probe.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/net/socket.hpp"
@@ -17,7 +18,9 @@ namespace sluice::control {
 
 // One backend's prober: one probe in flight at a time, each on a fresh
 // connection (a probe must see what a new request would: refused, slow to
-// accept, or answering).
+// accept, or answering). An http:// backend gets GET /health (and a
+// /metrics scrape every other round); a grpc:// one gets KServe's
+// ServerReady and ModelReady over HTTP/2 (grpc_probe.hpp).
 struct health_checker::probe {
   struct io : shard::completion {
     probe* self = nullptr;
@@ -49,6 +52,11 @@ struct health_checker::probe {
   char scrape_request[320];
   size_t scrape_request_len = 0;
   std::string body;  // the scrape's reply (cold path: the control thread)
+  // grpc:// backends only: the HTTP/2 session, and what of its current
+  // output the kernel has sent (the view stays valid until the next
+  // next_send(), which waits for the send's CQE).
+  std::unique_ptr<grpc_ready_probe> grpc;
+  std::string_view grpc_out;
 
   explicit probe(const config::health_config& h) : health(h), params(h) {}
 };
@@ -64,6 +72,22 @@ const config::health_config& health_params(const config::config& cfg, uint32_t b
     }
   }
   return cfg.health;
+}
+
+// The model a grpc:// backend's ModelReady asks about: the first group's
+// backend_model ("" = ServerReady alone).
+std::string_view probe_model(const config::config& cfg, uint32_t b) {
+  for (const config::group_config& grp : cfg.groups) {
+    if (grp.removed) continue;
+    for (uint32_t gb : grp.backends) {
+      if (gb == b) return grp.backend_model;
+    }
+  }
+  return {};
+}
+
+void set_grpc_target(grpc_ready_probe& g, const config::config& cfg, uint32_t b, const config::health_config& h) {
+  g.set_target(cfg.backends[b].host_header, probe_model(cfg, b), h.timeout_ms);
 }
 
 }  // namespace
@@ -87,6 +111,10 @@ void health_checker::add_probe(uint32_t b) {
                              "GET /metrics HTTP/1.1\r\nhost: {}\r\nuser-agent: sluice-health\r\nconnection: close\r\n\r\n",
                              _cfg->backends[b].host_header);
   p->scrape_request_len = r3.size < sizeof p->scrape_request ? r3.size : sizeof p->scrape_request;
+  if (_cfg->backends[b].transport == config::backend_transport::grpc) {
+    p->grpc = std::make_unique<grpc_ready_probe>();
+    set_grpc_target(*p->grpc, *_cfg, b, p->params);
+  }
   _probes.push_back(std::move(p));
 }
 
@@ -101,6 +129,8 @@ void health_checker::reload(std::shared_ptr<const config::config> next) {
     probe& p = *_probes[b];
     p.params = health_params(*_cfg, b);
     p.health.set_params(p.params);
+    // Read when the next call is made; a call already made keeps its bytes.
+    if (p.grpc) set_grpc_target(*p.grpc, *_cfg, b, p.params);
   }
   // A backend back in the file starts afresh, as a new one does: up until
   // its probes or requests say otherwise (the shards had it down).
@@ -211,6 +241,7 @@ void health_checker::start_probe(probe& p, uint64_t now_ms) noexcept {
   p.done = false;
   p.reply_len = 0;
   p.body.clear();
+  p.grpc_out = {};
   p.deadline_ms = now_ms + p.params.timeout_ms;
   p.op.step = 0;
   io_uring_sqe* s = _r.sqe(&p.op);
@@ -237,23 +268,31 @@ void health_checker::finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept {
     }
     p.scrape = false;
     p.next_ms = now_ms;  // the health probe goes on at its own pace
-    if (p.ops == 0) {
-      ::close(p.fd);
-      p.fd = -1;
-      p.running = false;
-    }
+    if (p.ops == 0) close_probe(p);
     return;
+  }
+  if (p.grpc && !ok) {
+    log::debug("backend {}: probe failed: {}{}{}", _cfg->backends[p.backend].url, p.grpc->why_call(),
+               p.grpc->why_call().empty() ? "" : ": ", p.grpc->result() == grpc_ready_probe::outcome::pending
+                                                       ? std::string_view("timed out or connection failed")
+                                                       : p.grpc->why());
   }
   apply(p.backend, p.health.on_probe(ok, now_ms));
   p.next_ms = now_ms + p.params.interval_ms;
-  // A healthy backend's queue length is read right after every second probe.
-  p.scrape = ok && (p.rounds++ % 2 == 1);
+  // A healthy backend's queue length is read right after every second
+  // probe (vLLM's /metrics; a grpc:// backend has none to scrape).
+  p.scrape = ok && !p.grpc && (p.rounds++ % 2 == 1);
   if (p.scrape) p.next_ms = now_ms;
-  if (p.ops == 0) {
-    ::close(p.fd);
-    p.fd = -1;
-    p.running = false;
-  }
+  if (p.ops == 0) close_probe(p);
+}
+
+void health_checker::close_probe(probe& p) noexcept {
+  ::close(p.fd);
+  p.fd = -1;
+  p.running = false;
+  // Every send is back from the kernel: the session's buffers may go.
+  if (p.grpc) p.grpc->end();
+  p.grpc_out = {};
 }
 
 void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
@@ -262,15 +301,15 @@ void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
   --p.ops;
   const uint64_t now = h._r.now_ms();
   if (p.done) {
-    if (p.ops == 0) {
-      ::close(p.fd);
-      p.fd = -1;
-      p.running = false;
-    }
+    if (p.ops == 0) h.close_probe(p);
     return;
   }
   if (cqe->res < 0) {
     h.finish_probe(p, false, now);
+    return;
+  }
+  if (p.grpc) {
+    h.on_grpc_step(p, cqe->res, now);
     return;
   }
   switch (p.op.step) {
@@ -319,6 +358,56 @@ void health_checker::on_cqe(shard::completion* c, const io_uring_cqe* cqe) {
       return;
     }
   }
+}
+
+void health_checker::on_grpc_step(probe& p, int res, uint64_t now_ms) noexcept {
+  grpc_ready_probe& g = *p.grpc;
+  switch (p.op.step) {
+    case 0:  // connected: preface, SETTINGS, ServerReady
+      if (!g.begin()) {
+        finish_probe(p, false, now_ms);
+        return;
+      }
+      break;
+    case 1:  // sent: the rest of this output, if the kernel took part of it
+      p.grpc_out.remove_prefix(static_cast<size_t>(res) < p.grpc_out.size() ? static_cast<size_t>(res)
+                                                                             : p.grpc_out.size());
+      if (!p.grpc_out.empty()) {
+        io_uring_sqe* s = _r.sqe(&p.op);
+        io_uring_prep_send(s, p.fd, p.grpc_out.data(), p.grpc_out.size(), MSG_NOSIGNAL);
+        ++p.ops;
+        return;
+      }
+      break;
+    default:  // received
+      if (res == 0) {
+        g.on_peer_closed();
+      } else {
+        g.on_recv(std::string_view(p.reply, static_cast<size_t>(res)));
+      }
+      break;
+  }
+  // One operation at a time: everything the session has to say is sent
+  // before the next recv (a few small frames: the socket buffer takes them
+  // at once), and the answer is read until the outcome is decided.
+  if (g.result() == grpc_ready_probe::outcome::pending) {
+    p.grpc_out = g.next_send();
+    if (!p.grpc_out.empty()) {
+      p.op.step = 1;
+      io_uring_sqe* s = _r.sqe(&p.op);
+      io_uring_prep_send(s, p.fd, p.grpc_out.data(), p.grpc_out.size(), MSG_NOSIGNAL);
+      ++p.ops;
+      return;
+    }
+  }
+  if (g.result() == grpc_ready_probe::outcome::pending) {
+    p.op.step = 2;
+    io_uring_sqe* s = _r.sqe(&p.op);
+    io_uring_prep_recv(s, p.fd, p.reply, sizeof p.reply, 0);
+    ++p.ops;
+    return;
+  }
+  finish_probe(p, g.result() == grpc_ready_probe::outcome::ready, now_ms);
 }
 
 bool health_checker::may_eject(uint32_t backend) const noexcept {

@@ -1,6 +1,7 @@
 #pragma once
-// control: backend health on the control thread. Active probes
-// (GET /health over a fresh connection every interval) and the shards'
+// control: backend health on the control thread. Active probes (over a
+// fresh connection every interval: GET /health for http:// backends, gRPC
+// ServerReady + ModelReady for grpc:// ones) and the shards'
 // passive reports (connect failures, 5xx) feed one route::backend_health per
 // backend; every change becomes a ring-rebalancing message to all shards.
 #include <cstdint>
@@ -47,6 +48,10 @@ class health_checker {
   void add_probe(uint32_t backend);
   void start_probe(probe& p, uint64_t now_ms) noexcept;
   void finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept;
+  // The last operation is back: close the socket, free a gRPC session.
+  void close_probe(probe& p) noexcept;
+  // A grpc:// backend's probe, one completed connect/send/recv at a time.
+  void on_grpc_step(probe& p, int res, uint64_t now_ms) noexcept;
   void apply(uint32_t backend, route::health_event e) noexcept;
   // Whether ejecting `backend` keeps every group it serves within its
   // max_ejection_percent.
