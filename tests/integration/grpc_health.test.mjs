@@ -5,6 +5,7 @@
 // an implementation independent of sluice's. An http:// backend in the
 // same config is still probed with GET /health.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -56,18 +57,37 @@ async function start_grpc(port = 0) {
   }
 }
 
+// A TCP server that accepts and never answers: what each connection got
+// first, and whether the peer closed it.
+async function start_silent() {
+  const conns = [];
+  const server = net.createServer((socket) => {
+    const c = { socket, first: Buffer.alloc(0), closed: false };
+    conns.push(c);
+    socket.on('data', (d) => { if (c.first.length < 24) c.first = Buffer.concat([c.first, d]); });
+    socket.on('end', () => { c.closed = true; socket.end(); });
+    socket.on('error', () => { c.closed = true; });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, conns, port: server.address().port };
+}
+
 describe('health probes of a grpc:// backend', () => {
-  let grpc_server, grpc_port, grpc_url, mock, sluice;
+  let grpc_server, grpc_port, grpc_url, silent, silent_url, mock, sluice;
 
   before(async () => {
     ({ server: grpc_server, port: grpc_port } = await start_grpc());
     grpc_url = `grpc://127.0.0.1:${grpc_port}`;
+    silent = await start_silent();
+    silent_url = `grpc://127.0.0.1:${silent.port}`;
     mock = await start_mock_vllm();
     sluice = await start_sluice({
       config: gateway_config({
         tables: { health: { interval_ms: 100, timeout_ms: 1000, rise: 1, fall: 1 } },
         groups: [
           { name: 'triton', protocol: 'triton', models: ['tri-*'], backend_model: 'mock-model', backends: [grpc_url] },
+          { name: 'silent', protocol: 'triton', models: ['quiet-*'], backend_model: 'quiet', backends: [silent_url],
+            health: { timeout_ms: 300 } },
           { name: 'http', models: ['*'], backends: [mock.url] },
         ],
         keys: [{ id: 'k', key: 'key-k', groups: ['*'] }],
@@ -76,6 +96,8 @@ describe('health probes of a grpc:// backend', () => {
   });
   after(async () => {
     grpc_server?.forceShutdown();
+    silent?.server.close();
+    for (const c of silent?.conns ?? []) c.socket?.destroy();
     await stop_all(sluice, mock);
   });
 
@@ -156,5 +178,14 @@ describe('health probes of a grpc:// backend', () => {
     // Only probes and scrapes: no gRPC bytes went to the HTTP backend.
     for (const r of seen) assert.ok(r.method === 'GET' && ['/health', '/metrics'].includes(r.target), `${r.method} ${r.target}`);
     assert.equal((await backend(mock.url)).up, true);
+  });
+
+  it('a backend that accepts and never answers is down after the probe timeout; each probe has its own connection, closed after it', async () => {
+    await until_up(silent_url, false, 'no answer within 300 ms');
+    await poll(() => silent.conns.filter((c) => c.closed).length >= 3, { what: 'three probe connections closed by sluice' });
+    // Prior knowledge: every connection opens with the HTTP/2 client preface.
+    for (const c of silent.conns.filter((x) => x.closed)) {
+      assert.equal(c.first.subarray(0, 24).toString('latin1'), 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    }
   });
 });
