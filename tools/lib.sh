@@ -7,7 +7,7 @@ sluice_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sluice_packages=(
   build-essential g++ meson ninja-build pkg-config cmake
   liburing-dev libsimdjson-dev libmimalloc-dev libfmt-dev doctest-dev
-  libtomlplusplus-dev libxxhash-dev libssl-dev libnghttp2-dev node-llhttp protobuf-compiler
+  libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp protobuf-compiler
   nodejs npm curl python3
 )
 
