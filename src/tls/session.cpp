@@ -137,7 +137,7 @@ status session::fail_openssl(int ssl_result, std::string_view during) noexcept {
 }
 
 status session::feed(std::span<const char> ciphertext) {
-  if (_failed) return status::error;
+  if (_failed || _ssl == nullptr) return status::error;
   if (ciphertext.empty()) return status::ok;
   if (ciphertext.size() > input_space()) {
     char why[96];
@@ -156,7 +156,7 @@ size_t session::input_space() const noexcept {
 }
 
 status session::handshake() {
-  if (_failed) return status::error;
+  if (_failed || _ssl == nullptr) return status::error;
   if (SSL_is_init_finished(_ssl)) return status::ok;
   ERR_clear_error();
   int rc = SSL_do_handshake(_ssl);
@@ -167,7 +167,7 @@ status session::handshake() {
 bool session::handshake_done() const noexcept { return _ssl != nullptr && SSL_is_init_finished(_ssl); }
 
 io_result session::read(std::span<char> out) {
-  if (_failed) return {status::error, 0};
+  if (_failed || _ssl == nullptr) return {status::error, 0};
   if (out.empty()) return {status::ok, 0};
   ERR_clear_error();
   size_t n = 0;
@@ -178,7 +178,7 @@ io_result session::read(std::span<char> out) {
 }
 
 io_result session::write(std::span<const char> in) {
-  if (_failed) return {status::error, 0};
+  if (_failed || _ssl == nullptr) return {status::error, 0};
   size_t done = 0;
   while (done < in.size()) {
     // The ring's free space, so SSL_write never builds a record it cannot

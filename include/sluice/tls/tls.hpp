@@ -135,7 +135,8 @@ struct io_result {
 enum class application_protocol : uint8_t { http1_1, h2 };
 
 // Shard-local, one per downstream TLS connection: from accept until the
-// socket is closed. Move-only; nothing in it is shared with another shard.
+// socket is closed. Move-only (a moved-from session answers error);
+// nothing in it is shared with another shard.
 //
 // Output lifetime, for io_uring: pending_output() views bytes inside the
 // session's output ring. Those bytes do not move and are not overwritten
