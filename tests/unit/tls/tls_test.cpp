@@ -11,12 +11,14 @@
 #include <openssl/x509v3.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sluice/tls/tls.hpp"
@@ -95,6 +97,7 @@ void write_key(const std::string& path, EVP_PKEY* key, const char* pass = nullpt
 // The folder and its files live for the whole test run.
 struct pki {
   std::string dir, chain, leaf_only, key, other_key, encrypted_key, root;
+  std::string chain2;  // another leaf for the same key: what a renewed certificate looks like
 
   pki() {
     char tmpl[] = "/tmp/sluice-tls-test-XXXXXX";
@@ -106,6 +109,7 @@ struct pki {
     other_key = dir + "/other-key.pem";
     encrypted_key = dir + "/encrypted-key.pem";
     root = dir + "/root.pem";
+    chain2 = dir + "/chain2.pem";
     EVP_PKEY* root_key = EVP_EC_gen("P-256");
     EVP_PKEY* mid_key = EVP_EC_gen("P-256");
     EVP_PKEY* leaf_key = EVP_EC_gen("P-256");
@@ -113,6 +117,9 @@ struct pki {
     X509* root_cert = make_cert(root_key, "sluice test root", nullptr, nullptr, true);
     X509* mid_cert = make_cert(mid_key, "sluice test intermediate", root_cert, root_key, true);
     X509* leaf_cert = make_cert(leaf_key, "localhost", mid_cert, mid_key, false);
+    X509* renewed_cert = make_cert(leaf_key, "localhost", mid_cert, mid_key, false);
+    append_pem(chain2, renewed_cert);
+    append_pem(chain2, mid_cert);
     append_pem(chain, leaf_cert);
     append_pem(chain, mid_cert);
     append_pem(leaf_only, leaf_cert);
@@ -120,7 +127,7 @@ struct pki {
     write_key(key, leaf_key);
     write_key(other_key, stray_key);
     write_key(encrypted_key, leaf_key, "pass phrase");
-    for (X509* x : {root_cert, mid_cert, leaf_cert}) X509_free(x);
+    for (X509* x : {root_cert, mid_cert, leaf_cert, renewed_cert}) X509_free(x);
     for (EVP_PKEY* k : {root_key, mid_key, leaf_key, stray_key}) EVP_PKEY_free(k);
   }
   ~pki() { std::filesystem::remove_all(dir); }
@@ -453,6 +460,47 @@ TEST_SUITE("tls::session") {
     CHECK((cipher.find("GCM") != std::string::npos || cipher.find("CHACHA20") != std::string::npos));
   }
 
+  TEST_CASE("the intermediates come from the cert file: a leaf alone does not verify") {
+    tls::context_options o = test_pki().options();
+    o.cert_path = test_pki().leaf_only;
+    auto ctx = tls::context::load(o);
+    client c;
+    tls::session s(*ctx);
+    auto r = run_handshake(c, s);
+    CHECK(r.client == -1);
+    CHECK(c.errors.find("certificate verify failed") != std::string::npos);
+    CHECK(r.server == status::error);  // the client's alert
+  }
+
+  TEST_CASE("a reload: new connections get the new certificate, started ones finish on the old") {
+    auto serial_seen = [](client& c) {
+      X509* peer = SSL_get1_peer_certificate(c.ssl);
+      REQUIRE(peer != nullptr);
+      long serial = ASN1_INTEGER_get(X509_get0_serialNumber(peer));
+      X509_free(peer);
+      return serial;
+    };
+    auto old_ctx = tls::context::load(test_pki().options());
+    client early;
+    tls::session started(*old_ctx);
+    REQUIRE(early.step_handshake() == 0);
+    transfer(early, started);
+    REQUIRE(started.handshake() == status::want_read);  // mid-handshake at the reload
+
+    tls::context_options o = test_pki().options();
+    o.cert_path = test_pki().chain2;
+    auto new_ctx = tls::context::load(o, old_ctx.get());
+    old_ctx.reset();  // the listener now holds only the new one
+
+    connected(early, started);
+    client late;
+    tls::session fresh(*new_ctx);
+    connected(late, fresh);
+    CHECK(serial_seen(early) != serial_seen(late));
+    CHECK(server_to_client(early, started, "old", nullptr) == "old");
+    CHECK(server_to_client(late, fresh, "new", nullptr) == "new");
+  }
+
   TEST_CASE("ALPN: h2 first, http/1.1, none, or a fatal alert for only unknown ones") {
     tls::context_options o = test_pki().options();
     std::vector<std::string> offer;
@@ -588,6 +636,32 @@ TEST_SUITE("tls::session") {
       CHECK(resume(*reloaded));   // the reloaded one was not rotated
       SSL_SESSION_free(ticket);
     }
+  }
+
+  TEST_CASE("rotating ticket keys from another thread while handshakes run") {
+    auto ctx = tls::context::load(test_pki().options());
+    SSL_SESSION* ticket = nullptr;
+    {
+      client c;
+      tls::session s(*ctx);
+      connected(c, s);
+      ticket = take_ticket(c, s);
+    }
+    std::atomic<bool> stop{false};
+    std::thread control([&] {
+      while (!stop.load()) ctx->rotate_ticket_keys();
+    });
+    int done = 0;
+    for (int i = 0; i < 20; ++i) {
+      client c({.resume = ticket});
+      tls::session s(*ctx);
+      auto r = run_handshake(c, s);
+      done += r.server == status::ok && r.client == 1;
+    }
+    stop = true;
+    control.join();
+    CHECK(done == 20);  // resumed or not, each one completes
+    SSL_SESSION_free(ticket);
   }
 
   TEST_CASE("a connection outlives its context (a reload mid-connection)") {
