@@ -226,7 +226,8 @@ class session {
   char _reason[200] = {};
 };
 
-// kTLS (Linux 4.13 send, 4.17 receive; ChaCha20-Poly1305 5.11) with OpenSSL
+// kTLS (Linux 4.13 send, 4.17 receive, 5.1 TLS 1.3 and AES-256-GCM, 5.11
+// ChaCha20-Poly1305) with OpenSSL
 // 3.0: OpenSSL itself sets TCP_ULP "tls" and hands the keys to the kernel
 // when the cipher state changes, but only for an SSL whose BIO is a socket
 // (BIO_get_ktls_send / BIO_get_ktls_recv then say it took). A session on
@@ -249,7 +250,9 @@ bool ktls_available(std::string* why = nullptr);
 // After the handshake: what OpenSSL 3.0 would offload for this version and
 // cipher on a socket BIO: TLS 1.2 send and receive, TLS 1.3 send only (3.0
 // lacks the TLS 1.3 receive path); AES-128-GCM, AES-256-GCM, and
-// ChaCha20-Poly1305. The kernel's own support is ktls_available().
+// ChaCha20-Poly1305 (the last only where OpenSSL was built against kernel
+// headers that have it). The kernel's own support is ktls_available().
+// Returns: both false before the handshake is done.
 ktls_support ktls_fit(const session& s) noexcept;
 
 // Edge detection on a connection's first bytes, so a codec can answer at
