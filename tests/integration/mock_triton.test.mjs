@@ -142,12 +142,14 @@ test('a vLLM-flavour stream: one token per response, finish reason and counts on
   const { line } = await mock.proc.wait_for_line(/^request id=v1 /, { from: mark });
   assert.equal(line.text, 'request id=v1 model=mock-model flavour=vllm prompt_tokens=3');
 
-  // Without the empty final response and with max_tokens above the reply: "stop", no flag.
+  // Without the empty final response and with max_tokens above the reply:
+  // "stop", no flag, on the EOS step's response, which has no text (as
+  // vLLM's stream ends a reply stopped by EOS).
   const plain = await infer(client, vllm_request('v2', { max_tokens: 100 }));
-  assert.equal(plain.responses.length, 5);
+  assert.equal(plain.responses.length, 6);
   assert.ok(plain.responses.every((r) => r.final === undefined));
-  assert.equal(plain.responses[4].outputs.finish_reason, 'stop');
-  assert.equal(plain.responses[4].outputs.num_output_tokens, 5);
+  assert.equal(plain.responses[4].outputs.finish_reason, undefined);
+  assert.deepEqual(plain.responses[5].outputs, { text_output: '', finish_reason: 'stop', num_input_tokens: 3, num_output_tokens: 5 });
 });
 
 test('a vLLM-flavour request without streaming gets the whole text in one response, the prompt first unless excluded', async () => {

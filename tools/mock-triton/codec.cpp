@@ -310,8 +310,12 @@ bool make_stream_plan(simdjson::dom::parser& parser, const infer_request& reques
 
 uint32_t responses(const stream_plan& plan) noexcept {
   // A stream sends one response per token (at least one, for the extras);
-  // otherwise one with the whole text.
-  return plan.stream ? (plan.tokens > 0 ? plan.tokens : 1) : 1;
+  // otherwise one with the whole text. A vLLM stream that ends by EOS ends
+  // with the EOS step, which decodes to no text: a response of its own that
+  // carries the finish reason (vLLM's own stream does the same).
+  if (!plan.stream) return 1;
+  if (plan.kind == flavour::vllm && !plan.ends_by_length) return plan.tokens + 1;
+  return plan.tokens > 0 ? plan.tokens : 1;
 }
 
 void append_token_response(std::string& out, const stream_plan& plan, const response_head& head,
