@@ -195,7 +195,9 @@ TEST_SUITE("mock_triton::codec") {
   }
 
   TEST_CASE("without streaming one response holds the whole text, the prompt first unless excluded") {
-    auto p = plan_of(vllm_request(vllm_case{.text = "Hi ", .stream = false, .sampling = "{}", .extras = false}).bytes, 2);
+    // The plan's text_input views the request's bytes: the request stays.
+    const auto request = vllm_request(vllm_case{.text = "Hi ", .stream = false, .sampling = "{}", .extras = false});
+    auto p = plan_of(request.bytes, 2);
     REQUIRE(p.ok);
     std::string out;
     append_token_response(out, p.plan, response_head{"m", "1", "", false, false}, 0);
