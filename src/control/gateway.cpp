@@ -20,6 +20,8 @@
 #include "sluice/net/socket.hpp"
 #include "sluice/proxy/shard.hpp"
 
+#include "labels.hpp"
+
 namespace sluice::control {
 
 using proxy::control_message;
@@ -53,7 +55,10 @@ namespace {
 metrics::registry::names names_of(const config::config& c) {
   metrics::registry::names names;
   for (const auto& grp : c.groups) names.groups.push_back(grp.name);
-  for (const auto& b : c.backends) names.backends.push_back(b.url);
+  for (uint32_t b = 0; b < c.backends.size(); ++b) {
+    names.backends.push_back(c.backends[b].url);
+    names.backend_protocols.emplace_back(backend_protocol_label(c, b));
+  }
   for (const auto& k : c.keys) names.keys.push_back(k.id);
   return names;
 }
@@ -250,7 +255,13 @@ void gateway::drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failur
 
 void gateway::reload(std::shared_ptr<const config::config> next) {
   const size_t known = _metrics->label_names().backends.size();
-  SLUICE_VERIFY(_metrics->rename(names_of(*next)));
+  metrics::registry::names names = names_of(*next);
+  // A removed backend's series keep the protocol they were named with.
+  const std::vector<std::string>& had = _metrics->label_names().backend_protocols;
+  for (size_t b = 0; b < known && b < had.size(); ++b) {
+    if (next->backends[b].removed) names.backend_protocols[b] = had[b];
+  }
+  SLUICE_VERIFY(_metrics->rename(std::move(names)));
   for (size_t b = 0; b < next->backends.size(); ++b) {
     // New backends start up, as at start; removed ones read 0.
     if (next->backends[b].removed || b >= known) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "grpc_probe.hpp"
+#include "labels.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/net/socket.hpp"
@@ -196,6 +197,8 @@ void health_checker::render_metrics(std::string& out) const {
     if (_cfg->backends[b].removed) continue;
     out += "sluice_backend_draining{backend=\"";
     metrics::put_label_value(out, _cfg->backends[b].url);
+    out += "\",protocol=\"";
+    metrics::put_label_value(out, backend_protocol_label(*_cfg, b));
     fmt::format_to(std::back_inserter(out), "\"}} {}\n", _probes[b]->health.draining() ? 1 : 0);
   }
 }

@@ -245,7 +245,8 @@ void registry::render(std::string& out) const {
     return t;
   };
 
-  put_family(out, "sluice_requests_total", "counter", "Requests answered, by model group, backend and status code.");
+  put_family(out, "sluice_requests_total", "counter",
+             "Requests answered, by model group, backend (and its protocol) and status code.");
   for (size_t gi : group_rows) {
     for (size_t bi : backend_rows) {
       for (size_t ci = 0; ci < status_code_count; ++ci) {
@@ -255,6 +256,8 @@ void registry::render(std::string& out) const {
         put_label_value(out, name_or_none(_names.groups, gi));
         out += "\",backend=\"";
         put_label_value(out, name_or_none(_names.backends, bi));
+        out += "\",protocol=\"";
+        put_label_value(out, name_or_none(_names.backend_protocols, bi));
         out += "\",code=\"";
         if (ci + 1 < status_code_count) {
           fmt::format_to(it, "{}", status_codes[ci]);
@@ -322,6 +325,8 @@ void registry::render(std::string& out) const {
   for (size_t bi = 0; bi < _names.backends.size(); ++bi) {
     out += "sluice_backend_up{backend=\"";
     put_label_value(out, _names.backends[bi]);
+    out += "\",protocol=\"";
+    put_label_value(out, name_or_none(_names.backend_protocols, bi));
     fmt::format_to(it, "\"}} {}\n", _backend_up[bi].get());
   }
 

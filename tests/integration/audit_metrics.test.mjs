@@ -374,7 +374,9 @@ describe('/metrics', () => {
     } catch { /* the deepEqual below shows the difference */ }
     assert.deepEqual(sorted(actual_of(last)), sorted(expected));
     for (const s of samples(last.parsed, 'sluice_requests_total')) {
-      assert.deepEqual(Object.keys(s.labels).sort(), ['backend', 'code', 'group']);
+      assert.deepEqual(Object.keys(s.labels).sort(), ['backend', 'code', 'group', 'protocol']);
+      // A backend's series name its protocol; one no backend answered, none.
+      assert.equal(s.labels.protocol, s.labels.backend === '' ? '' : 'openai', JSON.stringify(s.labels));
     }
     return last;
   }
@@ -399,7 +401,7 @@ describe('/metrics', () => {
     }
     // Health and histograms.
     for (const b of backends) {
-      assert.deepEqual(samples(last.parsed, 'sluice_backend_up', { backend: b.url }).map((s) => s.value), [1], `sluice_backend_up ${b.url}`);
+      assert.deepEqual(samples(last.parsed, 'sluice_backend_up', { backend: b.url, protocol: 'openai' }).map((s) => s.value), [1], `sluice_backend_up ${b.url}`);
     }
     for (const h of ['sluice_ttft_seconds', 'sluice_request_duration_seconds']) {
       assert.equal(last.parsed.families.get(h)?.type, 'histogram', h);

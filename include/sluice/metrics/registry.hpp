@@ -163,6 +163,11 @@ class registry {
     std::vector<std::string> groups;    // config.groups[i].name
     std::vector<std::string> backends;  // config.backends[i].url
     std::vector<std::string> keys;      // config.keys[i].id
+    // Parallel to `backends`: the protocol its groups speak ("openai",
+    // "triton", "anthropic"), the `protocol` label of every series that
+    // names a backend (DESIGN.md §6a). Shorter than `backends` (or "") where
+    // not known: the label is then empty.
+    std::vector<std::string> backend_protocols;
   };
 
   struct room {

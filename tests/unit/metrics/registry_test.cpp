@@ -201,7 +201,10 @@ double sample(const exposition& x, const std::string& key) {
   return it->second;
 }
 
-registry::names small_names() { return registry::names{{"g0", "g1"}, {"http://b0:8000", "http://b1:8000"}, {"alice", "bob"}}; }
+// b0 speaks openai, b1 anthropic: every series naming a backend says so.
+registry::names small_names() {
+  return registry::names{{"g0", "g1"}, {"http://b0:8000", "http://b1:8000"}, {"alice", "bob"}, {"openai", "anthropic"}};
+}
 
 std::string render(const registry& r) {
   std::string out;
@@ -251,7 +254,7 @@ TEST_SUITE("metrics::registry") {
     CHECK(x.types.at("sluice_ttft_seconds") == "histogram");
     CHECK(x.types.at("sluice_inflight_requests") == "gauge");
     CHECK(sample(x, "sluice_tokens_total{group=\"g1\",kind=\"completion\"}") == 0);
-    CHECK(sample(x, "sluice_backend_up{backend=\"http://b1:8000\"}") == 0);
+    CHECK(sample(x, "sluice_backend_up{backend=\"http://b1:8000\",protocol=\"anthropic\"}") == 0);
     CHECK(sample(x, "sluice_ttft_seconds_count{group=\"g0\"}") == 0);
     CHECK(sample(x, "sluice_loop_cqes_total{shard=\"2\"}") == 0);
     CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 0);
@@ -272,8 +275,8 @@ TEST_SUITE("metrics::registry") {
     r.shard(0).quota_rejected(0, reject_reason::too_large);
     r.shard(2).inflight_sub();
     const exposition x = parse_exposition(render(r));
-    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b1:8000",code="200"})") == 6);
-    CHECK(sample(x, R"(sluice_requests_total{group="g1",backend="http://b0:8000",code="429"})") == 3);
+    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b1:8000",protocol="anthropic",code="200"})") == 6);
+    CHECK(sample(x, R"(sluice_requests_total{group="g1",backend="http://b0:8000",protocol="openai",code="429"})") == 3);
     CHECK(sample(x, R"(sluice_tokens_total{group="g1",kind="prompt"})") == 60);
     CHECK(sample(x, R"(sluice_tokens_total{group="g1",kind="completion"})") == 300);
     CHECK(sample(x, R"(sluice_tokens_total{group="g0",kind="prompt"})") == 0);
@@ -287,7 +290,7 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 42);
     CHECK(sample(x, R"(sluice_loop_poll_seconds_total{shard="1"})") == doctest::Approx(3.0));
     // Zero series of the sparse families are left out.
-    CHECK(x.samples.count(R"(sluice_requests_total{group="g0",backend="http://b0:8000",code="200"})") == 0);
+    CHECK(x.samples.count(R"(sluice_requests_total{group="g0",backend="http://b0:8000",protocol="openai",code="200"})") == 0);
     CHECK(x.samples.count(R"(sluice_quota_rejected_total{key="alice",reason="tokens"})") == 0);
   }
 
@@ -302,8 +305,8 @@ TEST_SUITE("metrics::registry") {
     r.shard(0).request_done(0, 0, 599);
     r.shard(0).request_done(0, 0, 499);
     const exposition x = parse_exposition(render(r));
-    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b0:8000",code="other"})") == 2);
-    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b0:8000",code="499"})") == 1);
+    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b0:8000",protocol="openai",code="other"})") == 2);
+    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b0:8000",protocol="openai",code="499"})") == 1);
   }
 
   TEST_CASE("requests without a group or backend get empty label values") {
@@ -313,8 +316,8 @@ TEST_SUITE("metrics::registry") {
     r.shard(0).observe_duration_us(none, 500);
     r.shard(0).tokens(none, 5, 0);
     const exposition x = parse_exposition(render(r));
-    CHECK(sample(x, R"(sluice_requests_total{group="",backend="",code="401"})") == 1);
-    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="",code="429"})") == 1);
+    CHECK(sample(x, R"(sluice_requests_total{group="",backend="",protocol="",code="401"})") == 1);
+    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="",protocol="",code="429"})") == 1);
     CHECK(sample(x, R"(sluice_request_duration_seconds_count{group=""})") == 1);
     CHECK(sample(x, R"(sluice_tokens_total{group="",kind="prompt"})") == 5);
     // The no-group histogram is left out while empty.
@@ -330,9 +333,9 @@ TEST_SUITE("metrics::registry") {
     const std::string text = render(r);
     CHECK(text.find("group=\"we\\\"ird\\\\name\\nline\"") != std::string::npos);
     const exposition x = parse_exposition(text);
-    CHECK(sample(x, "sluice_requests_total{group=\"" + odd + "\",backend=\"http://b\"0\",code=\"200\"}") == 1);
+    CHECK(sample(x, "sluice_requests_total{group=\"" + odd + "\",backend=\"http://b\"0\",protocol=\"\",code=\"200\"}") == 1);
     CHECK(sample(x, "sluice_quota_rejected_total{key=\"k\\ey\",reason=\"concurrency\"}") == 1);
-    CHECK(sample(x, "sluice_backend_up{backend=\"http://b\"0\"}") == 1);
+    CHECK(sample(x, "sluice_backend_up{backend=\"http://b\"0\",protocol=\"\"}") == 1);
   }
 
   TEST_CASE("histogram buckets are upper-inclusive, cumulative and exact in their sum") {
@@ -358,8 +361,8 @@ TEST_SUITE("metrics::registry") {
     r.set_backend_up(1, true);
     r.set_backend_up(1, false);
     const exposition x = parse_exposition(render(r));
-    CHECK(sample(x, R"(sluice_backend_up{backend="http://b0:8000"})") == 1);
-    CHECK(sample(x, R"(sluice_backend_up{backend="http://b1:8000"})") == 0);
+    CHECK(sample(x, R"(sluice_backend_up{backend="http://b0:8000",protocol="openai"})") == 1);
+    CHECK(sample(x, R"(sluice_backend_up{backend="http://b1:8000",protocol="anthropic"})") == 0);
   }
 
   TEST_CASE("shards writing concurrently with a scraper lose no increment") {
@@ -383,8 +386,8 @@ TEST_SUITE("metrics::registry") {
     for (; scrapes < 20; ++scrapes) parse_exposition(render(r));  // valid while written to
     for (auto& t : threads) t.join();
     const exposition x = parse_exposition(render(r));
-    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b0:8000",code="200"})") == shards * per_shard / 2);
-    CHECK(sample(x, R"(sluice_requests_total{group="g1",backend="http://b0:8000",code="200"})") == shards * per_shard / 2);
+    CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b0:8000",protocol="openai",code="200"})") == shards * per_shard / 2);
+    CHECK(sample(x, R"(sluice_requests_total{group="g1",backend="http://b0:8000",protocol="openai",code="200"})") == shards * per_shard / 2);
     CHECK(sample(x, R"(sluice_request_duration_seconds_count{group="g0"})") == shards * per_shard);
   }
 }
@@ -395,21 +398,21 @@ TEST_SUITE("metrics::registry reload") {
     r.shard(0).request_done(0, 0, 200);
     CHECK_FALSE(r.rename(registry::names{{"g", "h", "i"}, {"http://b0"}, {"alice"}}));  // no room for 2 more groups
     CHECK_FALSE(r.rename(registry::names{{}, {"http://b0"}, {"alice"}}));               // never shrinks
-    REQUIRE(r.rename(registry::names{{"g", "h"}, {"http://b0", "http://b1"}, {"alice", "bob", "alice"}}));
+    REQUIRE(r.rename(registry::names{{"g", "h"}, {"http://b0", "http://b1"}, {"alice", "bob", "alice"}, {"openai", "triton"}}));
     r.shard(1).request_done(1, 1, 200);
     r.shard(1).quota_rejected(0, reject_reason::requests);
     r.shard(0).quota_rejected(2, reject_reason::requests);  // alice again, re-limited: the same series
     r.set_backend_up(1, true);
     std::string out;
     r.render(out);
-    CHECK(out.find("sluice_requests_total{group=\"g\",backend=\"http://b0\",code=\"200\"} 1\n") != std::string::npos);
-    CHECK(out.find("sluice_requests_total{group=\"h\",backend=\"http://b1\",code=\"200\"} 1\n") != std::string::npos);
+    CHECK(out.find("sluice_requests_total{group=\"g\",backend=\"http://b0\",protocol=\"openai\",code=\"200\"} 1\n") != std::string::npos);
+    CHECK(out.find("sluice_requests_total{group=\"h\",backend=\"http://b1\",protocol=\"triton\",code=\"200\"} 1\n") != std::string::npos);
     CHECK(out.find("sluice_quota_rejected_total{key=\"alice\",reason=\"requests\"} 2\n") != std::string::npos);
-    CHECK(out.find("sluice_backend_up{backend=\"http://b1\"} 1\n") != std::string::npos);
+    CHECK(out.find("sluice_backend_up{backend=\"http://b1\",protocol=\"triton\"} 1\n") != std::string::npos);
     // A request with no group still lands on the `none` row.
     r.shard(0).request_done(sluice::metrics::none, sluice::metrics::none, 401);
     out.clear();
     r.render(out);
-    CHECK(out.find("sluice_requests_total{group=\"\",backend=\"\",code=\"401\"} 1\n") != std::string::npos);
+    CHECK(out.find("sluice_requests_total{group=\"\",backend=\"\",protocol=\"\",code=\"401\"} 1\n") != std::string::npos);
   }
 }
