@@ -1,7 +1,8 @@
 #pragma once
 // The `protocol` label of a backend's metric series (DESIGN.md §6a), for
 // the registry's names (gateway.cpp) and the health checker's own series
-// (health.cpp). Cold path: the control thread, at start and at reloads.
+// (health.cpp). Cold path: the control thread, at start, at reloads and
+// per scrape.
 #include <cstdint>
 #include <string_view>
 
