@@ -114,8 +114,17 @@ void triton_grpc::reload(const config::config& n) noexcept {
 
 h2_conn* triton_grpc::acquire(uint32_t backend, uint32_t open_max) noexcept {
   backend_conns& bc = _backends[backend];
-  for (h2_conn* c = bc.head; c != nullptr; c = c->hook.next) {
+  for (h2_conn* c = bc.head, *next = nullptr; c != nullptr; c = next) {
+    next = c->hook.next;  // close_conn below may free c
     if (c->closing) continue;
+    if (c->session != nullptr && nghttp2_session_check_request_allowed(c->session) == 0) {
+      // A GOAWAY came: the streams it still serves finish, a new one would
+      // be refused (and its exchange sent to the next backend, or a 503).
+      // The connection closes once its last stream ends.
+      c->closing = true;
+      if (c->streams == 0) close_conn(c);
+      continue;
+    }
     // The backend's SETTINGS_MAX_CONCURRENT_STREAMS (100 until it says).
     const uint32_t cap = c->session != nullptr
                              ? nghttp2_session_get_remote_settings(c->session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
@@ -683,8 +692,15 @@ void triton_grpc::advance(exchange& x) noexcept {
   openai::triton_stream& t = x.mem->triton;
   byte_buf& b = x.mem->body;
   byte_buf& f = x.mem->frame;
-  if (a.head_seen && a.http_status != 200 && !a.messages && a.grpc_status < 0 && a.closed) {
-    // Not a gRPC answer (a proxy's or a server's plain HTTP status).
+  if (a.head_seen && a.http_status != 200 && !a.messages && a.grpc_status < 0) {
+    // Not a gRPC answer (a proxy's or a server's plain HTTP status): its
+    // body (an HTML page, say) is no gRPC message and is not read; the
+    // status alone decides (PROTOCOL-HTTP2.md's mapping), at once. The
+    // stream lets go before it counts as closed (detach clears its user
+    // data and resets it only while open).
+    detach(x, true);
+    a.closed = true;
+    b.len = 0;
     a.grpc_status = a.http_status == 429 || a.http_status == 502 || a.http_status == 503 || a.http_status == 504
                         ? 14
                         : 2;
