@@ -55,6 +55,18 @@ struct conn_hold {
   ~conn_hold() { c->adapter->let_go(c); }
 };
 
+// Sluice's own words for an end that carried none (a reset, a missing
+// status, a plain HTTP status), in grpc-message's place: what the client's
+// error says. The parts are ASCII without '%' (nothing to percent-decode).
+void set_message(grpc_attempt& a, std::string_view first, std::string_view second = {},
+                 std::string_view third = {}) noexcept {
+  text_writer w(a.grpc_message, sizeof a.grpc_message);
+  w.put(first);
+  w.put(second);
+  w.put(third);
+  a.grpc_message_len = static_cast<uint8_t>(w.p - a.grpc_message);
+}
+
 exchange* stream_exchange(nghttp2_session* s, int32_t id) noexcept {
   return static_cast<exchange*>(nghttp2_session_get_stream_user_data(s, id));
 }
@@ -275,9 +287,7 @@ void triton_grpc::fail_conn(h2_conn* c, errc why) noexcept {
     a.closed = true;
     if (a.grpc_status < 0) {
       a.grpc_status = 14;
-      static constexpr std::string_view k_lost = "The backend closed the connection.";
-      std::memcpy(a.grpc_message, k_lost.data(), k_lost.size());
-      a.grpc_message_len = static_cast<uint8_t>(k_lost.size());
+      set_message(a, "The backend closed the connection.");
     }
     a.conn_failed = why != errc::ok;
     if (!a.sending) advance(*x);
@@ -428,10 +438,21 @@ int triton_grpc::on_frame_recv(nghttp2_session* s, const nghttp2_frame* frame, v
 int triton_grpc::on_stream_close(nghttp2_session* s, int32_t stream_id, uint32_t error_code, void* user) {
   exchange* x = stream_exchange(s, stream_id);
   if (x == nullptr) return 0;
-  x->grpc.closed = true;
-  // A reset with no status: the backend refused or cancelled the stream.
-  if (error_code != NGHTTP2_NO_ERROR && x->grpc.grpc_status < 0) {
-    x->grpc.grpc_status = error_code == NGHTTP2_REFUSED_STREAM ? 14 : 13;  // UNAVAILABLE : INTERNAL
+  grpc_attempt& a = x->grpc;
+  a.closed = true;
+  if (a.grpc_status < 0) {
+    if (error_code != NGHTTP2_NO_ERROR) {
+      // A reset with no status: the backend refused or cancelled the
+      // stream (REFUSED_STREAM: it never started; another backend may take it).
+      a.grpc_status = error_code == NGHTTP2_REFUSED_STREAM ? 14 : 13;  // UNAVAILABLE : INTERNAL
+      set_message(a, "The backend reset the stream (", nghttp2_http2_strerror(error_code), ").");
+    } else if (!a.head_seen || a.http_status == 200) {
+      // Ended without trailers, or trailers without grpc-status: the call's
+      // outcome is unknown, so it failed (PROTOCOL-HTTP2.md: a missing
+      // status is an error). A plain HTTP status is mapped in advance().
+      a.grpc_status = 13;  // INTERNAL
+      set_message(a, "The backend ended the stream without a gRPC status.");
+    }
   }
   static_cast<h2_conn*>(user)->adapter->mark_dirty(*x);
   return 0;
@@ -704,6 +725,11 @@ void triton_grpc::advance(exchange& x) noexcept {
     a.grpc_status = a.http_status == 429 || a.http_status == 502 || a.http_status == 503 || a.http_status == 504
                         ? 14
                         : 2;
+    char status[8];
+    text_writer w(status, sizeof status);
+    w.put_int(a.http_status);
+    set_message(a, "The backend answered HTTP ", std::string_view(status, static_cast<size_t>(w.p - status)),
+                " without a gRPC status.");
   }
   if (a.head_seen && !a.closed) x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
   // Whole messages, in order.
