@@ -208,7 +208,10 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
   });
 
   async function run(stream, steps, closed, mark_ours) {
-    let wants_trailers = steps.some((s) => s.trailers);
+    // Headers go out wanting trailers unless the script ends on DATA: node
+    // then sends no END_STREAM of its own (a reset stays a bare RST_STREAM
+    // instead of an end followed by one).
+    const wants_trailers = !steps.some((s) => s.end && !s.headers);
     for (const step of steps) {
       if (stream.destroyed || stream.closed) return;
       if (step.headers) {
@@ -222,7 +225,6 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
         stream.end();
       } else if (step.end) {
         mark_ours();
-        wants_trailers = false;
         stream.end();
       } else if (step.rst !== undefined) {
         mark_ours();
