@@ -415,6 +415,9 @@ int triton_grpc::on_data_chunk(nghttp2_session* s, uint8_t, int32_t stream_id, c
   // plus one message at most.
   if (static_cast<uint64_t>(b.len) + len > k_message_bytes_max + k_stream_window_bytes ||
       !b.reserve(static_cast<size_t>(b.len) + len)) {
+    // Sluice's reset, not the backend's: the status says so before the close.
+    x->grpc.grpc_status = 13;  // INTERNAL
+    set_message(x->grpc, "The backend sent more than sluice buffers for one stream.");
     return nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_INTERNAL_ERROR) == 0
                ? 0
                : NGHTTP2_ERR_CALLBACK_FAILURE;
