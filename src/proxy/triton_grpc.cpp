@@ -705,7 +705,8 @@ void triton_grpc::take_outcome(exchange& x) noexcept {
   s.content_events = static_cast<uint32_t>(o.completion_tokens);
   if (o.content_seen && x.first_token_ms == 0) x.first_token_ms = _s.now_ms();
   const size_t n = o.finish_reason.size() < sizeof s.finish_reason ? o.finish_reason.size() : sizeof s.finish_reason;
-  std::memcpy(s.finish_reason, o.finish_reason.data(), n);
+  // No finish reason yet is an empty view whose data() may be null, which memcpy must not get.
+  if (n != 0) std::memcpy(s.finish_reason, o.finish_reason.data(), n);
   s.finish_reason_len = static_cast<uint8_t>(n);
 }
 
@@ -774,7 +775,7 @@ void triton_grpc::advance(exchange& x) noexcept {
       // Accumulate mode: the error ends the reply (a 502, nothing sent yet).
       char msg[192];
       const size_t ml = r.error_message.size() < sizeof msg ? r.error_message.size() : sizeof msg;
-      std::memcpy(msg, r.error_message.data(), ml);
+      if (ml != 0) std::memcpy(msg, r.error_message.data(), ml);  // failed may come without words
       conclude_error(x, 502, std::string_view(msg, ml), false);
       return;
     }
