@@ -433,6 +433,11 @@ int triton_grpc::on_frame_recv(nghttp2_session* s, const nghttp2_frame* frame, v
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
   exchange* x = stream_exchange(s, frame->hd.stream_id);
   if (x == nullptr) return 0;
+  if (x->grpc.http_status >= 100 && x->grpc.http_status < 200) {
+    // An informational (1xx) head: the response's own comes after it.
+    x->grpc.http_status = 0;
+    return 0;
+  }
   x->grpc.head_seen = true;
   static_cast<h2_conn*>(user)->adapter->mark_dirty(*x);
   return 0;
