@@ -210,6 +210,13 @@ describe('a gRPC backend that sends bad input', () => {
     await served_after();
   });
 
+  it('a 1xx informational HEADERS before the response is passed over', async () => {
+    be.set(() => [{ informational: { ':status': 103, link: '</x>; rel=preload' } }, { ping: true }, ...ok_steps(['early', ' hints'])]);
+    const r = await sdk.chat.completions.create({ model: 'raw', messages });
+    assert.equal(r.choices[0].message.content, 'early hints');
+    await served_after();
+  });
+
   it('RST_STREAM REFUSED_STREAM before headers is retried on the other backend (503 with none left)', async () => {
     const refused = refuses.requests.length;
     for (let i = 0; i < 4; ++i) {

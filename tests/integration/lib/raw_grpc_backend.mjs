@@ -142,6 +142,7 @@ function request_fields(message) {
 // order; async steps are awaited). request: {headers, bytes (the request
 // body's length), message_bytes (what its gRPC prefix says), model_name, id,
 // index}. Steps:
+//   {informational: {...}}           a 1xx HEADERS before the response's own
 //   {headers: {...}}                 respond (trailers allowed later)
 //   {headers: {...}, end: true}      respond with END_STREAM (trailers-only)
 //   {data: Buffer}                   DATA, handed to the session before the next step
@@ -152,6 +153,8 @@ function request_fields(message) {
 //                                    NO_ERROR the script goes on (last_stream 'this':
 //                                    this stream is still served), else the session goes
 //   {destroy_session: true}          the connection goes (no GOAWAY, no RST)
+//   {ping: true}                     PING, and wait for sluice's ACK: what came before
+//                                    was read on its own
 //   {hold: true}                     nothing more until sluice closes the stream
 // Resolves {url, port, requests, closes, cancels, set(script), wait_for, stop}.
 // `closes` holds {id, rst_code, by_peer} for each stream's end; `cancels`
@@ -214,7 +217,9 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
     const wants_trailers = !steps.some((s) => s.end && !s.headers);
     for (const step of steps) {
       if (stream.destroyed || stream.closed) return;
-      if (step.headers) {
+      if (step.informational) {
+        stream.additionalHeaders(step.informational);
+      } else if (step.headers) {
         stream.respond(step.headers, { endStream: Boolean(step.end), waitForTrailers: wants_trailers && !step.end });
         if (step.end) mark_ours();
       } else if (step.data) {
@@ -240,6 +245,9 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
       } else if (step.destroy_session) {
         mark_ours();
         stream.session.destroy();
+      } else if (step.ping) {
+        // sluice's ACK comes after it has read (and acted on) all before it.
+        await new Promise((resolve) => stream.session.ping(() => resolve()));
       } else if (step.hold) {
         await closed;
       }
