@@ -119,6 +119,13 @@ describe('a gRPC backend that sends bad input', () => {
 
   it('a truncated gRPC frame, then trailers OK', async () => {
     await after_tokens([{ data: truncated }, { trailers: { 'grpc-status': '0' } }], cannot_read);
+    // What the backend got: a gRPC call, one whole ModelInferRequest.
+    const req = be.requests.at(-1);
+    assert.equal(req.headers[':path'], '/inference.GRPCInferenceService/ModelStreamInfer');
+    assert.equal(req.headers['content-type'], 'application/grpc');
+    assert.equal(req.headers.te, 'trailers');
+    assert.equal(req.bytes, 5 + req.message_bytes);
+    assert.equal(req.model_name, 'm');
   });
 
   it('a truncated gRPC frame, then the stream resets', async () => {
