@@ -261,6 +261,26 @@ describe('a gRPC backend that sends bad input', () => {
     await after_tokens([{ goaway: h2.NGHTTP2_PROTOCOL_ERROR, last_stream: 0 }], conn_closed);
   });
 
+  it('a graceful GOAWAY with three streams in flight: all three finish, the next request opens a new connection', async () => {
+    const base = be.requests.length;
+    const all_in = be.wait_for('requests', base + 3, bound_ms(5000));
+    be.set((req) => {
+      const steps = [{ headers: grpc_headers }, { data: grpc_frame(token_message('a')) }, { wait: all_in }];
+      if (req.index === base + 2) {
+        const last = Math.max(...be.requests.slice(base, base + 3).map((r) => r.stream_id));
+        steps.push({ goaway: h2.NGHTTP2_NO_ERROR, last_stream: last });
+      }
+      steps.push({ data: grpc_frame(token_message('b', { final: true })) }, { trailers: { 'grpc-status': '0' } });
+      return steps;
+    });
+    const texts = await Promise.all([0, 1, 2].map(async () => {
+      const r = await sdk.chat.completions.create({ model: 'raw', messages });
+      return r.choices[0].message.content;
+    }));
+    assert.deepEqual(texts, ['ab', 'ab', 'ab']);
+    await served_after();
+  });
+
   it('the session destroyed mid-stream', async () => {
     await after_tokens([{ destroy_session: true }], conn_closed);
   });

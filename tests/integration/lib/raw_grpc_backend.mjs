@@ -139,9 +139,9 @@ function request_fields(message) {
 // The server
 
 // `script(request)` returns the steps for one stream (an array, run in
-// order; async steps are awaited). request: {headers, bytes (the request
-// body's length), message_bytes (what its gRPC prefix says), model_name, id,
-// index}. Steps:
+// order). request: {headers, bytes (the request body's length),
+// message_bytes (what its gRPC prefix says), model_name, id, index,
+// stream_id}. Steps:
 //   {informational: {...}}           a 1xx HEADERS before the response's own
 //   {headers: {...}}                 respond (trailers allowed later)
 //   {headers: {...}, end: true}      respond with END_STREAM (trailers-only)
@@ -153,6 +153,7 @@ function request_fields(message) {
 //                                    NO_ERROR the script goes on (last_stream 'this':
 //                                    this stream is still served), else the session goes
 //   {destroy_session: true}          the connection goes (no GOAWAY, no RST)
+//   {wait: promise}                  nothing more until it settles (a barrier between streams)
 //   {ping: true}                     PING, and wait for sluice's ACK: what came before
 //                                    was read on its own
 //   {hold: true}                     nothing more until sluice closes the stream
@@ -191,7 +192,7 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
     stream.on('data', (d) => chunks.push(d));
     stream.on('end', async () => {
       const body = Buffer.concat(chunks);
-      const request = { headers, bytes: body.length, index: requests.length };
+      const request = { headers, bytes: body.length, index: requests.length, stream_id: stream.id };
       if (body.length >= 5) {
         request.message_bytes = body.readUInt32BE(1);
         try {
@@ -245,6 +246,8 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
       } else if (step.destroy_session) {
         mark_ours();
         stream.session.destroy();
+      } else if (step.wait) {
+        await step.wait;
       } else if (step.ping) {
         // sluice's ACK comes after it has read (and acted on) all before it.
         await new Promise((resolve) => stream.session.ping(() => resolve()));
