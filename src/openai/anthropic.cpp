@@ -1,6 +1,7 @@
 // openai: Anthropic Messages replies -> OpenAI chat completions replies, the
-// non-stream body and error bodies (cold path: once per reply). The body
-// takes vLLM's field order and shape so the client cannot tell backends apart.
+// non-stream body (chat.completion, or text_completion for legacy
+// completions) and error bodies (cold path: once per reply). The body takes
+// vLLM's field order and shape so the client cannot tell backends apart.
 #include "anthropic_map.hpp"
 #include "sluice/openai/anthropic.hpp"
 #include "sluice/openai/error.hpp"
@@ -82,7 +83,19 @@ bool anthropic_response_to_openai(std::string_view body, const anthropic_reply_c
 
   detail::string_sink sink{out};
   detail::json_writer w(sink);
-  detail::reply_prefix(w, ctx, "chat.completion");
+  if (!detail::is_chat(ctx)) {
+    // A completion has text only: tool_use blocks (which a request without
+    // tools does not get) are dropped.
+    detail::completion_body_begin(w, ctx);
+    w.raw("\"");
+    for (element block : content) {
+      if (get_string(block, "type") == "text") w.escaped(get_string(block, "text"));
+    }
+    w.raw("\"");
+    detail::completion_body_end(w, outcome.finish_reason, outcome.prompt_tokens, outcome.completion_tokens);
+    return true;
+  }
+  detail::reply_prefix(w, ctx, false);
   w.raw("{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
   uint32_t texts = 0;
   for (element block : content) {
@@ -104,15 +117,7 @@ bool anthropic_response_to_openai(std::string_view body, const anthropic_reply_c
     w.str(block["input"].get(input) == simdjson::SUCCESS ? simdjson::to_string(input) : "{}");
     w.raw("}}");
   }
-  w.raw("],\"reasoning_content\":null},\"logprobs\":null,\"finish_reason\":");
-  if (outcome.finish_reason.empty()) {
-    w.raw("null");
-  } else {
-    w.str(outcome.finish_reason);
-  }
-  w.raw(",\"stop_reason\":null}],\"service_tier\":null,\"system_fingerprint\":null,\"usage\":");
-  detail::usage_object(w, outcome.prompt_tokens, outcome.completion_tokens, true);
-  w.raw(",\"prompt_logprobs\":null,\"kv_transfer_params\":null}");
+  detail::chat_body_end(w, outcome.finish_reason, outcome.prompt_tokens, outcome.completion_tokens);
   return true;
 }
 

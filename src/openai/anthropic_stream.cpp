@@ -1,5 +1,7 @@
 // openai: an Anthropic Messages SSE stream -> the OpenAI chunk sequence vLLM
-// writes, one event at a time. Anthropic's events and what each becomes:
+// writes, one event at a time (for legacy completions, text_completion
+// chunks: no role chunk, tool blocks dropped). Anthropic's events and what
+// each becomes:
 //   message_start        usage.input_tokens; the role chunk
 //   content_block_start  text: nothing (its text comes in deltas);
 //                        tool_use: the tool call's first chunk (id, name)
@@ -34,24 +36,11 @@ int64_t get_int(element obj, std::string_view key, int64_t fallback) noexcept {
   return obj[key].get_int64().get(v) == simdjson::SUCCESS ? v : fallback;
 }
 
-void chunk_begin(writer& w, const anthropic_reply_context& ctx) noexcept {
-  w.raw("data: ");
-  detail::reply_prefix(w, ctx, "chat.completion.chunk");
-}
-
 // A tool-call chunk up to its function's fields: {"index":<tool>, ... "function":{
 void tool_chunk_begin(writer& w, const anthropic_reply_context& ctx, int16_t tool) noexcept {
-  chunk_begin(w, ctx);
+  detail::chunk_prefix(w, ctx);
   w.raw("{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":");
   w.num(int64_t{tool});
-}
-
-// A chunk with one choice whose delta is the content `text`.
-void content_chunk(writer& w, const anthropic_reply_context& ctx, std::string_view text) noexcept {
-  chunk_begin(w, ctx);
-  w.raw("{\"index\":0,\"delta\":{\"content\":");
-  w.str(text);
-  w.raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
 }  // namespace
@@ -76,9 +65,7 @@ void anthropic_stream::role_chunk(detail::bounded_sink& sink) noexcept {
   if (_state.role_sent) return;
   _state.role_sent = true;
   writer w(sink);
-  chunk_begin(w, _ctx);
-  w.raw("{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-        "\"finish_reason\":null}]}\n\n");
+  detail::role_chunk(w, _ctx);  // chat only
 }
 
 // A content block's index, checked against the tool map's bound: -1 when out of it.
@@ -96,8 +83,8 @@ bool anthropic_stream::on_block_start(element root, detail::bounded_sink& sink) 
   std::string_view type = get_string(block, "type");
   if (type == "text") {
     std::string_view text = get_string(block, "text");
-    if (!text.empty()) content_chunk(w, _ctx, text);
-  } else if (type == "tool_use") {
+    if (!text.empty()) detail::text_chunk(w, _ctx, text, {});
+  } else if (type == "tool_use" && detail::is_chat(_ctx)) {  // a completion is text only
     if (_state.tools == INT16_MAX) return false;  // only a broken stream restarts blocks this often
     const int16_t tool = _state.tools++;
     _state.block_tool[static_cast<size_t>(index)] = tool;
@@ -120,8 +107,8 @@ bool anthropic_stream::on_block_delta(element root, detail::bounded_sink& sink) 
   std::string_view type = get_string(delta, "type");
   if (type == "text_delta") {
     std::string_view text = get_string(delta, "text");
-    if (!text.empty()) content_chunk(w, _ctx, text);
-  } else if (type == "input_json_delta") {
+    if (!text.empty()) detail::text_chunk(w, _ctx, text, {});
+  } else if (type == "input_json_delta" && detail::is_chat(_ctx)) {
     const int16_t tool = _state.block_tool[static_cast<size_t>(index)];
     if (tool < 0) return false;  // arguments for a block that is not a tool call
     std::string_view fragment = get_string(delta, "partial_json");
@@ -152,20 +139,14 @@ void anthropic_stream::on_message_delta(element root, detail::bounded_sink& sink
   role_chunk(sink);
   _state.finish_reason = finish;
   writer w(sink);
-  chunk_begin(w, _ctx);
-  w.raw("{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":");
-  w.str(finish);
-  w.raw(",\"stop_reason\":null}]}\n\n");
+  // Anthropic says why it stopped after the last text: an empty chunk
+  // carries the finish, as vLLM's finish by EOS does.
+  detail::text_chunk(w, _ctx, "", finish);
 }
 
 void anthropic_stream::on_message_stop(detail::bounded_sink& sink) noexcept {
   writer w(sink);
-  if (_ctx.include_usage) {
-    chunk_begin(w, _ctx);
-    w.raw("],\"usage\":");
-    detail::usage_object(w, _state.prompt_tokens, _state.completion_tokens, false);
-    w.raw("}\n\n");
-  }
+  if (_ctx.include_usage) detail::usage_chunk(w, _ctx, _state.prompt_tokens, _state.completion_tokens);
   w.raw("data: [DONE]\n\n");
   _state.done = true;
 }

@@ -13,8 +13,8 @@
 // Also the gRPC status -> OpenAI error mapping (cold path).
 #include <cstring>
 
-#include "anthropic_map.hpp"
 #include "json_writer.hpp"
+#include "reply_writer.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/triton.hpp"
 
@@ -23,12 +23,6 @@ namespace sluice::openai {
 namespace {
 
 using writer = detail::json_writer<detail::bounded_sink>;
-
-bool is_chat(const triton_reply_context& ctx) noexcept { return ctx.kind == endpoint::chat_completions; }
-
-std::string_view id_prefix(const triton_reply_context& ctx) noexcept {
-  return is_chat(ctx) ? "chatcmpl-" : "cmpl-";
-}
 
 // vLLM's finish reasons as its server passes them on (stop, length, abort);
 // anything else a backend says ends the reply as a stop. Empty and "None"
@@ -40,35 +34,6 @@ std::string_view finish_reason_of(const grpc::stream_response& r) noexcept {
   if (f == "length") return "length";
   if (f == "abort") return "abort";
   return "stop";
-}
-
-void event_prefix(writer& w, const triton_reply_context& ctx) {
-  w.raw("data: ");
-  detail::reply_prefix(w, id_prefix(ctx), ctx.request_id, ctx.created_s, ctx.model,
-                       is_chat(ctx) ? "chat.completion.chunk" : "text_completion");
-}
-
-// Closes a chunk's choices array and the chunk: completion chunks carry
-// "usage":null (vLLM dumps them with exclude_unset=False), chat chunks not.
-void event_suffix(writer& w, const triton_reply_context& ctx) {
-  w.raw(is_chat(ctx) ? "]}\n\n" : "],\"usage\":null}\n\n");
-}
-
-// A content chunk; `finish` non-empty makes it the last one, as vLLM puts
-// the finish reason on the chunk with the last text (then "stop_reason"
-// follows in chat chunks too).
-void content_event(writer& w, const triton_reply_context& ctx, std::string_view text, std::string_view finish) {
-  event_prefix(w, ctx);
-  w.raw(is_chat(ctx) ? "{\"index\":0,\"delta\":{\"content\":" : "{\"index\":0,\"text\":");
-  w.str(text);
-  w.raw(is_chat(ctx) ? "},\"logprobs\":null,\"finish_reason\":" : ",\"logprobs\":null,\"finish_reason\":");
-  if (finish.empty()) {
-    w.raw(is_chat(ctx) ? "null}" : "null,\"stop_reason\":null}");
-  } else {
-    w.str(finish);
-    w.raw(",\"stop_reason\":null}");
-  }
-  event_suffix(w, ctx);
 }
 
 size_t escaped_bound(size_t n) noexcept { return 6 * n; }
@@ -101,26 +66,16 @@ void triton_stream::end(detail::bounded_sink& sink, std::string_view finish, boo
   _state.outcome.finish_reason = finish;
   if (_text != nullptr) return;
   writer w(sink);
-  if (!finish_sent) content_event(w, _ctx, "", finish);
-  if (_ctx.include_usage) {
-    // Dumped with exclude_none by vLLM: no prompt_tokens_details.
-    event_prefix(w, _ctx);
-    w.raw("],\"usage\":");
-    detail::usage_object(w, _state.outcome.prompt_tokens, _state.outcome.completion_tokens, false);
-    w.raw("}\n\n");
-  }
+  if (!finish_sent) detail::text_chunk(w, _ctx, "", finish);
+  if (_ctx.include_usage) detail::usage_chunk(w, _ctx, _state.outcome.prompt_tokens, _state.outcome.completion_tokens);
   w.raw("data: [DONE]\n\n");
 }
 
 void triton_stream::role_event(detail::bounded_sink& sink) noexcept {
   if (_state.role_sent || _text != nullptr) return;
   _state.role_sent = true;
-  if (!is_chat(_ctx)) return;
   writer w(sink);
-  event_prefix(w, _ctx);
-  w.raw("{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-        "\"finish_reason\":null}");
-  event_suffix(w, _ctx);
+  detail::role_chunk(w, _ctx);  // chat only
 }
 
 triton_stream_result triton_stream::feed(const grpc::stream_response& r, char* out, size_t cap) noexcept {
@@ -165,7 +120,7 @@ triton_stream_result triton_stream::feed(const grpc::stream_response& r, char* o
         _text->append(text.data(), text.size());
       } else {
         writer w(sink);
-        content_event(w, _ctx, text, ending ? finish : std::string_view{});
+        detail::text_chunk(w, _ctx, text, ending ? finish : std::string_view{});
       }
     }
     if (ending) end(sink, finish, !text.empty());
@@ -200,26 +155,16 @@ triton_stream_result triton_stream::write_body(char* out, size_t cap) const noex
   const std::string_view text = _text != nullptr ? std::string_view(*_text) : std::string_view{};
   const std::string_view finish = _state.outcome.finish_reason.empty() ? "stop" : _state.outcome.finish_reason;
   const triton_outcome& o = _state.outcome;
-  if (is_chat(_ctx)) {
-    detail::reply_prefix(w, "chatcmpl-", _ctx.request_id, _ctx.created_s, _ctx.model, "chat.completion");
+  if (detail::is_chat(_ctx)) {
+    detail::reply_prefix(w, _ctx, false);
     w.raw("{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     w.str(text);
-    w.raw(",\"refusal\":null,\"annotations\":null,\"audio\":null,\"function_call\":null,"
-          "\"tool_calls\":[],\"reasoning_content\":null},\"logprobs\":null,\"finish_reason\":");
-    w.str(finish);
-    w.raw(",\"stop_reason\":null}],\"service_tier\":null,\"system_fingerprint\":null,\"usage\":");
-    detail::usage_object(w, o.prompt_tokens, o.completion_tokens, true);
-    w.raw(",\"prompt_logprobs\":null,\"kv_transfer_params\":null}");
+    w.raw(",\"refusal\":null,\"annotations\":null,\"audio\":null,\"function_call\":null,\"tool_calls\":[");
+    detail::chat_body_end(w, finish, o.prompt_tokens, o.completion_tokens);
   } else {
-    detail::reply_prefix(w, "cmpl-", _ctx.request_id, _ctx.created_s, _ctx.model, "text_completion");
-    w.raw("{\"index\":0,\"text\":");
+    detail::completion_body_begin(w, _ctx);
     w.str(text);
-    w.raw(",\"logprobs\":null,\"finish_reason\":");
-    w.str(finish);
-    w.raw(",\"stop_reason\":null,\"prompt_logprobs\":null}],\"service_tier\":null,"
-          "\"system_fingerprint\":null,\"usage\":");
-    detail::usage_object(w, o.prompt_tokens, o.completion_tokens, true);
-    w.raw(",\"kv_transfer_params\":null}");
+    detail::completion_body_end(w, finish, o.prompt_tokens, o.completion_tokens);
   }
   if (!sink.fits()) return {status::need_space, 0, sink.size};
   return {status::ok, sink.size, sink.size};

@@ -3,7 +3,8 @@
 // openai::anthropic_stream, first into a buffer of a random size and, when
 // that is too small, again into one of the size it asked for; the whole
 // input is also an OpenAI request, an Anthropic message and an Anthropic
-// error body. Whatever comes out must be what the client can read:
+// error body; replies take either endpoint's shape. Whatever comes out must
+// be what the client can read:
 //  - each stream output is whole "data: X\n\n" events, X "[DONE]" or a JSON
 //    object, and nothing follows [DONE];
 //  - need_space writes nothing and the retry writes exactly `needed` bytes;
@@ -44,7 +45,9 @@ void fuzz_stream(std::string_view input, sluice::fuzz::split_rng& rng, simdjson:
   static anthropic_stream stream(16 * 1024);
   static std::vector<char> small(512);
   static std::vector<char> big;
-  stream.reset({"fuzz", 1, "model", (rng.next() & 1) != 0});
+  anthropic_reply_context ctx{"fuzz", 1, "model", (rng.next() & 1) != 0};
+  ctx.kind = (rng.next() & 1) != 0 ? endpoint::completions : endpoint::chat_completions;
+  stream.reset(ctx);
   bool done = false;
   while (!input.empty()) {
     size_t end = input.find("\n\n");
@@ -83,13 +86,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t len) {
   static anthropic_request_writer writer;
   static std::string out;
   request_error err;
+  const bool completions = (rng.next() & 1) != 0;
   if (writer.write(input, {"claude", 1024}, out, err)) {
     SLUICE_FUZZ_CHECK(is_json_object(parser, out));
   } else {
     SLUICE_FUZZ_CHECK(!err.message.empty());
   }
   anthropic_outcome outcome;
-  if (anthropic_response_to_openai(input, {"fuzz", 1, "model", false}, out, outcome)) {
+  anthropic_reply_context ctx{"fuzz", 1, "model", false};
+  ctx.kind = completions ? endpoint::completions : endpoint::chat_completions;
+  if (anthropic_response_to_openai(input, ctx, out, outcome)) {
     SLUICE_FUZZ_CHECK(is_json_object(parser, out));
   }
   char body[1024];

@@ -3,8 +3,8 @@
 // Messages API (`POST /v1/messages`, anthropic-version 2023-06-01), the pure
 // part of an Anthropic backend adapter: bodies and SSE events in, bodies and
 // SSE events out; no I/O. The client sees what the OpenAI adapter gives for
-// the same reply (vLLM's chunk shapes, ids `chatcmpl-...`, the client's
-// model name).
+// the same reply (vLLM's chunk shapes, ids `chatcmpl-...` / `cmpl-...`, the
+// client's model name).
 #include <simdjson.h>
 
 #include <array>
@@ -50,10 +50,13 @@ class anthropic_request_writer {
 
 // The OpenAI side of one answer: what the client sees in every chunk.
 struct anthropic_reply_context {
-  std::string_view request_id;  // sluice's request id; the reply id is "chatcmpl-" + it
+  std::string_view request_id;  // sluice's request id; the reply id is "chatcmpl-" / "cmpl-" + it
   int64_t created_s = 0;        // unix seconds
   std::string_view model;       // the name the client asked for
   bool include_usage = false;   // stream_options.include_usage (stream only)
+  // chat_completions: chat.completion bodies and chunks; completions:
+  // text_completion ones (no role chunk, tool blocks dropped).
+  endpoint kind = endpoint::chat_completions;
 };
 
 // What billing and audit need from a reply. finish_reason is OpenAI's
@@ -64,7 +67,8 @@ struct anthropic_outcome {
   std::string_view finish_reason;
 };
 
-// A non-stream Anthropic message -> an OpenAI chat.completion body in `out`
+// A non-stream Anthropic message -> an OpenAI chat.completion body (or
+// text_completion, per ctx.kind) in `out`
 // (replaced). Returns: false when `body` is not a message (malformed JSON, an
 // error body, no content array): then write the error with
 // anthropic_error_to_openai instead. Cold path (once per reply).
@@ -99,7 +103,8 @@ struct anthropic_stream_result {
 // with reset()); from the first SSE event until [DONE]. Fed one SSE event
 // at a time, it writes the OpenAI chunk sequence vLLM produces: the role
 // chunk, content deltas, tool-call deltas, the finish chunk, the usage chunk
-// when asked, `data: [DONE]`. Its parser and padded copy buffer are
+// when asked, `data: [DONE]` (completions: text chunks, the finish chunk,
+// the usage chunk, [DONE]). Its parser and padded copy buffer are
 // allocated once, at construction, for events up to event_bytes_max: feeding
 // never allocates.
 class anthropic_stream {

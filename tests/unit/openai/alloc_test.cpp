@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <new>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "../alloc_counter.hpp"
 #include "sluice/openai/anthropic.hpp"
@@ -14,6 +16,38 @@
 #include "sluice/openai/triton.hpp"
 
 using namespace sluice::openai;
+
+namespace {
+
+struct anthropic_event {
+  std::string_view name;
+  std::string_view data;
+};
+
+// Runs `events` through one translator once to warm it, then 100 times
+// more: the same bytes each time, and no allocation.
+void check_warm_anthropic_stream(const anthropic_reply_context& ctx, std::span<const anthropic_event> events) {
+  anthropic_stream stream;
+  char out[2048];
+  auto run = [&] {
+    stream.reset(ctx);
+    size_t bytes = 0;
+    for (const anthropic_event& e : events) {
+      anthropic_stream_result r = stream.feed(e.name, e.data, out, sizeof(out));
+      CHECK(r.status == anthropic_stream_status::ok);
+      bytes += r.written;
+    }
+    CHECK(stream.done());
+    return bytes;
+  };
+  const size_t warm = run();
+  CHECK(warm > 0);
+  const size_t before = sluice::test::allocations();
+  for (int i = 0; i < 100; ++i) CHECK(run() == warm);
+  CHECK(sluice::test::allocations() == before);
+}
+
+}  // namespace
 
 TEST_SUITE("openai::allocation") {
   TEST_CASE("a warm reader, event scan and error writer allocate nothing") {
@@ -49,11 +83,7 @@ TEST_SUITE("openai::allocation") {
   }
 
   TEST_CASE("a warm Anthropic stream translator allocates nothing per event") {
-    struct event {
-      const char* name;
-      const char* data;
-    };
-    static constexpr event events[] = {
+    static constexpr anthropic_event events[] = {
         {"message_start", R"({"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":25,"output_tokens":1}}})"},
         {"content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})"},
         {"ping", R"({"type":"ping"})"},
@@ -64,24 +94,23 @@ TEST_SUITE("openai::allocation") {
         {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":15}})"},
         {"message_stop", R"({"type":"message_stop"})"},
     };
-    anthropic_stream stream;
-    const anthropic_reply_context ctx{"req", 1, "m", true};
-    char out[2048];
-    auto run = [&] {
-      stream.reset(ctx);
-      size_t bytes = 0;
-      for (const event& e : events) {
-        anthropic_stream_result r = stream.feed(e.name, e.data, out, sizeof(out));
-        CHECK(r.status == anthropic_stream_status::ok);
-        bytes += r.written;
-      }
-      CHECK(stream.done());
-      return bytes;
+    check_warm_anthropic_stream({"req", 1, "m", true}, events);
+  }
+
+  TEST_CASE("a warm Anthropic stream translator allocates nothing on a completions stream") {
+    static constexpr anthropic_event events[] = {
+        {"message_start", R"({"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":25,"output_tokens":1}}})"},
+        {"content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})"},
+        {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Once"}})"},
+        {"ping", R"({"type":"ping"})"},
+        {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" upon \"a\"\n"}})"},
+        {"content_block_stop", R"({"type":"content_block_stop","index":0})"},
+        {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":15}})"},
+        {"message_stop", R"({"type":"message_stop"})"},
     };
-    const size_t warm = run();
-    const size_t before = sluice::test::allocations();
-    for (int i = 0; i < 100; ++i) CHECK(run() == warm);
-    CHECK(sluice::test::allocations() == before);
+    anthropic_reply_context ctx{"req", 1, "m", true};
+    ctx.kind = endpoint::completions;
+    check_warm_anthropic_stream(ctx, events);
   }
 
   TEST_CASE("rendering a chat template allocates nothing") {

@@ -1,6 +1,8 @@
 // The Anthropic translators: OpenAI requests in, Anthropic requests out;
 // Anthropic replies and recorded streams in, OpenAI bodies and chunks out.
-// Outputs are parsed back (simdjson) where key order does not matter.
+// Outputs are parsed back (simdjson) where key order does not matter, and
+// compared byte for byte with what mock-vllm writes for vLLM where the
+// shapes are meant to be the same.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "sluice/openai/anthropic.hpp"
+#include "vllm_reference.hpp"
 
 using namespace sluice::openai;
 using simdjson::dom::element;
@@ -457,5 +460,133 @@ TEST_SUITE("openai::anthropic stream") {
     CHECK(again.status == anthropic_stream_status::ok);
     CHECK(again.written == r.needed);
     CHECK(std::string_view(big.data(), big.size()).find("\"role\":\"assistant\"") != std::string_view::npos);
+  }
+}
+
+namespace {
+
+// Feeds a recorded stream; returns all the bytes written.
+std::string feed_bytes(anthropic_stream& s, const std::vector<sse_event>& events) {
+  std::string out;
+  char buf[4096];
+  for (const sse_event& e : events) {
+    anthropic_stream_result r = s.feed(e.event, e.data, buf, sizeof(buf));
+    REQUIRE(r.status == anthropic_stream_status::ok);
+    out.append(buf, r.written);
+  }
+  return out;
+}
+
+// mock-vllm's two-token reply ("tok0 tok1") as Anthropic streams it.
+const std::vector<sse_event> k_two_tokens = {
+    {"message_start",
+     R"({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}})"},
+    {"content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})"},
+    {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tok0"}})"},
+    {"ping", R"({"type": "ping"})"},
+    {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" tok1"}})"},
+    {"content_block_stop", R"({"type":"content_block_stop","index":0})"},
+    {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}})"},
+    {"message_stop", R"({"type":"message_stop"})"},
+};
+
+anthropic_reply_context completions_ctx() {
+  anthropic_reply_context ctx = k_ctx;
+  ctx.kind = endpoint::completions;
+  return ctx;
+}
+
+}  // namespace
+
+TEST_SUITE("openai::anthropic completions") {
+  TEST_CASE("a message becomes vLLM's text_completion body, byte for byte") {
+    struct variant {
+      std::string_view stop_reason;
+      bool ends_by_length;
+    };
+    for (variant v : {variant{"end_turn", false}, variant{"stop_sequence", false}, variant{"max_tokens", true}}) {
+      CAPTURE(v.stop_reason);
+      const std::string body =
+          std::string(R"({"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"tok0"},)"
+                      R"({"type":"text","text":" tok1"}],"stop_reason":")") +
+          std::string(v.stop_reason) + R"(","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":2}})";
+      std::string out;
+      anthropic_outcome o;
+      REQUIRE(anthropic_response_to_openai(body, completions_ctx(), out, o));
+      std::string expected;
+      mock_vllm::append_completion_body(expected, "cmpl-req1", 1700000000, "my-model", 2, v.ends_by_length, {5, 2});
+      CHECK(out == expected);
+      CHECK(o.prompt_tokens == 5);
+      CHECK(o.completion_tokens == 2);
+      CHECK(o.finish_reason == (v.ends_by_length ? "length" : "stop"));
+    }
+  }
+
+  TEST_CASE("a chat message is still vLLM's chat.completion body, byte for byte") {
+    const std::string body =
+        R"({"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"tok0 tok1"}],)"
+        R"("stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":2}})";
+    std::string out;
+    anthropic_outcome o;
+    REQUIRE(anthropic_response_to_openai(body, k_ctx, out, o));
+    std::string expected;
+    mock_vllm::append_chat_body(expected, "chatcmpl-req1", 1700000000, "my-model", 2, false, {5, 2});
+    CHECK(out == expected);
+  }
+
+  TEST_CASE("a stream is vLLM's chunk sequence, byte for byte: text_completion chunks and no role chunk for completions") {
+    struct variant {
+      endpoint kind;
+      mock_vllm::endpoint mock_kind;
+      std::string_view id;
+      bool include_usage;
+    };
+    for (variant v : {variant{endpoint::completions, mock_vllm::endpoint::completion, "cmpl-req1", false},
+                      variant{endpoint::completions, mock_vllm::endpoint::completion, "cmpl-req1", true},
+                      variant{endpoint::chat_completions, mock_vllm::endpoint::chat, "chatcmpl-req1", true}}) {
+      CAPTURE(v.id);
+      CAPTURE(v.include_usage);
+      anthropic_reply_context ctx = k_ctx;
+      ctx.kind = v.kind;
+      ctx.include_usage = v.include_usage;
+      anthropic_stream s;
+      s.reset(ctx);
+      CHECK(feed_bytes(s, k_two_tokens) ==
+            sluice::test::vllm_stream(v.mock_kind, v.id, "my-model", 2, false,
+                                      v.include_usage ? std::optional(mock_vllm::usage_counts{5, 2}) : std::nullopt));
+      CHECK(s.done());
+      CHECK(s.outcome().prompt_tokens == 5);
+      CHECK(s.outcome().completion_tokens == 2);
+      CHECK(s.outcome().finish_reason == "stop");
+    }
+  }
+
+  TEST_CASE("a completions stream ended by max_tokens finishes with length; tool blocks write nothing") {
+    anthropic_stream s;
+    s.reset(completions_ctx());
+    anthropic_stream_status last{};
+    auto chunks = translate(
+        s,
+        {{"message_start", R"({"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}})"},
+         {"content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}})"},
+         {"content_block_start",
+          R"({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}})"},
+         {"content_block_delta",
+          R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{}"}})"},
+         {"message_delta", R"({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":4}})"},
+         {"message_stop", R"({"type":"message_stop"})"}},
+        last);
+    CHECK(last == anthropic_stream_status::ok);
+    REQUIRE(chunks.size() == 3);
+    parsed text(chunks[0]);
+    CHECK(str(text.root["id"]) == "cmpl-req1");
+    CHECK(str(text.root["object"]) == "text_completion");
+    CHECK(str(text.root["choices"].at(0)["text"]) == "a");
+    parsed finish(chunks[1]);
+    CHECK(str(finish.root["choices"].at(0)["text"]) == "");
+    CHECK(str(finish.root["choices"].at(0)["finish_reason"]) == "length");
+    CHECK(chunks[2] == "[DONE]");
+    CHECK(s.outcome().finish_reason == "length");
+    CHECK(s.outcome().completion_tokens == 4);
   }
 }

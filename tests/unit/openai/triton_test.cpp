@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../../../tools/mock-vllm/wire.hpp"
+#include "vllm_reference.hpp"
 #include "sluice/grpc/kserve.hpp"
 #include "sluice/openai/triton.hpp"
 
@@ -27,6 +27,7 @@ using sluice::grpc::wire_field;
 using sluice::grpc::wire_reader;
 using simdjson::dom::element;
 using namespace std::literals;
+using sluice::test::vllm_stream;
 
 namespace {
 
@@ -232,20 +233,6 @@ stream_response final_empty() {
   r.has_final_response = true;
   r.final_response = true;
   return r;
-}
-
-// mock-vllm's stream bytes are HTTP chunks of SSE events: the events alone.
-std::string dechunk(std::string_view s) {
-  std::string out;
-  while (!s.empty()) {
-    const size_t crlf = s.find("\r\n");
-    REQUIRE(crlf != std::string_view::npos);
-    const size_t n = std::stoul(std::string(s.substr(0, crlf)), nullptr, 16);
-    if (n == 0) break;
-    out += s.substr(crlf + 2, n);
-    s.remove_prefix(crlf + 2 + n + 2);
-  }
-  return out;
 }
 
 std::string feed_all(triton_stream& s, const std::vector<stream_response>& rs) {
@@ -492,18 +479,9 @@ TEST_SUITE("openai::triton_stream") {
       last.has_final_response = last.final_response = true;
       const std::string got = feed_all(s, {first, text(" tok1", 1), last});
 
-      std::string prefix;
-      mock_vllm::append_chunk_prefix(prefix, mock_vllm::endpoint::chat, "chatcmpl-req", 1700000000, "qwen");
-      std::string expected;
-      std::string scratch;
-      mock_vllm::append_role_event(expected, scratch, prefix);
-      mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::chat, prefix, 0, false);
-      mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::chat, prefix, 1, false);
-      mock_vllm::append_stop_event(expected, scratch, mock_vllm::endpoint::chat, prefix);
-      if (include_usage) mock_vllm::append_usage_event(expected, scratch, prefix, {5, 3});
-      mock_vllm::append_done_events(expected);
       CHECK(got.size() > 600);
-      CHECK(got == dechunk(expected));
+      CHECK(got == vllm_stream(mock_vllm::endpoint::chat, "chatcmpl-req", "qwen", 2, false,
+                               include_usage ? std::optional(mock_vllm::usage_counts{5, 3}) : std::nullopt));
       CHECK(s.done());
       CHECK(s.outcome().prompt_tokens == 5);
       CHECK(s.outcome().completion_tokens == 3);
@@ -529,16 +507,7 @@ TEST_SUITE("openai::triton_stream") {
       stream_response last = text(" tok1", 1, "length");
       last.has_final_response = last.final_response = true;
       const std::string got = feed_all(s, {first, last});
-      std::string prefix;
-      mock_vllm::append_chunk_prefix(prefix, mock_kind, id, 1700000000, "qwen");
-      std::string expected;
-      std::string scratch;
-      if (kind == endpoint::chat_completions) mock_vllm::append_role_event(expected, scratch, prefix);
-      mock_vllm::append_token_event(expected, scratch, mock_kind, prefix, 0, false);
-      mock_vllm::append_token_event(expected, scratch, mock_kind, prefix, 1, true);
-      mock_vllm::append_usage_event(expected, scratch, prefix, {2, 2});
-      mock_vllm::append_done_events(expected);
-      CHECK(got == dechunk(expected));
+      CHECK(got == vllm_stream(mock_kind, id, "qwen", 2, true, mock_vllm::usage_counts{2, 2}));
       CHECK(s.outcome().finish_reason == "length");
     }
   }
@@ -552,16 +521,7 @@ TEST_SUITE("openai::triton_stream") {
     first.num_input_tokens = 3;
     const std::string got = feed_all(s, {first, text(" tok1", 1), text("", 0), final_empty()});
 
-    std::string prefix;
-    mock_vllm::append_chunk_prefix(prefix, mock_vllm::endpoint::completion, "cmpl-req", 1700000000, "qwen");
-    std::string expected;
-    std::string scratch;
-    mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::completion, prefix, 0, false);
-    mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::completion, prefix, 1, false);
-    mock_vllm::append_stop_event(expected, scratch, mock_vllm::endpoint::completion, prefix);
-    mock_vllm::append_usage_event(expected, scratch, prefix, {3, 2});
-    mock_vllm::append_done_events(expected);
-    CHECK(got == dechunk(expected));
+    CHECK(got == vllm_stream(mock_vllm::endpoint::completion, "cmpl-req", "qwen", 2, false, mock_vllm::usage_counts{3, 2}));
   }
 
   TEST_CASE("finish reasons map to OpenAI's; None is not an end") {
@@ -725,16 +685,8 @@ TEST_SUITE("openai::triton_stream") {
     CHECK(s.done());
     CHECK(s.finish(buf, sizeof buf).status == triton_stream_status::ended);
 
-    std::string prefix;
-    mock_vllm::append_chunk_prefix(prefix, mock_vllm::endpoint::chat, "chatcmpl-req", 1700000000, "qwen");
-    std::string expected;
-    std::string scratch;
-    mock_vllm::append_role_event(expected, scratch, prefix);
-    mock_vllm::append_token_event(expected, scratch, mock_vllm::endpoint::chat, prefix, 0, false);
-    mock_vllm::append_stop_event(expected, scratch, mock_vllm::endpoint::chat, prefix);
-    mock_vllm::append_usage_event(expected, scratch, prefix, {0, 1});  // no counts: a piece is a token
-    mock_vllm::append_done_events(expected);
-    CHECK(got == dechunk(expected));
+    // No counts: a piece is a token.
+    CHECK(got == vllm_stream(mock_vllm::endpoint::chat, "chatcmpl-req", "qwen", 1, false, mock_vllm::usage_counts{0, 1}));
 
     SUBCASE("with nothing before it, a chat stream still opens with the role chunk") {
       triton_stream t;
