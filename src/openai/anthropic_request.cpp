@@ -8,6 +8,7 @@
 // requires).
 #include <cstdarg>
 #include <cstdio>
+#include <initializer_list>
 
 #include "json_writer.hpp"
 #include "sluice/core/assert.hpp"
@@ -321,6 +322,37 @@ bool write_tool_choice(job& j, element root) {
   return true;
 }
 
+// The body as a JSON object in `root`. Returns: false with `err` set when it is not one.
+bool parse_object(simdjson::dom::parser& parser, std::string_view body, element& root, request_error& err) {
+  if (parser.parse(body.data(), body.size(), true).get(root) != simdjson::SUCCESS || !root.is_object()) {
+    return fail(err, {}, "the request body is not a JSON object");
+  }
+  return true;
+}
+
+// The request's opening: {"model":M,"max_tokens":N. Anthropic requires
+// max_tokens: the first of `keys` the client gave, else the default.
+void write_head(writer& w, element root, const anthropic_request_options& opts,
+                std::initializer_list<std::string_view> keys) {
+  int64_t max_tokens = opts.max_tokens_default;
+  for (std::string_view key : keys) {
+    if (root[key].get_int64().get(max_tokens) == simdjson::SUCCESS) break;
+    max_tokens = opts.max_tokens_default;
+  }
+  w.raw("{\"model\":");
+  w.str(opts.model);
+  w.raw(",\"max_tokens\":");
+  w.num(max_tokens);
+}
+
+// A member is there with a value other than null (and false, for `echo`).
+bool given(element root, std::string_view key) {
+  element v;
+  bool flag = true;
+  if (root[key].get(v) != simdjson::SUCCESS || v.is_null()) return false;
+  return v.get_bool().get(flag) != simdjson::SUCCESS || flag;
+}
+
 // user -> metadata.user_id, the one piece of OpenAI's end-user tracking
 // Anthropic has.
 void write_metadata(job& j, element root) {
@@ -337,9 +369,7 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
                                      std::string& out, request_error& err) {
   out.clear();
   element root;
-  if (_parser.parse(body.data(), body.size(), true).get(root) != simdjson::SUCCESS || !root.is_object()) {
-    return fail(err, {}, "the request body is not a JSON object");
-  }
+  if (!parse_object(_parser, body, root, err)) return false;
   simdjson::dom::array messages;
   if (root["messages"].get_array().get(messages) != simdjson::SUCCESS) {
     return fail(err, "messages", "messages must be an array");
@@ -356,15 +386,7 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
   detail::string_sink sink{out};
   writer w(sink);
   job j{w, err, _param, sizeof(_param), _arguments};
-  w.raw("{\"model\":");
-  w.str(opts.model);
-  int64_t max_tokens = opts.max_tokens_default;
-  if (root["max_completion_tokens"].get_int64().get(max_tokens) != simdjson::SUCCESS &&
-      root["max_tokens"].get_int64().get(max_tokens) != simdjson::SUCCESS) {
-    max_tokens = opts.max_tokens_default;
-  }
-  w.raw(",\"max_tokens\":");
-  w.num(max_tokens);
+  write_head(w, root, opts, {"max_completion_tokens", "max_tokens"});
   write_system(j, messages);
 
   w.raw(",\"messages\":[");
@@ -377,6 +399,56 @@ bool anthropic_request_writer::write(std::string_view body, const anthropic_requ
   if (t.count == 0) return fail(err, "messages", "messages must hold at least one user or assistant message");
   w.raw("]");
   if (!write_sampling(j, root) || !write_tools(j, root) || !write_tool_choice(j, root)) return false;
+  write_metadata(j, root);
+  w.raw("}");
+  return true;
+}
+
+bool anthropic_request_writer::write_completion(std::string_view body, const anthropic_request_options& opts,
+                                                std::string& out, request_error& err) {
+  out.clear();
+  element root;
+  if (!parse_object(_parser, body, root, err)) return false;
+  // A Messages reply is one answer to one conversation, without
+  // probabilities: what asks for more has no equivalent.
+  int64_t choices = 1;
+  for (std::string_view key : {"n", "best_of"}) {
+    if (root[key].get_int64().get(choices) == simdjson::SUCCESS && choices > 1) {
+      return fail(err, key,
+                  "this model's backend (the Anthropic Messages API) gives one choice per request: n and best_of "
+                  "must be 1");
+    }
+  }
+  if (given(root, "echo")) return fail(err, "echo", "this model's backend (the Anthropic Messages API) cannot echo the prompt");
+  if (given(root, "logprobs")) {
+    return fail(err, "logprobs", "this model's backend (the Anthropic Messages API) does not return logprobs");
+  }
+  if (given(root, "suffix")) {
+    return fail(err, "suffix", "this model's backend (the Anthropic Messages API) cannot complete before a suffix");
+  }
+  element prompt;
+  simdjson::dom::array list;
+  std::string_view text;
+  if (root["prompt"].get(prompt) != simdjson::SUCCESS ||
+      (prompt.get_string().get(text) != simdjson::SUCCESS &&
+       (prompt.get_array().get(list) != simdjson::SUCCESS || list.size() != 1 ||
+        list.at(0).get_string().get(text) != simdjson::SUCCESS))) {
+    return fail(err, "prompt",
+                "this model's backend (the Anthropic Messages API) takes one text prompt: 'prompt' must be a string "
+                "or an array of one string");
+  }
+
+  detail::string_sink sink{out};
+  writer w(sink);
+  job j{w, err, _param, sizeof(_param), _arguments};
+  write_head(w, root, opts, {"max_tokens"});
+  w.raw(",\"messages\":[");
+  turns t{w, {}};
+  text_block(t, "user", text);
+  t.close();
+  if (t.count == 0) return fail(err, "prompt", "this model's backend needs a prompt that is not empty");
+  w.raw("]");
+  if (!write_sampling(j, root)) return false;
   write_metadata(j, root);
   w.raw("}");
   return true;

@@ -2,9 +2,9 @@
 // cut at blank lines into SSE events ("name\ndata" each) fed to one
 // openai::anthropic_stream, first into a buffer of a random size and, when
 // that is too small, again into one of the size it asked for; the whole
-// input is also an OpenAI request, an Anthropic message and an Anthropic
-// error body; replies take either endpoint's shape. Whatever comes out must
-// be what the client can read:
+// input is also an OpenAI request (chat or legacy completions), an Anthropic
+// message and an Anthropic error body; replies take either endpoint's
+// shape. Whatever comes out must be what the client can read:
 //  - each stream output is whole "data: X\n\n" events, X "[DONE]" or a JSON
 //    object, and nothing follows [DONE];
 //  - need_space writes nothing and the retry writes exactly `needed` bytes;
@@ -87,7 +87,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t len) {
   static std::string out;
   request_error err;
   const bool completions = (rng.next() & 1) != 0;
-  if (writer.write(input, {"claude", 1024}, out, err)) {
+  if (completions ? writer.write_completion(input, {"claude", 1024}, out, err)
+                  : writer.write(input, {"claude", 1024}, out, err)) {
     SLUICE_FUZZ_CHECK(is_json_object(parser, out));
   } else {
     SLUICE_FUZZ_CHECK(!err.message.empty());

@@ -2,9 +2,9 @@
 // openai: translation between OpenAI chat completions and Anthropic's
 // Messages API (`POST /v1/messages`, anthropic-version 2023-06-01), the pure
 // part of an Anthropic backend adapter: bodies and SSE events in, bodies and
-// SSE events out; no I/O. The client sees what the OpenAI adapter gives for
-// the same reply (vLLM's chunk shapes, ids `chatcmpl-...` / `cmpl-...`, the
-// client's model name).
+// SSE events out; no I/O. Legacy completions ride on it as one user turn.
+// The client sees what the OpenAI adapter gives for the same reply (vLLM's
+// chunk shapes, ids `chatcmpl-...` / `cmpl-...`, the client's model name).
 #include <simdjson.h>
 
 #include <array>
@@ -41,6 +41,15 @@ class anthropic_request_writer {
   // Views in `err` are static or point into this writer (until the next call).
   bool write(std::string_view body, const anthropic_request_options& opts, std::string& out,
              request_error& err);
+
+  // `body`: an OpenAI legacy completions request (validated likewise). The
+  // prompt (a string, or an array of one string) becomes one user message;
+  // max_tokens, temperature, top_p, stop and stream are carried as for
+  // chat. Returns: as write(); refused (400): token-id or several prompts,
+  // and what a Messages reply cannot give (n or best_of > 1, echo,
+  // logprobs, suffix).
+  bool write_completion(std::string_view body, const anthropic_request_options& opts, std::string& out,
+                        request_error& err);
 
  private:
   simdjson::dom::parser _parser;     // the body

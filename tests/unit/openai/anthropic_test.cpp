@@ -25,22 +25,31 @@ struct parsed {
 
 std::string str(element e) { return std::string(std::string_view(e.get_string().value())); }
 
+// `body` through the writer's chat or completions path.
+bool write_request(anthropic_request_writer& writer, endpoint kind, std::string_view body, int64_t max_tokens_default,
+                   std::string& out, request_error& err) {
+  const anthropic_request_options opts{"claude-x", max_tokens_default};
+  return kind == endpoint::completions ? writer.write_completion(body, opts, out, err)
+                                       : writer.write(body, opts, out, err);
+}
+
 // Translates `body`; REQUIREs success.
-std::string to_anthropic(std::string_view body, int64_t max_tokens_default = 512) {
+std::string to_anthropic(std::string_view body, int64_t max_tokens_default = 512,
+                         endpoint kind = endpoint::chat_completions) {
   anthropic_request_writer writer;
   std::string out;
   request_error err;
-  const bool ok = writer.write(body, {"claude-x", max_tokens_default}, out, err);
+  const bool ok = write_request(writer, kind, body, max_tokens_default, out, err);
   INFO(err.message);
   REQUIRE(ok);
   return out;
 }
 
-request_error refused(std::string_view body) {
+request_error refused(std::string_view body, endpoint kind = endpoint::chat_completions) {
   static anthropic_request_writer writer;  // the error's views point into it
   std::string out;
   request_error err;
-  CHECK_FALSE(writer.write(body, {"claude-x", 512}, out, err));
+  CHECK_FALSE(write_request(writer, kind, body, 512, out, err));
   return err;
 }
 
@@ -499,6 +508,69 @@ anthropic_reply_context completions_ctx() {
 }  // namespace
 
 TEST_SUITE("openai::anthropic completions") {
+  TEST_CASE("the prompt becomes one user message; max_tokens, sampling, stop and stream are carried") {
+    SUBCASE("a string prompt with everything given") {
+      parsed p(to_anthropic(
+          R"({"model":"m","prompt":"Say hi","max_tokens":7,"temperature":0.25,"top_p":0.5,"stop":["\n\n","END"],"stream":true,"n":1,"echo":false,"logprobs":null,"suffix":null})",
+          512, endpoint::completions));
+      CHECK(str(p.root["model"]) == "claude-x");
+      CHECK(int64_t(p.root["max_tokens"]) == 7);
+      CHECK(double(p.root["temperature"]) == 0.25);
+      CHECK(double(p.root["top_p"]) == 0.5);
+      auto stops = p.root["stop_sequences"].get_array().value();
+      REQUIRE(stops.size() == 2);
+      CHECK(str(stops.at(1)) == "END");
+      CHECK(bool(p.root["stream"]));
+      CHECK(p.root["system"].error() == simdjson::NO_SUCH_FIELD);
+      auto messages = p.root["messages"].get_array().value();
+      REQUIRE(messages.size() == 1);
+      CHECK(str(messages.at(0)["role"]) == "user");
+      auto content = messages.at(0)["content"].get_array().value();
+      REQUIRE(content.size() == 1);
+      CHECK(str(content.at(0)["type"]) == "text");
+      CHECK(str(content.at(0)["text"]) == "Say hi");
+    }
+    SUBCASE("an array of one string, no max_tokens: the caller's default") {
+      parsed p(to_anthropic(R"({"model":"m","prompt":["Once upon a time"]})", 4096, endpoint::completions));
+      CHECK(int64_t(p.root["max_tokens"]) == 4096);
+      CHECK(str(p.root["messages"].at(0)["content"].at(0)["text"]) == "Once upon a time");
+      CHECK(p.root["stream"].error() == simdjson::NO_SUCH_FIELD);
+      CHECK(p.root["stop_sequences"].error() == simdjson::NO_SUCH_FIELD);
+    }
+    SUBCASE("max_completion_tokens is not a completions member") {
+      parsed p(to_anthropic(R"({"model":"m","prompt":"x","max_completion_tokens":9})", 100, endpoint::completions));
+      CHECK(int64_t(p.root["max_tokens"]) == 100);
+    }
+  }
+
+  TEST_CASE("what a Messages reply cannot give is a 400 naming the field") {
+    struct refusal {
+      std::string_view body;
+      std::string_view param;
+    };
+    for (refusal r : {
+             refusal{R"({"model":"m","prompt":[1,2,3]})", "prompt"},
+             refusal{R"({"model":"m","prompt":[[1,2],[3]]})", "prompt"},
+             refusal{R"({"model":"m","prompt":["a","b"]})", "prompt"},
+             refusal{R"({"model":"m","prompt":[]})", "prompt"},
+             refusal{R"({"model":"m","prompt":""})", "prompt"},
+             refusal{R"({"model":"m"})", "prompt"},
+             refusal{R"({"model":"m","prompt":"x","n":2})", "n"},
+             refusal{R"({"model":"m","prompt":"x","best_of":3})", "best_of"},
+             refusal{R"({"model":"m","prompt":"x","echo":true})", "echo"},
+             refusal{R"({"model":"m","prompt":"x","logprobs":0})", "logprobs"},
+             refusal{R"({"model":"m","prompt":"x","suffix":"end"})", "suffix"},
+             refusal{R"({"model":"m","prompt":"x","temperature":1.5})", "temperature"},
+         }) {
+      CAPTURE(r.body);
+      const request_error err = refused(r.body, endpoint::completions);
+      CHECK(err.param == r.param);
+      CHECK_FALSE(err.message.empty());
+    }
+    CHECK(refused(R"({"model":"m","prompt":"x","n":2})", endpoint::completions).message.find("Anthropic") !=
+          std::string_view::npos);
+  }
+
   TEST_CASE("a message becomes vLLM's text_completion body, byte for byte") {
     struct variant {
       std::string_view stop_reason;
