@@ -1,7 +1,8 @@
-// The Anthropic Messages API adapter's request: the client's chat request
-// rewritten (openai::anthropic_request_writer) behind a head of sluice's
-// own -- the backend's host, anthropic-version, the group's x-api-key, the
-// request id -- into x.mem->up_head, sent by the HTTP/1.1 transport.
+// The Anthropic Messages API adapter's request: the client's chat or legacy
+// completions request rewritten (openai::anthropic_request_writer) behind a
+// head of sluice's own -- the backend's host, anthropic-version, the group's
+// x-api-key, the request id -- into x.mem->up_head, sent by the HTTP/1.1
+// transport.
 #include "anthropic_http.hpp"
 
 #include "client_codec.hpp"
@@ -15,11 +16,8 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   x.rsp.dialect = reply_dialect::anthropic;
   x.rsp.cut_usage = false;
   x.rsp.client_usage = f.include_usage;
-  if (x.endpoint != openai::endpoint::chat_completions) {
-    x.codec->answer_error(x, 400,
-                          x.endpoint == openai::endpoint::embeddings
-                              ? "This model's backend speaks the Anthropic Messages API, which has no embeddings."
-                              : "This model's backend speaks the Anthropic Messages API: use /v1/chat/completions.",
+  if (x.endpoint == openai::endpoint::embeddings) {
+    x.codec->answer_error(x, 400, "This model's backend speaks the Anthropic Messages API, which has no embeddings.",
                           "invalid_request_error", {}, "unsupported_endpoint", false);
     return false;
   }
@@ -31,7 +29,8 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   const std::string_view client_body = x.codec->request_body(x);
   bool written = false;
   try {
-    written = _writer.write(client_body, opts, _body, err);
+    written = x.endpoint == openai::endpoint::completions ? _writer.write_completion(client_body, opts, _body, err)
+                                                          : _writer.write(client_body, opts, _body, err);
   } catch (...) {  // std::string growth: out of memory
     x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
     return false;

@@ -1,11 +1,12 @@
 #pragma once
 // proxy (private): the Anthropic Messages API backend adapter (POST
 // /v1/messages: Anthropic itself, vLLM and SGLang's native endpoints). The
-// client's OpenAI chat request is rewritten into a Messages request here;
-// the transport -- pools, connect, send, receive, retries -- is the OpenAI
-// adapter's HTTP/1.1 one (openai_http), and its relay translates the reply
-// back (anthropic_relay.cpp: reply_dialect::anthropic), so the client sees
-// what the OpenAI adapter gives for the same reply.
+// client's OpenAI chat (or legacy completions) request is rewritten into a
+// Messages request here; the transport -- pools, connect, send, receive,
+// retries -- is the OpenAI adapter's HTTP/1.1 one (openai_http), and its
+// relay translates the reply back (anthropic_relay.cpp:
+// reply_dialect::anthropic), so the client sees what the OpenAI adapter
+// gives for the same reply.
 #include <string>
 
 #include "backend_adapter.hpp"

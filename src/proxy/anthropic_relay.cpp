@@ -5,7 +5,8 @@
 // sluice's own:
 //   - an error answer (any status but 200) is read whole and answered in
 //     OpenAI's shape (openai::anthropic_error_to_openai);
-//   - a non-stream reply is read whole, then answered as a chat.completion;
+//   - a non-stream reply is read whole, then answered as a chat.completion
+//     (a text_completion for legacy completions);
 //   - a stream's events are fed to openai::anthropic_stream, one at a time;
 //     what it writes for a batch of events goes out as one chunk of the
 //     client's own chunked body (or bare, to an HTTP/1.0 client).
@@ -83,6 +84,7 @@ void openai_http::on_anthropic_head(exchange& x) noexcept {
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
   ctx.model = std::string_view(x.model, x.model_len);
   ctx.include_usage = r.client_usage;
+  ctx.kind = x.endpoint;
   x.mem->anthropic->reset(ctx);
   r.dechunk = !x.codec->takes_chunked(x);
   if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
@@ -187,6 +189,7 @@ void openai_http::answer_anthropic_reply(exchange& x) noexcept {
   ctx.request_id = std::string_view(x.request_id, x.request_id_len);
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
   ctx.model = std::string_view(x.model, x.model_len);
+  ctx.kind = x.endpoint;
   openai::anthropic_outcome o;
   bool ok = false;
   if (!r.body_overflow && x.mem->body.reserve(static_cast<size_t>(x.mem->body.len) + simdjson::SIMDJSON_PADDING)) {

@@ -2,9 +2,10 @@
 // in front of an Anthropic Messages API backend (lib/anthropic_peer.mjs,
 // whose wire format peers.test.mjs checks with the official
 // @anthropic-ai/sdk). The client sees OpenAI's API: vLLM's chunk sequence,
-// ids chatcmpl-<request id>, the model it asked for, usage from the
-// backend's counts; the backend sees a Messages request with sluice's own
-// credential, never the client's key.
+// ids chatcmpl-<request id> (cmpl-<request id> for legacy completions,
+// whose prompt goes upstream as one user message), the model it asked for,
+// usage from the backend's counts; the backend sees a Messages request with
+// sluice's own credential, never the client's key.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
@@ -12,7 +13,7 @@ import OpenAI from 'openai';
 
 import { start_anthropic_peer, shapes } from './lib/anthropic_peer.mjs';
 import { gateway_config, poll, read_audit } from './lib/gateway.mjs';
-import { bound_ms, http_post, start_sluice, stop_all, test_key } from './lib/harness.mjs';
+import { bound_ms, http_post, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 
 import path from 'node:path';
 
@@ -20,6 +21,15 @@ async function collect(stream) {
   const chunks = [];
   for await (const chunk of stream) chunks.push(chunk);
   return chunks;
+}
+
+// A stream's end as vLLM writes it: one chunk with the finish reason, then
+// (only when asked) the usage chunk, last and with no choices.
+function check_stream_end(chunks, finish_reason, usage) {
+  assert.deepEqual(chunks.filter((c) => c.choices[0]?.finish_reason).map((c) => c.choices[0].finish_reason), [finish_reason]);
+  const counted = chunks.filter((c) => c.usage).map((c) => [c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.total_tokens]);
+  assert.deepEqual(counted, usage ? [[usage[0], usage[1], usage[0] + usage[1]]] : [], 'a usage chunk only when asked');
+  if (usage) assert.deepEqual(chunks.at(-1).choices, [], 'the usage chunk is last, with no choices');
 }
 
 const backend_key = 'sk-ant-backend-credential';
@@ -91,17 +101,7 @@ describe('protocol = "anthropic"', () => {
         assert.equal(c.model, 'claude-x');
       }
       assert.equal(chunks[0].choices[0].delta.role, 'assistant', 'the role chunk first, as vLLM sends it');
-      const finish = chunks.filter((c) => c.choices[0]?.finish_reason);
-      assert.equal(finish.length, 1);
-      assert.equal(finish[0].choices[0].finish_reason, 'stop');
-      const usage = chunks.filter((c) => c.usage);
-      if (include_usage) {
-        assert.equal(usage.length, 1);
-        assert.deepEqual(chunks.at(-1).choices, [], 'the usage chunk is last, with no choices');
-        assert.deepEqual([usage[0].usage.prompt_tokens, usage[0].usage.completion_tokens], [9, 4]);
-      } else {
-        assert.equal(usage.length, 0, 'no usage chunk the client did not ask for');
-      }
+      check_stream_end(chunks, 'stop', include_usage && [9, 4]);
     }
   });
 
@@ -207,14 +207,85 @@ describe('protocol = "anthropic"', () => {
     assert.equal(seen.join(''), 'a b', 'the deltas before the error reached the client');
   });
 
+  it('a legacy completion: a text_completion with the backend\'s text and counts; upstream, one user message', async () => {
+    for (const [stop_reason, finish] of [['end_turn', 'stop'], ['max_tokens', 'length']]) {
+      peer.set({ text: 'Once upon a time.', input_tokens: 7, output_tokens: 4, stop_reason });
+      const seen = peer.requests.length;
+      const r = await sdk.completions.create({ model: 'claude-x', prompt: 'Tell a story.', max_tokens: 40, temperature: 0.25,
+                                               top_p: 0.5, stop: ['END'] },
+                                             { headers: { 'x-request-id': `anth-cmpl-${finish}` } });
+      assert.equal(r.object, 'text_completion');
+      assert.equal(r.id, `cmpl-anth-cmpl-${finish}`);
+      assert.equal(r.model, 'claude-x');
+      assert.equal(r.choices.length, 1);
+      assert.equal(r.choices[0].index, 0);
+      assert.equal(r.choices[0].text, 'Once upon a time.');
+      assert.equal(r.choices[0].finish_reason, finish);
+      assert.equal(r.choices[0].logprobs, null);
+      assert.deepEqual([r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens], [7, 4, 11]);
+      assert.equal(peer.requests.length, seen + 1);
+      const sent = peer.requests.at(-1);
+      assert.equal(sent.model, 'claude-backend');
+      assert.deepEqual(sent.messages, [{ role: 'user', content: [{ type: 'text', text: 'Tell a story.' }] }],
+                       'the prompt is one user message');
+      assert.equal(sent.system, undefined);
+      assert.equal(sent.max_tokens, 40);
+      assert.equal(sent.temperature, 0.25);
+      assert.equal(sent.top_p, 0.5);
+      assert.deepEqual(sent.stop_sequences, ['END']);
+      assert.equal(sent.stream, undefined);
+      assert.equal(peer.headers.at(-1)['x-api-key'], backend_key);
+    }
+  });
+
+  it('a streamed legacy completion: text chunks (no role chunk), one finish, the usage chunk when asked', async () => {
+    peer.set({ text: 'One two three four.', input_tokens: 9, output_tokens: 4 });
+    for (const include_usage of [false, true]) {
+      const seen = peer.requests.length;
+      const stream = await sdk.completions.create({
+        model: 'claude-x', prompt: ['Count to four.'], stream: true,
+        ...(include_usage ? { stream_options: { include_usage: true } } : {}),
+      }, { headers: { 'x-request-id': `anth-cmpl-stream-${include_usage}` } });
+      const chunks = await collect(stream);
+      assert.equal(chunks.map((c) => c.choices[0]?.text ?? '').join(''), 'One two three four.');
+      for (const c of chunks) {
+        assert.equal(c.id, `cmpl-anth-cmpl-stream-${include_usage}`);
+        assert.equal(c.object, 'text_completion');
+        assert.equal(c.model, 'claude-x');
+      }
+      const texts = chunks.filter((c) => c.choices.length > 0);
+      assert.ok(texts.length >= 4);
+      for (const c of texts) {
+        assert.deepEqual(Object.keys(c.choices[0]), ['index', 'text', 'logprobs', 'finish_reason', 'stop_reason']);
+        assert.equal(c.choices[0].delta, undefined, 'no chat deltas, no role chunk');
+        assert.equal(c.usage, null, 'completion chunks carry usage: null, as vLLM\'s do');
+      }
+      check_stream_end(chunks, 'stop', include_usage && [9, 4]);
+      assert.equal(peer.requests.length, seen + 1);
+      const sent = peer.requests.at(-1);
+      assert.deepEqual(sent.messages, [{ role: 'user', content: [{ type: 'text', text: 'Count to four.' }] }]);
+      assert.equal(sent.stream, true);
+      assert.equal(sent.max_tokens, 333, 'the group\'s default max_tokens');
+    }
+  });
+
   it('what the OpenAI API has and the Messages API lacks is refused with a 400 before anything is sent', async () => {
     const seen = peer.requests.length;
-    await assert.rejects(sdk.completions.create({ model: 'claude-x', prompt: 'hi' }), (err) => {
+    await assert.rejects(sdk.chat.completions.create({ model: 'claude-x', messages, n: 3 }), (err) => err.status === 400);
+    const refused = [{ prompt: [1, 2, 3] }, { prompt: ['a', 'b'] }, { prompt: 'hi', n: 2 }, { prompt: 'hi', best_of: 2 },
+                     { prompt: 'hi', echo: true }, { prompt: 'hi', logprobs: 1 }, { prompt: 'hi', suffix: ' the end' }];
+    for (const body of refused) {
+      await assert.rejects(sdk.completions.create({ model: 'claude-x', ...body }), (err) => {
+        assert.equal(err.status, 400, JSON.stringify(body));
+        assert.match(err.message, /Anthropic Messages API/, JSON.stringify(body));
+        return true;
+      });
+    }
+    await assert.rejects(sdk.embeddings.create({ model: 'claude-x', input: 'hi' }), (err) => {
       assert.equal(err.status, 400);
-      assert.match(err.message, /Anthropic Messages API/);
+      assert.match(err.message, /no embeddings/);
       return true;
     });
-    await assert.rejects(sdk.chat.completions.create({ model: 'claude-x', messages, n: 3 }), (err) => err.status === 400);
     assert.equal(peer.requests.length, seen, 'nothing reached the backend');
   });
 
@@ -253,6 +324,48 @@ describe('protocol = "anthropic"', () => {
     }
     assert.equal(n, 3, 'the stream stopped at the abort');
     await peer.wait_for('cancels', cancels + 1, bound_ms(2000));
+  });
+});
+
+// The OpenAI SDK's legacy completions scenario (openai_sdk.test.mjs) through
+// an anthropic group on mock-vllm's /v1/messages, against mock-vllm's own
+// /v1/completions (the OpenAI adapter passes those bytes on): the same
+// objects and chunks, but for `created` (sluice's clock, not the mock's
+// fixed one) and the prompt count (the Messages prompt is a chat turn).
+describe('protocol = "anthropic": legacy completions as the OpenAI adapter gives them', () => {
+  let mock, sluice, via, direct;
+  before(async () => {
+    mock = await start_mock_vllm({ tokens_per_sec: 2000, reply_tokens: 24, model: 'claude-mock' });
+    sluice = await start_sluice({ config: config([mock.url]), env: { ...process.env, SLUICE_TEST_ANTHROPIC_KEY: backend_key } });
+    via = new OpenAI({ apiKey: test_key, baseURL: `${sluice.url}/v1`, maxRetries: 0, timeout: bound_ms(10000) });
+    direct = new OpenAI({ apiKey: 'unused-by-mock', baseURL: `${mock.url}/v1`, maxRetries: 0, timeout: bound_ms(10000) });
+  });
+  after(() => stop_all(sluice, mock));
+
+  const comparable = (o) => ({
+    ...o, created: 0,
+    ...(o.usage ? { usage: { ...o.usage, prompt_tokens: 0, total_tokens: o.usage.completion_tokens } } : {}),
+  });
+
+  async function both(call, id) {
+    const opts = { headers: { 'X-Request-Id': id } };
+    return { expected: await call(direct, opts), actual: await call(via, opts) };
+  }
+
+  it('answers a legacy completion, stream and not, with and without the usage chunk, as the backend does', async () => {
+    const body = { model: 'claude-mock', prompt: 'Once upon a time', max_tokens: 64 };
+    const plain = await both((c, o) => c.completions.create(body, o), 'anth-sdk-legacy');
+    assert.equal(plain.actual.id, 'cmpl-anth-sdk-legacy');
+    assert.ok(plain.actual.usage.prompt_tokens > 0);
+    assert.deepStrictEqual(comparable(plain.actual), comparable(plain.expected));
+    for (const extra of [{}, { stream_options: { include_usage: true } }]) {
+      const streamed = await both(async (c, o) => collect(await c.completions.create({ ...body, stream: true, ...extra }, o)),
+                                  `anth-sdk-legacy-stream-${Boolean(extra.stream_options)}`);
+      assert.ok(streamed.expected.length >= 25);
+      assert.deepStrictEqual(streamed.actual.map(comparable), streamed.expected.map(comparable));
+    }
+    const sent = (await mock.requests()).filter((r) => r.target === '/v1/messages');
+    assert.equal(sent.length, 3);
   });
 });
 
