@@ -8,7 +8,8 @@
 // one word count. What differs by nature is normalized, and only that:
 // `created` (the mock's fixed clock against sluice's), `model` (each answer
 // names the model its client asked for) and, through Triton, the prompt
-// token count (Triton counts the prompt sluice rendered from the messages).
+// token count (Triton counts the prompt sluice rendered from the messages;
+// a legacy prompt reaches the Messages API as a user message).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
@@ -78,7 +79,7 @@ describe('the same answers through every protocol', () => {
     return out;
   }
 
-  function assert_same(out, what, { anthropic_cut = false } = {}) {
+  function assert_same(out, what, { anthropic_cut = false, anthropic_prompt = false } = {}) {
     const expected = normalize(out.openai);
     if (anthropic_cut) {
       // The Messages API says why a reply stopped only after its last delta
@@ -94,6 +95,11 @@ describe('the same answers through every protocol', () => {
       merged.choices[0].stop_reason = null;
       assert.deepStrictEqual(merged, last_text, `${what}: anthropic's last two chunks hold vLLM's last one`);
       assert.equal(a.length, expected.length + 1);
+    } else if (anthropic_prompt) {
+      // A legacy prompt reaches the Messages API as a user message, and the
+      // backend counts that message's framing with it.
+      assert.deepStrictEqual(normalize(out.anthropic, { prompt_tokens: 'any' }), normalize(out.openai, { prompt_tokens: 'any' }),
+                             `${what}: anthropic`);
     } else {
       assert.deepStrictEqual(normalize(out.anthropic), expected, `${what}: anthropic`);
     }
@@ -128,10 +134,10 @@ describe('the same answers through every protocol', () => {
   it('a legacy completion, stream and not', async () => {
     const body = { prompt: 'Once upon a time', max_tokens: 50 };
     const plain = await through_each((model, o) => sdk.completions.create({ model, ...body }, o), 'par-legacy');
-    assert_same(plain, 'completion');
+    assert_same(plain, 'completion', { anthropic_prompt: true });
     const streamed = await through_each(async (model, o) => collect(await sdk.completions.create({ model, ...body, stream: true }, o)),
                                         'par-legacy-stream');
-    assert_same(streamed, 'completion stream');
+    assert_same(streamed, 'completion stream', { anthropic_prompt: true });
   });
 
   it('errors: the same SDK error class and status', async () => {
