@@ -13,6 +13,12 @@
 //   relay                the response on its way back (part of the
 //     (relay.cpp,          adapter): body relay, usage cut, SSE facts,
 //      relay_scan.cpp)     backend errors
+//   anthropic_http       the Anthropic Messages API adapter, on
+//     (anthropic_http.cpp, openai_http's transport; its relay translates
+//      anthropic_relay.cpp) the reply into OpenAI's
+//   triton_grpc          the KServe v2 gRPC adapter: HTTP/2 connections
+//     (triton_grpc.cpp,    with an nghttp2 session each, one stream per
+//      triton_reply.cpp)   exchange; the reply translated into OpenAI's
 //
 // The policy reaches the client side only through client_codec and the
 // backend side only through backend_adapter; the adapter reaches the client

@@ -31,6 +31,7 @@
 #include "conn_memory.hpp"
 #include "exchange.hpp"
 #include "shard_context.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/grpc/kserve.hpp"
 #include "sluice/openai/triton.hpp"
 
@@ -63,6 +64,18 @@ struct h2_conn {
   exchange* streams_head = nullptr;  // the exchanges on it (grpc_attempt::hook)
   exchange* dirty_head = nullptr;    // those with news from this receive
 };
+
+// Sluice's own words for an end that carried none (a reset, a missing
+// status, a plain HTTP status), in grpc-message's place: what the client's
+// error says. The parts are ASCII without '%' (nothing to percent-decode).
+inline void set_message(grpc_attempt& a, std::string_view first, std::string_view second = {},
+                 std::string_view third = {}) noexcept {
+  text_writer w(a.grpc_message, sizeof a.grpc_message);
+  w.put(first);
+  w.put(second);
+  w.put(third);
+  a.grpc_message_len = static_cast<uint8_t>(w.p - a.grpc_message);
+}
 
 // Shard-local; a part of the shard's server.
 class triton_grpc final : public backend_adapter {
