@@ -7,13 +7,16 @@
 // chatcmpl-<request id>, the model it asked for, usage from the backend's
 // counts.
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
 import { gateway_config, poll, read_audit } from './lib/gateway.mjs';
-import { bound_ms, start_sluice, stop_all, test_key } from './lib/harness.mjs';
+import { bound_ms, start_mock_triton, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { start_triton_peer } from './lib/triton_peer.mjs';
 
 async function collect(stream) {
@@ -240,5 +243,50 @@ describe('protocol = "triton": retries and a backend that is away', () => {
     }
     await up.stop();
     await assert.rejects(sdk.chat.completions.create({ model: 'tri', messages }), (err) => err.status === 503);
+  });
+});
+
+describe('protocol = "triton": a client that stops reading', () => {
+  let mock, sluice;
+  const token_pad = 2048;
+  before(async () => {
+    mock = await start_mock_triton({ reply_tokens: 30000, extra_args: ['--token-pad', String(token_pad)] });
+    sluice = await start_sluice({
+      config: config([{ name: 'tri', models: ['tri'], protocol: 'triton', backend_model: 'mock-model', backends: [mock.url] }]),
+    });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('slows its own stream down to what it takes: the backend is held by the window, sluice buffers nothing', async () => {
+    const rss = (pid) => Number(fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB$/m)[1]) * 1024;
+    const rss_before = rss(sluice.proc.child.pid);
+    const body = JSON.stringify({ model: 'tri', messages: [{ role: 'user', content: 'a lot' }], stream: true, max_tokens: 30000 });
+    const socket = net.connect({ port: sluice.port, host: '127.0.0.1' });
+    await once(socket, 'connect');
+    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${test_key}\r\n` +
+                 `content-type: application/json\r\nx-request-id: tri-slow-1\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    // The head and the first events, then the socket is not read at all.
+    const [first] = await once(socket, 'data');
+    assert.match(first.toString('latin1'), /^HTTP\/1\.1 200 /);
+    socket.pause();
+    // While it is not read: sluice's memory stays where it was, whatever
+    // the backend could make (mock-triton makes its reply at once; only the
+    // stream's window, opened as the client takes bytes, lets it out).
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const growth = rss(sluice.proc.child.pid) - rss_before;
+    assert.ok(growth < 8 * 1024 * 1024, `sluice's RSS grew ${growth} bytes`);
+    socket.destroy();
+    const file = path.join(sluice.dir, 'sluice-audit.jsonl');
+    const [audit] = await poll(() => {
+      const l = read_audit(file).filter((r) => r.request_id === 'tri-slow-1');
+      return l.length === 1 ? l : null;
+    }, { what: 'the audit line' });
+    assert.equal(audit.status, 499);
+    assert.equal(audit.cancelled, true);
+    // What reached sluice before the window closed: what the client's and
+    // sluice's socket buffers took, a few MB -- not the 60 MB asked for.
+    const streamed = audit.completion_tokens * token_pad;
+    assert.ok(audit.completion_tokens > 0 && streamed < 24 * 1024 * 1024,
+              `${audit.completion_tokens} tokens streamed to a client that read one piece`);
   });
 });
