@@ -194,15 +194,29 @@ start_mock() {
         --port "$port" --threads "$threads" --created 1700000000 --no-record "$@"
 }
 
+# start_mock_triton PORT PIN... -- MOCK_ARGS...: mock-triton (one thread; it
+# takes mock-vllm's --reply-tokens, --tokens-per-sec, --token-pad, --ttft-ms
+# and makes the same tokens: "tok<i>", a space before each but the first).
+start_mock_triton() {
+    local port=$1; shift
+    local pin=()
+    while [[ $1 != -- ]]; do pin+=("$1"); shift; done
+    shift
+    start_bg "mock-triton-$port" "$port" "${pin[@]}" "$(built mock-triton)" \
+        --port "$port" --created 1700000000 "$@"
+}
+
 # start_sluice NAME PORT BACKEND_PORT CONFIG CPUS PIN...
 # CONFIG may be empty (embedded default), CPUS may be empty (affinity mask).
-# Sets STARTED_PID and STARTED_ADMIN (its admin port).
+# BACKEND_SCHEME: the backend URL's scheme (default http; grpc for a
+# protocol = "triton" group). Sets STARTED_PID and STARTED_ADMIN (its admin
+# port).
 start_sluice() {
     local name=$1 port=$2 backend=$3 config=$4 cpus=$5; shift 5
     local admin args=()
     free_port admin
     args=(--listen "127.0.0.1:$port" --admin "127.0.0.1:$admin"
-          --backend "http://127.0.0.1:$backend")
+          --backend "${BACKEND_SCHEME:-http}://127.0.0.1:$backend")
     [[ -n $config ]] && args+=(--config "$config")
     [[ -n $cpus ]] && args+=(--cpus "$cpus")
     local bin=${SLUICE_BIN:-}
@@ -217,9 +231,13 @@ start_sluice() {
 # then other tables.
 # LEAN=1: audit off and no usage injection (what the features cost).
 # AUDIT_EXTRA (TOML): more [audit] keys, e.g. fsync_interval_ms = 86400000.
+# PROTOCOL=anthropic|triton: the group's protocol (default openai); triton
+# takes a grpc:// backend.
 write_sluice_config() {
     local file=$1 backend=$2 extra=${3:-}
     local audit_path="$BENCH_TMP/$(basename "$file" .toml)-audit.jsonl" inject=true
+    local protocol=${PROTOCOL:-openai} scheme=http
+    [[ $protocol == triton ]] && scheme=grpc
     if [[ ${LEAN:-0} == 1 ]]; then audit_path="" inject=false; fi
     cat >"$file" <<EOF
 [server]
@@ -232,7 +250,8 @@ ${AUDIT_EXTRA:-}
 [[group]]
 name = "default"
 models = ["*"]
-backends = ["http://127.0.0.1:$backend"]
+protocol = "$protocol"
+backends = ["$scheme://127.0.0.1:$backend"]
 inject_usage = $inject
 
 [[key]]
