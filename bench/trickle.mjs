@@ -18,8 +18,10 @@
 // "data: [DONE]", counts as bad. The last line is
 //   TRICKLE_RESULT events=.. window_us=.. events_per_s=.. responses=..
 //     bad=.. errors=.. open_min=.. proxy_ns=.. cpu_ticks=..
-//     gap_p50_us=.. gap_p99_us=..
+//     gap_p50_us=.. gap_p99_us=.. proxy_user_ticks=.. proxy_sys_ticks=..
 // proxy_ns: CPU time of --pids' threads over the window (ns, schedstat);
+// proxy_user_ticks, proxy_sys_ticks: the same split into user and kernel
+// time (/proc/PID/task/TID/stat utime, stime: clock ticks, coarser);
 // cpu_ticks: busy ticks of CPU --cpu over the window (-1 without --cpu);
 // open_min: the fewest streams with a reply in progress, sampled every 20 ms
 // in the window; gap_*: time between two reads of one stream that brought
@@ -52,6 +54,23 @@ function proc_ns() {
     try { tasks = fs.readdirSync(`/proc/${pid}/task`); } catch { continue; }
     for (const tid of tasks) {
       try { sum += Number(fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'latin1').split(' ')[0]); } catch { /* gone */ }
+    }
+  }
+  return sum;
+}
+
+// [utime, stime] of --pids' threads in clock ticks (stat fields 14 and 15).
+function proc_ticks() {
+  const sum = [0, 0];
+  for (const pid of pids) {
+    let tasks;
+    try { tasks = fs.readdirSync(`/proc/${pid}/task`); } catch { continue; }
+    for (const tid of tasks) {
+      let stat;
+      try { stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'latin1'); } catch { continue; }
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');   // f[0] is field 3 (state)
+      sum[0] += Number(f[11]);
+      sum[1] += Number(f[12]);
     }
   }
   return sum;
@@ -167,11 +186,11 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 await sleep(Math.max(0, warmup_ms - (performance.now() - t0)));
 
 in_window = true;
-const start = { at: performance.now(), events, proxy: proc_ns(), cpu: cpu_busy_ticks() };
+const start = { at: performance.now(), events, proxy: proc_ns(), ticks: proc_ticks(), cpu: cpu_busy_ticks() };
 let open_min = open;
 const sampler = setInterval(() => { open_min = Math.min(open_min, open); }, 20);
 await sleep(window_ms);
-const end = { at: performance.now(), events, proxy: proc_ns(), cpu: cpu_busy_ticks() };
+const end = { at: performance.now(), events, proxy: proc_ns(), ticks: proc_ticks(), cpu: cpu_busy_ticks() };
 in_window = false;
 clearInterval(sampler);
 open_min = Math.min(open_min, open);
@@ -193,6 +212,8 @@ const fields = {
   cpu_ticks: cpu !== '' ? end.cpu - start.cpu : -1,
   gap_p50_us: gap_percentile(50),
   gap_p99_us: gap_percentile(99),
+  proxy_user_ticks: pids.length ? end.ticks[0] - start.ticks[0] : -1,
+  proxy_sys_ticks: pids.length ? end.ticks[1] - start.ticks[1] : -1,
 };
 process.stdout.write(`TRICKLE_RESULT ${Object.entries(fields).map(([k, v]) => `${k}=${v}`).join(' ')}\n`);
 process.exit(0);
