@@ -61,7 +61,13 @@ run_workload_c() {
     local HAPROXY_DEFAULTS_EXTRA=""
     [[ ${HAPROXY_NO_DELAY:-stream} != none ]] && HAPROXY_DEFAULTS_EXTRA="option http-no-delay"
     start_stack "$LAYOUT" --reply-tokens "$C_TOKENS" --tokens-per-sec "$C_RATE"
-    check_replies c 1 20
+    # A short reply, unless an adapter is measured: its events per reply
+    # (EVENT_DELTA, what measure_c expects) come from a reply of the
+    # workload's own length (its finish "stop" may travel in the last token's
+    # chunk or in one of its own); C_TOKENS / C_RATE s per target.
+    local check_tokens=20 t
+    for t in "${targets[@]}"; do [[ $t == sluice-anthropic || $t == sluice-triton ]] && check_tokens=$C_TOKENS; done
+    check_replies c 1 "$check_tokens"
     local n=${#targets[@]} round i
     for ((round = 1; round <= rounds; round++)); do
         for ((i = 0; i < n; i++)); do
@@ -80,7 +86,7 @@ measure_c() {
     local ramp_ms=$((C_TOKENS * 1000 / C_RATE))
     local cmd=("${LOAD_PIN[@]}" node "$BENCH_DIR/trickle.mjs"
                --url "http://127.0.0.1:${tport[$t]}/v1/chat/completions"
-               --streams "$C_STREAMS" --max-tokens "$C_TOKENS" --expect-events $((C_TOKENS + 3))
+               --streams "$C_STREAMS" --max-tokens "$C_TOKENS" --expect-events $((C_TOKENS + 3 + ${EVENT_DELTA[$t]:-0}))
                --ramp-ms "$ramp_ms" --warmup-ms $((ramp_ms + 1000)) --seconds "$c_secs")
     record_command "${cmd[@]}" --pids PIDS "${cpu_arg[@]}"
     guarded "$t" "$out" "${cmd[@]}" --pids "$pids" "${cpu_arg[@]}"
@@ -89,17 +95,21 @@ measure_c() {
         log "bench/trickle.mjs failed against $t:"; cat "$out" >&2
         die "trickle client failed"
     fi
-    local events us_proc us_core
+    local events us_proc us_core us_user="-" us_sys="-"
     events=$(field "$r" events)
     us_proc=$(per_unit_ns "$(field "$r" proxy_ns)" "$events")
+    if [[ $t != direct ]]; then
+        us_user=$(per_unit "$(field "$r" proxy_user_ticks)" "$events")
+        us_sys=$(per_unit "$(field "$r" proxy_sys_ticks)" "$events")
+    fi
     us_core="-"
     [[ $LAYOUT == pinned && $t != direct ]] && us_core=$(per_unit "$(field "$r" cpu_ticks)" "$events")
-    printf '%s\tc\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$LAYOUT" "$t" "$round" \
+    printf '%s\tc\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$LAYOUT" "$t" "$round" \
         "$(field "$r" events_per_s)" "$events" "$(field "$r" responses)" "$(field "$r" bad)" \
         "$(field "$r" errors)" "$(field "$r" open_min)" "$us_proc" "$us_core" \
-        "$(field "$r" gap_p50_us)" "$(field "$r" gap_p99_us)" "$FOREIGN" "$TRY" >>"$RESULTS_C"
-    log "  $(printf '%-7s c  %-11s round %s: %6s events/s  open ≥ %3s  cpu/event %5s µs  gap p99 %6s µs  bad %s  errors %s  foreign %s%%' \
-        "$LAYOUT" "$t" "$round" "$(field "$r" events_per_s)" "$(field "$r" open_min)" "$us_proc" \
+        "$(field "$r" gap_p50_us)" "$(field "$r" gap_p99_us)" "$FOREIGN" "$TRY" "$us_user" "$us_sys" >>"$RESULTS_C"
+    log "  $(printf '%-7s c  %-16s round %s: %6s events/s  open ≥ %3s  cpu/event %5s µs (user %s, sys %s)  gap p99 %6s µs  bad %s  errors %s  foreign %s%%' \
+        "$LAYOUT" "$t" "$round" "$(field "$r" events_per_s)" "$(field "$r" open_min)" "$us_proc" "$us_user" "$us_sys" \
         "$(field "$r" gap_p99_us)" "$(field "$r" bad)" "$(field "$r" errors)" "$FOREIGN")"
 }
 
@@ -271,14 +281,15 @@ print_c() {
     echo
     echo "### $(workload_desc c)"
     echo
-    echo "$C_STREAMS streams, each reply $C_TOKENS tokens at $C_RATE tokens/s ($((C_TOKENS + 3)) events), one after another per connection; ${c_secs} s window. Events: \`data:\` lines received in the window. Proxy CPU µs/event: CPU time of the proxy's threads (nginx's workers included; /proc/PID/task/*/schedstat) over the window ÷ events. Gap: time between two reads of one stream that brought events (10 ms = the pacing). Spread: of proxy CPU/event."
+    echo "$C_STREAMS streams, each reply $C_TOKENS tokens at $C_RATE tokens/s ($((C_TOKENS + 3)) events), one after another per connection; ${c_secs} s window. Events: \`data:\` lines received in the window. Proxy CPU µs/event: CPU time of the proxy's threads (nginx's workers included; /proc/PID/task/*/schedstat) over the window ÷ events. Of it user / sys: utime / stime (/proc/PID/task/*/stat, 10 ms ticks) ÷ events. Gap: time between two reads of one stream that brought events (10 ms = the pacing). Spread: of proxy CPU/event."
     echo
-    echo "| target | events/s | events | replies | streams open (min) | proxy CPU µs/event | CPU 1 µs/event | gap p50 µs | gap p99 µs | errors | bad replies | same reply | spread |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+    echo "| target | events/s | events | replies | streams open (min) | proxy CPU µs/event | of it user | of it sys | CPU 1 µs/event | gap p50 µs | gap p99 µs | errors | bad replies | same reply | spread |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
     for t in "${all_targets[@]}"; do
         havex "$f" "$l" c "$t" || continue
         echo "| $t | $(colx "$f" "$l" c "$t" 5) | $(colx "$f" "$l" c "$t" 6) | $(colx "$f" "$l" c "$t" 7) |" \
-            "$(colx "$f" "$l" c "$t" 10) | $(colx "$f" "$l" c "$t" 11) | $(colx "$f" "$l" c "$t" 12) |" \
+            "$(colx "$f" "$l" c "$t" 10) | $(colx "$f" "$l" c "$t" 11) | $(colx "$f" "$l" c "$t" 17) | $(colx "$f" "$l" c "$t" 18) |" \
+            "$(colx "$f" "$l" c "$t" 12) |" \
             "$(colx "$f" "$l" c "$t" 13) | $(colx "$f" "$l" c "$t" 14) | $(sumx "$f" "$l" c "$t" 9) |" \
             "$(sumx "$f" "$l" c "$t" 8) | ${same[$l.c.$t]:-} | $(spreadx "$f" "$l" c "$t" 11) |"
     done
@@ -296,6 +307,29 @@ print_c() {
             fi
             echo "$line"
         done
+    done
+    # the protocol adapters against the OpenAI pass-through (issue 15: the
+    # gRPC adapter's proxy CPU per event at most 1.5× the pass-through's)
+    for s in "${adapters[@]}"; do
+        { havex "$f" "$l" c "$s" && havex "$f" "$l" c sluice; } || continue
+        local r per_round verdict=""
+        r=$(ratio "$(colx "$f" "$l" c "$s" 11)" "$(colx "$f" "$l" c sluice 11)")
+        per_round=$(round_ratio_in "$f" "$l" c "$s" sluice 11)
+        line="- $s ÷ sluice: proxy CPU/event $r"
+        ((rounds > 1)) && line+=" (per round: median $per_round)"
+        line+=", of it user $(ratio "$(colx "$f" "$l" c "$s" 17)" "$(colx "$f" "$l" c sluice 17)")"
+        line+=", of it sys $(ratio "$(colx "$f" "$l" c "$s" 18)" "$(colx "$f" "$l" c sluice 18)")"
+        [[ $l == pinned ]] && line+=", CPU 1/event $(ratio "$(colx "$f" "$l" c "$s" 12)" "$(colx "$f" "$l" c sluice 12)")"
+        line+=", events/s $(ratio "$(colx "$f" "$l" c "$s" 5)" "$(colx "$f" "$l" c sluice 5)")"
+        line+=", gap p50 $(ratio "$(colx "$f" "$l" c "$s" 13)" "$(colx "$f" "$l" c sluice 13)")"
+        line+=", gap p99 $(ratio "$(colx "$f" "$l" c "$s" 14)" "$(colx "$f" "$l" c sluice 14)")"
+        if [[ $s == sluice-triton ]]; then
+            local v=$per_round; [[ $v == - ]] && v=$r
+            verdict=$(awk -v v="$v" 'BEGIN { if (v == "-") print "-"; else if (v <= 1.5) print "met"; else print "NOT met" }')
+            line+="; issue 15's target (≤ 1.50): $verdict"
+        fi
+        echo
+        echo "$line"
     done
 }
 
@@ -332,6 +366,13 @@ print_e() {
             fi
             echo "$line"
         done
+    done
+    for s in "${adapters[@]}"; do
+        { havex "$f" "$l" e "$s" && havex "$f" "$l" e sluice; } || continue
+        echo
+        echo "- $s ÷ sluice: mean $(ratio "$(colx "$f" "$l" e "$s" 6)" "$(colx "$f" "$l" e sluice 6)")," \
+             "added mean $(ratio "$(diffx "$(colx "$f" "$l" e "$s" 6)" "$dmean")" "$(diffx "$(colx "$f" "$l" e sluice 6)" "$dmean")")," \
+             "proxy CPU/req $(ratio "$(colx "$f" "$l" e "$s" 11)" "$(colx "$f" "$l" e sluice 11)")"
     done
 }
 
