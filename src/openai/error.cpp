@@ -109,6 +109,24 @@ size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) 
   writer w{out, cap};
   size_t i = 0;
   for (; i < s.size();) {
+    // A run of plain printable ASCII -- nearly all of a token's text, an id,
+    // a model name -- goes in one copy, as much of it as fits.
+    size_t run = i;
+    while (run < s.size()) {
+      const auto d = static_cast<unsigned char>(s[run]);
+      if (d < 0x20 || d >= 0x80 || d == '"' || d == '\\') break;
+      ++run;
+    }
+    if (run != i) {
+      const size_t len = run - i;
+      const size_t room = w.cap - w.len;
+      const size_t n = len < room ? len : room;
+      if (n != 0) std::memcpy(w.out + w.len, s.data() + i, n);
+      w.len += n;
+      i += n;
+      if (n < len) break;  // out of room
+      continue;
+    }
     const auto c = static_cast<unsigned char>(s[i]);
     if (c == '"' || c == '\\') {
       const char esc[2] = {'\\', static_cast<char>(c)};

@@ -32,6 +32,13 @@ struct bounded_sink {
     size += n;
   }
   bool fits() const noexcept { return size <= cap; }
+  // Where the next bytes go and how many fit (json_writer escapes into it
+  // directly); then `advance(n)` counts what was written there.
+  char* room(size_t& avail) noexcept {
+    avail = size < cap ? cap - size : 0;
+    return out + (size < cap ? size : cap);
+  }
+  void advance(size_t n) noexcept { size += n; }
 };
 
 template <class Sink>
@@ -46,8 +53,17 @@ class json_writer {
     raw("\"");
   }
   // openai::json_escape's escapes (whole UTF-8 characters; invalid bytes
-  // become U+FFFD), in pieces through a stack buffer.
+  // become U+FFFD): straight into a bounded sink's room (the per-event
+  // path), else -- a string sink, or what did not fit, only counted then --
+  // in pieces through a stack buffer.
   void escaped(std::string_view v) {
+    if constexpr (requires(Sink& k, size_t& a) { k.room(a); }) {
+      size_t avail = 0;
+      char* at = _sink.room(avail);
+      size_t used = 0;
+      _sink.advance(json_escape(at, avail, v, used));
+      v.remove_prefix(used);
+    }
     char buf[256];
     while (!v.empty()) {
       size_t used = 0;
