@@ -74,6 +74,11 @@ void wire_writer::fixed32_le(uint32_t v) noexcept {
 }
 
 bool wire_reader::read_varint(uint64_t& v) noexcept {
+  // One byte: nearly every tag and length of a token's message.
+  if (_p != _end && (static_cast<unsigned char>(*_p) & 0x80) == 0) {
+    v = static_cast<unsigned char>(*_p++);
+    return true;
+  }
   v = 0;
   // At most 10 bytes carry 64 bits; a longer run is malformed, not big.
   for (unsigned shift = 0; shift < 70; shift += 7) {

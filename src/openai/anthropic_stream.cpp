@@ -57,6 +57,7 @@ anthropic_stream::anthropic_stream(size_t event_bytes_max)
 
 void anthropic_stream::reset(const anthropic_reply_context& ctx) noexcept {
   _ctx = ctx;
+  detail::set_chunk_head(_ctx, _chunk_head);
   _state = state{};
   _state.block_tool.fill(-1);
 }

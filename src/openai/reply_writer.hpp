@@ -61,8 +61,23 @@ void reply_prefix(json_writer<Sink>& w, const Ctx& ctx, bool chunk) {
 // An SSE event's start, up to the chunk's choices array.
 template <class Sink, class Ctx>
 void chunk_prefix(json_writer<Sink>& w, const Ctx& ctx) {
+  if (!ctx.chunk_head.empty()) {  // made once per stream (set_chunk_head)
+    w.raw(ctx.chunk_head);
+    return;
+  }
   w.raw("data: ");
   reply_prefix(w, ctx, true);
+}
+
+// A stream's chunk_head: chunk_prefix's bytes for `ctx`, written into
+// `buf`; left empty (chunk_prefix writes them per event) when they do not fit.
+template <class Ctx, size_t N>
+void set_chunk_head(Ctx& ctx, char (&buf)[N]) noexcept {
+  ctx.chunk_head = {};
+  bounded_sink sink{buf, N};
+  json_writer<bounded_sink> w(sink);
+  chunk_prefix(w, ctx);
+  if (sink.fits()) ctx.chunk_head = std::string_view(buf, sink.size);
 }
 
 // Closes a chunk's choices array, the chunk and the event: completion

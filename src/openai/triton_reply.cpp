@@ -42,6 +42,7 @@ size_t escaped_bound(size_t n) noexcept { return 6 * n; }
 
 void triton_stream::reset(const triton_reply_context& ctx, std::string* accumulate) noexcept {
   _ctx = ctx;
+  detail::set_chunk_head(_ctx, _chunk_head);
   _text = accumulate;
   if (_text != nullptr) _text->clear();
   _state = state{};

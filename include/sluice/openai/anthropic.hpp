@@ -63,6 +63,9 @@ struct anthropic_reply_context {
   int64_t created_s = 0;        // unix seconds
   std::string_view model;       // the name the client asked for
   bool include_usage = false;   // stream_options.include_usage (stream only)
+  // The stream's own: every chunk's opening bytes, written once at reset()
+  // (callers leave it empty).
+  std::string_view chunk_head;
   // chat_completions: chat.completion bodies and chunks; completions:
   // text_completion ones (no role chunk, tool blocks dropped).
   endpoint kind = endpoint::chat_completions;
@@ -172,6 +175,10 @@ class anthropic_stream {
   simdjson::dom::parser _parser;
   anthropic_reply_context _ctx;
   state _state;
+  // The chunks' opening bytes up to their choices (ctx.chunk_head): the
+  // id and model are escaped once per stream, not per event. A longer head
+  // than this is written per event.
+  char _chunk_head[512] = {};
 };
 
 }  // namespace sluice::openai

@@ -84,6 +84,9 @@ struct triton_reply_context {
   std::string_view model;       // the name the client asked for
   endpoint kind = endpoint::chat_completions;  // chat_completions or completions
   bool include_usage = false;   // stream_options.include_usage (stream only)
+  // The stream's own: every chunk's opening bytes, written once at reset()
+  // (callers leave it empty).
+  std::string_view chunk_head;
 };
 
 // What billing and audit need from a reply. Token counts: vLLM's backend
@@ -131,6 +134,9 @@ struct triton_stream_result {
 class triton_stream {
  public:
   triton_stream() = default;
+  // Not copied: its context views its own chunk-head buffer.
+  triton_stream(const triton_stream&) = delete;
+  triton_stream& operator=(const triton_stream&) = delete;
 
   // Starts a new exchange. `ctx`'s views must outlive it. `accumulate`:
   // null for a stream client; else the non-stream client's text goes there
@@ -179,6 +185,10 @@ class triton_stream {
   triton_reply_context _ctx;
   std::string* _text = nullptr;  // accumulate mode
   state _state;
+  // The chunks' opening bytes up to their choices (ctx.chunk_head): the
+  // id and model are escaped once per stream, not per event. A longer head
+  // than this is written per event.
+  char _chunk_head[512] = {};
 };
 
 // A Triton error_message (or any backend failure text) as the 502 body a
