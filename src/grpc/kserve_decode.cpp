@@ -31,11 +31,18 @@ bool is_len(const wire_field& f, uint32_t number) noexcept {
   return f.number == number && f.type == wire_type::len;
 }
 
+// A view without a constructor: the slots below are filled before they are
+// read (by count), so a message's decode does not zero ~800 bytes first.
+struct bytes_ref {
+  const char* p;
+  size_t n;
+  std::string_view view() const noexcept { return {p, n}; }
+};
+
 struct output_slots {
-  std::string_view name[k_outputs_max];
-  std::string_view datatype[k_outputs_max];
-  std::string_view raw[k_outputs_max];
-  bool has_raw[k_outputs_max] = {};
+  bytes_ref name[k_outputs_max];      // [0, outputs) set
+  bytes_ref datatype[k_outputs_max];
+  bytes_ref raw[k_outputs_max];       // [0, raws) set
   size_t outputs = 0;
   size_t raws = 0;
 };
@@ -51,8 +58,8 @@ decode_status read_output(std::string_view msg, output_slots& s) noexcept {
   }
   if (r.status() != decode_status::ok) return r.status();
   if (s.outputs < k_outputs_max) {
-    s.name[s.outputs] = name;
-    s.datatype[s.outputs] = datatype;
+    s.name[s.outputs] = {name.data(), name.size()};
+    s.datatype[s.outputs] = {datatype.data(), datatype.size()};
   }
   ++s.outputs;
   return decode_status::ok;
@@ -128,20 +135,22 @@ decode_status first_integer(std::string_view datatype, std::string_view raw,
 }
 
 decode_status pair_outputs(const output_slots& s, stream_response& out) noexcept {
-  const size_t n = s.outputs < k_outputs_max ? s.outputs : k_outputs_max;
+  size_t n = s.outputs < k_outputs_max ? s.outputs : k_outputs_max;
+  if (s.raws < n) n = s.raws;  // an output without its raw contents has nothing to read
   for (size_t i = 0; i < n; ++i) {
-    if (!s.has_raw[i]) continue;
     decode_status st = decode_status::ok;
-    if (s.name[i] == "text_output") {
+    const std::string_view name = s.name[i].view();
+    const std::string_view raw = s.raw[i].view();
+    if (name == "text_output") {
       out.has_text_output = true;
-      st = first_bytes_element(s.raw[i], out.text_output);
-    } else if (s.name[i] == "finish_reason") {
+      st = first_bytes_element(raw, out.text_output);
+    } else if (name == "finish_reason") {
       out.has_finish_reason = true;
-      st = first_bytes_element(s.raw[i], out.finish_reason);
-    } else if (s.name[i] == "num_input_tokens") {
-      st = first_integer(s.datatype[i], s.raw[i], out.num_input_tokens);
-    } else if (s.name[i] == "num_output_tokens") {
-      st = first_integer(s.datatype[i], s.raw[i], out.num_output_tokens);
+      st = first_bytes_element(raw, out.finish_reason);
+    } else if (name == "num_input_tokens") {
+      st = first_integer(s.datatype[i].view(), raw, out.num_input_tokens);
+    } else if (name == "num_output_tokens") {
+      st = first_integer(s.datatype[i].view(), raw, out.num_output_tokens);
     }
     if (st != decode_status::ok) return st;
   }
@@ -160,10 +169,7 @@ decode_status read_infer_response(std::string_view msg, stream_response& out) no
     else if (is_len(f, response_field::parameters)) st = read_parameter(f.bytes, out);
     else if (is_len(f, response_field::outputs)) st = read_output(f.bytes, slots);
     else if (is_len(f, response_field::raw_output_contents)) {
-      if (slots.raws < k_outputs_max) {
-        slots.raw[slots.raws] = f.bytes;
-        slots.has_raw[slots.raws] = true;
-      }
+      if (slots.raws < k_outputs_max) slots.raw[slots.raws] = {f.bytes.data(), f.bytes.size()};
       ++slots.raws;
     }
     if (st != decode_status::ok) return st;

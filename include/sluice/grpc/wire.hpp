@@ -139,4 +139,75 @@ class wire_reader {
   decode_status _status = decode_status::ok;
 };
 
+// --- wire_reader, inline: the per-message decode of a stream runs these
+// a dozen times per token.
+
+inline bool wire_reader::read_varint(uint64_t& v) noexcept {
+  // One byte: nearly every tag and length of a token's message.
+  if (_p != _end && (static_cast<unsigned char>(*_p) & 0x80) == 0) {
+    v = static_cast<unsigned char>(*_p++);
+    return true;
+  }
+  v = 0;
+  // At most 10 bytes carry 64 bits; a longer run is malformed, not big.
+  for (unsigned shift = 0; shift < 70; shift += 7) {
+    if (_p == _end) return fail(decode_status::truncated);
+    const auto b = static_cast<unsigned char>(*_p++);
+    v |= uint64_t{b & 0x7Fu} << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return fail(decode_status::bad_varint);
+}
+
+inline bool wire_reader::read_one(wire_field& f) noexcept {
+  uint64_t key = 0;
+  if (!read_varint(key)) return false;
+  if (key >> 32 != 0) return fail(decode_status::bad_varint);
+  f.number = static_cast<uint32_t>(key >> 3);
+  const auto t = static_cast<uint8_t>(key & 7);
+  if (f.number == 0 || t > 5) return fail(decode_status::bad_wire_type);
+  f.type = static_cast<wire_type>(t);
+  f.value = 0;
+  f.bytes = {};
+  const auto left = static_cast<size_t>(_end - _p);
+  switch (f.type) {
+    case wire_type::varint:
+      return read_varint(f.value);
+    case wire_type::fixed64:
+    case wire_type::fixed32: {
+      const size_t n = f.type == wire_type::fixed64 ? 8 : 4;
+      if (left < n) return fail(decode_status::truncated);
+      for (size_t i = 0; i < n; ++i) {
+        f.value |= uint64_t{static_cast<unsigned char>(_p[i])} << (8 * i);
+      }
+      _p += n;
+      return true;
+    }
+    case wire_type::len: {
+      uint64_t len = 0;
+      if (!read_varint(len)) return false;
+      // A length past the message's end: the field claims bytes that belong
+      // to the enclosing message (or to no message at all).
+      if (len > static_cast<uint64_t>(_end - _p)) return fail(decode_status::over_long);
+      f.bytes = std::string_view(_p, static_cast<size_t>(len));
+      _p += len;
+      return true;
+    }
+    case wire_type::group_start:
+    case wire_type::group_end:
+      return true;
+  }
+  return fail(decode_status::bad_wire_type);
+}
+
+inline bool wire_reader::next(wire_field& f) noexcept {
+  for (;;) {
+    if (_p == _end) return false;
+    if (!read_one(f)) return false;
+    if (f.type == wire_type::group_end) return fail(decode_status::bad_wire_type);
+    if (f.type != wire_type::group_start) return true;
+    if (!skip_group(f.number)) return false;
+  }
+}
+
 }  // namespace sluice::grpc
