@@ -1,0 +1,521 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "h2_peer.hpp"
+
+using namespace h2_test;
+
+namespace {
+
+iovec iov(const std::string& s) { return {const_cast<char*>(s.data()), s.size()}; }
+
+// An owner that answers every request at once with a small JSON body.
+void answer_json(recording_owner& o, const std::string& body) {
+  o.answer = [&o, &body](const h2::request& r) {
+    const h2::field f[] = {{"content-type", "application/json"}};
+    REQUIRE(o.session->submit_response(r.stream_id, 200, f, false));
+    const iovec v = iov(body);
+    REQUIRE(o.session->send_body(r.stream_id, {&v, 1}, true));
+  };
+}
+
+}  // namespace
+
+TEST_SUITE("h2") {
+
+TEST_CASE("a GET is reported with its pseudo-headers and as an HTTP/1-like head, and answered") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  const std::string body = R"({"ok":true})";
+  answer_json(o, body);
+  client c;
+  const int32_t id = c.request("GET", "/v1/models?x=1",
+                               {{"authorization", "Bearer k1"}, {"x-session-id", "s-42"}, {"accept", "*/*"}});
+  pump(c, s);
+
+  REQUIRE(o.streams.count(id) == 1);
+  const server_stream& st = o.streams[id];
+  CHECK(st.method == "GET");
+  CHECK(st.scheme == "https");
+  CHECK(st.authority == "gw.example");
+  CHECK(st.path == "/v1/models?x=1");
+  CHECK(st.meth == sluice::http::method::get);
+  CHECK(st.target == "/v1/models?x=1");
+  CHECK(st.http_path == "/v1/models");
+  CHECK(st.host == "gw.example");
+  CHECK(st.authorization == "Bearer k1");
+  CHECK(st.session_id == "s-42");
+  CHECK(st.header_count == 3);
+  CHECK(st.field_lines == "authorization:Bearer k1\r\nx-session-id:s-42\r\naccept:*/*\r\n");
+  REQUIRE(st.fields.size() == 3);
+  CHECK(st.fields[2] == std::pair<std::string, std::string>("accept", "*/*"));
+  CHECK(st.end_at_head);
+  CHECK(st.closed);
+  CHECK(st.cause == h2::close_cause::done);
+
+  CHECK(c.streams[id].status == 200);
+  CHECK(c.streams[id].body == body);
+  CHECK(c.streams[id].end_stream);
+  CHECK(s.stats().streams_opened == 1);
+  CHECK(s.open_streams() == 0);
+  CHECK_FALSE(s.done());
+}
+
+TEST_CASE("a POST body split over DATA frames arrives whole, and its window opens as the owner consumes it") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  client_body b;
+  for (int i = 0; i < 100000; ++i) b.bytes += static_cast<char>('a' + i % 26);
+
+  SUBCASE("the owner consumes as it goes") {
+    const int32_t id = c.request("POST", "/v1/chat/completions",
+                                 {{"content-type", "application/json"},
+                                  {"content-length", std::to_string(b.bytes.size())},
+                                  {"expect", "100-continue"}},
+                                 &b);
+    pump(c, s);
+    server_stream& st = o.streams[id];
+    CHECK_FALSE(st.end_at_head);
+    CHECK(st.has_content_length);
+    CHECK(st.content_length == 100000);
+    CHECK(st.content_type == "application/json");
+    CHECK(st.expect_continue);
+    CHECK(st.body == b.bytes);
+    CHECK(st.body_ended);
+    CHECK(st.data_pieces.size() >= 7);  // 16 KiB frames at most
+    REQUIRE(s.submit_response(id, 204, {}, true));
+    pump(c, s);
+    CHECK(c.streams[id].status == 204);
+    CHECK(st.closed);
+    CHECK(st.cause == h2::close_cause::done);
+  }
+  SUBCASE("nothing consumed: the stream window (64 KiB) holds the rest back") {
+    o.consume_body = false;
+    const int32_t id = c.request("POST", "/v1/chat/completions", {}, &b);
+    pump(c, s);
+    server_stream& st = o.streams[id];
+    CHECK(st.body.size() == 65536);
+    CHECK_FALSE(st.body_ended);
+    s.consume(id, st.body.size());
+    pump(c, s);
+    CHECK(st.body.size() == 100000);
+    CHECK(st.body_ended);
+  }
+}
+
+TEST_CASE("100 concurrent streams on one connection are each answered") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back(c.request("GET", "/r/" + std::to_string(i)));
+  pump(c, s);
+  REQUIRE(o.head_order.size() == 100);
+  CHECK(s.open_streams() == 100);
+  std::vector<std::string> bodies(100);
+  for (int i = 0; i < 100; ++i) {
+    bodies[static_cast<size_t>(i)] = "answer " + o.streams[ids[static_cast<size_t>(i)]].path;
+    REQUIRE(s.submit_response(ids[static_cast<size_t>(i)], 200, {}, false));
+    const iovec v = iov(bodies[static_cast<size_t>(i)]);
+    REQUIRE(s.send_body(ids[static_cast<size_t>(i)], {&v, 1}, true));
+  }
+  pump(c, s);
+  for (int i = 0; i < 100; ++i) {
+    const client_stream& cs = c.streams[ids[static_cast<size_t>(i)]];
+    CHECK(cs.status == 200);
+    CHECK(cs.body == "answer /r/" + std::to_string(i));
+  }
+  CHECK(s.open_streams() == 0);
+  CHECK(s.stats().streams_refused == 0);
+}
+
+TEST_CASE("an SSE body supplied over time goes out as DATA frames in order, a batch per frame") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("POST", "/v1/chat/completions");
+  pump(c, s);
+  const h2::field f[] = {{"content-type", "text/event-stream"}};
+  REQUIRE(s.submit_response(id, 200, f, false));
+  pump(c, s);
+  CHECK(c.streams[id].status == 200);
+  CHECK(c.streams[id].data_frames.empty());  // the provider waits for pieces
+
+  const std::string e1 = "data: {\"n\":1}\n\n", e2 = "data: {\"n\":2}\n\n", e3 = "data: {\"n\":3}\n\n";
+  const std::string done = "data: [DONE]\n\n";
+  const iovec one = iov(e1);
+  REQUIRE(s.send_body(id, {&one, 1}, false));
+  pump(c, s);
+  CHECK(o.streams[id].drained == 1);
+  const iovec two[] = {iov(e2), iov(e3)};  // came together: one frame
+  REQUIRE(s.send_body(id, two, false));
+  pump(c, s);
+  CHECK(o.streams[id].drained == 2);
+  const iovec last = iov(done);
+  REQUIRE(s.send_body(id, {&last, 1}, true));
+  pump(c, s);
+
+  const client_stream& cs = c.streams[id];
+  CHECK(cs.body == e1 + e2 + e3 + done);
+  REQUIRE(cs.data_frames.size() == 3);
+  CHECK(cs.data_frames[0] == e1.size());
+  CHECK(cs.data_frames[1] == e2.size() + e3.size());
+  CHECK(cs.data_frames[2] == done.size());
+  CHECK(cs.end_stream);
+  CHECK(o.streams[id].closed);
+  CHECK(o.streams[id].cause == h2::close_cause::done);
+  CHECK_FALSE(s.send_body(id, {&last, 1}, false));  // the stream is gone
+}
+
+TEST_CASE("a client with a small window gets the body only as it opens the window; the server holds little") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c(1000, true);
+  const int32_t id = c.request("GET", "/big");
+  pump(c, s);
+  std::string big(200000, 'x');
+  for (size_t i = 0; i < big.size(); i += 97) big[i] = static_cast<char>('a' + i % 26);
+  REQUIRE(s.submit_response(id, 200, {}, false));
+  const iovec v = iov(big);
+  REQUIRE(s.send_body(id, {&v, 1}, true));
+  const size_t mem_before = s.memory_bytes();
+  pump(c, s);
+  CHECK(c.streams[id].body.size() == 1000);
+  CHECK(s.output_size() == 0);
+  // The body stays in the caller's buffer, not copied into the session.
+  CHECK(s.memory_bytes() < mem_before + 20000);
+  CHECK(o.streams[id].drained == 0);
+
+  size_t rounds = 0;
+  while (c.streams[id].body.size() < big.size() && rounds < 1000) {
+    const size_t had = c.streams[id].body.size();
+    nghttp2_session_consume(c.native(), id, 1000);
+    pump(c, s);
+    const size_t got = c.streams[id].body.size() - had;
+    CHECK(got <= 1000);
+    CHECK(s.memory_bytes() < mem_before + 20000);
+    ++rounds;
+  }
+  CHECK(c.streams[id].body == big);
+  CHECK(o.streams[id].drained == 1);
+  CHECK(o.streams[id].closed);
+}
+
+TEST_CASE("a client RST_STREAM mid-response is reported as a cancel") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("POST", "/v1/chat/completions");
+  pump(c, s);
+  REQUIRE(s.submit_response(id, 200, {}, false));
+  const std::string e1 = "data: {}\n\n";
+  const iovec v = iov(e1);
+  REQUIRE(s.send_body(id, {&v, 1}, false));
+  pump(c, s);
+  REQUIRE(nghttp2_submit_rst_stream(c.native(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL) == 0);
+  pump(c, s);
+  const server_stream& st = o.streams[id];
+  CHECK(st.closed);
+  CHECK(st.cause == h2::close_cause::client_reset);
+  CHECK(st.code == h2::cancel);
+  CHECK(s.stats().client_resets == 1);
+  CHECK_FALSE(s.send_body(id, {&v, 1}, true));
+  CHECK_FALSE(s.goaway_sent());
+}
+
+TEST_CASE("rapid reset: HEADERS + RST_STREAM pairs past the window's budget end in GOAWAY ENHANCE_YOUR_CALM") {
+  recording_owner o;
+  h2::options opt;
+  opt.resets_per_window_max = 50;
+  opt.reset_window_ms = 1000;
+  h2::server_session s(o, opt);
+  o.session = &s;
+  client c;
+
+  SUBCASE("all at once") {
+    std::string wire;
+    for (int i = 0; i < 80; ++i) {
+      const int32_t id = c.request("GET", "/");
+      wire += c.take_output();  // HEADERS first: nghttp2 drops a HEADERS still queued when reset
+      REQUIRE(nghttp2_submit_rst_stream(c.native(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL) == 0);
+      wire += c.take_output();
+    }
+    CHECK_FALSE(s.feed(wire, 5000));
+    const auto frames = server_frames(s);
+    CHECK(goaway_code(frames) == h2::enhance_your_calm);
+    CHECK(s.stats().client_resets == 51);
+    CHECK(s.stats().rapid_reset_goaways == 1);
+    CHECK(s.goaway_code() == h2::enhance_your_calm);
+    REQUIRE_FALSE(o.goaways.empty());
+    CHECK(o.goaways.back() == std::pair<uint32_t, bool>(h2::enhance_your_calm, false));
+    CHECK(s.done());
+    CHECK(s.open_streams() == 0);
+  }
+  SUBCASE("spread over windows: no GOAWAY") {
+    uint64_t now = 0;
+    for (int i = 0; i < 200; ++i) {
+      const int32_t id = c.request("GET", "/");
+      pump(c, s, now);
+      REQUIRE(nghttp2_submit_rst_stream(c.native(), NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL) == 0);
+      pump(c, s, now);
+      if (i % 40 == 39) now += 1000;
+    }
+    CHECK(s.stats().client_resets == 200);
+    CHECK_FALSE(s.goaway_sent());
+    CHECK_FALSE(c.goaway);
+  }
+  SUBCASE("server-provoked resets (MadeYouReset) count too") {
+    // A second authorization field: the session resets each stream
+    // PROTOCOL_ERROR (malformed), the client never resets.
+    for (int i = 0; i < 60; ++i) c.request("GET", "/", {{"authorization", "a"}, {"authorization", "b"}});
+    pump(c, s);
+    CHECK(o.head_order.empty());  // never reported
+    CHECK(s.stats().malformed_requests == 51);
+    CHECK(s.stats().provoked_resets == 51);
+    CHECK(s.stats().client_resets == 0);
+    CHECK(c.goaway);
+    CHECK(c.goaway_code == h2::enhance_your_calm);
+  }
+}
+
+TEST_CASE("a malformed request is reset PROTOCOL_ERROR and never reported") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t dup = c.request("POST", "/", {{"content-type", "a"}, {"content-type", "b"}});
+  const int32_t host = c.request("GET", "/", {{"host", "other.example"}});
+  const int32_t fine = c.request("GET", "/", {{"host", "gw.example"}});
+  answer_json(o, "{}");
+  pump(c, s);
+  CHECK(c.streams[dup].close_code == NGHTTP2_PROTOCOL_ERROR);
+  CHECK(c.streams[host].close_code == NGHTTP2_PROTOCOL_ERROR);
+  CHECK(c.streams[fine].status == 200);
+  CHECK(o.head_order == std::vector<int32_t>{fine});
+  CHECK(s.stats().malformed_requests == 2);
+}
+
+TEST_CASE("a header list over the limit is answered 431; far over it ends the connection") {
+  recording_owner o;
+  h2::options opt;
+  opt.header_list_bytes_max = 1024;
+  h2::server_session s(o, opt);
+  o.session = &s;
+  client c;
+  answer_json(o, "{}");
+
+  SUBCASE("over the limit: 431, the connection goes on") {
+    const int32_t big = c.request("GET", "/", {{"x-big", std::string(2000, 'v')}});
+    pump(c, s);
+    CHECK(c.streams[big].status == 431);
+    CHECK(c.streams[big].end_stream);
+    CHECK(s.stats().header_lists_too_large == 1);
+    CHECK(o.streams.count(big) == 0);
+    const int32_t next = c.request("GET", "/");
+    pump(c, s);
+    CHECK(c.streams[next].status == 200);
+    CHECK_FALSE(c.goaway);
+  }
+  SUBCASE("with a body still coming: 431 then RST_STREAM NO_ERROR") {
+    client_body b{std::string(10, 'x')};
+    const int32_t big = c.request("POST", "/", {{"x-big", std::string(2000, 'v')}}, &b);
+    pump(c, s);
+    CHECK(c.streams[big].status == 431);
+    CHECK(c.streams[big].closed);
+    CHECK(s.stats().header_lists_too_large == 1);
+    CHECK(s.stats().provoked_resets == 0);
+  }
+  SUBCASE("past 4x the limit (an HPACK bomb): GOAWAY ENHANCE_YOUR_CALM") {
+    c.request("GET", "/", {{"x-big", std::string(5000, 'v')}});
+    pump(c, s);
+    CHECK(c.goaway);
+    CHECK(c.goaway_code == h2::enhance_your_calm);
+    CHECK(s.stats().hpack_bombs == 1);
+    CHECK(s.done());
+  }
+}
+
+TEST_CASE("a SETTINGS flood and a PING flood end in GOAWAY ENHANCE_YOUR_CALM") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  std::string wire = raw_start();
+  SUBCASE("SETTINGS") {
+    for (int i = 0; i < 1100; ++i) wire += frame(NGHTTP2_SETTINGS, 0, 0, {});
+  }
+  SUBCASE("PING") {
+    for (int i = 0; i < 1100; ++i) wire += frame(NGHTTP2_PING, 0, 0, std::string(8, static_cast<char>(i)));
+  }
+  CHECK_FALSE(s.feed(wire, 0));
+  const auto frames = server_frames(s);
+  CHECK(goaway_code(frames) == h2::enhance_your_calm);
+  CHECK(s.stats().ack_floods == 1);
+  // Only our GOAWAY follows the server's own SETTINGS: the piled-up ACKs are dropped.
+  CHECK(frames.size() <= 3);
+  CHECK(s.done());
+}
+
+TEST_CASE("a SETTINGS frame with more entries than allowed ends the connection") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  std::string entries;
+  for (int i = 0; i < 40; ++i) entries += std::string("\x00\x03\x00\x00\x00\x64", 6);  // MAX_CONCURRENT_STREAMS 100
+  s.feed(raw_start() + frame(NGHTTP2_SETTINGS, 0, 0, entries), 0);
+  const auto frames = server_frames(s);
+  CHECK(goaway_code(frames) == h2::enhance_your_calm);
+  CHECK(s.stats().connection_errors == 1);
+}
+
+TEST_CASE("a CONTINUATION flood ends in GOAWAY ENHANCE_YOUR_CALM") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  std::string wire = raw_start() + frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, 1, get_block());
+  for (int i = 0; i < 20; ++i) wire += frame(NGHTTP2_CONTINUATION, 0, 1, {});
+  CHECK_FALSE(s.feed(wire, 0));
+  CHECK(goaway_code(server_frames(s)) == h2::enhance_your_calm);
+  CHECK(s.stats().continuation_floods == 1);
+  CHECK(o.head_order.empty());
+}
+
+TEST_CASE("a stream id going backwards or reused is a connection PROTOCOL_ERROR") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  const uint8_t flags = NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS;
+  std::string wire = raw_start();
+  SUBCASE("backwards") {
+    wire += frame(NGHTTP2_HEADERS, flags, 5, get_block()) + frame(NGHTTP2_HEADERS, flags, 3, get_block());
+  }
+  SUBCASE("reused") {
+    wire += frame(NGHTTP2_HEADERS, flags, 1, get_block()) + frame(NGHTTP2_HEADERS, flags, 1, get_block());
+  }
+  s.feed(wire, 0);
+  const auto frames = server_frames(s);
+  CHECK(goaway_code(frames) != -1);
+  CHECK((goaway_code(frames) == h2::protocol_error || goaway_code(frames) == h2::stream_closed));
+  CHECK(s.stats().connection_errors == 1);
+  CHECK(o.head_order.size() == 1);
+  // The stream that was open ends with the connection.
+  CHECK(o.streams[o.head_order[0]].cause == h2::close_cause::connection_closed);
+  CHECK(s.done());
+}
+
+TEST_CASE("a stream id going backwards is GOAWAY PROTOCOL_ERROR") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  const uint8_t flags = NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS;
+  s.feed(raw_start() + frame(NGHTTP2_HEADERS, flags, 5, get_block()) + frame(NGHTTP2_HEADERS, flags, 3, get_block()),
+         0);
+  CHECK(goaway_code(server_frames(s)) == h2::protocol_error);
+}
+
+TEST_CASE("DATA on a stream the client already ended is GOAWAY STREAM_CLOSED") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  const uint8_t flags = NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS;
+  SUBCASE("half-closed (remote): the server has not answered yet") {
+    s.feed(raw_start() + frame(NGHTTP2_HEADERS, flags, 1, post_block()) + frame(NGHTTP2_DATA, 0, 1, "xyz"), 0);
+  }
+  SUBCASE("closed: answered and done") {
+    answer_json(o, "{}");
+    s.feed(raw_start() + frame(NGHTTP2_HEADERS, flags, 1, post_block()), 0);
+    server_frames(s);
+    REQUIRE(o.streams[1].closed);
+    s.feed(frame(NGHTTP2_DATA, 0, 1, "xyz"), 0);
+  }
+  const auto frames = server_frames(s);
+  CHECK(goaway_code(frames) == h2::stream_closed);
+  CHECK(s.stats().connection_errors == 1);
+}
+
+TEST_CASE("the memory cap bounds a connection, which ends in GOAWAY ENHANCE_YOUR_CALM") {
+  recording_owner o;
+  h2::options opt;
+  opt.memory_bytes_max = 256u << 10;
+  h2::server_session s(o, opt);
+  o.session = &s;
+  client c;
+  // Requests with 8 KB of headers whose bodies never come: each stream keeps its copy.
+  std::vector<client_body> bodies(100, client_body{std::string(1, 'x')});
+  for (int i = 0; i < 60; ++i) {
+    bodies[static_cast<size_t>(i)].off = 0;
+    c.request("POST", "/", {{"x-pad", std::string(8000, static_cast<char>('a' + i % 26))}});
+  }
+  pump(c, s);
+  CHECK(c.goaway);
+  CHECK(c.goaway_code == h2::enhance_your_calm);
+  CHECK(s.stats().memory_refusals >= 1);
+  CHECK(s.memory_bytes_peak() <= opt.memory_bytes_max);
+  CHECK(o.head_order.size() < 60);
+  for (int32_t id : o.head_order) CHECK(o.streams[id].cause == h2::close_cause::connection_closed);
+  CHECK(s.done());
+}
+
+TEST_CASE("drain: GOAWAY NO_ERROR, the stream in flight finishes, then done") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("GET", "/");
+  pump(c, s);
+  s.drain();
+  pump(c, s);
+  CHECK(c.goaway);
+  CHECK(c.goaway_code == 0);
+  CHECK_FALSE(s.done());
+  REQUIRE(s.submit_response(id, 200, {}, true));
+  pump(c, s);
+  CHECK(c.streams[id].status == 200);
+  CHECK(s.done());
+}
+
+TEST_CASE("a reset by the owner reaches the client and closes the stream as server_reset") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("GET", "/");
+  pump(c, s);
+  REQUIRE(s.submit_response(id, 200, {}, false));
+  REQUIRE(s.reset_stream(id, h2::internal_error));
+  pump(c, s);
+  CHECK(c.streams[id].close_code == NGHTTP2_INTERNAL_ERROR);
+  CHECK(o.streams[id].cause == h2::close_cause::server_reset);
+  CHECK(s.stats().provoked_resets == 0);
+}
+
+TEST_CASE("bytes that are no HTTP/2 preface end the session") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  CHECK_FALSE(s.feed("GET / HTTP/1.1\r\nHost: a\r\n\r\n", 0));
+  CHECK(s.failed());
+  server_frames(s);
+  CHECK(s.done());
+}
+
+TEST_CASE("the h2c prior-knowledge preface is told apart from HTTP/1.1") {
+  using h2::sniff;
+  const std::string p(h2::k_client_preface);
+  CHECK(h2::looks_like_h2_preface(p) == sniff::yes);
+  CHECK(h2::looks_like_h2_preface(p + "\x00\x00\x00\x04") == sniff::yes);
+  CHECK(h2::looks_like_h2_preface(p.substr(0, 10)) == sniff::need_more);
+  CHECK(h2::looks_like_h2_preface({}) == sniff::need_more);
+  CHECK(h2::looks_like_h2_preface(std::string_view("PRI * HTTP/1.1\r\n")) == sniff::no);
+  CHECK(h2::looks_like_h2_preface(std::string_view("POST /v1/chat")) == sniff::no);
+  CHECK(h2::looks_like_h2_preface(std::string_view("\x16\x03\x01")) == sniff::no);
+}
+
+}  // TEST_SUITE
