@@ -11,8 +11,8 @@ namespace {
 iovec iov(const std::string& s) { return {const_cast<char*>(s.data()), s.size()}; }
 
 // An owner that answers every request at once with a small JSON body.
-void answer_json(recording_owner& o, const std::string& body) {
-  o.answer = [&o, &body](const h2::request& r) {
+void answer_json(recording_owner& o, std::string body) {
+  o.answer = [&o, body = std::move(body)](const h2::request& r) {
     const h2::field f[] = {{"content-type", "application/json"}};
     REQUIRE(o.session->submit_response(r.stream_id, 200, f, false));
     const iovec v = iov(body);
@@ -494,6 +494,73 @@ TEST_CASE("a reset by the owner reaches the client and closes the stream as serv
   CHECK(c.streams[id].close_code == NGHTTP2_INTERNAL_ERROR);
   CHECK(o.streams[id].cause == h2::close_cause::server_reset);
   CHECK(s.stats().provoked_resets == 0);
+}
+
+TEST_CASE("a small output ring wraps and carries frames whole; sent bytes never move before they are consumed") {
+  recording_owner o;
+  h2::options opt;
+  opt.output_buffer_bytes = 100;
+  h2::server_session s(o, opt);
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("GET", "/");
+  pump(c, s, 0, 37);
+  std::string big(50000, 'y');
+  for (size_t i = 0; i < big.size(); i += 13) big[i] = static_cast<char>('a' + i % 26);
+  REQUIRE(s.submit_response(id, 200, {}, false));
+  const iovec v = iov(big);
+  REQUIRE(s.send_body(id, {&v, 1}, true));
+  // A send in flight: its bytes stay as they were while more is queued behind them.
+  auto first = s.pending_output();
+  const std::string copy(first.data(), first.size());
+  CHECK(s.output_size() <= 100);
+  const int32_t id2 = c.request("GET", "/2");
+  s.feed(c.take_output(), 0);
+  CHECK(std::string(first.data(), first.size()) == copy);
+  c.receive(first);
+  s.consume_output(first.size());
+  pump(c, s, 0, 37);
+  CHECK(c.streams[id].body == big);
+  CHECK(o.streams.count(id2) == 1);
+}
+
+TEST_CASE("request views stay valid across feeds until the stream closes") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  std::vector<h2::request> kept;
+  o.answer = [&kept](const h2::request& r) { kept.push_back(r); };
+  client c;
+  const int32_t a = c.request("POST", "/first", {{"authorization", "Bearer A"}, {"x-request-id", "r-1"}});
+  pump(c, s);
+  for (int i = 0; i < 10; ++i) c.request("GET", "/other/" + std::to_string(i), {{"x-pad", std::string(500, 'p')}});
+  pump(c, s);
+  REQUIRE(kept.size() == 11);
+  CHECK(kept[0].stream_id == a);
+  CHECK(kept[0].path == "/first");
+  CHECK(kept[0].head.authorization == "Bearer A");
+  CHECK(kept[0].head.request_id == "r-1");
+  CHECK(kept[0].head.field_lines == "authorization:Bearer A\r\nx-request-id:r-1\r\n");
+  CHECK(kept[10].path == "/other/9");
+}
+
+TEST_CASE("streams past SETTINGS_MAX_CONCURRENT_STREAMS are refused and counted") {
+  recording_owner o;
+  h2::options opt;
+  opt.max_concurrent_streams = 2;
+  h2::server_session s(o, opt);
+  o.session = &s;
+  // Our SETTINGS is not acknowledged yet: nghttp2 answers REFUSED_STREAM.
+  std::string wire = std::string(h2::k_client_preface) + frame(NGHTTP2_SETTINGS, 0, 0, {});
+  for (uint32_t id = 1; id <= 7; id += 2) wire += frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, id, get_block());
+  s.feed(wire, 0);
+  const auto frames = server_frames(s);
+  CHECK(o.head_order.size() == 2);
+  CHECK(rst_code(frames, 5) == h2::refused_stream);
+  CHECK(rst_code(frames, 7) == h2::refused_stream);
+  CHECK(s.stats().streams_refused == 2);
+  CHECK(s.stats().provoked_resets == 0);
+  CHECK(goaway_code(frames) == -1);
 }
 
 TEST_CASE("bytes that are no HTTP/2 preface end the session") {
