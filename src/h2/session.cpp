@@ -88,6 +88,7 @@ struct server_session::stream_state {
   uint32_t fields_off = 0;  // where the field lines start (pseudo-headers come first)
   bool fields_started = false;
   uint32_t list_bytes = 0;  // RFC 9113 §6.5.2 size of the decoded list
+  uint32_t trailer_bytes = 0;
   uint16_t field_count = 0;
   slot method, scheme, authority, path;
   slot host, authorization, content_type, content_length, session_id, request_id, expect;
@@ -154,9 +155,19 @@ struct server_session::callbacks {
   static int on_header(nghttp2_session* ng, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
                        const uint8_t* value, size_t valuelen, uint8_t, void* user_data) {
     server_session& s = self(user_data);
-    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
     auto* st = static_cast<stream_state*>(nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id));
     if (st == nullptr) return 0;
+    if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+      // Trailers: their fields are dropped, but their size is bounded too.
+      const uint64_t size = uint64_t{st->trailer_bytes} + namelen + valuelen + 32;
+      st->trailer_bytes = size > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(size);
+      if (size > uint64_t{s._opt.header_list_bytes_max} * 4) {
+        ++s._counters.hpack_bombs;
+        return fail(s, enhance_your_calm, "decoded trailer list far over the limit");
+      }
+      return 0;
+    }
     const uint64_t size = uint64_t{st->list_bytes} + namelen + valuelen + 32;
     st->list_bytes = size > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(size);
     // HPACK lets a few bytes on the wire name a big dynamic-table entry
@@ -348,7 +359,7 @@ struct server_session::callbacks {
                            void* user_data) {
     server_session& s = self(user_data);
     auto* st = static_cast<stream_state*>(nghttp2_session_get_stream_user_data(ng, id));
-    if (st != nullptr && st->owned()) {
+    if (st != nullptr && st->owned() && !st->server_reset) {
       s._owner.on_request_data(id, {reinterpret_cast<const char*>(data), len}, false);
     } else {
       nghttp2_session_consume(ng, id, len);  // nobody reads it: the window stays open
@@ -636,7 +647,7 @@ void server_session::free_stream(stream_state* st) noexcept {
 }
 
 bool server_session::feed(std::span<const char> bytes, uint64_t now_ms) {
-  if (_fatal || _session == nullptr) return false;
+  if (over()) return false;
   _now_ms = now_ms;
   ++_depth;
   const ssize_t rv =
@@ -644,7 +655,13 @@ bool server_session::feed(std::span<const char> bytes, uint64_t now_ms) {
   --_depth;
   if (rv < 0) fatal_from_nghttp2(rv);
   fill_output();
-  return !_fatal;
+  return !over();
+}
+
+bool server_session::over() const noexcept {
+  // nghttp2 sent a GOAWAY with an error code (terminate_session): it reads
+  // nothing more either.
+  return _fatal || _session == nullptr || (_goaway_sent && _goaway_code != no_error);
 }
 
 void server_session::fatal_from_nghttp2(long rv) noexcept {

@@ -192,8 +192,9 @@ class server_session {
   server_session& operator=(const server_session&) = delete;
 
   // Hands the client's bytes to nghttp2, starting with the 24-byte client
-  // preface. Returns: false when the connection is over (a fatal error, now
-  // or before): send what pending_output() holds (the GOAWAY), then close.
+  // preface. Returns: false when the connection is over (a GOAWAY with an
+  // error code, now or before; later bytes are not read): send what
+  // pending_output() holds (the GOAWAY), then close.
   bool feed(std::span<const char> bytes, uint64_t now_ms);
 
   // A response head for a stream whose head was reported. `end_stream`: no
@@ -202,7 +203,8 @@ class server_session {
   // already answered, or out of memory.
   bool submit_response(int32_t stream_id, uint16_t status, std::span<const field> fields, bool end_stream);
   // Queues body pieces read from the caller's buffers, which must stay until
-  // on_body_drained (at most 8 pieces waiting per stream). The pieces go
+  // on_body_drained or on_stream_closed (at most 8 pieces waiting per
+  // stream). The pieces go
   // out as DATA frames as the client's stream and connection windows open;
   // pieces queued together share frames. `end_stream`: these are the last
   // (may be empty). Returns: false when the stream is gone, has no
@@ -254,6 +256,7 @@ class server_session {
   static void* mem_calloc(size_t count, size_t n, void* self);
   static void* mem_realloc(void* p, size_t n, void* self);
 
+  bool over() const noexcept;
   void fill_output();
   void pump();
   size_t append_output(const uint8_t* p, size_t n) noexcept;

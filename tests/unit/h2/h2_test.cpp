@@ -369,7 +369,7 @@ TEST_CASE("a SETTINGS frame with more entries than allowed ends the connection")
   o.session = &s;
   std::string entries;
   for (int i = 0; i < 40; ++i) entries += std::string("\x00\x03\x00\x00\x00\x64", 6);  // MAX_CONCURRENT_STREAMS 100
-  s.feed(raw_start() + frame(NGHTTP2_SETTINGS, 0, 0, entries), 0);
+  CHECK_FALSE(s.feed(raw_start() + frame(NGHTTP2_SETTINGS, 0, 0, entries), 0));
   const auto frames = server_frames(s);
   CHECK(goaway_code(frames) == h2::enhance_your_calm);
   CHECK(s.stats().connection_errors == 1);
@@ -399,7 +399,7 @@ TEST_CASE("a stream id going backwards or reused is a connection PROTOCOL_ERROR"
   SUBCASE("reused") {
     wire += frame(NGHTTP2_HEADERS, flags, 1, get_block()) + frame(NGHTTP2_HEADERS, flags, 1, get_block());
   }
-  s.feed(wire, 0);
+  CHECK_FALSE(s.feed(wire, 0));
   const auto frames = server_frames(s);
   CHECK(goaway_code(frames) != -1);
   CHECK((goaway_code(frames) == h2::protocol_error || goaway_code(frames) == h2::stream_closed));
@@ -426,14 +426,14 @@ TEST_CASE("DATA on a stream the client already ended is GOAWAY STREAM_CLOSED") {
   o.session = &s;
   const uint8_t flags = NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS;
   SUBCASE("half-closed (remote): the server has not answered yet") {
-    s.feed(raw_start() + frame(NGHTTP2_HEADERS, flags, 1, post_block()) + frame(NGHTTP2_DATA, 0, 1, "xyz"), 0);
+    CHECK_FALSE(s.feed(raw_start() + frame(NGHTTP2_HEADERS, flags, 1, post_block()) + frame(NGHTTP2_DATA, 0, 1, "xyz"), 0));
   }
   SUBCASE("closed: answered and done") {
     answer_json(o, "{}");
     s.feed(raw_start() + frame(NGHTTP2_HEADERS, flags, 1, post_block()), 0);
     server_frames(s);
     REQUIRE(o.streams[1].closed);
-    s.feed(frame(NGHTTP2_DATA, 0, 1, "xyz"), 0);
+    CHECK_FALSE(s.feed(frame(NGHTTP2_DATA, 0, 1, "xyz"), 0));
   }
   const auto frames = server_frames(s);
   CHECK(goaway_code(frames) == h2::stream_closed);
@@ -561,6 +561,31 @@ TEST_CASE("streams past SETTINGS_MAX_CONCURRENT_STREAMS are refused and counted"
   CHECK(s.stats().streams_refused == 2);
   CHECK(s.stats().provoked_resets == 0);
   CHECK(goaway_code(frames) == -1);
+}
+
+TEST_CASE("trailers end the request body; DATA after the owner's reset is not delivered") {
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  const std::string trailer("\x00\x03x-t\x01" "1", 7);  // literal, new name
+  SUBCASE("trailers") {
+    CHECK(s.feed(raw_start() + frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, post_block()) +
+                     frame(NGHTTP2_DATA, 0, 1, "abc") +
+                     frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, trailer),
+                 0));
+    CHECK(o.streams[1].body == "abc");
+    CHECK(o.streams[1].body_ended);
+  }
+  SUBCASE("after reset_stream") {
+    o.answer = [&o](const h2::request& r) { REQUIRE(o.session->reset_stream(r.stream_id, h2::cancel)); };
+    CHECK(s.feed(raw_start() + frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, post_block()) +
+                     frame(NGHTTP2_DATA, 0, 1, "zzz"),
+                 0));
+    CHECK(o.streams[1].body.empty());
+    server_frames(s);
+    CHECK(o.streams[1].closed);
+    CHECK(o.streams[1].cause == h2::close_cause::server_reset);
+  }
 }
 
 TEST_CASE("bytes that are no HTTP/2 preface end the session") {
