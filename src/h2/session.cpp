@@ -436,7 +436,32 @@ struct server_session::callbacks {
   // still knows (open: trailers; closed and retained) is left to nghttp2.
   static int on_begin_frame(nghttp2_session* ng, const nghttp2_frame_hd* hd, void* user_data) {
     server_session& s = self(user_data);
+    if (hd->type == NGHTTP2_CONTINUATION) {
+      // Counted here as well as by nghttp2 (where it has the backported
+      // limit): each CONTINUATION costs a decode, and none is needed past a
+      // few for any real header list.
+      if (++s._continuations > s._opt.max_continuations) {
+        ++s._counters.continuation_floods;
+        return fail(s, enhance_your_calm, "CONTINUATION flood");
+      }
+      return 0;
+    }
+    if ((hd->type == NGHTTP2_PING || hd->type == NGHTTP2_SETTINGS) && (hd->flags & NGHTTP2_FLAG_ACK) == 0) {
+      // nghttp2 catches ACKs piling up unread (max_outbound_acks); a client
+      // that reads its ACKs is held to a rate instead.
+      if (s._now_ms - s._control_window_start_ms >= s._opt.control_window_ms ||
+          s._now_ms < s._control_window_start_ms) {
+        s._control_window_start_ms = s._now_ms;
+        s._control_in_window = 0;
+      }
+      if (++s._control_in_window > s._opt.control_frames_per_window_max) {
+        ++s._counters.control_floods;
+        return fail(s, enhance_your_calm, "SETTINGS / PING flood: over the rate");
+      }
+      return 0;
+    }
     if (hd->type != NGHTTP2_HEADERS || hd->stream_id <= 0) return 0;
+    s._continuations = 0;
     if (hd->stream_id > s._max_stream_id) {
       s._max_stream_id = hd->stream_id;
       return 0;
@@ -581,15 +606,20 @@ server_session::server_session(session_owner& owner, const options& o) : _owner(
 
   // The owner gives the receive windows back (consume) as it uses the body.
   nghttp2_option_set_no_auto_window_update(opt, 1);
+#ifdef SLUICE_NGHTTP2_HAS_MAX_CONTINUATIONS
+  // Backported to Debian 12's 1.52 (detected by symbol, src/h2/meson.build).
   nghttp2_option_set_max_continuations(opt, _opt.max_continuations);
+#endif
   nghttp2_option_set_max_settings(opt, _opt.max_settings_entries);
   nghttp2_option_set_max_outbound_ack(opt, _opt.max_outbound_acks);
   nghttp2_option_set_max_deflate_dynamic_table_size(opt, _opt.hpack_encoder_table_bytes);
   // nghttp2's own reset limiter answers INTERNAL_ERROR from a wall clock;
   // ours (note_reset) answers ENHANCE_YOUR_CALM from now_ms and counts the
   // server-provoked resets too. nghttp2's stays as a looser backstop.
+#ifdef SLUICE_NGHTTP2_HAS_RESET_RATE_LIMIT
   nghttp2_option_set_stream_reset_rate_limit(opt, uint64_t{_opt.resets_per_window_max} * 4 + 16,
                                              uint64_t{_opt.resets_per_window_max} * 4 + 16);
+#endif
 
   nghttp2_mem mem{this, &mem_malloc, &mem_free, &mem_calloc, &mem_realloc};
   const int rv = nghttp2_session_server_new3(&_session, cbs, this, opt, &mem);
@@ -673,10 +703,12 @@ void server_session::fatal_from_nghttp2(long rv) noexcept {
       ++_counters.ack_floods;
       fatal(enhance_your_calm, "SETTINGS / PING flood: ACKs piled up unread");
       return;
+#ifdef SLUICE_NGHTTP2_HAS_MAX_CONTINUATIONS
     case NGHTTP2_ERR_TOO_MANY_CONTINUATIONS:
       ++_counters.continuation_floods;
       fatal(enhance_your_calm, "CONTINUATION flood");
       return;
+#endif
     case NGHTTP2_ERR_NOMEM:
       fatal(enhance_your_calm, "memory cap");
       return;

@@ -89,14 +89,20 @@ struct options {
   // resets_per_window_max within reset_window_ms -> GOAWAY ENHANCE_YOUR_CALM.
   uint32_t resets_per_window_max = 100;
   uint32_t reset_window_ms = 1000;
-  // CONTINUATION frames after one HEADERS (CVE-2024-27316 family; nghttp2's
-  // backported limit) -> GOAWAY ENHANCE_YOUR_CALM.
+  // CONTINUATION frames after one HEADERS (CVE-2024-27316 family; counted
+  // by the session, and by nghttp2's backported limit where it has one)
+  // -> GOAWAY ENHANCE_YOUR_CALM.
   uint32_t max_continuations = 8;
   // Entries in one SETTINGS frame (nghttp2_option_set_max_settings).
   uint32_t max_settings_entries = 32;
   // SETTINGS ACKs and PING ACKs queued and not yet sent: a client that
   // sends SETTINGS or PINGs and does not read -> GOAWAY ENHANCE_YOUR_CALM.
   uint32_t max_outbound_acks = 1000;
+  // PING and SETTINGS frames (not ACKs) from a client that does read its
+  // ACKs: more than this within control_window_ms -> GOAWAY
+  // ENHANCE_YOUR_CALM (nghttp2 1.52 has no rate of its own for them).
+  uint32_t control_frames_per_window_max = 200;
+  uint32_t control_window_ms = 1000;
   // Everything one connection may allocate (nghttp2's state, HPACK tables,
   // queued frames, our stream states and header copies, the output ring).
   uint32_t memory_bytes_max = 4u << 20;
@@ -115,6 +121,7 @@ struct counters {
   uint64_t rapid_reset_goaways = 0;     // the reset window overflowed
   uint64_t continuation_floods = 0;
   uint64_t ack_floods = 0;              // SETTINGS / PING ACKs piled up
+  uint64_t control_floods = 0;          // PING / SETTINGS over control_frames_per_window_max
   uint64_t hpack_bombs = 0;             // decoded header list past 4x the limit
   uint64_t memory_refusals = 0;         // allocations refused by memory_bytes_max
   uint64_t invalid_frames = 0;          // frames nghttp2 rejected (stream or connection errors)
@@ -289,6 +296,9 @@ class server_session {
   uint64_t _now_ms = 0;
   uint64_t _reset_window_start_ms = 0;
   uint32_t _resets_in_window = 0;
+  uint64_t _control_window_start_ms = 0;
+  uint32_t _control_in_window = 0;
+  uint32_t _continuations = 0;  // CONTINUATIONs since the last HEADERS
   uint32_t _depth = 0;       // inside an nghttp2 call: no mem_send now
   bool _filling = false;
   bool _refill = false;

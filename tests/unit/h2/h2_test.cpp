@@ -343,9 +343,11 @@ TEST_CASE("a header list over the limit is answered 431; far over it ends the co
   }
 }
 
-TEST_CASE("a SETTINGS flood and a PING flood end in GOAWAY ENHANCE_YOUR_CALM") {
+TEST_CASE("a SETTINGS flood and a PING flood whose ACKs go unread end in GOAWAY ENHANCE_YOUR_CALM") {
   recording_owner o;
-  h2::server_session s(o, {});
+  h2::options opt;
+  opt.control_frames_per_window_max = 100000;  // the ACK limit alone
+  h2::server_session s(o, opt);
   o.session = &s;
   std::string wire = raw_start();
   SUBCASE("SETTINGS") {
@@ -361,6 +363,39 @@ TEST_CASE("a SETTINGS flood and a PING flood end in GOAWAY ENHANCE_YOUR_CALM") {
   // Only our GOAWAY follows the server's own SETTINGS: the piled-up ACKs are dropped.
   CHECK(frames.size() <= 3);
   CHECK(s.done());
+}
+
+TEST_CASE("PINGs and SETTINGS over the rate end in GOAWAY ENHANCE_YOUR_CALM even when their ACKs are read") {
+  recording_owner o;
+  h2::options opt;
+  opt.control_frames_per_window_max = 50;
+  opt.control_window_ms = 1000;
+  h2::server_session s(o, opt);
+  o.session = &s;
+  REQUIRE(s.feed(raw_start(), 0));
+  server_frames(s);
+  uint64_t now = 0;
+  bool ok = true;
+  SUBCASE("spread over windows: fine") {
+    for (int i = 0; i < 200 && ok; ++i) {
+      ok = s.feed(frame(i % 2 ? NGHTTP2_PING : NGHTTP2_SETTINGS, 0, 0, i % 2 ? std::string(8, 'p') : ""), now);
+      server_frames(s);
+      if (i % 40 == 39) now += 1000;
+    }
+    CHECK(ok);
+    CHECK(s.stats().control_floods == 0);
+  }
+  SUBCASE("within one window: GOAWAY") {
+    std::vector<raw_frame> frames;
+    for (int i = 0; i < 200 && ok; ++i) {
+      ok = s.feed(frame(NGHTTP2_PING, 0, 0, std::string(8, 'p')), now);
+      frames = server_frames(s);
+    }
+    CHECK_FALSE(ok);
+    CHECK(goaway_code(frames) == h2::enhance_your_calm);
+    CHECK(s.stats().control_floods == 1);
+    CHECK(s.stats().ack_floods == 0);
+  }
 }
 
 TEST_CASE("a SETTINGS frame with more entries than allowed ends the connection") {
