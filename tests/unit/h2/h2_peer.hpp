@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <nghttp2/nghttp2.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
