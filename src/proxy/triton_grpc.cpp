@@ -400,6 +400,12 @@ int triton_grpc::on_data_chunk(nghttp2_session* s, uint8_t, int32_t stream_id, c
   c->consume_pending += len;  // the connection's window: given back after this receive
   exchange* x = stream_exchange(s, stream_id);
   if (x == nullptr) return 0;
+  x->grpc.unconsumed += static_cast<uint32_t>(len);  // the stream's window: given back once the client took them
+  c->adapter->mark_dirty(*x);
+  const size_t used = c->adapter->feed_in_place(*x, reinterpret_cast<const char*>(data), len);
+  data += used;
+  len -= used;
+  if (len == 0) return 0;
   byte_buf& b = x->mem->body;
   // Bounded by the stream's window (what the client has not yet taken)
   // plus one message at most.
@@ -414,8 +420,6 @@ int triton_grpc::on_data_chunk(nghttp2_session* s, uint8_t, int32_t stream_id, c
   }
   std::memcpy(b.data + b.len, data, len);
   b.len += static_cast<uint32_t>(len);
-  x->grpc.unconsumed += static_cast<uint32_t>(len);
-  c->adapter->mark_dirty(*x);
   return 0;
 }
 

@@ -137,6 +137,9 @@ class triton_grpc final : public backend_adapter {
   // The exchange lets go of its stream (RST_STREAM CANCEL when still open).
   void detach(exchange& x, bool cancel) noexcept;
   void mark_dirty(exchange& x) noexcept;
+  // Whole messages at the front of a DATA chunk, translated where they lie
+  // (nghttp2's callback). Returns: the bytes taken; the rest is buffered.
+  size_t feed_in_place(exchange& x, const char* data, size_t len) noexcept;
   // After a receive: each stream with news decodes what came.
   void run_dirty(h2_conn* c) noexcept;
   // Decodes the stream's whole messages into the reply and sends it on;

@@ -95,6 +95,33 @@ void triton_grpc::take_outcome(exchange& x) noexcept {
   s.finish_reason_len = static_cast<uint8_t>(n);
 }
 
+size_t triton_grpc::feed_in_place(exchange& x, const char* data, size_t len) noexcept {
+  // The common case of a stream under way: whole messages in a DATA chunk,
+  // nothing held before them. They are translated from nghttp2's buffer
+  // (valid during its callback) instead of copied into the stream's message
+  // buffer first; anything else -- a message cut by the chunk's end, one
+  // that does not read, an error message, the reply's end -- stops here and
+  // goes the general way (advance) from its first byte.
+  grpc_attempt& a = x.grpc;
+  openai::triton_stream& t = x.mem->triton;
+  byte_buf& f = x.mem->frame;
+  if (x.mem->body.len != 0 || a.sending || !a.messages || !x.is_stream || t.done()) return 0;
+  size_t at = 0;
+  while (at < len && !t.done()) {
+    grpc::frame fr;
+    if (grpc::read_frame(std::string_view(data + at, len - at), k_message_bytes_max, fr) != grpc::decode_status::ok) break;
+    grpc::stream_response r;
+    if (grpc::decode_stream_response(fr.message, r) != grpc::decode_status::ok || !r.error_message.empty()) break;
+    const size_t need = static_cast<size_t>(f.len) + t.event_bytes_max(r) + 16;
+    if (need > f.cap && !f.reserve(need)) break;
+    const openai::triton_stream_result res = t.feed(r, f.data + f.len, f.cap - f.len - 16);
+    if (res.status != openai::triton_stream_status::ok) break;
+    f.len += static_cast<uint32_t>(res.written);
+    at += fr.consumed;
+  }
+  return at;
+}
+
 void triton_grpc::advance(exchange& x) noexcept {
   grpc_attempt& a = x.grpc;
   if (a.sending) return;  // on_sent comes back here
