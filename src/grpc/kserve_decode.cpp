@@ -27,9 +27,7 @@ constexpr uint32_t bool_param = 1;
 
 // A known field sent with another wire type is skipped as unknown, as
 // protobuf's own parsers do.
-bool is_len(const wire_field& f, uint32_t number) noexcept {
-  return f.number == number && f.type == wire_type::len;
-}
+bool is_len(const wire_field& f, uint32_t number) noexcept { return f.is(number, wire_type::len); }
 
 // A view without a constructor: the slots below are filled before they are
 // read (by count), so a message's decode does not zero ~800 bytes first.
@@ -82,7 +80,7 @@ decode_status read_parameter(std::string_view msg, stream_response& out) noexcep
   if (key != "triton_final_response" || !has_value) return decode_status::ok;
   wire_reader v(value);
   while (v.next(f)) {
-    if (f.number == param_field::bool_param && f.type == wire_type::varint) {
+    if (f.is(param_field::bool_param, wire_type::varint)) {
       out.has_final_response = true;
       out.final_response = f.value != 0;
     }
@@ -181,7 +179,10 @@ decode_status read_infer_response(std::string_view msg, stream_response& out) no
 }  // namespace
 
 decode_status decode_stream_response(std::string_view message, stream_response& out) noexcept {
-  out = stream_response{};
+  // Field by field: a cleared temporary copied in costs a string store.
+  out.error_message = out.model_name = out.model_version = out.id = out.text_output = out.finish_reason = {};
+  out.num_input_tokens = out.num_output_tokens = -1;
+  out.has_text_output = out.has_finish_reason = out.has_final_response = out.final_response = false;
   wire_reader r(message);
   wire_field f;
   while (r.next(f)) {

@@ -98,12 +98,14 @@ struct stream_response {
   std::string_view model_name;
   std::string_view model_version;
   std::string_view id;
-  bool has_text_output = false;
   std::string_view text_output;     // the first BYTES element
-  bool has_finish_reason = false;
   std::string_view finish_reason;
   int64_t num_input_tokens = -1;
   int64_t num_output_tokens = -1;
+  // (The flags together, after the views: the struct stays small enough to
+  // be cleared with a few stores per message, not a string instruction.)
+  bool has_text_output = false;
+  bool has_finish_reason = false;
   bool has_final_response = false;  // the triton_final_response parameter was sent
   bool final_response = false;
 };

@@ -109,6 +109,11 @@ struct wire_field {
   wire_type type = wire_type::varint;
   uint64_t value = 0;
   std::string_view bytes;
+  // The key as read (number << 3 | type): one compare tells a field by
+  // number and type (see is(); two narrow stores read back as one wide
+  // load would stall on store forwarding).
+  uint32_t key = 0;
+  bool is(uint32_t field, wire_type t) const noexcept { return key == (field << 3 | uint32_t(t)); }
 };
 
 // Stack-only: walks one message's fields in wire order. Groups (wire types
@@ -163,6 +168,7 @@ inline bool wire_reader::read_one(wire_field& f) noexcept {
   uint64_t key = 0;
   if (!read_varint(key)) return false;
   if (key >> 32 != 0) return fail(decode_status::bad_varint);
+  f.key = static_cast<uint32_t>(key);
   f.number = static_cast<uint32_t>(key >> 3);
   const auto t = static_cast<uint8_t>(key & 7);
   if (f.number == 0 || t > 5) return fail(decode_status::bad_wire_type);
