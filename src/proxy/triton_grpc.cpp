@@ -104,7 +104,7 @@ void triton_grpc::reload(const config::config& n) noexcept {
     if (!n.backends[b].removed) continue;
     for (h2_conn* c = _backends[b].head; c != nullptr;) {
       h2_conn* next = c->hook.next;
-      c->closing = true;  // no new streams; closed when its last one ends
+      c->draining = true;  // no new streams; closed when its last one ends
       if (c->streams == 0) close_conn(c);
       c = next;
     }
@@ -118,12 +118,13 @@ h2_conn* triton_grpc::acquire(uint32_t backend, uint32_t open_max) noexcept {
   backend_conns& bc = _backends[backend];
   for (h2_conn* c = bc.head, *next = nullptr; c != nullptr; c = next) {
     next = c->hook.next;  // close_conn below may free c
-    if (c->closing) continue;
+    if (c->closing || c->draining) continue;
     if (c->session != nullptr && nghttp2_session_check_request_allowed(c->session) == 0) {
-      // A GOAWAY came: the streams it still serves finish, a new one would
-      // be refused (and its exchange sent to the next backend, or a 503).
-      // The connection closes once its last stream ends.
-      c->closing = true;
+      // A GOAWAY came: the streams it still serves finish (it is read and
+      // written as before), a new one would be refused (and its exchange
+      // sent to the next backend, or a 503). It closes once its last
+      // stream ends.
+      c->draining = true;
       if (c->streams == 0) close_conn(c);
       continue;
     }
@@ -247,7 +248,7 @@ void triton_grpc::maybe_free(h2_conn* c) noexcept {
 
 void triton_grpc::let_go(h2_conn* c) noexcept {
   --c->ops;
-  if (c->closing && c->streams == 0) {
+  if ((c->closing || c->draining) && c->streams == 0) {
     close_conn(c);
   } else {
     maybe_free(c);
@@ -360,8 +361,9 @@ void triton_grpc::on_recv_cqe(h2_conn* c, int res) noexcept {
   }
   run_dirty(c);
   if (nghttp2_session_want_read(c->session) == 0 && nghttp2_session_want_write(c->session) == 0) {
-    // GOAWAY and nothing left: the connection is done.
-    c->closing = true;
+    // GOAWAY and nothing left to read or write: no new streams; it closes
+    // with its last one (conn_hold's let_go, or now).
+    c->draining = true;
   }
   submit_recv(c);
   flush(c);
@@ -576,8 +578,9 @@ void triton_grpc::detach(exchange& x, bool cancel) noexcept {
   a.conn = nullptr;
   --c->streams;
   _routes->on_request_end(c->backend);
+  // A flush that fails the connection must not free it under this call.
+  conn_hold hold(c);
   if (!c->in_recv) flush(c);
-  if (c->closing && c->streams == 0) close_conn(c);
 }
 
 void triton_grpc::release(exchange& x) noexcept {
@@ -617,9 +620,20 @@ void triton_grpc::give_back_stream_window(exchange& x) noexcept {
 void triton_grpc::on_timeout(exchange& x) noexcept {
   _metrics.at(metrics::stat::upstream_timeouts).add();
   grpc_attempt& a = x.grpc;
+  if (a.sending) {
+    // A deadline fell due while the client is still taking a batch (a slow
+    // reader at the total deadline): the backend's stream ends now; the
+    // send owns mem->frame until its completion. The last batch finishes
+    // the exchange there (on_sent); any other, the client is cut.
+    detach(x, true);
+    if (x.rsp.client_done) return;
+    _metrics.at(metrics::stat::upstream_truncated).add();
+    x.error_code = "upstream_timeout";
+    x.codec->fail(x);
+    return;
+  }
   if (x.rsp.client_done) {
-    // The client has its whole answer; the backend's end did not come.
-    finish(x);
+    finish(x);  // (a send ends every client response; kept for safety)
     return;
   }
   detach(x, true);

@@ -47,7 +47,8 @@ struct h2_conn {
   uint32_t backend = 0;
   int ops = 0;                 // SQEs in flight that name it
   bool connected = false;
-  bool closing = false;        // no new streams; closed once its streams are gone
+  bool draining = false;       // takes no new streams (GOAWAY, a reload removed its backend); its own go on
+  bool closing = false;        // shut down: what is in flight completes, then it goes
   bool send_busy = false;      // `out` is the kernel's until the send's completion
   bool recv_armed = false;     // `in` is the kernel's until the receive's completion
   bool in_recv = false;        // inside mem_recv: callbacks run, no flush
@@ -159,7 +160,8 @@ class triton_grpc final : public backend_adapter {
   // be read, an error message, a failure of sluice's own.
   void conclude_status(exchange& x) noexcept;
   void conclude_error(exchange& x, uint16_t status, std::string_view message, bool retryable) noexcept;
-  void end_stream_with_error(exchange& x, std::string_view error_body) noexcept;
+  // `status`: a non-stream client's answer (a stream's is its error event).
+  void end_stream_with_error(exchange& x, std::string_view error_body, uint16_t status = 502) noexcept;
   void bad_reply(exchange& x, std::string_view why) noexcept;
   void internal_failure(exchange& x) noexcept;
 

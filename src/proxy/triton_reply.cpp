@@ -226,6 +226,13 @@ void triton_grpc::advance(exchange& x) noexcept {
     if (res.status == openai::triton_stream_status::ok) f.len += static_cast<uint32_t>(res.written);
     take_outcome(x);
   }
+  if (!a.messages || !x.is_stream) {
+    // Nothing for the client yet (a message still coming, larger than the
+    // window), or a reply gathered whole: what was read is held by sluice,
+    // not by a client's pace, so the window opens for the rest at once (the
+    // message buffer's bound limits what a backend can make it hold).
+    give_back_stream_window(x);
+  }
   if (!a.messages) return;  // nothing yet for the client
   if (!x.is_stream) {
     if (t.done()) answer_body(x);
@@ -345,7 +352,7 @@ void triton_grpc::conclude_error(exchange& x, uint16_t status, std::string_view 
   if (x.grpc.messages || x.response_started) {
     char body[512];
     const size_t n = openai::triton_error_body(message, body, sizeof body);
-    end_stream_with_error(x, std::string_view(body, n));
+    end_stream_with_error(x, std::string_view(body, n), status);
     return;
   }
   detach(x, true);
@@ -355,7 +362,7 @@ void triton_grpc::conclude_error(exchange& x, uint16_t status, std::string_view 
   x.codec->answer(x, status, std::string_view(body, n), false, {}, status == 504 ? "upstream_timeout" : "upstream_error");
 }
 
-void triton_grpc::end_stream_with_error(exchange& x, std::string_view error_body) noexcept {
+void triton_grpc::end_stream_with_error(exchange& x, std::string_view error_body, uint16_t status) noexcept {
   // A stream cut after its first token ends as a vLLM stream that fails
   // does: an error event, then [DONE]. A non-stream client that got
   // nothing yet gets the error answer.
@@ -364,7 +371,7 @@ void triton_grpc::end_stream_with_error(exchange& x, std::string_view error_body
   x.error_code = "upstream_truncated";
   if (!x.is_stream) {
     x.rsp.answered_ok = false;
-    x.codec->answer(x, 502, error_body, false, {}, "upstream_error");
+    x.codec->answer(x, status, error_body, false, {}, status == 504 ? "upstream_timeout" : "upstream_error");
     return;
   }
   byte_buf& f = x.mem->frame;

@@ -6,11 +6,13 @@
 // hangs (each is bounded); the next request on the same sluice is served;
 // and sluice is still running (under ASan: with no sanitizer report).
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
-import { gateway_config } from './lib/gateway.mjs';
+import { gateway_config, poll } from './lib/gateway.mjs';
 import { bound_ms, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import {
   error_message, grpc_frame, grpc_headers, h2, len_field, ok_steps, start_raw_grpc_backend, token_message,
@@ -358,5 +360,95 @@ describe('a gRPC backend that sends bad input', () => {
     assert.equal(sanitizer_report(sluice.proc), undefined, sluice.proc.output());
     assert.equal(exit.signal, null);
     assert.equal(exit.code, 0, sluice.proc.output());
+  });
+});
+
+describe('a backend that says GOAWAY while a stream runs, on one shard', () => {
+  let be, sluice, sdk;
+  before(async () => {
+    be = await start_raw_grpc_backend();
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { cpus: '0' }, upstream: { stream_idle_timeout_ms: bound_ms(3000) }, health: { interval_ms: 0 } },
+        groups: [{ name: 'raw', models: ['raw'], protocol: 'triton', backend_model: 'm', backends: [be.url] }],
+        keys: [{ id: 'test', key: test_key }],
+      }),
+    });
+    sdk = new OpenAI({ apiKey: test_key, baseURL: `${sluice.url}/v1`, maxRetries: 0, timeout: bound_ms(10000) });
+  });
+  after(() => stop_all(sluice, be));
+
+  it('a new request after the GOAWAY goes on a new connection; the old stream still finishes on the draining one', async () => {
+    let release, goaway_read;
+    const gate = new Promise((resolve) => { release = resolve; });
+    const goaway_seen = new Promise((resolve) => { goaway_read = resolve; });
+    be.set((req) => {
+      if (req.index === 0) {
+        // A: a token, GOAWAY naming A the last stream (the PING's ack says
+        // sluice has read it), then the rest once B was answered.
+        return [{ headers: grpc_headers }, { data: grpc_frame(token_message('a')) },
+                { goaway: h2.NGHTTP2_NO_ERROR, last_stream: 'this' }, { ping: true }, { signal: goaway_read }, { wait: gate },
+                { data: grpc_frame(token_message('b', { final: true })) }, { trailers: { 'grpc-status': '0' } }];
+      }
+      return ok_steps(['c']);
+    });
+    const chunks = [];
+    const a_stream = await sdk.chat.completions.create({ model: 'raw', messages, stream: true });
+    const a_done = (async () => { for await (const c of a_stream) chunks.push(c.choices[0]?.delta?.content ?? ''); })();
+    await goaway_seen;
+    const b = await sdk.chat.completions.create({ model: 'raw', messages });
+    assert.equal(b.choices[0].message.content, 'c');
+    assert.notEqual(be.requests[1].session, be.requests[0].session, 'B went on a new connection');
+    release();
+    await a_done;
+    assert.equal(chunks.join(''), 'ab', 'the stream on the draining connection finished');
+  });
+});
+
+describe('a slow reader at the total deadline, with a request pipelined behind it', () => {
+  let be, sluice;
+  before(async () => {
+    be = await start_raw_grpc_backend();
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { cpus: '0' }, upstream: { max_retries: 0, total_timeout_ms: bound_ms(1000), stream_idle_timeout_ms: 20000 },
+                  health: { interval_ms: 0 } },
+        groups: [{ name: 'raw', models: ['raw'], protocol: 'triton', backend_model: 'm', backends: [be.url] }],
+        keys: [{ id: 'test', key: test_key }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, be));
+
+  it('both answers arrive whole and in order, the pipelined one only after the first went out', async () => {
+    // The first reply's last message is a few MB (escaped: many more), far
+    // past what the sockets hold, for a client that reads nothing until
+    // past the total deadline.
+    const huge = '\x01'.repeat(3_000_000);
+    be.set((req) => (req.index === 0
+      ? [{ headers: grpc_headers }, { data: grpc_frame(token_message('a')) },
+         { data: grpc_frame(token_message(huge, { final: true })) }, { trailers: { 'grpc-status': '0' } }]
+      : ok_steps(['second'])));
+    const body = JSON.stringify({ model: 'raw', messages, stream: true });
+    const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${test_key}\r\n` +
+                `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const socket = net.connect({ port: sluice.port, host: '127.0.0.1' });
+    await once(socket, 'connect');
+    socket.pause();
+    socket.write(one + one);
+    // A client that takes nothing for a while, well past the deadline.
+    await new Promise((resolve) => setTimeout(resolve, bound_ms(2500)));
+    assert.equal(be.requests.length, 1, 'the pipelined request waits for the first answer to go out');
+    const pieces = [];
+    socket.on('data', (d) => pieces.push(d));
+    socket.resume();
+    await poll(() => Buffer.concat(pieces).toString('latin1').split('data: [DONE]').length === 3, { what: 'both answers' });
+    socket.destroy();
+    const all = Buffer.concat(pieces).toString('latin1');
+    assert.equal(all.split('HTTP/1.1 200 ').length - 1, 2);
+    assert.ok(all.includes('\\u0001'.repeat(1000)), 'the first answer\'s long text came');
+    assert.ok(all.includes('"content":"second"'));
+    assert.equal(be.requests.length, 2);
+    assert.equal(sluice.proc.exit, null, 'sluice is still running');
   });
 });

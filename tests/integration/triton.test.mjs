@@ -257,6 +257,14 @@ describe('protocol = "triton": a client that stops reading', () => {
   });
   after(() => stop_all(sluice, mock));
 
+  it('a non-stream reply larger than the stream window comes whole (its window opens as sluice gathers it)', async () => {
+    const sdk = new OpenAI({ apiKey: test_key, baseURL: `${sluice.url}/v1`, maxRetries: 0, timeout: bound_ms(10000) });
+    const r = await sdk.chat.completions.create({ model: 'tri', messages: [{ role: 'user', content: 'a long one' }], max_tokens: 300 });
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 300);
+    assert.ok(r.choices[0].message.content.length > 300 * token_pad, `${r.choices[0].message.content.length} bytes`);
+  });
+
   it('slows its own stream down to what it takes: the backend is held by the window, sluice buffers nothing', async () => {
     const rss = (pid) => Number(fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB$/m)[1]) * 1024;
     const rss_before = rss(sluice.proc.child.pid);

@@ -13,6 +13,14 @@ import http2 from 'node:http2';
 
 import { with_timeout } from './harness.mjs';
 
+// A number per HTTP/2 session (connection), in the order they came.
+const session_ids = new WeakMap();
+let session_count = 0;
+function session_of(session) {
+  if (!session_ids.has(session)) session_ids.set(session, ++session_count);
+  return session_ids.get(session);
+}
+
 export const h2 = http2.constants;
 
 // ---------------------------------------------------------------------------
@@ -154,6 +162,7 @@ function request_fields(message) {
 //                                    this stream is still served), else the session goes
 //   {destroy_session: true}          the connection goes (no GOAWAY, no RST)
 //   {wait: promise}                  nothing more until it settles (a barrier between streams)
+//   {signal: fn}                     calls fn(): tells the test the steps before it are done
 //   {ping: true}                     PING, and wait for sluice's ACK: what came before
 //                                    was read on its own
 //   {hold: true}                     nothing more until sluice closes the stream
@@ -192,7 +201,7 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
     stream.on('data', (d) => chunks.push(d));
     stream.on('end', async () => {
       const body = Buffer.concat(chunks);
-      const request = { headers, bytes: body.length, index: requests.length, stream_id: stream.id };
+      const request = { headers, bytes: body.length, index: requests.length, stream_id: stream.id, session: session_of(stream.session) };
       if (body.length >= 5) {
         request.message_bytes = body.readUInt32BE(1);
         try {
@@ -248,6 +257,8 @@ export async function start_raw_grpc_backend(script = () => ok_steps(['ok'])) {
         stream.session.destroy();
       } else if (step.wait) {
         await step.wait;
+      } else if (step.signal) {
+        step.signal();
       } else if (step.ping) {
         // sluice's ACK comes after it has read (and acted on) all before it.
         await new Promise((resolve) => stream.session.ping(() => resolve()));
