@@ -6,6 +6,8 @@
 // (a duplicate key, a model name) or a backend's words.
 #include "sluice/openai/error.hpp"
 
+#include "json_writer.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -255,5 +257,10 @@ error_fields default_error_for_status(uint16_t status, std::string_view message)
   e.message = message.empty() ? fallback : message;
   return e;
 }
+
+namespace detail {
+// json_writer.hpp's out-of-line copy: the C library's memcpy.
+void copy_bytes(char* to, const char* from, size_t n) noexcept { std::memcpy(to, from, n); }
+}  // namespace detail
 
 }  // namespace sluice::openai

@@ -19,6 +19,9 @@ struct string_sink {
   void append(const char* p, size_t n) { s.append(p, n); }
 };
 
+// The C library's memcpy, out of line (see bounded_sink::append).
+void copy_bytes(char* to, const char* from, size_t n) noexcept;
+
 // Hot path (per SSE event): writes while the bytes fit and counts all of
 // them, so `size > cap` says the output did not fit and how much it needs.
 // Once past cap nothing more is written (size only grows).
@@ -27,8 +30,17 @@ struct bounded_sink {
   size_t cap;
   size_t size = 0;
   void append(const char* p, size_t n) noexcept {
-    // An empty view's data() may be null, which memcpy must not see.
-    if (n != 0 && size + n <= cap) std::memcpy(out + size, p, n);
+    // An empty view's data() may be null, which memcpy must not see. A
+    // literal's few bytes are copied inline; any other length goes to the
+    // C library's memcpy (GCC would inline a `rep movs`, slow to start for
+    // the ~150-byte chunk heads every event copies).
+    if (n != 0 && size + n <= cap) {
+      if (__builtin_constant_p(n)) {
+        std::memcpy(out + size, p, n);
+      } else {
+        copy_bytes(out + size, p, n);
+      }
+    }
     size += n;
   }
   bool fits() const noexcept { return size <= cap; }
