@@ -1,5 +1,7 @@
 #include "options.hpp"
 
+#include "../mock-vllm/options.hpp"  // the flags both mocks share
+
 #include <charconv>
 #include <limits>
 
@@ -60,13 +62,6 @@ stdout: "mock-triton listening on grpc://HOST:PORT" at start;
   cancels a stream (RST_STREAM, or the connection closes) before its end.
 )";
 
-template <class T>
-bool parse_number(std::string_view text, T& out) {
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, out);
-  return ec == std::errc{} && ptr == end;
-}
-
 }  // namespace
 
 std::string_view help_text() noexcept { return k_help; }
@@ -103,25 +98,7 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
       value = argv[++i];
     }
     bool ok = true;
-    uint64_t n = 0;
-    if (flag == "--port") {
-      ok = parse_number(value, n) && n <= std::numeric_limits<uint16_t>::max();
-      out.port = static_cast<uint16_t>(n);
-    } else if (flag == "--host") {
-      out.host = value;
-    } else if (flag == "--model") {
-      ok = !value.empty();
-      out.model = value;
-    } else if (flag == "--ttft-ms") {
-      ok = parse_number(value, out.ttft_ms);
-    } else if (flag == "--tokens-per-sec") {
-      ok = parse_number(value, out.tokens_per_sec);
-    } else if (flag == "--reply-tokens") {
-      ok = parse_number(value, out.reply_tokens) && out.reply_tokens <= 1'000'000;
-    } else if (flag == "--token-pad") {
-      ok = parse_number(value, out.token_pad) && out.token_pad <= 65536;
-    } else if (flag == "--fail-after-tokens") {
-      ok = parse_number(value, out.fail_after_tokens);
+    if (mock_vllm::parse_shared_flag(flag, value, out, ok)) {
     } else if (flag == "--fail-mode") {
       if (value == "message") {
         out.fail = fail_mode::message;
@@ -131,9 +108,7 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
         ok = false;
       }
     } else if (flag == "--fail-status") {
-      ok = parse_number(value, out.fail_status) && out.fail_status >= 1 && out.fail_status <= 16;
-    } else if (flag == "--created") {
-      ok = parse_number(value, out.created) && out.created >= 0;
+      ok = mock_vllm::parse_number(value, out.fail_status) && out.fail_status >= 1 && out.fail_status <= 16;
     }
     if (!ok) {
       error = "bad value for " + std::string(flag) + ": " + std::string(value);

@@ -86,13 +86,6 @@ metrics (GET /metrics): vllm:num_requests_running (streaming tokens),
   mock_requests_total, mock_aborts_total, mock_failures_total
 )";
 
-template <class T>
-bool parse_number(std::string_view text, T& out) {
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, out);
-  return ec == std::errc{} && ptr == end;
-}
-
 }  // namespace
 
 std::string_view help_text() noexcept { return k_help; }
@@ -131,25 +124,7 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
       value = argv[++i];
     }
     bool ok = true;
-    uint64_t n = 0;
-    if (flag == "--port") {
-      ok = parse_number(value, n) && n <= std::numeric_limits<uint16_t>::max();
-      out.port = static_cast<uint16_t>(n);
-    } else if (flag == "--host") {
-      out.host = value;
-    } else if (flag == "--model") {
-      ok = !value.empty();
-      out.model = value;
-    } else if (flag == "--ttft-ms") {
-      ok = parse_number(value, out.ttft_ms);
-    } else if (flag == "--tokens-per-sec") {
-      ok = parse_number(value, out.tokens_per_sec);
-    } else if (flag == "--reply-tokens") {
-      ok = parse_number(value, out.reply_tokens) && out.reply_tokens <= 1'000'000;
-    } else if (flag == "--fail-after-tokens") {
-      ok = parse_number(value, out.fail_after_tokens);
-    } else if (flag == "--token-pad") {
-      ok = parse_number(value, out.token_pad) && out.token_pad <= 65536;
+    if (parse_shared_flag(flag, value, out, ok)) {
     } else if (flag == "--fail-status") {
       ok = parse_number(value, out.fail_status) &&
            (out.fail_status == 400 || out.fail_status == 422 || out.fail_status == 429 ||
@@ -159,8 +134,6 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
       ok = parse_number(value, out.threads) && out.threads >= 1 && out.threads <= 256;
     } else if (flag == "--api-key") {
       out.api_key = value;
-    } else if (flag == "--created") {
-      ok = parse_number(value, out.created) && out.created >= 0;
     } else if (flag == "--max-model-len") {
       ok = parse_number(value, out.max_model_len);
     } else if (flag == "--kv-capacity") {

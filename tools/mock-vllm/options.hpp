@@ -1,6 +1,8 @@
 #pragma once
 // Command-line options of mock-vllm. Parsed once in main(); read-only after.
+#include <charconv>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -34,6 +36,47 @@ enum class parse_outcome : uint8_t { run, help, error };
 
 // Returns: run with `out` filled, help for --help, or error with `error` set.
 parse_outcome parse_flags(int argc, char** argv, options& out, std::string& error);
+
+// --- pieces mock-triton's flags share ----------------------------------------
+
+template <class T>
+bool parse_number(std::string_view text, T& out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc{} && ptr == end;
+}
+
+// The knobs every mock has, by the same flags and member names (host, port,
+// model, pacing, reply length, padding, failure point, clock). Returns:
+// whether `flag` is one of them; `ok` says whether its value was good.
+template <class Options>
+bool parse_shared_flag(std::string_view flag, std::string_view value, Options& out, bool& ok) {
+  uint64_t n = 0;
+  if (flag == "--port") {
+    ok = parse_number(value, n) && n <= std::numeric_limits<uint16_t>::max();
+    out.port = static_cast<uint16_t>(n);
+  } else if (flag == "--host") {
+    out.host = value;
+  } else if (flag == "--model") {
+    ok = !value.empty();
+    out.model = value;
+  } else if (flag == "--ttft-ms") {
+    ok = parse_number(value, out.ttft_ms);
+  } else if (flag == "--tokens-per-sec") {
+    ok = parse_number(value, out.tokens_per_sec);
+  } else if (flag == "--reply-tokens") {
+    ok = parse_number(value, out.reply_tokens) && out.reply_tokens <= 1'000'000;
+  } else if (flag == "--fail-after-tokens") {
+    ok = parse_number(value, out.fail_after_tokens);
+  } else if (flag == "--token-pad") {
+    ok = parse_number(value, out.token_pad) && out.token_pad <= 65536;
+  } else if (flag == "--created") {
+    ok = parse_number(value, out.created) && out.created >= 0;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 std::string_view help_text() noexcept;
 
