@@ -26,6 +26,7 @@
 #include "conn_memory.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/response.hpp"
+#include "sluice/grpc/kserve.hpp"
 #include "sluice/http/sse.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/openai/anthropic.hpp"
@@ -134,6 +135,7 @@ struct exchange_memory {
   std::unique_ptr<http::sse_scanner> sse;  // made on the connection's first stream
   std::unique_ptr<openai::anthropic_stream> anthropic;  // made on its first translated Anthropic stream
   openai::triton_stream triton;  // a gRPC reply's translation (small: no buffers of its own)
+  grpc::decode_memo grpc_memo;   // the layout of the last gRPC response decoded here
   std::string triton_text;       // a non-stream gRPC reply's text, accumulated
 };
 

@@ -111,7 +111,7 @@ size_t triton_grpc::feed_in_place(exchange& x, const char* data, size_t len) noe
     grpc::frame fr;
     if (grpc::read_frame(std::string_view(data + at, len - at), k_message_bytes_max, fr) != grpc::decode_status::ok) break;
     grpc::stream_response r;
-    if (grpc::decode_stream_response(fr.message, r) != grpc::decode_status::ok || !r.error_message.empty()) break;
+    if (grpc::decode_stream_response(fr.message, r, x.mem->grpc_memo) != grpc::decode_status::ok || !r.error_message.empty()) break;
     const size_t need = static_cast<size_t>(f.len) + t.event_bytes_max(r) + 16;
     if (need > f.cap && !f.reserve(need)) break;
     const openai::triton_stream_result res = t.feed(r, f.data + f.len, f.cap - f.len - 16);
@@ -155,7 +155,7 @@ void triton_grpc::advance(exchange& x) noexcept {
         grpc::read_frame(std::string_view(b.data + a.parsed, b.len - a.parsed), k_message_bytes_max, fr);
     if (st == grpc::decode_status::need_more) break;
     grpc::stream_response r;
-    const grpc::decode_status ds = st == grpc::decode_status::ok ? grpc::decode_stream_response(fr.message, r) : st;
+    const grpc::decode_status ds = st == grpc::decode_status::ok ? grpc::decode_stream_response(fr.message, r, x.mem->grpc_memo) : st;
     if (ds != grpc::decode_status::ok) {
       bad_reply(x, grpc::describe(ds));
       return;

@@ -117,6 +117,39 @@ struct stream_response {
 inline constexpr size_t k_outputs_max = 16;
 decode_status decode_stream_response(std::string_view message, stream_response& out) noexcept;
 
+// What the last full decode of a stream's response learnt about the bytes
+// before its outputs' contents. A server writes every token's response the
+// same way -- model name, version, id, parameters, the outputs' names and
+// types, then raw_output_contents -- so from the second response on, the
+// bytes up to the first raw_output_contents are usually those of the one
+// before. When they are (compared byte for byte: the decode is a function
+// of the bytes, so equal bytes decode equal), only the contents are read.
+// Anything else is decoded in full, and remembered anew. Per stream (or
+// per connection: a memo from another stream's bytes is as right, as the
+// bytes decide); not shared between threads.
+struct decode_memo {
+  static constexpr size_t k_prefix_max = 320;
+  enum class output_kind : uint8_t { other, text, finish_reason, num_input_tokens, num_output_tokens };
+  struct span16 {
+    uint16_t off, len;
+  };
+  uint16_t prefix_len = 0;           // 0: nothing remembered
+  uint8_t outputs = 0;               // outputs in the prefix (at most k_outputs_max looked at)
+  bool has_final_response = false;
+  bool final_response = false;
+  span16 model_name{}, model_version{}, id{};  // offsets into the InferResponse's bytes
+  output_kind kind[k_outputs_max] = {};
+  uint8_t int_bytes[k_outputs_max] = {};  // integer outputs: 4 or 8 (0: another datatype)
+  bool int_signed[k_outputs_max] = {};
+  char prefix[k_prefix_max];
+  // Counts, for tests and the curious: responses read from the memo, and
+  // responses decoded in full.
+  uint64_t hits = 0, misses = 0;
+};
+// The same decode, with `memo`'s help (and kept up to date by it). `out`
+// equals what decode_stream_response(message, out) gives, for every input.
+decode_status decode_stream_response(std::string_view message, stream_response& out, decode_memo& memo) noexcept;
+
 // --- readiness: ServerReady and ModelReady (the health probe's RPCs) -------
 
 // ServerReadyRequest is empty: its frame is the 5-byte prefix alone.

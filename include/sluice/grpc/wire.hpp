@@ -128,6 +128,8 @@ class wire_reader {
   // malformed input (status() says what).
   bool next(wire_field& f) noexcept;
   decode_status status() const noexcept { return _status; }
+  // Where the next field starts.
+  const char* pos() const noexcept { return _p; }
 
  private:
   bool read_varint(uint64_t& v) noexcept;

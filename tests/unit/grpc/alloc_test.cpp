@@ -26,6 +26,7 @@ TEST_SUITE("grpc::allocation") {
     const std::string_view response =
         "\x12\x17\x2a\x0d\x0a\x0btext_output" "\x32\x06\x02\x00\x00\x00" "hi"sv;
     char buf[256];
+    sluice::grpc::decode_memo memo;
     const size_t before = sluice::test::allocations();
     for (int i = 0; i < 100; ++i) {
       const size_t n = encode_frame(r, buf, sizeof buf);
@@ -34,7 +35,10 @@ TEST_SUITE("grpc::allocation") {
       stream_response out;
       CHECK(decode_stream_response(response, out) == decode_status::ok);
       CHECK(out.text_output == "hi");
+      CHECK(decode_stream_response(response, out, memo) == decode_status::ok);
+      CHECK(out.text_output == "hi");
     }
+    CHECK(memo.hits == 99);
     CHECK(sluice::test::allocations() == before);
   }
 }

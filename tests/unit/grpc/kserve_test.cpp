@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/grpc/kserve.hpp"
 
@@ -236,5 +237,149 @@ TEST_SUITE("grpc::kserve stream response") {
     std::string msg = "\x12"s + static_cast<char>(response.size()) + response;
     stream_response r;
     CHECK(sluice::grpc::decode_stream_response(msg, r) == decode_status::bad_tensor);
+  }
+
+  // --- the decode memo ---
+  using sluice::grpc::decode_memo;
+
+  // A token's response as a server writes it: the same names, parameters
+  // and outputs every time, then the contents. `final`: the last one, with
+  // finish_reason and the counts.
+  std::string token_response(std::string_view text, bool final_response, uint32_t tokens) {
+    std::string out(1024, '\0');
+    auto build = [&](auto&& body) {
+      wire_writer w(out.data(), out.size());
+      body(w);
+      REQUIRE(w.ok());
+      return out.substr(0, w.written());
+    };
+    auto tensor = [&](std::string_view name, std::string_view type) {
+      return build([&](wire_writer& w) {
+        w.bytes_field(1, name);
+        w.bytes_field(2, type);
+        w.len_prefix(3, 1);
+        w.varint(1);
+      });
+    };
+    auto element = [](std::string_view s) {
+      std::string e(4, '\0');
+      for (size_t i = 0; i < 4; ++i) e[i] = static_cast<char>((s.size() >> (8 * i)) & 0xff);
+      return e + std::string(s);
+    };
+    auto u32 = [](uint32_t v) {
+      std::string e(4, '\0');
+      for (size_t i = 0; i < 4; ++i) e[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+      return e;
+    };
+    const std::string value = build([&](wire_writer& w) { w.varint_field(1, final_response ? 1 : 0); });
+    const std::string entry = build([&](wire_writer& w) {
+      w.bytes_field(1, "triton_final_response");
+      w.bytes_field(2, value);
+    });
+    const std::string text_t = tensor("text_output", "BYTES");
+    const std::string finish_t = tensor("finish_reason", "BYTES");
+    const std::string in_t = tensor("num_input_tokens", "UINT32");
+    const std::string out_t = tensor("num_output_tokens", "INT64");
+    const std::string response = build([&](wire_writer& w) {
+      w.bytes_field(1, "vllm_model");
+      w.bytes_field(2, "1");
+      w.bytes_field(3, "req-7");
+      w.bytes_field(4, entry);
+      w.bytes_field(5, text_t);
+      if (final_response) {
+        w.bytes_field(5, finish_t);
+        w.bytes_field(5, in_t);
+        w.bytes_field(5, out_t);
+      }
+      w.bytes_field(6, element(text));
+      if (final_response) {
+        w.bytes_field(6, element("length"));
+        w.bytes_field(6, u32(11));
+        w.bytes_field(6, u32(tokens) + std::string(4, '\0'));
+      }
+    });
+    return build([&](wire_writer& w) { w.bytes_field(2, response); });
+  }
+
+  void check_same(const stream_response& a, const stream_response& b) {
+    CHECK(a.error_message == b.error_message);
+    CHECK(a.model_name == b.model_name);
+    CHECK(a.model_version == b.model_version);
+    CHECK(a.id == b.id);
+    CHECK(a.text_output == b.text_output);
+    CHECK(a.finish_reason == b.finish_reason);
+    CHECK(a.num_input_tokens == b.num_input_tokens);
+    CHECK(a.num_output_tokens == b.num_output_tokens);
+    CHECK(a.has_text_output == b.has_text_output);
+    CHECK(a.has_finish_reason == b.has_finish_reason);
+    CHECK(a.has_final_response == b.has_final_response);
+    CHECK(a.final_response == b.final_response);
+  }
+
+  TEST_CASE("a stream's token responses are read from the memo, and read the same") {
+    decode_memo memo;
+    const char* words[] = {"Hello", ",", " world", "", " \xe4\xbd\xa0\xe5\xa5\xbd", "!"};
+    for (uint32_t i = 0; i < 60; ++i) {
+      CAPTURE(i);
+      const std::string msg = token_response(words[i % 6], false, i);
+      stream_response plain, memoed;
+      REQUIRE(sluice::grpc::decode_stream_response(msg, plain) == decode_status::ok);
+      REQUIRE(sluice::grpc::decode_stream_response(msg, memoed, memo) == decode_status::ok);
+      check_same(plain, memoed);
+      CHECK(memoed.text_output == words[i % 6]);
+      // Views point into this message, not into the memo's copy.
+      CHECK(memoed.model_name.data() >= msg.data());
+      CHECK(memoed.model_name.data() < msg.data() + msg.size());
+    }
+    CHECK(memo.misses == 1);
+    CHECK(memo.hits == 59);
+    // The last response's parameters differ: decoded in full, and right.
+    const std::string last = token_response("", true, 60);
+    stream_response r;
+    REQUIRE(sluice::grpc::decode_stream_response(last, r, memo) == decode_status::ok);
+    CHECK(memo.misses == 2);
+    CHECK(r.final_response);
+    CHECK(r.finish_reason == "length");
+    CHECK(r.num_input_tokens == 11);
+    CHECK(r.num_output_tokens == 60);
+  }
+
+  TEST_CASE("with a memo or without, every input decodes the same (mutations, truncations, other shapes)") {
+    // A deterministic stream of messages: token responses, the last ones,
+    // each of them with a byte changed or cut short, and the golden and
+    // unknown-field shapes, all through one memo.
+    std::vector<std::string> bases{token_response("ab", false, 1), token_response("cde", false, 2),
+                                   token_response("", true, 3), golden("stream_response.bin"),
+                                   with_unknown_fields(), "\x0a\x04oops\x12\x00"s};
+    decode_memo memo;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    auto next = [&] {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      return seed >> 33;
+    };
+    size_t oks = 0, errors = 0;
+    for (int round = 0; round < 20000; ++round) {
+      std::string msg = bases[next() % bases.size()];
+      switch (next() % 4) {
+        case 0: break;  // as it is (and a likely memo hit after a token)
+        case 1: msg[next() % msg.size()] = static_cast<char>(next()); break;
+        case 2: msg.resize(next() % msg.size()); break;
+        case 3: msg[next() % msg.size()] ^= static_cast<char>(1u << (next() % 8)); break;
+      }
+      CAPTURE(round);
+      stream_response plain, memoed;
+      const decode_status a = sluice::grpc::decode_stream_response(msg, plain);
+      const decode_status b = sluice::grpc::decode_stream_response(msg, memoed, memo);
+      REQUIRE(a == b);
+      if (a == decode_status::ok) {
+        ++oks;
+        check_same(plain, memoed);
+      } else {
+        ++errors;
+      }
+    }
+    CHECK(memo.hits > 300);  // the memo path ran, on unmutated and raw-mutated tokens
+    CHECK(oks > 1000);
+    CHECK(errors > 1000);
   }
 }
