@@ -162,9 +162,17 @@ run_workload_e() {
 }
 
 measure_e() {
-    local t=$1 round=$2 out r
-    out=$BENCH_TMP/h2load-$LAYOUT-$t-r$round.txt
-    h2load_cmd "$t" "$e_secs"
+    h2load_cmd "$1" "$e_secs"
+    measure_h2load e "$RESULTS_E" "$1" "$2"
+}
+
+# measure_h2load WORKLOAD FILE TARGET ROUND: run H2LOAD (the caller built
+# it) as guarded runs it and add a line to FILE: (e)'s columns, and for
+# other workloads the protocol and TLS suite h2load negotiated.
+measure_h2load() {
+    local w=$1 f=$2 t=$3 round=$4 out r
+    out=$BENCH_TMP/h2load-$LAYOUT-$w-$t-r$round.txt
+    [[ $w == e ]] && out=$BENCH_TMP/h2load-$LAYOUT-$t-r$round.txt   # (e): its names as before
     record_command "${H2LOAD[@]}"
     guarded "$t" "$out" "${H2LOAD[@]}"
     r=$(h2load_result "$out")
@@ -172,16 +180,18 @@ measure_e() {
         log "h2load failed against $t:"; cat "$out" >&2
         die "h2load failed"
     fi
-    local rps mean sd max requests errors us_proc="-" us_core="-"
+    local rps mean sd max requests errors us_proc="-" us_core="-" extra=""
     read -r rps mean sd max requests errors <<<"$r"
     if [[ $t != direct ]]; then
         us_proc=$(per_unit_ns "$PROXY_NS" "$requests")
         [[ $LAYOUT == pinned ]] && us_core=$(per_unit "$CORE_TICKS" "$requests")
     fi
-    printf '%s\te\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$LAYOUT" "$t" "$round" \
-        "$rps" "$mean" "$sd" "$max" "$errors" "$requests" "$us_proc" "$us_core" "$FOREIGN" "$TRY" >>"$RESULTS_E"
-    log "  $(printf '%-7s e  %-11s round %s: %6s req/s  mean %6s µs  sd %6s µs  max %7s µs  cpu/req %5s µs  errors %s  foreign %s%%' \
-        "$LAYOUT" "$t" "$round" "$rps" "$mean" "$sd" "$max" "$us_proc" "$errors" "$FOREIGN")"
+    [[ $w != e ]] && extra=$(awk '/^Application protocol:/ { p = $3 } /^Cipher:/ { c = $2 }
+        END { printf "\t%s\t%s", p == "" ? "-" : p, c == "" ? "-" : c }' "$out")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s%s\n' "$LAYOUT" "$w" "$t" "$round" \
+        "$rps" "$mean" "$sd" "$max" "$errors" "$requests" "$us_proc" "$us_core" "$FOREIGN" "$TRY" "$extra" >>"$f"
+    log "  $(printf '%-7s %-2s %-11s round %s: %6s req/s  mean %6s µs  sd %6s µs  max %7s µs  cpu/req %5s µs  errors %s  foreign %s%%' \
+        "$LAYOUT" "$w" "$t" "$round" "$rps" "$mean" "$sd" "$max" "$us_proc" "$errors" "$FOREIGN")"
 }
 
 # (f) Idle streams. Each measure gets a fresh mock-vllm and a fresh proxy:

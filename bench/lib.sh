@@ -263,10 +263,39 @@ EOF
 # start_nginx PORT BACKEND_PORT WORKERS PIN...
 # NGINX_MAIN_EXTRA: a line for the main context (bench/scale binds each
 # worker to its own CPU with "worker_cpu_affinity auto;").
+# PROXY_TLS_PORT, PROXY_H2C_PORT, TLS_CERT, TLS_KEY (bench/compare's TLS
+# workloads): a second server with the same location: TLS (ALPN h2,
+# http/1.1) on PROXY_TLS_PORT, HTTP/2 with prior knowledge on
+# PROXY_H2C_PORT; TLS 1.3 suites TLS_CIPHERSUITES (default
+# TLS_AES_128_GCM_SHA256).
 start_nginx() {
     local port=$1 backend=$2 workers=$3; shift 3
     local dir=$BENCH_TMP/nginx-$port
     mkdir -p "$dir"
+    local location='location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 120s;
+        }' tls_server=""
+    if [[ -n ${PROXY_TLS_PORT:-} ]]; then
+        # nginx 1.25.1 moved http2 from the listen line to its own directive.
+        local h2_listen=" http2" h2_on=""
+        if [[ $(printf '%s\n' 1.25.1 "$(nginx -v 2>&1 | sed 's|.*/||')" | sort -V | head -n1) == 1.25.1 ]]; then
+            h2_listen="" h2_on="http2 on;"
+        fi
+        tls_server="server {
+        listen 127.0.0.1:$PROXY_TLS_PORT ssl$h2_listen;
+        listen 127.0.0.1:$PROXY_H2C_PORT$h2_listen;
+        $h2_on
+        ssl_certificate $TLS_CERT;
+        ssl_certificate_key $TLS_KEY;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_conf_command Ciphersuites ${TLS_CIPHERSUITES:-TLS_AES_128_GCM_SHA256};
+        $location
+    }"
+    fi
     local user_line="" nofile
     nofile=$(ulimit -n)
     [[ $(id -u) == 0 ]] && user_line="user root;"
@@ -305,14 +334,9 @@ http {
     }
     server {
         listen 127.0.0.1:$port;
-        location / {
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_read_timeout 120s;
-        }
+        $location
     }
+    $tls_server
 }
 EOF
     start_bg "nginx-$port" "$port" "$@" nginx -p "$dir/" -e "$dir/error.log" -c "$dir/nginx.conf"
@@ -321,10 +345,15 @@ EOF
 # start_haproxy PORT BACKEND_PORT THREADS PIN...
 # HAPROXY_DEFAULTS_EXTRA: a line for its defaults section (bench/compare's
 # (c) sets "option http-no-delay").
+# PROXY_TLS_PORT, PROXY_H2C_PORT, TLS_PEM (cert and key in one file): as
+# start_nginx's.
 start_haproxy() {
     local port=$1 backend=$2 threads=$3; shift 3
     local dir=$BENCH_TMP/haproxy-$port
     mkdir -p "$dir"
+    local tls_binds=""
+    [[ -n ${PROXY_TLS_PORT:-} ]] && tls_binds="bind 127.0.0.1:$PROXY_TLS_PORT ssl crt $TLS_PEM alpn h2,http/1.1 ssl-min-ver TLSv1.2 ciphersuites ${TLS_CIPHERSUITES:-TLS_AES_128_GCM_SHA256}
+    bind 127.0.0.1:$PROXY_H2C_PORT proto h2"
     # HAProxy refuses to start if maxconn needs more descriptors than the
     # limit allows: two per proxied connection, and a few of its own (2.6:
     # maxconn 9990 is the most a limit of 20,000 allows). Workload (f) holds
@@ -347,6 +376,7 @@ defaults
     timeout http-keep-alive 60s
 frontend fe
     bind 127.0.0.1:$port
+    $tls_binds
     default_backend be
 backend be
     server mock 127.0.0.1:$backend
@@ -448,12 +478,15 @@ chat_body() {
         "$max_tokens" "$extra"
 }
 
-# fetch_body PORT STREAM MAX_TOKENS: the reply body with ids normalised.
+# fetch_body PORT STREAM MAX_TOKENS [BASE [CURL_ARGS...]]: the reply body
+# with ids normalised. BASE (default http://127.0.0.1:PORT) is the URL's
+# scheme and authority, e.g. https://127.0.0.1:PORT with --cacert FILE.
 fetch_body() {
+    local base=${4:-http://127.0.0.1:$1}
     curl -sS --max-time 20 -H 'Authorization: Bearer test-key' \
         -H 'Content-Type: application/json' \
-        --data-binary "$(chat_body "$2" "$3")" \
-        "http://127.0.0.1:$1/v1/chat/completions" |
+        --data-binary "$(chat_body "$2" "$3")" "${@:5}" \
+        "$base/v1/chat/completions" |
         sed -E 's/"id":"[^"]*"/"id":"X"/g; s/"created":[0-9]+/"created":0/g'
 }
 
