@@ -12,6 +12,7 @@
 #include "sluice/config/config.hpp"
 #include "sluice/control/admin.hpp"
 #include "sluice/control/gateway.hpp"
+#include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
@@ -224,6 +225,14 @@ int main(int argc, char** argv) {
     };
     log::info("sluice listening on http://{}:{} ({} shard{})", host_of(cfg->server.listen), g->port(),
               g->shard_count(), g->shard_count() == 1 ? "" : "s");
+    if (g->tls_port() != 0) {
+      std::string why;
+      const bool ktls = tls::ktls_available(&why);
+      log::info("sluice listening on https://{}:{} (TLS {}+, ALPN {}http/1.1; kTLS {})",
+                host_of(cfg->server.listen_tls), g->tls_port(), cfg->server.tls_min_version,
+                cfg->server.tls_h2 ? "h2, " : "", ktls ? "available, not used: records are encrypted in user space"
+                                                       : "off: " + why);
+    }
     if (cfg->server.splice) {
       log::warn("server.splice = true is accepted for old configs and has no effect: every body is relayed by "
                 "copy (README, \"How a request flows\")");

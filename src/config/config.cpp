@@ -34,7 +34,9 @@ const names k_server_keys = {
     "listen", "admin", "admin_token_env", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
     "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "memory_max_bytes", "splice",
-    "upstream_buffers", "idle_poll_us"};
+    "upstream_buffers", "idle_poll_us", "h2c", "listen_tls", "tls_cert", "tls_key", "tls_min_version", "tls_h2",
+    "h2_max_concurrent_streams", "h2_stream_window_bytes", "h2_connection_window_bytes", "h2_hpack_table_bytes",
+    "h2_resets_per_second_max", "h2_memory_max_bytes"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
                                    "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max"};
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens", "max_tokens_cap", "image_tokens"};
@@ -319,6 +321,34 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
            fmt::format("server.upstream_buffers = {} is not a power of two (1, 2, 4, ... 4096)", s.upstream_buffers));
   }
   r.read_uint(t, "server", "idle_poll_us", s.idle_poll_us, 0, 1000, " (0 = never poll)");
+  r.read_bool(t, "server", "h2c", s.h2c);
+  r.read_bool(t, "server", "tls_h2", s.tls_h2);
+  if (const auto* n = r.read_string(t, "server", "listen_tls", text); n != nullptr && !text.empty()) {
+    s.listen_tls = prefixed(r.at(*n) + ": server.listen_tls", [&] { return parse_socket_address(text); });
+  }
+  const toml::node* cert = r.read_string(t, "server", "tls_cert", s.tls_cert);
+  const toml::node* key = r.read_string(t, "server", "tls_key", s.tls_key);
+  if (const auto* n = r.read_string(t, "server", "tls_min_version", s.tls_min_version)) {
+    if (s.tls_min_version != "1.2" && s.tls_min_version != "1.3") {
+      r.fail(*n, fmt::format("server.tls_min_version = \"{}\": expected \"1.2\" or \"1.3\"", s.tls_min_version));
+    }
+  }
+  if (s.listen_tls.length != 0 && (s.tls_cert.empty() || s.tls_key.empty())) {
+    const toml::node* n = t.get("listen_tls");
+    r.fail(*n, "server.listen_tls needs server.tls_cert and server.tls_key (PEM files)");
+  }
+  if (s.listen_tls.length == 0 && (cert != nullptr || key != nullptr) && (!s.tls_cert.empty() || !s.tls_key.empty())) {
+    r.fail(cert != nullptr ? *cert : *key, "server.tls_cert / tls_key are set but server.listen_tls is not: set the "
+                                           "TLS listener's address, or remove them");
+  }
+  r.read_uint(t, "server", "h2_max_concurrent_streams", s.h2_max_concurrent_streams, 1, 10000);
+  r.read_uint(t, "server", "h2_stream_window_bytes", s.h2_stream_window_bytes, 1024, (1u << 31) - 1,
+              " (1 KiB-2 GiB)");
+  r.read_uint(t, "server", "h2_connection_window_bytes", s.h2_connection_window_bytes, 65535, (1u << 31) - 1,
+              " (64 KiB-2 GiB)");
+  r.read_uint(t, "server", "h2_hpack_table_bytes", s.h2_hpack_table_bytes, 0, 1u << 20, " (0-1 MiB)");
+  r.read_uint(t, "server", "h2_resets_per_second_max", s.h2_resets_per_second_max, 1, 1u << 20);
+  r.read_uint(t, "server", "h2_memory_max_bytes", s.h2_memory_max_bytes, 256u << 10, 1u << 30, " (256 KiB-1 GiB)");
   if (s.max_line_bytes > s.max_head_bytes) {
     const toml::node* n = t.get("max_line_bytes");
     if (n == nullptr) n = t.get("max_head_bytes");

@@ -21,7 +21,13 @@ bool same_server(const server_config& a, const server_config& b) {
          a.drain_timeout_ms == b.drain_timeout_ms && a.connections_max == b.connections_max &&
          a.inflight_max == b.inflight_max && a.memory_max_bytes == b.memory_max_bytes && a.splice == b.splice &&
          a.upstream_buffers == b.upstream_buffers && a.idle_poll_us == b.idle_poll_us &&
-         a.admin_token == b.admin_token;
+         a.admin_token == b.admin_token && a.h2c == b.h2c && a.listen_tls.text == b.listen_tls.text &&
+         a.tls_h2 == b.tls_h2 && a.h2_max_concurrent_streams == b.h2_max_concurrent_streams &&
+         a.h2_stream_window_bytes == b.h2_stream_window_bytes &&
+         a.h2_connection_window_bytes == b.h2_connection_window_bytes &&
+         a.h2_hpack_table_bytes == b.h2_hpack_table_bytes &&
+         a.h2_resets_per_second_max == b.h2_resets_per_second_max &&
+         a.h2_memory_max_bytes == b.h2_memory_max_bytes;
 }
 
 bool same_limits(const key_config& a, const key_config& b) {

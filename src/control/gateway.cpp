@@ -74,6 +74,15 @@ void set_port(sockaddr_storage& addr, uint16_t port) noexcept {
 // One listener per shard. With port 0 the first one's port is then the one
 // every other shard binds, so they share one SO_REUSEPORT group. Returns:
 // the fds, by shard; `port` is set to the bound port. Throws with the cause.
+tls::context_options tls_options_of(const config::server_config& s) {
+  tls::context_options o;
+  o.cert_path = s.tls_cert;
+  o.key_path = s.tls_key;
+  o.min_version = tls::parse_version(s.tls_min_version).value_or(tls::version::tls1_2);
+  o.h2 = s.tls_h2;
+  return o;
+}
+
 std::vector<int> bind_listeners(const config::socket_address& la, size_t n, uint16_t& port) {
   sockaddr_storage addr = la.storage;
   std::vector<int> fds;
@@ -156,19 +165,37 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
       metrics::registry::room{cap.groups - cfg->groups.size(), cap.backends - cfg->backends.size(),
                               cap.keys - cfg->keys.size()});
   for (size_t b = 0; b < cfg->backends.size(); ++b) g->_metrics->set_backend_up(static_cast<uint32_t>(b), true);
+  if (cfg->server.listen_tls.length != 0) {
+    try {
+      g->_tls = tls::context::load(tls_options_of(cfg->server));
+    } catch (const tls::context_error& e) {
+      throw std::runtime_error(fmt::format("server.listen_tls: {}", e.what()));
+    }
+  }
   const std::vector<int> fds = bind_listeners(cfg->server.listen, n, g->_port);
+  std::vector<int> tls_fds(n, -1);
+  if (g->_tls) {
+    try {
+      tls_fds = bind_listeners(cfg->server.listen_tls, n, g->_tls_port);
+    } catch (...) {
+      for (int f : fds) ::close(f);
+      throw;
+    }
+  }
   g->_mesh = std::make_unique<mesh_storage>(n, cap.keys);
-  for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i]);
+  for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i], tls_fds[i]);
   g->launch();
   return g;
 }
 
-void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd) {
+void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd, int tls_listen_fd) {
   auto s = std::make_unique<shard_slot>();
   shard_link& l = s->link;
   l.index = static_cast<uint32_t>(_shards.size());
   l.cpu = cpu;
   l.listen_fd = listen_fd;
+  l.tls_listen_fd = tls_listen_fd;
+  l.tls = _tls;
   l.cfg = cfg;
   l.metrics = &_metrics->shard(l.index);
   l.mesh = _mesh->view(l.outcomes);
@@ -198,7 +225,10 @@ gateway::~gateway() {
   // A reload that reached a shard's inbox as it stopped: its snapshot copy.
   for (auto& s : _shards) {
     control_message m;
-    while (s->link.inbox.try_pop(m)) delete m.snapshot;
+    while (s->link.inbox.try_pop(m)) {
+      delete m.snapshot;
+      delete m.tls;
+    }
   }
 }
 
@@ -268,12 +298,29 @@ void gateway::reload(std::shared_ptr<const config::config> next) {
       _metrics->set_backend_up(static_cast<uint32_t>(b), !next->backends[b].removed);
     }
   }
+  if (_tls) {
+    // The certificate and key are read anew; the ticket keys carry over and
+    // rotate (a client resumes with a ticket of the last key or this one).
+    try {
+      std::shared_ptr<tls::context> fresh = tls::context::load(tls_options_of(next->server), _tls.get());
+      fresh->rotate_ticket_keys();
+      _tls = std::move(fresh);
+    } catch (const tls::context_error& e) {
+      log::error("reload: server.tls_cert / tls_key: {}; new TLS connections keep the running certificate",
+                 e.what());
+      _tls->rotate_ticket_keys();
+    }
+  }
   for (auto& s : _shards) {
     if (s->link.stopped) continue;
     control_message m;
     m.what = control_message::kind::reload;
     m.snapshot = new std::shared_ptr<const config::config>(next);
-    if (!send_control(s->link, m)) delete m.snapshot;
+    if (_tls) m.tls = new std::shared_ptr<const tls::context>(_tls);
+    if (!send_control(s->link, m)) {
+      delete m.snapshot;
+      delete m.tls;
+    }
   }
 }
 

@@ -205,6 +205,30 @@ constexpr stat_row k_stat_rows[] = {
     {stat::audit_fsync_errors, "sluice_audit_fsyncs_total", "counter", "result=\"failed\"", ""},
     {stat::memory_bytes, "sluice_connection_memory_bytes", "gauge", "",
      "Connection objects and buffers held by the shards."},
+    {stat::h2_connections, "sluice_h2_connections_total", "counter", "",
+     "Client connections that spoke HTTP/2 (h2c with prior knowledge, or ALPN h2)."},
+    {stat::h2_streams, "sluice_h2_streams_total", "counter", "", "HTTP/2 request streams opened."},
+    {stat::h2_refused_streams, "sluice_h2_refused_streams_total", "counter", "",
+     "HTTP/2 streams refused over SETTINGS_MAX_CONCURRENT_STREAMS (server.h2_max_concurrent_streams)."},
+    {stat::h2_client_resets, "sluice_h2_client_resets_total", "counter", "", "RST_STREAM frames from clients."},
+    {stat::h2_rapid_resets, "sluice_h2_defence_goaways_total", "counter", "reason=\"rapid_reset\"",
+     "HTTP/2 connections ended with GOAWAY by a defence: rapid or provoked resets, CONTINUATION floods, SETTINGS / "
+     "PING floods, HPACK bombs, the per-connection memory cap, other protocol errors."},
+    {stat::h2_continuation_floods, "sluice_h2_defence_goaways_total", "counter", "reason=\"continuation_flood\"", ""},
+    {stat::h2_control_floods, "sluice_h2_defence_goaways_total", "counter", "reason=\"control_flood\"", ""},
+    {stat::h2_hpack_bombs, "sluice_h2_defence_goaways_total", "counter", "reason=\"hpack_bomb\"", ""},
+    {stat::h2_memory_refusals, "sluice_h2_defence_goaways_total", "counter", "reason=\"memory\"", ""},
+    {stat::h2_protocol_errors, "sluice_h2_defence_goaways_total", "counter", "reason=\"protocol_error\"", ""},
+    {stat::h2_header_lists_too_large, "sluice_h2_header_lists_too_large_total", "counter", "",
+     "HTTP/2 requests answered 431: the header list passed server.max_head_bytes."},
+    {stat::tls_handshakes, "sluice_tls_handshakes_total", "counter", "result=\"ok\"", "TLS handshakes, by result."},
+    {stat::tls_handshake_errors, "sluice_tls_handshakes_total", "counter", "result=\"failed\"", ""},
+    {stat::tls_ktls_connections, "sluice_tls_ktls_connections_total", "counter", "path=\"ktls\"",
+     "TLS connections by how their records are encrypted: ktls (the kernel) or copy (OpenSSL, in user space)."},
+    {stat::tls_copy_connections, "sluice_tls_ktls_connections_total", "counter", "path=\"copy\"", ""},
+    {stat::edge_protocol_mismatches, "sluice_edge_protocol_mismatches_total", "counter", "",
+     "Connections that spoke the wrong protocol for their port (plaintext HTTP on the TLS port, a ClientHello on "
+     "the plaintext one): answered or closed at once."},
 };
 
 }  // namespace

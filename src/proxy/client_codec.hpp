@@ -11,10 +11,13 @@
 
 #include "downstream_conn.hpp"
 #include "sluice/http/response.hpp"
+#include "sluice/metrics/registry.hpp"
 
 namespace sluice::proxy {
 
 struct exchange;
+
+class shard_server;
 
 class client_codec {
  public:
@@ -41,10 +44,12 @@ class client_codec {
   // to the audit record. `close`: the connection closes after it.
   virtual void answer(exchange& x, uint16_t status, std::string_view body, bool close,
                       std::string_view extra_headers, std::string_view error_code) noexcept = 0;
-  // An error in OpenAI's shape (counted as sluice's own error).
+  // An error in OpenAI's shape (counted as sluice's own error), sent with
+  // answer() (client_codec.cpp: the same for every codec; virtual for a
+  // test's fake).
   virtual void answer_error(exchange& x, uint16_t status, std::string_view message, std::string_view type,
                             std::string_view param, std::string_view code, bool close,
-                            std::string_view extra_headers = {}) noexcept = 0;
+                            std::string_view extra_headers = {}) noexcept;
   // The exchange cannot go on (out of memory): the client side closes.
   virtual void fail(exchange& x) noexcept = 0;
 
@@ -82,6 +87,14 @@ class client_codec {
   // The exchange was answered while a send still read its bytes, and the
   // codec was told to wait (after_upstream_send::next_request): go on.
   virtual void request_bytes_free(exchange& x) noexcept = 0;
+
+ protected:
+  client_codec() noexcept = default;
+  client_codec(shard_server& policy, metrics::shard_metrics& m) noexcept : _policy(&policy), _counters(&m) {}
+
+ private:
+  shard_server* _policy = nullptr;           // set by every codec but a test's fake
+  metrics::shard_metrics* _counters = nullptr;
 };
 
 }  // namespace sluice::proxy

@@ -14,11 +14,13 @@
 #include "sluice/http/request.hpp"
 #include "sluice/http/sse.hpp"
 #include "sluice/shard/timer_wheel.hpp"
+#include "sluice/tls/tls.hpp"
 
 namespace sluice::proxy {
 
 class h1_codec;
 struct upstream_conn;
+struct h2_link;
 
 enum class deadline_kind : uint8_t {
   none,
@@ -107,7 +109,28 @@ struct downstream_conn {
   exchange_memory mem;             // its exchanges' buffers, kept across them
   exchange x;                      // the request in flight (or the last one)
 
-  explicit downstream_conn(const http::limits& l) : parser(l) {}
+  // HTTP/2: the session and its streams, once the connection spoke the
+  // preface (h2_codec.hpp); `x` is unused then. Freed with the connection.
+  std::unique_ptr<h2_link> h2;
+  bool spoke = false;              // a request (or the preface) started on this connection
+
+  // TLS (accepted on the TLS listener): the session between the socket and
+  // the codec. A send (send_busy, send_iov: plaintext) is encrypted into the
+  // session's output ring, whose ciphertext goes out on tls_send_op; the
+  // send completes (on_send_cqe's work) once all of its plaintext is
+  // encrypted and a ciphertext send came back. While tls_out_busy, the
+  // ring's pending output is the kernel's (it stays put until consumed).
+  std::unique_ptr<tls::session> tls;
+  bool tls_port = false;           // accepted on the TLS listener
+  bool tls_out_busy = false;       // a ciphertext send is in flight
+  bool tls_failed = false;         // the session ended (alert out, or the client's close_notify)
+  op<downstream_conn> tls_send_op;
+  iovec tls_iov[4] = {};           // the plaintext of the send in progress not yet encrypted
+  uint8_t tls_iov_count = 0;
+  uint32_t tls_plain_bytes = 0;    // that send's plaintext, all of it (what its completion reports)
+
+  explicit downstream_conn(const http::limits& l);
+  ~downstream_conn();
 };
 
 }  // namespace sluice::proxy

@@ -40,6 +40,7 @@ namespace sluice::proxy {
 struct downstream_conn;
 struct upstream_conn;
 struct h2_conn;
+struct h2_stream;
 struct exchange;
 class client_codec;
 class backend_adapter;
@@ -150,6 +151,7 @@ struct exchange {
   // --- its sides (set by the codec that made it) ------------------------------
   client_codec* codec = nullptr;
   downstream_conn* conn = nullptr;   // the codec's connection (HTTP/1.1: the one that carries it)
+  h2_stream* h2 = nullptr;           // HTTP/2: the stream that carries it (conn is null then)
   backend_adapter* adapter = nullptr;
   exchange_memory* mem = nullptr;    // its connection's, kept across exchanges
 

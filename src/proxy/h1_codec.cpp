@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "h1_codec.hpp"
+#include "h2_codec.hpp"
 
 #include "backend_adapter.hpp"
 #include "shard_server.hpp"
@@ -23,6 +24,7 @@
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/h2/session.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/quota/estimate.hpp"
@@ -73,10 +75,12 @@ void shed(int fd) noexcept {
 
 }  // namespace
 
-h1_codec::h1_codec(shard_context& s, shard_server& x, int listen_fd) noexcept
-    : _s(s), _x(x), _listen_fd(listen_fd), _limits(limits_from(s.cfg->server)) {
+h1_codec::h1_codec(shard_context& s, shard_server& x, int listen_fd, int tls_listen_fd) noexcept
+    : client_codec(x, s.metrics), _s(s), _x(x), _listen_fd(listen_fd), _limits(limits_from(s.cfg->server)), _tls_listen_fd(tls_listen_fd) {
   _accept_op.owner = this;
   _accept_op.fn = &h1_codec::on_accept;
+  _tls_accept_op.owner = this;
+  _tls_accept_op.fn = &h1_codec::on_tls_accept;
 }
 
 h1_codec::~h1_codec() {
@@ -88,6 +92,7 @@ h1_codec::~h1_codec() {
     delete d;
   }
   if (_listen_fd >= 0) ::close(_listen_fd);
+  if (_tls_listen_fd >= 0) ::close(_tls_listen_fd);
 }
 
 bool h1_codec::init() noexcept {
@@ -97,12 +102,14 @@ bool h1_codec::init() noexcept {
   _bufs = net::buffer_ring::create(_r.ring(), 0, 512, 16 * 1024);
   if (!_bufs) return false;
   submit_accept();
+  if (_tls_listen_fd >= 0) submit_tls_accept();
   return true;
 }
 
 void h1_codec::on_iteration(uint64_t now) noexcept {
   _bufs->publish();
   if (!_accept_armed && !_draining) submit_accept();
+  if (_tls_listen_fd >= 0 && !_tls_accept_armed && !_draining) submit_tls_accept();
   // Deadlines whose time has come (timeouts are seconds long: a loop
   // turn's precision is plenty). on_deadline may close and free any
   // connection, whose timer then leaves the wheel with it.
@@ -115,23 +122,37 @@ void h1_codec::submit_accept() noexcept {
   _accept_armed = true;
 }
 
-void h1_codec::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
-  static_cast<op<h1_codec>*>(c)->owner->on_accept_cqe(cqe);
+void h1_codec::submit_tls_accept() noexcept {
+  io_uring_sqe* s = _r.sqe(&_tls_accept_op);
+  io_uring_prep_multishot_accept(s, _tls_listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  _tls_accept_armed = true;
 }
 
-void h1_codec::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
+void h1_codec::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
+  static_cast<op<h1_codec>*>(c)->owner->on_accept_cqe(cqe, false);
+}
+
+void h1_codec::on_tls_accept(shard::completion* c, const io_uring_cqe* cqe) {
+  static_cast<op<h1_codec>*>(c)->owner->on_accept_cqe(cqe, true);
+}
+
+void h1_codec::on_accept_cqe(const io_uring_cqe* cqe, bool tls_port) noexcept {
   // A multishot accept that ended is re-armed from on_iteration (a loop
   // turn later), which keeps EMFILE from spinning.
-  if ((cqe->flags & IORING_CQE_F_MORE) == 0) _accept_armed = false;
+  if ((cqe->flags & IORING_CQE_F_MORE) == 0) (tls_port ? _tls_accept_armed : _accept_armed) = false;
   if (cqe->res >= 0) {
     const int fd = cqe->res;
-    if (_draining) {
+    if (_draining || (tls_port && !_tls_ctx)) {
       ::close(fd);
     } else if (_conn_count >= _cfg->server.connections_max) {
       _metrics.at(metrics::stat::shed_connections).add();
-      shed(fd);
+      if (tls_port) {
+        ::close(fd);  // a plaintext 503 would be garbage to a TLS client
+      } else {
+        shed(fd);
+      }
     } else {
-      accept_connection(fd);
+      accept_connection(fd, tls_port);
     }
   } else if (cqe->res != -ECANCELED) {
     // EMFILE/ENFILE/ENOMEM: out of resources; the multishot ends.
@@ -139,14 +160,29 @@ void h1_codec::on_accept_cqe(const io_uring_cqe* cqe) noexcept {
   }
 }
 
-void h1_codec::accept_connection(int fd) noexcept {
+void h1_codec::accept_connection(int fd, bool tls_port) noexcept {
   auto* d = new (std::nothrow) downstream_conn(_limits);
+  if (d != nullptr && tls_port) {
+    try {
+      d->tls = std::make_unique<tls::session>(*_tls_ctx);
+    } catch (...) {
+      delete d;
+      d = nullptr;
+    }
+  }
   if (d == nullptr) {
     _metrics.at(metrics::stat::shed_memory).add();
-    shed(fd);
+    if (tls_port) {
+      ::close(fd);
+    } else {
+      shed(fd);
+    }
     return;
   }
   account_connection_memory(sizeof(downstream_conn));
+  d->tls_port = tls_port;
+  d->tls_send_op.owner = d;
+  d->tls_send_op.fn = &h1_codec::on_tls_send;
   d->codec = this;
   d->fd = fd;
   d->recv_op.owner = d->send_op.owner = d;
@@ -187,16 +223,25 @@ void h1_codec::begin_drain() noexcept {
     io_uring_sqe* s = _r.sqe_untracked();
     io_uring_prep_cancel(s, &_accept_op, 0);
   }
+  if (_tls_accept_armed) {
+    io_uring_sqe* s = _r.sqe_untracked();
+    io_uring_prep_cancel(s, &_tls_accept_op, 0);
+  }
   if (_listen_fd >= 0) {
     // Connections still in this listener's queue are reset; with
     // SO_REUSEPORT the kernel stops routing new ones here at once.
     ::shutdown(_listen_fd, SHUT_RDWR);
   }
+  if (_tls_listen_fd >= 0) ::shutdown(_tls_listen_fd, SHUT_RDWR);
   // Idle keep-alive connections close now; busy ones after their response.
   downstream_conn* d = _conns;
   while (d != nullptr) {
     downstream_conn* next = d->all_hook.next;
-    if (d->state == conn_state::idle && d->in.len == d->req_start) close_downstream(d);
+    if (d->h2) {
+      if (d->state != conn_state::closing) _h2->drain(d);  // GOAWAY: streams in flight finish
+    } else if (d->state == conn_state::idle && d->in.len == d->req_start) {
+      close_downstream(d);
+    }
     d = next;
   }
 }
@@ -284,6 +329,25 @@ void h1_codec::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept
     const auto bid = static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
     const char* src = _bufs->buffer(bid);
     bool ok = true;
+    const bool tls_bytes = d->tls && d->state != conn_state::lingering;
+    if ((tls_bytes || d->h2) && d->state != conn_state::closing) {
+      // Ciphertext goes to the TLS session (the plaintext on from there);
+      // HTTP/2 plaintext to its session, read where it lies.
+      ++d->ops;
+      if (tls_bytes) {
+        tls_input(d, src, static_cast<size_t>(res));
+      } else {
+        _h2->on_bytes(d, std::string_view(src, static_cast<size_t>(res)));
+      }
+      --d->ops;
+      _bufs->recycle(bid);
+      if (d->state == conn_state::closing) {
+        maybe_free(d);
+        return;
+      }
+      if (d->recv.wants_arm()) submit_recv(d);
+      return;
+    }
     if (d->state == conn_state::lingering) {
       d->linger_bytes += static_cast<uint64_t>(res);  // read only to be dropped
       ok = d->linger_bytes <= k_linger_bytes_max;
@@ -349,6 +413,33 @@ void h1_codec::process_input(downstream_conn* d) noexcept {
     switch (d->state) {
       case conn_state::idle:
         if (d->in.len <= d->req_start) return;
+        if (!d->spoke && !d->tls_port && static_cast<unsigned char>(d->in.data[d->req_start]) == 0x16) {
+          // A ClientHello on the plaintext port: the client's TLS stack
+          // gets an alert at once (not a 400 it cannot read, nor a hang).
+          const std::span<const char> first(d->in.data + d->req_start, d->in.len - d->req_start);
+          const tls::sniff sn = tls::looks_like_tls_client_hello(first);
+          if (sn == tls::sniff::need_more) return;
+          if (sn == tls::sniff::yes) {
+            _metrics.at(metrics::stat::edge_protocol_mismatches).add();
+            ssize_t sent = ::send(d->fd, tls::k_tls_on_plain_port_alert.data(), tls::k_tls_on_plain_port_alert.size(),
+                                  MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)sent;  // best effort: the close says the rest
+            close_downstream(d);
+            return;
+          }
+        }
+        if (!d->spoke && _h2 != nullptr && (_cfg->server.h2c || d->tls_port)) {
+          // h2c with prior knowledge (RFC 9113 §3.3): the connection's
+          // first bytes are the client preface.
+          const std::span<const char> first(d->in.data + d->req_start, d->in.len - d->req_start);
+          const h2::sniff sn = h2::looks_like_h2_preface(first);
+          if (sn == h2::sniff::need_more) return;
+          if (sn == h2::sniff::yes) {
+            start_h2(d);
+            return;
+          }
+        }
+        d->spoke = true;
         start_request(d);
         [[fallthrough]];
       case conn_state::head: {
@@ -498,6 +589,7 @@ void h1_codec::client_gone(downstream_conn* d) noexcept {
 
 void h1_codec::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
+  if (d->h2) _h2->on_close(d);  // every stream still open is cut (audited 499)
   if (d->state == conn_state::quota_wait) _x.unpark(d->x);
   if (d->x.request_open) _x.end_request(d->x);
   if (d->x.inflight_counted) {
@@ -508,6 +600,13 @@ void h1_codec::close_downstream(downstream_conn* d) noexcept {
   d->deadline = deadline_kind::none;
   _timers.cancel(d->timer);
   if (d->x.adapter != nullptr) d->x.adapter->release(d->x);
+  if (d->tls && d->send_busy && !d->tls_out_busy) {
+    // A send whose plaintext waits for ring room no kernel send will make:
+    // it ends here (its lender gets its buffer back).
+    d->send_busy = false;
+    --d->ops;
+    give_back_lent_buffer(d);
+  }
   // shutdown() completes the pending receive (and any send) at once; the
   // fd is closed when the last operation has come back.
   ::shutdown(d->fd, SHUT_RDWR);
@@ -517,7 +616,9 @@ void h1_codec::close_downstream(downstream_conn* d) noexcept {
 void h1_codec::maybe_free(downstream_conn* d) noexcept {
   if (d->state != conn_state::closing || d->ops > 0) return;
   SLUICE_VERIFY(!d->x.up_send_inflight && d->send_pin == nullptr && !d->recv.armed() && !d->send_busy);
+  SLUICE_VERIFY(!d->tls_out_busy);
   SLUICE_VERIFY(!d->timer.armed());
+  if (d->h2) _h2->on_free(d);
   ::close(d->fd);
   d->fd = -1;
   if (d->all_hook.prev != nullptr) {
@@ -532,9 +633,52 @@ void h1_codec::maybe_free(downstream_conn* d) noexcept {
   delete d;
 }
 
+void h1_codec::start_h2(downstream_conn* d) noexcept {
+  d->spoke = true;
+  d->state = conn_state::streaming;  // the streams' states are the HTTP/2 codec's
+  set_deadline(d, deadline_kind::none, 0);
+  const std::string_view first(d->in.data + d->req_start, d->in.len - d->req_start);
+  ++d->ops;
+  const bool ok = _h2->adopt(d, first);
+  --d->ops;
+  d->in.len = d->req_start = 0;
+  if (d->in.cap > (64u << 10)) d->in.release();
+  if (!ok) {
+    _metrics.at(metrics::stat::shed_memory).add();
+    close_downstream(d);
+    return;
+  }
+  maybe_free(d);
+}
+
+void h1_codec::h2_close(downstream_conn* d, bool peer_gone) noexcept {
+  if (peer_gone) d->peer_eof = true;
+  close_downstream(d);
+}
+
+void h1_codec::h2_idle(downstream_conn* d, bool idle) noexcept {
+  if (d->state == conn_state::closing) return;
+  if (!idle) {
+    if (d->deadline == deadline_kind::idle) set_deadline(d, deadline_kind::none, 0);
+    return;
+  }
+  if (d->deadline != deadline_kind::idle) set_deadline(d, deadline_kind::idle, _cfg->server.idle_timeout_ms);
+}
+
 void h1_codec::on_deadline(downstream_conn* d) noexcept {
   const deadline_kind k = d->deadline;
   d->deadline = deadline_kind::none;
+  if (d->h2) {
+    // An HTTP/2 connection's own deadline: idle with no stream (GOAWAY,
+    // then the close), or its GOAWAY did not go out in time.
+    if (k == deadline_kind::idle && !_draining) {
+      set_deadline(d, deadline_kind::send, _cfg->server.header_timeout_ms);
+      _h2->drain(d);
+      return;
+    }
+    close_downstream(d);
+    return;
+  }
   switch (k) {
     case deadline_kind::header:
       if (d->state == conn_state::idle && d->in.len == d->req_start) {

@@ -14,15 +14,19 @@
 #include "downstream_conn.hpp"
 #include "shard_context.hpp"
 #include "sluice/net/buffer_ring.hpp"
+#include "sluice/tls/tls.hpp"
 
 namespace sluice::proxy {
 
 class shard_server;
+class h2_codec;
 
 // Shard-local; a part of the shard's server.
 class h1_codec final : public client_codec {
  public:
-  h1_codec(shard_context& s, shard_server& x, int listen_fd) noexcept;
+  // `tls_listen_fd`: the TLS listener, or -1 (then set_tls_context is
+  // never called).
+  h1_codec(shard_context& s, shard_server& x, int listen_fd, int tls_listen_fd) noexcept;
   ~h1_codec() override;
   h1_codec(const h1_codec&) = delete;
   h1_codec& operator=(const h1_codec&) = delete;
@@ -36,6 +40,22 @@ class h1_codec final : public client_codec {
   // The drain's time is up: whatever is left is cut (audited cancelled).
   void cut_drain() noexcept;
   uint32_t connection_count() const noexcept { return _conn_count; }
+  // The codec a connection's HTTP/2 moves to (the preface, or ALPN h2).
+  void set_h2(h2_codec* c) noexcept { _h2 = c; }
+  // The TLS listener's certificate and settings for new connections (start,
+  // SIGHUP); connections made on the old one finish on it.
+  void set_tls_context(std::shared_ptr<const tls::context> c) noexcept { _tls_ctx = std::move(c); }
+
+  // --- the transport, as the HTTP/2 codec uses it ---
+  // Sends d->send_iov (the session's output).
+  void h2_send(downstream_conn* d) noexcept { submit_send(d); }
+  // The connection ends (the session is done, or the client is gone).
+  void h2_close(downstream_conn* d, bool peer_gone) noexcept;
+  // After a call of the HTTP/2 codec's own: a connection that closed
+  // meanwhile is freed once nothing reads it.
+  void h2_after_call(downstream_conn* d) noexcept { maybe_free(d); }
+  // No stream open: the keep-alive idle deadline runs (else none).
+  void h2_idle(downstream_conn* d, bool idle) noexcept;
   uint64_t now_ms() const noexcept { return _s.now_ms(); }
 
   // --- client_codec ---
@@ -45,9 +65,6 @@ class h1_codec final : public client_codec {
   void wait_for_backend(exchange& x, deadline_kind k, uint64_t ms) noexcept override;
   void answer(exchange& x, uint16_t status, std::string_view body, bool close, std::string_view extra_headers,
               std::string_view error_code) noexcept override;
-  void answer_error(exchange& x, uint16_t status, std::string_view message, std::string_view type,
-                    std::string_view param, std::string_view code, bool close,
-                    std::string_view extra_headers = {}) noexcept override;
   void fail(exchange& x) noexcept override;
   void lend_request_bytes(exchange& x) noexcept override;
   bool return_request_bytes(exchange& x) noexcept override;
@@ -69,14 +86,34 @@ class h1_codec final : public client_codec {
   // lender's again.
   void give_back_lent_buffer(downstream_conn* d) noexcept;
   void submit_accept() noexcept;
+  void submit_tls_accept() noexcept;
   static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
-  void on_accept_cqe(const io_uring_cqe* cqe) noexcept;
-  void accept_connection(int fd) noexcept;
+  static void on_tls_accept(shard::completion* c, const io_uring_cqe* cqe);
+  void on_accept_cqe(const io_uring_cqe* cqe, bool tls_port) noexcept;
+  void accept_connection(int fd, bool tls_port) noexcept;
+  // The plaintext of a receive: parsed (HTTP/1.1), or fed to the session
+  // (HTTP/2). Returns: false when the connection closed (or must).
+  bool take_plaintext(downstream_conn* d, const char* src, size_t n) noexcept;
+  // --- TLS (h1_tls.cpp) ---
+  // Ciphertext from the client: the handshake, then the plaintext on.
+  void tls_input(downstream_conn* d, const char* src, size_t n) noexcept;
+  // A failed session: its alert, then the close.
+  void fail_tls(downstream_conn* d) noexcept;
+  // Encrypts what the send in progress still has, sends ciphertext, and
+  // completes the send once it is all out.
+  void tls_pump(downstream_conn* d) noexcept;
+  void submit_tls_send(downstream_conn* d) noexcept;
+  static void on_tls_send(shard::completion* c, const io_uring_cqe* cqe);
+  void on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
+  // The send's work once it completed (res: bytes, or -errno).
+  void send_done(downstream_conn* d, int res) noexcept;
   void submit_recv(downstream_conn* d) noexcept;
   static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
   void on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
   void process_input(downstream_conn* d) noexcept;
   void start_request(downstream_conn* d) noexcept;
+  // The preface came: the connection moves to the HTTP/2 codec.
+  void start_h2(downstream_conn* d) noexcept;
   static void on_send(shard::completion* c, const io_uring_cqe* cqe);
   void on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept;
   void next_request(downstream_conn* d) noexcept;
@@ -102,10 +139,15 @@ class h1_codec final : public client_codec {
   shard::timer_wheel& _timers = _s.timers;
   const bool& _draining = _s.draining;
 
+  h2_codec* _h2 = nullptr;
   int _listen_fd;
   http::limits _limits;
   op<h1_codec> _accept_op;
   bool _accept_armed = false;
+  int _tls_listen_fd = -1;
+  op<h1_codec> _tls_accept_op;
+  bool _tls_accept_armed = false;
+  std::shared_ptr<const tls::context> _tls_ctx;
   std::unique_ptr<net::buffer_ring> _bufs;  // downstream receives (multishot)
   downstream_conn* _conns = nullptr;         // every live downstream connection
   uint32_t _conn_count = 0;

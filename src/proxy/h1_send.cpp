@@ -50,22 +50,6 @@ std::string_view reason_phrase(uint16_t status) noexcept {
 
 }  // namespace
 
-void h1_codec::answer_error(exchange& x, uint16_t status, std::string_view message, std::string_view type,
-                            std::string_view param, std::string_view code, bool close,
-                            std::string_view extra_headers) noexcept {
-  if (x.request_id_len == 0) _x.make_request_id(x);
-  char body[1024];
-  openai::error_fields e;
-  e.message = message;
-  e.type = type;
-  e.param = param;
-  e.code = code;
-  const size_t bl = openai::write_error_body(body, sizeof body, e);
-  _metrics.at(metrics::stat::local_errors).add();
-  answer(x, status, std::string_view(body, bl), close, extra_headers,
-         code.empty() ? std::string_view("invalid_request") : code);
-}
-
 void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool close,
                       std::string_view extra_headers, std::string_view error_code) noexcept {
   downstream_conn* d = x.conn;
@@ -109,6 +93,18 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
 void h1_codec::submit_send(downstream_conn* d) noexcept {
   SLUICE_VERIFY(!d->send_busy);  // one send at a time: send_iov is the kernel's until its completion
   d->send_busy = true;
+  if (d->tls) {
+    // Encrypted into the session's ring, sent from there (h1_tls.cpp).
+    ++d->ops;
+    d->tls_iov_count = d->send_iov_count;
+    d->tls_plain_bytes = 0;
+    for (uint8_t i = 0; i < d->send_iov_count; ++i) {
+      d->tls_iov[i] = d->send_iov[i];
+      d->tls_plain_bytes += static_cast<uint32_t>(d->send_iov[i].iov_len);
+    }
+    tls_pump(d);
+    return;
+  }
   // One piece (an SSE batch, an answer with its body in `out`) is a plain send.
   prep_send_iov(_r.sqe(&d->send_op), d->fd, d->send_iov, d->send_iov_count, d->down_msg);
   ++d->ops;
@@ -122,7 +118,19 @@ void h1_codec::on_send(shard::completion* c, const io_uring_cqe* cqe) {
 void h1_codec::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
   --d->ops;
   d->send_busy = false;
-  const int res = cqe->res;
+  send_done(d, cqe->res);
+}
+
+void h1_codec::send_done(downstream_conn* d, int res) noexcept {
+  if (d->h2) {
+    // The session's output: it takes what went and refills.
+    if (d->state == conn_state::closing) {
+      maybe_free(d);
+      return;
+    }
+    _h2->on_sent(d, res);
+    return;
+  }
   // A short send resubmits the rest (below), which still reads what the
   // pin holds; anything else ends the send's use of the upstream buffer.
   if (d->state == conn_state::closing || res < 0 ||

@@ -46,7 +46,9 @@ void apply(shard_server& srv, control_message& m, uint64_t now_ms) noexcept {
   if (m.what == control_message::kind::route) srv.apply_route(m.r);
   if (m.what == control_message::kind::reload) {
     std::unique_ptr<std::shared_ptr<const config::config>> next(m.snapshot);
+    std::unique_ptr<std::shared_ptr<const tls::context>> tls(m.tls);
     srv.reload(std::move(*next));
+    if (tls) srv.set_tls_context(std::move(*tls));
   }
 }
 
@@ -83,8 +85,9 @@ void run_shard(shard_link& link) noexcept {
     return;
   }
   shard::reactor& rx = *link.owned_reactor;
-  shard_server srv(link.index, link.cfg, rx, link.listen_fd, *link.metrics, link.mesh);
-  link.listen_fd = -1;  // owned by srv now
+  shard_server srv(link.index, link.cfg, rx, link.listen_fd, link.tls_listen_fd, *link.metrics, link.mesh);
+  link.listen_fd = link.tls_listen_fd = -1;  // owned by srv now
+  if (link.tls) srv.set_tls_context(link.tls);
   if (!srv.init()) {
     report_failed_start(link);
     return;

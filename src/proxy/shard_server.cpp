@@ -66,7 +66,7 @@ quota::slices_options slices_options_of(const shard_mesh& mesh) {
 }  // namespace
 
 shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r,
-                           int listen_fd, metrics::shard_metrics& m, const shard_mesh& mesh)
+                           int listen_fd, int tls_listen_fd, metrics::shard_metrics& m, const shard_mesh& mesh)
     : _ctx(index, std::move(cfg), r, m, mesh.count),
       _index(index),
       _mesh(mesh),
@@ -76,7 +76,9 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _openai(_ctx, *this),
       _anthropic(_ctx, _openai),
       _triton(_ctx, *this),
-      _h1(_ctx, *this, listen_fd) {
+      _h1(_ctx, *this, listen_fd, tls_listen_fd),
+      _h2(_ctx, *this, _h1) {
+  _h1.set_h2(&_h2);
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;
   _reported.assign(_cfg->backends.size(), 0);
@@ -100,6 +102,7 @@ bool shard_server::init() noexcept {
 void shard_server::on_iteration(uint64_t now) noexcept {
   _openai.on_iteration();
   _h1.on_iteration(now);
+  _h2.on_iteration(now);
   if (_draining && _ctx.drain_deadline_ms != 0 && now >= _ctx.drain_deadline_ms) {
     _h1.cut_drain();  // drain time is up: cut whatever is left
     _ctx.drain_deadline_ms = 0;

@@ -5,6 +5,9 @@
 //   h1_codec             the HTTP/1.1 client codec: the listener and the
 //     (h1_codec.cpp,       client connections -- receive, parse, send,
 //      h1_send.cpp)        keep-alive, pipelining, close, deadlines
+//   h2_codec             the HTTP/2 client codec: a connection that spoke
+//     (h2_codec.cpp)       the preface keeps h1_codec's transport and gets
+//                          an nghttp2 session; each stream an exchange
 //   shard_server         the exchanges' policy: dispatch, models, auth,
 //     (exchange.cpp,       quota admission, accounting and audit, the
 //      admission.cpp)      shard mesh; and the shard's life (this file)
@@ -43,6 +46,7 @@
 
 #include "exchange.hpp"
 #include "h1_codec.hpp"
+#include "h2_codec.hpp"
 #include "anthropic_http.hpp"
 #include "openai_http.hpp"
 #include "triton_grpc.hpp"
@@ -69,7 +73,7 @@ namespace sluice::proxy {
 class shard_server {
  public:
   shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r, int listen_fd,
-               metrics::shard_metrics& m, const shard_mesh& mesh);
+               int tls_listen_fd, metrics::shard_metrics& m, const shard_mesh& mesh);
   ~shard_server();
   shard_server(const shard_server&) = delete;
   shard_server& operator=(const shard_server&) = delete;
@@ -78,6 +82,7 @@ class shard_server {
   void on_iteration(uint64_t now_ms) noexcept;
   void begin_drain(uint64_t deadline_ms) noexcept;
   void reopen_audit() noexcept;
+  void set_tls_context(std::shared_ptr<const tls::context> c) noexcept { _h1.set_tls_context(std::move(c)); }
   void apply_route(const route::message& m) noexcept { _routes->apply(m); }
   // SIGHUP: `next` (reconciled with the running snapshot, so every index a
   // connection holds keeps its meaning) becomes this shard's snapshot. In-
@@ -172,6 +177,7 @@ class shard_server {
   anthropic_http _anthropic;    // on _openai's HTTP/1.1 transport
   triton_grpc _triton;
   h1_codec _h1;
+  h2_codec _h2;                 // HTTP/2 streams on _h1's connections
   // The loop polls before sleeping (server.idle_poll_us) only while at most
   // this many requests are open on the shard.
   static constexpr uint64_t k_poll_open_max = 2;

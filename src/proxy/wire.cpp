@@ -1,10 +1,13 @@
 // The pure parts of the HTTP/1.1 wire work (wire.hpp).
 #include "wire.hpp"
 
+#include "sluice/openai/error.hpp"
+
 #include <cctype>
 #include <cstring>
 
 #include "sluice/core/text.hpp"
+#include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
 
 namespace sluice::proxy {
@@ -205,6 +208,16 @@ iovec frame_translated_batch(byte_buf& f, bool dechunk, bool end_client) noexcep
     len += 5;
   }
   return {begin, len};
+}
+
+size_t write_local_error(char* out, size_t cap, std::string_view message, std::string_view type,
+                         std::string_view param, std::string_view code) noexcept {
+  openai::error_fields e;
+  e.message = message;
+  e.type = type;
+  e.param = param;
+  e.code = code;
+  return openai::write_error_body(out, cap, e);
 }
 
 }  // namespace sluice::proxy

@@ -85,6 +85,11 @@ inline void prep_send_iov(io_uring_sqe* s, int fd, iovec* iov, uint8_t count, ms
   io_uring_prep_sendmsg(s, fd, &msg, MSG_NOSIGNAL);
 }
 
+// An error body in OpenAI's shape (what every codec's answer_error sends).
+// Returns: its length in `out`.
+size_t write_local_error(char* out, size_t cap, std::string_view message, std::string_view type,
+                         std::string_view param, std::string_view code) noexcept;
+
 // --- replies sluice writes itself (a translated protocol) --------------------
 
 // The client's head for a translated stream: sluice's own fields, not the

@@ -15,11 +15,12 @@ namespace sluice::tls {
 
 const std::string_view k_plain_http_on_tls_port_response =
     "HTTP/1.1 400 Bad Request\r\n"
-    "content-type: text/plain\r\n"
-    "content-length: 48\r\n"
+    "content-type: application/json\r\n"
+    "content-length: 163\r\n"
     "connection: close\r\n"
     "\r\n"
-    "The plain HTTP request was sent to an HTTPS port";
+    "{\"error\":{\"message\":\"The plain HTTP request was sent to an HTTPS port: use https://.\","
+    "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"plain_http_on_tls_port\"}}";
 
 // TLS 1.0 record version (what ClientHellos carry), alert, length 2,
 // level fatal (2), handshake_failure (40).

@@ -369,7 +369,7 @@ const cases = [
   { name: 'lower-case http/1.1', status: 400, close: true, bytes: raw({ line: 'POST /v1/chat/completions http/1.1' }) },
   { name: 'a token after the version', status: 400, close: true, bytes: raw({ line: 'POST /v1/chat/completions HTTP/1.1 extra' }) },
   { name: 'a space before the method', status: 400, close: true, bytes: raw({ line: ' POST /v1/chat/completions HTTP/1.1' }) },
-  { name: 'HTTP/2 connection preface', status: 505, close: true,
+  { name: 'HTTP/2 connection preface (h2c = false here: HTTP/1.1 only)', status: 505, close: true,
     bytes: Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])]) },
   { name: 'a 64-letter method (over the 32-byte limit: no HTTP client)', status: 400, close: true,
     bytes: raw({ line: `${'X'.repeat(64)} /v1/chat/completions HTTP/1.1` }) },
@@ -530,7 +530,7 @@ describe('malformed and hostile requests', () => {
     mock = await start_mock_vllm({ tokens_per_sec: 1000, reply_tokens: 4 });
     sluice = await start_sluice({
       backends: [mock.url],
-      config: sluice_config({ backends: [mock.url], server: { max_body_bytes, header_timeout_ms } }),
+      config: sluice_config({ backends: [mock.url], server: { max_body_bytes, header_timeout_ms, h2c: false } }),
     });
   });
   after(() => stop_all(sluice, mock));

@@ -55,6 +55,19 @@ struct server_config {
   bool splice = false;                   // accepted for old configs; no effect (bodies go by copy: README)
   uint32_t upstream_buffers = 64;        // per shard, 64 KiB each, lent to backend receives while bytes are held
   uint32_t idle_poll_us = 50;            // a shard with few requests open polls this long before sleeping (0 = never)
+  // The client edge (TLS, HTTP/2): DESIGN.md §6a.
+  bool h2c = true;                       // the plaintext listener also takes HTTP/2 with prior knowledge
+  socket_address listen_tls;             // a TLS listener (ALPN h2, http/1.1); unset (length 0) = none
+  std::string tls_cert;                  // PEM: the leaf, then its chain; re-read on SIGHUP
+  std::string tls_key;                   // PEM private key (never logged)
+  std::string tls_min_version = "1.2";   // "1.2" | "1.3"
+  bool tls_h2 = true;                    // offer h2 in the TLS listener's ALPN
+  uint32_t h2_max_concurrent_streams = 100;
+  uint32_t h2_stream_window_bytes = 64u << 10;      // SETTINGS_INITIAL_WINDOW_SIZE
+  uint32_t h2_connection_window_bytes = 1u << 20;   // the connection's receive window
+  uint32_t h2_hpack_table_bytes = 4096;             // SETTINGS_HEADER_TABLE_SIZE
+  uint32_t h2_resets_per_second_max = 100;          // client + provoked resets in a second: GOAWAY beyond
+  uint32_t h2_memory_max_bytes = 4u << 20;          // per connection: nghttp2's state, tables, queued frames
 };
 
 struct upstream_config {

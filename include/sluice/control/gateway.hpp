@@ -13,6 +13,7 @@
 #include "sluice/config/config.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/route/table.hpp"
+#include "sluice/tls/tls.hpp"
 
 namespace sluice::control {
 
@@ -30,6 +31,7 @@ class gateway {
   gateway& operator=(const gateway&) = delete;
 
   uint16_t port() const noexcept { return _port; }
+  uint16_t tls_port() const noexcept { return _tls_port; }  // 0: no TLS listener
   size_t shard_count() const noexcept { return _shards.size(); }
   const metrics::registry& metrics() const noexcept { return *_metrics; }
   metrics::registry& metrics() noexcept { return *_metrics; }
@@ -37,6 +39,9 @@ class gateway {
   // SIGHUP: `next` must come from config::reconcile() against the running
   // snapshot, within capacity(). Every shard swaps to it between two
   // completions (in-flight requests carry on); the metrics get its names.
+  // With a TLS listener, its certificate and key are read anew (new
+  // connections get the new pair; a pair that does not load keeps the old
+  // one, and the error is logged), and the session ticket key rotates.
   void reload(std::shared_ptr<const config::config> next);
   const config::reload_capacity& capacity() const noexcept { return _capacity; }
   // Control thread: reload outcomes, for /metrics.
@@ -77,7 +82,7 @@ class gateway {
  private:
   gateway() = default;
   // start(): the next shard's link, on its listener, before any thread runs.
-  void add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd);
+  void add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd, int tls_listen_fd);
   // start(): one thread per shard, then waits until each is ready. Throws
   // (after stopping the others) when one failed to start.
   void launch();
@@ -92,6 +97,8 @@ class gateway {
   struct shard_slot;
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
+  uint16_t _tls_port = 0;
+  std::shared_ptr<tls::context> _tls;  // the TLS listener's, as of the last load (ticket keys rotate on it)
   config::reload_capacity _capacity;
   uint64_t _reloads_ok = 0, _reloads_failed = 0;
   bool _last_reload_ok = true;

@@ -84,6 +84,22 @@ enum class stat : uint8_t {
   audit_write_errors,        // failed audit write attempts (each one retried)
   audit_fsyncs,              // completed audit fdatasyncs
   audit_fsync_errors,        // audit fdatasyncs that failed
+  h2_connections,            // connections that spoke HTTP/2 (h2c prior knowledge or ALPN h2)
+  h2_streams,                // HTTP/2 request streams opened
+  h2_refused_streams,        // RST_STREAM REFUSED_STREAM: over SETTINGS_MAX_CONCURRENT_STREAMS
+  h2_client_resets,          // RST_STREAM from clients
+  h2_rapid_resets,           // connections ended for resets over the window (CVE-2023-44487, -2025-8671)
+  h2_continuation_floods,    // connections ended for CONTINUATION floods (CVE-2024-27316 family)
+  h2_control_floods,         // connections ended for SETTINGS / PING floods (or their ACKs piling up)
+  h2_hpack_bombs,            // connections ended for a decoded header list past 4x the limit
+  h2_header_lists_too_large, // requests answered 431 (header list over server.max_head_bytes)
+  h2_memory_refusals,        // connections ended at their memory cap
+  h2_protocol_errors,        // connections ended with another GOAWAY error (bad frames, ids...)
+  tls_handshakes,            // TLS handshakes completed
+  tls_handshake_errors,      // TLS handshakes that failed (alerts, garbage, no shared version)
+  tls_ktls_connections,      // TLS connections whose sends the kernel encrypts (kTLS)
+  tls_copy_connections,      // TLS connections encrypted by OpenSSL in user space
+  edge_protocol_mismatches,  // plaintext HTTP on the TLS port, or a ClientHello on the plaintext one
   count_
 };
 inline constexpr size_t stat_count = static_cast<size_t>(stat::count_);

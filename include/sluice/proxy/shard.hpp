@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "sluice/config/config.hpp"
+#include "sluice/tls/tls.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/table.hpp"
@@ -60,6 +61,9 @@ struct control_message {
   // deleted) by the shard; one left in the queue when the shard stopped is
   // the control thread's to delete.
   std::shared_ptr<const config::config>* snapshot = nullptr;
+  // reload: the TLS listener's context for new connections (null: none, or
+  // unchanged); owned like `snapshot`.
+  std::shared_ptr<const tls::context>* tls = nullptr;
 };
 // 64 control messages: a full inbox means the shard is far behind, and the
 // control thread then waits for it (control ops are rare and cold).
@@ -78,6 +82,8 @@ struct shard_link {
   // Handed over: the control thread binds it, the shard takes it (and sets
   // -1) as it starts; the control thread does not touch it after the start.
   int listen_fd = -1;
+  int tls_listen_fd = -1;                      // the TLS listener's socket, or -1; handed over likewise
+  std::shared_ptr<const tls::context> tls;     // its start-up context
 
   // Control -> shard: the control thread pushes, the shard pops. `posted`
   // is written by the control thread only, `applied` by the shard only

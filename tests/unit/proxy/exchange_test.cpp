@@ -130,7 +130,7 @@ struct policy_fixture {
   std::unique_ptr<std::atomic<int64_t>[]> levels = std::make_unique<std::atomic<int64_t>[]>(config->keys.size() * 2);
   proxy::shard_mesh mesh = mesh_of(*this);
   std::unique_ptr<proxy::shard_server> srv =
-      std::make_unique<proxy::shard_server>(0, config, *ring, -1, metrics.shard(0), mesh);
+      std::make_unique<proxy::shard_server>(0, config, *ring, -1, -1, metrics.shard(0), mesh);
 
   static sluice::metrics::registry::names names_of(const cfg::config& c) {
     sluice::metrics::registry::names n;
