@@ -52,7 +52,9 @@ for (const [name, base] of Object.entries(spec.bases)) {
       usage: await collect(await c.chat.completions.create(spec.usage, h('usage'))),
     };
   } catch (e) {
-    out[name] = { error: String(e), code: e.cause?.code ?? e.code ?? null, cause: String(e.cause ?? '') };
+    const chain = [];
+    for (let x = e; x && chain.length < 6; x = x.cause) chain.push(String(x.code ?? '') + ' ' + String(x.message ?? x));
+    out[name] = { error: String(e), code: e.code ?? null, cause: chain.join(' <- ') };
   }
 }
 process.stdout.write(JSON.stringify(out));
