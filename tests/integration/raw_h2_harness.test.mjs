@@ -22,7 +22,7 @@ const printable = Array.from({ length: 0x7f - 0x21 }, (_, i) => String.fromCharC
 
 // A node:http2 server whose routes a test can see: `seen` has every request
 // head, `closed` every stream's rstCode as the server saw it.
-function start_node_h2({ secure } = {}) {
+function start_node_h2({ secure, padding } = {}) {
   const seen = [];
   const closed = [];
   const waiters = new Set();
@@ -69,7 +69,7 @@ function start_node_h2({ secure } = {}) {
   if (secure) {
     server = http2.createSecureServer({ key: fs.readFileSync(ca.key), cert: fs.readFileSync(ca.cert), allowHTTP1: false });
   } else {
-    server = http2.createServer({ maxHeaderListPairs: 4096, maxSessionMemory: 64 });
+    server = http2.createServer({ maxHeaderListPairs: 4096, maxSessionMemory: 64, ...(padding ? { paddingStrategy: http2.constants.PADDING_STRATEGY_MAX } : {}) });
   }
   server.on('stream', on_stream);
   server.on('sessionError', () => {});
@@ -343,6 +343,26 @@ describe('raw_h2 against node:http2 (h2c)', () => {
       const s = await c.response(1);
       const raw = JSON.parse(s.body.toString());
       assert.equal(raw[raw.indexOf('x-raw') + 1], 'v a l');
+    } finally {
+      c.destroy();
+    }
+  });
+});
+
+describe('raw_h2 against node:http2 with padded frames (paddingStrategy MAX)', () => {
+  let server;
+  before(async () => { server = await start_node_h2({ padding: true }); });
+  after(() => server.stop());
+
+  it('PADDED HEADERS and DATA are read without their padding', async () => {
+    const c = await h2_connection.connect({ port: server.port });
+    try {
+      await c.handshake();
+      const s = await c.response(c.request({ path: '/hello' }));
+      assert.equal(s.status, 200);
+      assert.equal(s.body.toString(), 'hello');
+      assert.equal(field(s.headers, 'x-printable'), printable);
+      assert.ok(c.frames.some((f) => (f.type === frame_type.DATA || f.type === frame_type.HEADERS) && (f.flags & 0x8)), `padded frames seen: ${c.summary()}`);
     } finally {
       c.destroy();
     }
