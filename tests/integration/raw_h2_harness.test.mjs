@@ -183,6 +183,19 @@ describe('raw_h2 against node:http2 (h2c)', () => {
     }
   });
 
+  it('request() splits a header block over 16 KiB into HEADERS + CONTINUATION', async () => {
+    const c = await h2_connection.connect({ port: server.port });
+    try {
+      await c.handshake();
+      const s = await c.response(c.request({ path: '/headers', headers: [['x-long', 'l'.repeat(20000)]] }));
+      assert.equal(s.status, 200, c.summary());
+      const raw = JSON.parse(s.body.toString());
+      assert.equal(raw[raw.indexOf('x-long') + 1].length, 20000);
+    } finally {
+      c.destroy();
+    }
+  });
+
   it('a crafted HPACK block: one dynamic-table entry, then indexed many times', async () => {
     const c = await h2_connection.connect({ port: server.port });
     try {

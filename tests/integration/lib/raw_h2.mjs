@@ -636,13 +636,24 @@ export class h2_connection {
   }
 
   // Sends a request on a new stream (or `stream_id`): HEADERS (END_STREAM
-  // when there is no body), then the body as DATA frames of at most 16 KiB.
+  // when there is no body; CONTINUATIONs after it when the block is over
+  // the frame size), then the body as DATA frames of at most 16 KiB.
   // Returns the stream id at once; the frames are being written.
   request({ stream_id, body, end_stream, ...rest } = {}) {
     const id = stream_id ?? this.next_stream_id;
     if (id >= this.next_stream_id) this.next_stream_id = id + 2;
     const payload = body === undefined ? null : Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
-    const out = [headers_frame(id, this.request_block(rest), { end_stream: end_stream ?? payload === null })];
+    // A block over the frame size limit (16 KiB unless the server said
+    // more) goes out as HEADERS + CONTINUATIONs.
+    const max = this.server_settings?.[setting.MAX_FRAME_SIZE] ?? 16384;
+    const block = this.request_block(rest);
+    const pieces = [];
+    for (let off = 0; off < block.length || off === 0; off += max) {
+      pieces.push(block.subarray(off, off + max));
+      if (off + max >= block.length) break;
+    }
+    const out = [headers_frame(id, pieces[0], { end_stream: end_stream ?? payload === null, end_headers: pieces.length === 1 }),
+      ...pieces.slice(1).map((p, i) => continuation_frame(id, p, { end_headers: i === pieces.length - 2 }))];
     if (payload !== null) {
       for (let off = 0; off < payload.length || off === 0; off += 16384) {
         const piece = payload.subarray(off, off + 16384);
