@@ -85,20 +85,30 @@ function parse_h2load(text) {
 }
 
 describe('HTTP/2 and TLS at the edge', () => {
-  let ca, mock, sluice;
+  // `plain`: sluice with h2c on its plaintext port and no TLS listener, for
+  // the h2c cases; the TLS cases use a second sluice with a TLS listener,
+  // started by the first of them (tls_sluice()), so that a TLS listener
+  // that cannot start fails the TLS cases only.
+  let ca, mock, plain, tls_started;
+  const tls_sluice = () => {
+    tls_started ??= start_sluice_edge({ backends: [mock.url], ca });
+    return tls_started;
+  };
 
   before(async () => {
     ca = make_test_ca();
     mock = await start_mock_vllm({ tokens_per_sec: 2000, reply_tokens: 3000 });
-    sluice = await start_sluice_edge({ backends: [mock.url], ca });
+    plain = await start_sluice_edge({ backends: [mock.url] });
   });
   after(async () => {
-    await stop_all(sluice, mock);
+    const tls = tls_started ? await tls_started.catch(() => null) : null;
+    await stop_all(plain, tls, mock);
     ca?.remove();
   });
 
   describe('the OpenAI Node SDK over https:// (NODE_EXTRA_CA_CERTS = the test CA)', () => {
     it('non-stream, stream and stream with include_usage equal the same against mock-vllm direct', async () => {
+      const sluice = await tls_sluice();
       const out = await run_sdk_child({ direct: `${mock.url}/v1`, via: `${sluice.tls_url}/v1` }, { id: 'h2-sdk', ca_file: ca.ca_cert });
       assert.equal(out.direct.error, undefined, `direct: ${out.direct.error}`);
       assert.equal(out.via.error, undefined, `through sluice over TLS: ${out.via.error} (${out.via.code}) ${out.via.cause}`);
@@ -111,7 +121,7 @@ describe('HTTP/2 and TLS at the edge', () => {
     });
 
     it('without NODE_EXTRA_CA_CERTS the same child refuses the certificate (the test CA is what it trusts)', async () => {
-      const spec_bases = { via: `${sluice.tls_url}/v1` };
+      const spec_bases = { via: `${(await tls_sluice()).tls_url}/v1` };
       const out = await run_sdk_child(spec_bases, { id: 'h2-sdk-noca', ca_file: undefined });
       assert.ok(out.via.error, 'the SDK failed');
       assert.match(`${out.via.code} ${out.via.cause} ${out.via.error}`, /CERT|certificate|self.signed|verify/i);
@@ -120,8 +130,8 @@ describe('HTTP/2 and TLS at the edge', () => {
 
   describe('curl', () => {
     const cases = [
-      ['h2c prior knowledge', () => `${sluice.url}`, ['--http2-prior-knowledge']],
-      ['TLS, ALPN h2', () => sluice.tls_url, () => ['--http2', '--cacert', ca.ca_cert]],
+      ['h2c prior knowledge', async () => plain.url, ['--http2-prior-knowledge']],
+      ['TLS, ALPN h2', async () => (await tls_sluice()).tls_url, () => ['--http2', '--cacert', ca.ca_cert]],
     ];
     for (const [name, base, args_of] of cases) {
       const args = () => (typeof args_of === 'function' ? args_of() : args_of);
@@ -129,7 +139,7 @@ describe('HTTP/2 and TLS at the edge', () => {
         const body = chat_body({ max_tokens: 16 });
         const id = `h2-curl-json-${name.split(' ')[0]}`;
         const direct = await curl_post(`${mock.url}/v1/chat/completions`, body, { headers: [`X-Request-Id: ${id}`] });
-        const via = await curl_post(`${base()}/v1/chat/completions`, body, { args: args(), headers: [auth, `X-Request-Id: ${id}`] });
+        const via = await curl_post(`${await base()}/v1/chat/completions`, body, { args: args(), headers: [auth, `X-Request-Id: ${id}`] });
         assert.equal(direct.status, 200);
         assert.equal(via.status, 200, via.body.toString());
         assert.equal(via.http_version, '2');
@@ -141,7 +151,7 @@ describe('HTTP/2 and TLS at the edge', () => {
         const body = chat_body({ max_tokens: 200, stream: true, include_usage: true });
         const id = `h2-curl-sse-${name.split(' ')[0]}`;
         const direct = await curl_post(`${mock.url}/v1/chat/completions`, body, { headers: [`X-Request-Id: ${id}`] });
-        const via = await curl_post(`${base()}/v1/chat/completions`, body, { args: args(), headers: [auth, `X-Request-Id: ${id}`] });
+        const via = await curl_post(`${await base()}/v1/chat/completions`, body, { args: args(), headers: [auth, `X-Request-Id: ${id}`] });
         assert.equal(via.status, 200, via.body.toString());
         assert.equal(via.http_version, '2');
         assert.match(via.content_type, /^text\/event-stream/);
@@ -154,13 +164,13 @@ describe('HTTP/2 and TLS at the edge', () => {
     }
 
     it('h2c and HTTP/1.1 on the same plaintext port: curl without --http2 still gets HTTP/1.1', async () => {
-      const via = await curl_post(`${sluice.url}/v1/chat/completions`, chat_body({ max_tokens: 4 }), { headers: [auth] });
+      const via = await curl_post(`${plain.url}/v1/chat/completions`, chat_body({ max_tokens: 4 }), { headers: [auth] });
       assert.equal(via.status, 200);
       assert.equal(via.http_version, '1.1');
     });
 
     it('TLS with ALPN http/1.1 only (curl --http1.1) is answered over HTTP/1.1', async () => {
-      const via = await curl_post(`${sluice.tls_url}/v1/chat/completions`, chat_body({ max_tokens: 4 }),
+      const via = await curl_post(`${(await tls_sluice()).tls_url}/v1/chat/completions`, chat_body({ max_tokens: 4 }),
         { args: ['--http1.1', '--cacert', ca.ca_cert], headers: [auth] });
       assert.equal(via.status, 200);
       assert.equal(via.http_version, '1.1');
@@ -173,11 +183,12 @@ describe('HTTP/2 and TLS at the edge', () => {
       fs.writeFileSync(f, JSON.stringify(chat_body({ max_tokens: 8 })));
       return f;
     };
-    for (const [name, url] of [['h2c', () => `${sluice.url}/v1/chat/completions`], ['TLS', () => `${sluice.tls_url}/v1/chat/completions`]]) {
+    for (const [name, url] of [['h2c', async () => `${plain.url}/v1/chat/completions`], ['TLS', async () => `${(await tls_sluice()).tls_url}/v1/chat/completions`]]) {
       it(`${name}: every stream answered 2xx, zero errors, 200 requests reach the backend`, async () => {
+        const target = await url();
         await mock.clear_requests();
         const r = await run_program('h2load', ['-n', '200', '-c', '1', '-m', '100', '-d', body_file(),
-          '-H', 'content-type: application/json', '-H', `authorization: Bearer ${test_key}`, url()], { timeout_ms: bound_ms(60000) });
+          '-H', 'content-type: application/json', '-H', `authorization: Bearer ${test_key}`, target], { timeout_ms: bound_ms(60000) });
         const text = `${r.stdout}${r.stderr}`;
         assert.equal(r.code, 0, text);
         const s = parse_h2load(text);
@@ -193,7 +204,7 @@ describe('HTTP/2 and TLS at the edge', () => {
     it('h2c: a chat answered on stream 1 and 3 of one connection, the JSON equal to direct', async () => {
       const body = chat_body({ max_tokens: 10 });
       const expected = await http_post(mock.url, '/v1/chat/completions', body, { headers: { 'x-request-id': 'h2-raw-1' } });
-      const c = await h2_connection.connect({ port: sluice.port });
+      const c = await h2_connection.connect({ port: plain.port });
       try {
         const settings = await c.handshake();
         assert.equal(settings[0x3], 100, 'SETTINGS_MAX_CONCURRENT_STREAMS 100');
@@ -215,7 +226,7 @@ describe('HTTP/2 and TLS at the edge', () => {
     });
 
     it('the connection window: a WINDOW_UPDATE on stream 0 opens it past 64 KiB toward 1 MiB', async () => {
-      const c = await h2_connection.connect({ port: sluice.port });
+      const c = await h2_connection.connect({ port: plain.port });
       try {
         await c.handshake();
         // sluice's connection receive window (1 MiB) is announced with a
@@ -230,7 +241,7 @@ describe('HTTP/2 and TLS at the edge', () => {
     it('a client RST_STREAM CANCEL mid-SSE: the backend request is aborted at once, audited 499 client_closed', async () => {
       const id = 'h2-rst-mid-sse';
       const from = mock.proc.mark();
-      const c = await h2_connection.connect({ port: sluice.port });
+      const c = await h2_connection.connect({ port: plain.port });
       try {
         await c.handshake();
         const sid = c.request({ method: 'POST', path: '/v1/chat/completions', headers: [['content-type', 'application/json'],
@@ -243,7 +254,7 @@ describe('HTTP/2 and TLS at the edge', () => {
         const ms = line.at_ms - reset_at;
         console.log(`h2 RST_STREAM -> mock-vllm abort: ${ms.toFixed(1)} ms`);
         assert.ok(ms < abort_limit_ms, `${ms.toFixed(1)} ms >= ${abort_limit_ms} ms`);
-        const rec = await audit_of(sluice, id);
+        const rec = await audit_of(plain, id);
         assert.deepEqual({ status: rec.status, error: rec.error, cancelled: rec.cancelled, stream: rec.stream },
           { status: 499, error: 'client_closed', cancelled: true, stream: true });
         assert.ok(rec.completion_tokens >= 1 && rec.completion_tokens < 2000, `completion_tokens ${rec.completion_tokens}`);
@@ -260,6 +271,7 @@ describe('HTTP/2 and TLS at the edge', () => {
 
     it('a client closing the TLS connection mid-SSE (h2 over TLS) aborts the backend request too', async () => {
       const id = 'h2-tls-close-mid-sse';
+      const sluice = await tls_sluice();
       const from = mock.proc.mark();
       const c = await h2_connection.connect({ port: sluice.tls_port, tls: { ca: ca.ca_pem } });
       assert.equal(c.alpn, 'h2');
