@@ -90,21 +90,32 @@ function pem_body_pieces(file) {
 }
 
 describe('TLS edge cases', () => {
-  let ca, mock, sluice, hello;
+  // `plain`: sluice with no TLS listener (the plaintext-port cases); the
+  // TLS cases use a second sluice with one, started by the first of them
+  // (tls_sluice()), so that a TLS listener that cannot start fails the TLS
+  // cases only.
+  let ca, mock, plain, hello, tls_started;
+  const tls_sluice = () => {
+    tls_started ??= start_sluice_edge({ backends: [mock.url], ca, server: { header_timeout_ms } });
+    return tls_started;
+  };
 
   before(async () => {
     ca = make_test_ca();
     hello = await capture_client_hello();
     assert.equal(hello[0], 0x16, 'a handshake record');
     mock = await start_mock_vllm({ tokens_per_sec: 2000, reply_tokens: 50 });
-    sluice = await start_sluice_edge({ backends: [mock.url], ca, server: { header_timeout_ms } });
+    plain = await start_sluice_edge({ backends: [mock.url], server: { header_timeout_ms } });
   });
   after(async () => {
-    await stop_all(sluice, mock);
+    const tls_s = tls_started ? await tls_started.catch(() => null) : null;
+    await stop_all(plain, tls_s, mock);
     ca?.remove();
   });
 
   it('a sane TLS client is served (ALPN http/1.1), the certificate verified by the test CA', async () => {
+
+    const sluice = await tls_sluice();
     const res = await new Promise((resolve, reject) => {
       const s = tls.connect({ port: sluice.tls_port, host: '127.0.0.1', servername: 'localhost', ca: ca.ca_pem, ALPNProtocols: ['http/1.1'] });
       const parts = [];
@@ -127,6 +138,7 @@ describe('TLS edge cases', () => {
     ['the HTTP/2 client preface', Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')],
   ]) {
     it(`${name} on the TLS port: a clear 400 or a close, at once`, async () => {
+      const sluice = await tls_sluice();
       const r = await until_close(sluice.tls_port, bytes, { timeout_ms: header_timeout_ms + bound_ms(3000) });
       assert.ok(r.closed, `closed (${r.ms.toFixed(0)} ms; got ${JSON.stringify(r.data.toString('latin1').slice(0, 80))})`);
       assert.ok(r.ms < at_once_ms, `closed after ${r.ms.toFixed(0)} ms (at once: < ${at_once_ms} ms)`);
@@ -138,8 +150,10 @@ describe('TLS edge cases', () => {
     });
   }
 
+  // tls.hpp: k_tls_on_plain_port_alert, so the client's TLS stack reports
+  // an alert rather than "wrong version number" (an HTTP 400 here).
   it('a ClientHello on the plaintext port: an alert or a close, at once', async () => {
-    const r = await until_close(sluice.port, hello, { timeout_ms: header_timeout_ms + bound_ms(3000) });
+    const r = await until_close(plain.port, hello, { timeout_ms: header_timeout_ms + bound_ms(3000) });
     assert.ok(r.closed, 'closed');
     assert.ok(r.ms < at_once_ms, `closed after ${r.ms.toFixed(0)} ms`);
     if (r.data.length > 0) assert.ok(is_tls_alert(r.data), `a TLS alert, not ${JSON.stringify(r.data.toString('latin1').slice(0, 60))}`);
@@ -148,7 +162,7 @@ describe('TLS edge cases', () => {
   it("node's TLS client on the plaintext port fails fast (no hang)", async () => {
     const started = performance.now();
     const err = await new Promise((resolve) => {
-      const s = tls.connect({ port: sluice.port, host: '127.0.0.1', servername: 'localhost', ca: ca.ca_pem });
+      const s = tls.connect({ port: plain.port, host: '127.0.0.1', servername: 'localhost', ca: ca.ca_pem });
       s.on('secureConnect', () => { s.destroy(); resolve(null); });
       s.on('error', (e) => resolve(e));
       s.setTimeout(header_timeout_ms + bound_ms(3000), () => { s.destroy(); resolve(new Error('timeout')); });
@@ -163,6 +177,7 @@ describe('TLS edge cases', () => {
     ['a connection that sends nothing', () => Buffer.alloc(0)],
   ]) {
     it(`${name} on the TLS port: closed at the header timeout`, async () => {
+      const sluice = await tls_sluice();
       const r = await until_close(sluice.tls_port, bytes_of(), { timeout_ms: header_timeout_ms + bound_ms(3000) });
       assert.ok(r.closed, `closed within ${header_timeout_ms} ms + the bound (waited ${r.ms.toFixed(0)} ms)`);
       assert.ok(r.ms >= header_timeout_ms * 0.8, `closed after ${r.ms.toFixed(0)} ms, before the header timeout`);
@@ -174,6 +189,7 @@ describe('TLS edge cases', () => {
     ['an application-data record whose MAC cannot check', Buffer.concat([Buffer.from([0x17, 0x03, 0x03, 0x00, 0x40]), Buffer.alloc(0x40, 0xab)])],
   ]) {
     it(`garbage after the handshake (${name}): closed at once`, async () => {
+      const sluice = await tls_sluice();
       const r = await new Promise((resolve, reject) => {
         const raw = net.connect({ port: sluice.tls_port, host: '127.0.0.1' });
         raw.on('error', () => {});
@@ -195,6 +211,8 @@ describe('TLS edge cases', () => {
   }
 
   it('a TLS 1.2 renegotiation (openssl s_client -tls1_2, then R) is refused and the connection closed', async () => {
+
+    const sluice = await tls_sluice();
     let child;
     let renegotiate_at = null;
     const run = run_program('openssl', ['s_client', '-connect', `127.0.0.1:${sluice.tls_port}`, '-tls1_2', '-servername', 'localhost',
@@ -229,8 +247,8 @@ describe('TLS edge cases', () => {
   });
 
   it('the private key never appears in sluice\'s output or audit file', async () => {
-    // The cases above made sluice log TLS failures; one more full exchange
-    // over TLS makes it log whatever it logs for a good one.
+    const sluice = await tls_sluice();
+    // The cases above made this sluice log TLS failures and a good exchange.
     const pieces = pem_body_pieces(ca.key);
     assert.ok(pieces.length >= 4);
     const out = sluice.proc.output();
