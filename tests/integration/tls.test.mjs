@@ -114,7 +114,6 @@ describe('TLS edge cases', () => {
   });
 
   it('a sane TLS client is served (ALPN http/1.1), the certificate verified by the test CA', async () => {
-
     const sluice = await tls_sluice();
     const res = await new Promise((resolve, reject) => {
       const s = tls.connect({ port: sluice.tls_port, host: '127.0.0.1', servername: 'localhost', ca: ca.ca_pem, ALPNProtocols: ['http/1.1'] });
@@ -211,7 +210,6 @@ describe('TLS edge cases', () => {
   }
 
   it('a TLS 1.2 renegotiation (openssl s_client -tls1_2, then R) is refused and the connection closed', async () => {
-
     const sluice = await tls_sluice();
     let child;
     let renegotiate_at = null;
