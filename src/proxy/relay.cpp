@@ -303,10 +303,27 @@ void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) n
   bool last = false;
   size_t n = 0;
   if (r.cut_usage && r.usage_in_batch && (r.usage_covered || r.complete)) {
-    const size_t plen = dechunk(batch, batch_len, x.mem->body.data, last);
-    uint32_t cut = 0;
-    n = drop_usage_events(x.mem->body.data, plen, x.mem->frame.data, cut);
-    _metrics.at(cut != 0 ? metrics::stat::usage_chunks_cut : metrics::stat::usage_cut_failed).add();
+    size_t usage_from = 0;
+    if (r.usage_event_at != nullptr && r.usage_event_at >= batch && r.usage_event_at < batch + batch_len) {
+      usage_from = static_cast<size_t>(r.usage_event_at - batch);
+    }
+    size_t cut_begin = 0, cut_end = 0;
+    if (find_usage_chunk(batch, batch_len, usage_from, cut_begin, cut_end)) {
+      // vLLM's shape: the usage event is a chunk of its own, which the scan
+      // already found; the chunks around it are de-chunked as they are.
+      bool last_before = false;
+      n = dechunk(batch, cut_begin, x.mem->frame.data, last_before);
+      n += dechunk(batch + cut_end, batch_len - cut_end, x.mem->frame.data + n, last);
+      last = last || last_before;
+      _metrics.at(metrics::stat::usage_chunks_cut).add();
+    } else {
+      // Any other shape: every event of the payload is read again (rare).
+      const size_t plen = dechunk(batch, batch_len, x.mem->body.data, last);
+      uint32_t cut = 0;
+      n = drop_usage_events(x.mem->body.data, plen, x.mem->frame.data, cut);
+      _metrics.at(cut != 0 ? metrics::stat::usage_chunks_cut : metrics::stat::usage_cut_failed).add();
+    }
+    r.usage_event_at = nullptr;
     r.cut_usage = r.usage_in_batch = r.usage_covered = false;
   } else {
     n = dechunk(batch, batch_len, x.mem->frame.data, last);
