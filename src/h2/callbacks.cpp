@@ -11,6 +11,10 @@
 #include "stream_state.hpp"
 
 namespace sluice::h2 {
+
+namespace {
+constexpr size_t k_frame_header_bytes = 9;  // RFC 9113 §4.1
+}  // namespace
 namespace {
 
 using detail::make_nv;
@@ -409,18 +413,31 @@ struct server_session::callbacks {
 
   // The data provider: copies from the caller's pieces into nghttp2's frame
   // (at most `length`: what the windows and the frame size allow).
-  static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* out, size_t length, uint32_t* data_flags,
-                           nghttp2_data_source* source, void* user_data) {
-    server_session& s = self(user_data);
-    auto* st = static_cast<stream_state*>(source->ptr);
-    const bool had = st->piece_count != 0;
-    size_t n = 0;
-    while (n < length && st->piece_count != 0) {
+  // Queues the stream for on_body_drained (told after the mem_send returns,
+  // by deliver_drained: the owner may then queue more without re-entering
+  // nghttp2 from its own callback).
+  static void note_drained(server_session& s, stream_state* st) noexcept {
+    if (st->in_drained) return;
+    st->in_drained = true;
+    st->drained_next = s._drained;
+    s._drained = st;
+  }
+
+  // Copies n bytes from the front of the stream's pieces to `out` (or, out
+  // null, into the session's output ring), consuming them.
+  static void take_pieces(server_session& s, stream_state* st, uint8_t* out, size_t n) noexcept {
+    size_t done = 0;
+    while (done < n && st->piece_count != 0) {
       const iovec& piece = st->pieces[st->piece_first];
       const size_t left = piece.iov_len - st->piece_off;
-      const size_t take = left < length - n ? left : length - n;
-      std::memcpy(out + n, static_cast<const char*>(piece.iov_base) + st->piece_off, take);
-      n += take;
+      const size_t take = left < n - done ? left : n - done;
+      const char* from = static_cast<const char*>(piece.iov_base) + st->piece_off;
+      if (out != nullptr) {
+        std::memcpy(out + done, from, take);
+      } else {
+        s.append_output(reinterpret_cast<const uint8_t*>(from), take);
+      }
+      done += take;
       st->piece_off += take;
       if (st->piece_off == piece.iov_len) {
         st->piece_off = 0;
@@ -428,22 +445,50 @@ struct server_session::callbacks {
         --st->piece_count;
       }
     }
-    if (st->piece_count == 0) {
-      if (had && !st->in_drained) {
-        // Told after the mem_send returns (deliver_drained): the owner may
-        // then queue more without re-entering nghttp2 from its own callback.
-        st->in_drained = true;
-        st->drained_next = s._drained;
-        s._drained = st;
-      }
+  }
+
+  static ssize_t read_body(nghttp2_session*, int32_t, uint8_t* out, size_t length, uint32_t* data_flags,
+                           nghttp2_data_source* source, void* user_data) {
+    server_session& s = self(user_data);
+    auto* st = static_cast<stream_state*>(source->ptr);
+    size_t queued = 0;  // bytes waiting in the pieces
+    for (uint8_t i = 0; i < st->piece_count; ++i) queued += st->pieces[(st->piece_first + i) % k_pieces_max].iov_len;
+    queued -= st->piece_off;
+    const size_t n = queued < length ? queued : length;
+    const bool all = n == queued;
+    if (n == 0) {
       if (st->end_queued) {
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-      } else if (n == 0) {
-        st->deferred = true;
-        return NGHTTP2_ERR_DEFERRED;
+        return 0;
       }
+      st->deferred = true;
+      return NGHTTP2_ERR_DEFERRED;
     }
+    if (all && st->end_queued) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s._out_cap - s._out_size >= n + k_frame_header_bytes) {
+      // The ring has room for the whole frame: send_data writes the header
+      // and copies the pieces straight into it (one copy, not two).
+      *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+      return static_cast<ssize_t>(n);
+    }
+    take_pieces(s, st, out, n);
+    if (st->piece_count == 0) note_drained(s, st);
     return static_cast<ssize_t>(n);
+  }
+
+  // A DATA frame whose bytes read_body left in the pieces (NO_COPY): its
+  // header, then the bytes, into the output ring (room checked there; the
+  // ring takes nothing else between the two calls).
+  static int send_data(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
+                       nghttp2_data_source* source, void* user_data) {
+    server_session& s = self(user_data);
+    auto* st = static_cast<stream_state*>(source->ptr);
+    if (frame->data.padlen != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;  // sluice never pads
+    if (s._out_cap - s._out_size < length + k_frame_header_bytes) return NGHTTP2_ERR_WOULDBLOCK;
+    s.append_output(framehd, k_frame_header_bytes);
+    take_pieces(s, st, nullptr, length);
+    if (st->piece_count == 0) note_drained(s, st);
+    return 0;
   }
 };
 
@@ -459,6 +504,7 @@ void set_callbacks(nghttp2_session_callbacks* cbs) noexcept {
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &cb::on_stream_close);
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &cb::on_frame_send);
   nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, &cb::on_invalid_frame);
+  nghttp2_session_callbacks_set_send_data_callback(cbs, &cb::send_data);
 }
 
 nghttp2_data_provider body_provider(server_session::stream_state* st) noexcept {

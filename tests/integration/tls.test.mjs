@@ -281,3 +281,95 @@ describe('TLS edge cases', () => {
     }
   });
 });
+
+describe('TLS certificate reload on SIGHUP', () => {
+  // The pair sits in files of the test's own; SIGHUP makes sluice read them
+  // again. Two CAs: a connection verified by one CA cannot be the other's
+  // certificate, so who signed what a new connection got is what it verifies.
+  let ca1, ca2, mock, sluice, dir;
+  const files = () => ({ chain: path.join(dir, 'chain.pem'), key: path.join(dir, 'key.pem') });
+  const install = (ca) => {
+    fs.copyFileSync(ca.chain, files().chain);
+    fs.copyFileSync(ca.key, files().key);
+  };
+  const sighup = async () => {
+    const from = sluice.proc.mark();
+    sluice.proc.child.kill('SIGHUP');
+    const said = await sluice.proc.wait_for_line(/SIGHUP: (reloaded|.*the running config stays)/, { from, timeout_ms: bound_ms(5000) });
+    return { line: said.line.text, from };
+  };
+  // A keep-alive TLS connection, verified against `ca`; request() sends one
+  // request on it and resolves with the status line.
+  const connect = (ca) => new Promise((resolve, reject) => {
+    const s = tls.connect({ port: sluice.tls_port, host: '127.0.0.1', servername: 'localhost', ca: ca.ca_pem, ALPNProtocols: ['http/1.1'] });
+    s.once('secureConnect', () => resolve(s));
+    s.once('error', reject);
+  });
+  const request = (s) => new Promise((resolve, reject) => {
+    const body = JSON.stringify(chat_body({ max_tokens: 2 }));
+    let text = '';
+    const on_data = (d) => {
+      text += d.toString('latin1');
+      const head_end = text.indexOf('\r\n\r\n');
+      const m = /content-length: (\d+)/i.exec(text);
+      if (head_end >= 0 && m && text.length >= head_end + 4 + Number(m[1])) {
+        s.off('data', on_data);
+        resolve(text.slice(0, text.indexOf('\r\n')));
+      }
+    };
+    s.on('data', on_data);
+    s.once('error', reject);
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${test_key}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  });
+
+  before(async () => {
+    ca1 = make_test_ca();
+    ca2 = make_test_ca();
+    dir = fs.mkdtempSync(path.join(ca1.dir, 'live-'));
+    install(ca1);
+    mock = await start_mock_vllm({ tokens_per_sec: 2000, reply_tokens: 2 });
+    sluice = await start_sluice_edge({ backends: [mock.url], ca: files() });
+  });
+  after(async () => {
+    await stop_all(sluice, mock);
+    ca1?.remove();
+    ca2?.remove();
+  });
+
+  it('new connections get the new pair; a connection made before keeps working', async () => {
+    const before_reload = await connect(ca1);
+    try {
+      assert.match(await request(before_reload), /^HTTP\/1\.1 200 /);
+      await assert.rejects(connect(ca2), /certificate|self.signed|unable to verify/i, 'still the first pair');
+      install(ca2);
+      const { line } = await sighup();
+      assert.match(line, /reloaded/);
+      const fresh = await connect(ca2);  // verified by the second CA: the new pair
+      try {
+        assert.match(await request(fresh), /^HTTP\/1\.1 200 /);
+      } finally {
+        fresh.destroy();
+      }
+      await assert.rejects(connect(ca1), /certificate|self.signed|unable to verify/i, 'the first pair is gone for new connections');
+      assert.match(await request(before_reload), /^HTTP\/1\.1 200 /, 'the old connection was not dropped');
+    } finally {
+      before_reload.destroy();
+    }
+  });
+
+  it('a pair that does not load is logged, and the running one stays', async () => {
+    fs.writeFileSync(files().key, '-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n');
+    const from = sluice.proc.mark();
+    await sighup();
+    await sluice.proc.wait_for_line(/tls_cert \/ tls_key: .*keep the running certificate/, { from, timeout_ms: bound_ms(5000) });
+    const s = await connect(ca2);  // still the pair of the last good load
+    try {
+      assert.match(await request(s), /^HTTP\/1\.1 200 /);
+    } finally {
+      s.destroy();
+    }
+    const out = sluice.proc.output();
+    assert.ok(!out.includes('not a key'), 'the key file\'s bytes never reach the log');
+  });
+});
