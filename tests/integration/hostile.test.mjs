@@ -464,7 +464,7 @@ const cases = [
 // complete: each is refused as soon as it arrives (400 + close), not held
 // until header_timeout_ms. {name, bytes}
 const not_http = [
-  { name: 'a TLS ClientHello record header (16 03 01 02 00) on the plaintext port', bytes: Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00]) },
+  { name: 'a TLS ClientHello record header (16 03 01 02 00) on the plaintext port', bytes: Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00]), alert: true },
   { name: 'a NUL byte', bytes: Buffer.from([0x00]) },
   { name: 'a JSON body with no request line', bytes: Buffer.from('{') },
   { name: 'a space before the method', bytes: Buffer.from(' GET') },
@@ -567,13 +567,22 @@ describe('malformed and hostile requests', () => {
   }
 
   for (const c of not_http) {
-    it(`refuses at once, without waiting out the header timeout: ${c.name} -> 400 + close`, async () => {
+    it(`refuses at once, without waiting out the header timeout: ${c.name} -> ${c.alert ? 'a TLS alert' : '400'} + close`, async () => {
       // Well under header_timeout_ms, even scaled for a slow build.
       const within_ms = Math.min(bound_ms(2000), header_timeout_ms / 2);
       const conn = await raw_connection.connect(sluice.port);
       try {
         const sent_at_ms = performance.now();
         await conn.write(c.bytes);
+        if (c.alert) {
+          // A TLS client gets what its stack can read: a fatal alert record
+          // (content type 21), then the close.
+          assert.equal(await conn.wait_close({ timeout_ms: within_ms }), true, 'the connection is closed');
+          assert.equal(conn.received[0], 0x15, `an alert record first: ${conn.received.toString('hex')}`);
+          assert.ok(conn.closed_at_ms - sent_at_ms < within_ms, `closed after ${conn.closed_at_ms - sent_at_ms} ms`);
+          assert.deepEqual(await mock.requests(), [], 'nothing reached the backend');
+          return;
+        }
         const response = await conn.read_response({ timeout_ms: within_ms });
         assert.match(conn.received.toString('latin1'), /^HTTP\/1\.1 400 /);
         const body = JSON.parse(response.text());
