@@ -76,7 +76,7 @@ struct upstream_config {
   uint32_t stream_idle_timeout_ms = 30000;
   uint32_t total_timeout_ms = 0;          // 0 = none
   uint32_t max_retries = 1;               // only before any response byte reached the client
-  uint32_t pool_idle_max = 64;            // idle keep-alive connections per backend per shard
+  uint32_t pool_idle_max = 256;           // idle keep-alive connections per backend per shard (an HTTP/2 client brings up to 100 streams per connection)
   uint32_t connections_max = 1024;        // open connections per backend per shard; beyond: 503
 };
 
