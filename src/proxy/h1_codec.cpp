@@ -253,7 +253,9 @@ void h1_codec::cut_drain() noexcept {
   while (d != nullptr) {
     downstream_conn* next = d->all_hook.next;
     if (d->state != conn_state::closing) {
-      if (d->x.request_open) {
+      if (d->h2) {
+        _h2->cut(d);  // its streams' exchanges, audited as the drain's cut
+      } else if (d->x.request_open) {
         d->x.cancelled = true;
         d->x.error_code = "drain_timeout";
         if (d->x.status == 0) d->x.status = 503;

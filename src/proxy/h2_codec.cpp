@@ -146,6 +146,19 @@ void h2_codec::drain(downstream_conn* d) noexcept {
   _t.h2_after_call(d);
 }
 
+void h2_codec::cut(downstream_conn* d) noexcept {
+  for (h2_stream* st = d->h2->streams; st != nullptr; st = st->hook.next) {
+    if (st->finished) continue;
+    exchange& x = st->x;
+    if (x.request_open) {
+      x.cancelled = true;
+      x.error_code = "drain_timeout";
+      if (x.status == 0) x.status = 503;
+    }
+    abandon(st, false);
+  }
+}
+
 void h2_codec::on_close(downstream_conn* d) noexcept {
   // Every stream still in its exchange is cut: the backend request is
   // cancelled (release), the audit says 499.

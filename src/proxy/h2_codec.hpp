@@ -117,6 +117,9 @@ class h2_codec final : public client_codec {
   void on_free(downstream_conn* d) noexcept;
   // Graceful: GOAWAY, streams in flight finish.
   void drain(downstream_conn* d) noexcept;
+  // The drain's time is up: every stream still in its exchange is cut
+  // (audited cancelled, drain_timeout); the connection closes after.
+  void cut(downstream_conn* d) noexcept;
   // Once per loop turn: the streams' deadlines.
   void on_iteration(uint64_t now_ms) noexcept;
   uint64_t now_ms() const noexcept { return _s.now_ms(); }

@@ -286,3 +286,35 @@ describe('HTTP/2 and TLS at the edge', () => {
     });
   });
 });
+
+describe('HTTP/2 and a graceful stop (SIGTERM)', () => {
+  let mock, sluice;
+  before(async () => {
+    mock = await start_mock_vllm({ tokens_per_sec: 200, reply_tokens: 100 });
+    sluice = await start_sluice_edge({ backends: [mock.url], server: { drain_timeout_ms: 20000 } });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('GOAWAY NO_ERROR at once; the stream in flight finishes whole; no new stream is taken; exit 0', async () => {
+    const c = await h2_connection.connect({ port: sluice.port });
+    try {
+      await c.handshake();
+      const sid = c.request({ method: 'POST', path: '/v1/chat/completions', headers: [['content-type', 'application/json'],
+        ['authorization', `Bearer ${test_key}`]], body: chat_body({ stream: true, max_tokens: 100 }) });
+      await c.wait_frame((f) => f.type === frame_type.DATA && f.stream_id === sid && f.length > 0, { what: 'the first SSE bytes' });
+      sluice.proc.child.kill('SIGTERM');
+      const goaway = await c.wait_goaway();
+      assert.equal(goaway.error_code, error_code.NO_ERROR);
+      assert.ok(goaway.last_stream_id >= sid, `last stream ${goaway.last_stream_id} covers stream ${sid}`);
+      const s = await c.response(sid);
+      assert.equal(s.status, 200, c.summary());
+      assert.equal(s.rst_code, null, 'not reset');
+      const events = sse_events(s.body.toString());
+      assert.equal(events.at(-1), '[DONE]', 'the stream ended whole');
+      const exit = await sluice.proc.exited;
+      assert.equal(exit.code, 0, `sluice exited ${JSON.stringify(exit)}`);
+    } finally {
+      c.destroy();
+    }
+  });
+});
