@@ -27,6 +27,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 
+import { samples, scrape } from './lib/gateway.mjs';
 import { audit_of, start_sluice_edge } from './lib/h2_gateway.mjs';
 import { bound_ms, chat_body, http_post, start_mock_vllm, stop_all, test_key } from './lib/harness.mjs';
 import {
@@ -411,5 +412,19 @@ describe('hostile HTTP/2 on the h2c port', () => {
     } finally {
       c.destroy();
     }
+  });
+  // Runs last (node:test keeps the order): each defence above left its count.
+  it('every defence that fired is counted in /metrics', async () => {
+    const { parsed } = await scrape(sluice.admin_url);
+    const count = (name, labels = {}) => samples(parsed, name, labels).reduce((t, x) => t + x.value, 0);
+    const goaways = (reason) => count('sluice_h2_defence_goaways_total', { reason });
+    assert.ok(goaways('rapid_reset') >= 2, `rapid_reset ${goaways('rapid_reset')}`);
+    assert.ok(goaways('continuation_flood') >= 1, `continuation_flood ${goaways('continuation_flood')}`);
+    assert.ok(goaways('control_flood') >= 4, `control_flood ${goaways('control_flood')} (SETTINGS and PING, read and unread)`);
+    assert.ok(goaways('protocol_error') >= 2, `protocol_error ${goaways('protocol_error')} (stream ids backwards and reused)`);
+    assert.ok(goaways('hpack_bomb') + count('sluice_h2_header_lists_too_large_total') >= 1, 'the HPACK bomb or the 40 KB list');
+    assert.ok(count('sluice_h2_refused_streams_total') + goaways('protocol_error') >= 1, 'the 101st stream');
+    assert.ok(count('sluice_client_stalls_total') >= 1, 'the window never opened');
+    assert.ok(count('sluice_h2_connections_total') >= 10, `h2 connections ${count('sluice_h2_connections_total')}`);
   });
 });

@@ -27,6 +27,7 @@ import { after, before, describe, it } from 'node:test';
 import { run_program, start_sluice_edge } from './lib/h2_gateway.mjs';
 import { bound_ms, chat_body, managed_process, program, sluice_config, start_mock_vllm, stop_all, test_key } from './lib/harness.mjs';
 import { make_test_ca } from './lib/test_ca.mjs';
+import { samples, scrape } from './lib/gateway.mjs';
 
 const header_timeout_ms = 2000;
 // "At once": well inside the header timeout.
@@ -279,6 +280,19 @@ describe('TLS edge cases', () => {
     } finally {
       other.remove();
     }
+  });
+  // Runs last in this suite (node:test keeps the order).
+  it('handshakes, failures, the encryption path and wrong-port protocols are counted in /metrics', async () => {
+    const count = async (s, name, labels = {}) =>
+      samples((await scrape(s.admin_url)).parsed, name, labels).reduce((t, x) => t + x.value, 0);
+    const sluice = await tls_sluice();
+    assert.ok(await count(sluice, 'sluice_tls_handshakes_total', { result: 'ok' }) >= 1);
+    assert.ok(await count(sluice, 'sluice_tls_handshakes_total', { result: 'failed' }) >= 1, 'the truncated and garbage handshakes');
+    // This build encrypts in user space on every kernel (README, "TLS and HTTP/2").
+    assert.equal(await count(sluice, 'sluice_tls_ktls_connections_total', { path: 'ktls' }), 0);
+    assert.ok(await count(sluice, 'sluice_tls_ktls_connections_total', { path: 'copy' }) >= 1);
+    assert.ok(await count(sluice, 'sluice_edge_protocol_mismatches_total') >= 2, 'plaintext on the TLS port');
+    assert.ok(await count(plain, 'sluice_edge_protocol_mismatches_total') >= 1, 'a ClientHello on the plaintext port');
   });
 });
 
