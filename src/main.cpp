@@ -11,9 +11,11 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/control/admin.hpp"
+#include "sluice/control/budgets.hpp"
 #include "sluice/control/gateway.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
+#include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/shard/cpuset.hpp"
@@ -43,6 +45,7 @@ struct control_state {
   control::gateway* g = nullptr;
   control::admin_server* admin = nullptr;
   control::health_checker* health = nullptr;
+  control::budget_keeper* budgets = nullptr;
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
@@ -161,6 +164,13 @@ int main(int argc, char** argv) {
     }
     cfg = config::load_from_flags(f);
     if (f.check_config) {
+      // The budget state file too: a start would refuse a corrupt one.
+      if (!cfg->quota.budget_state_file.empty()) {
+        quota::budget_file_store store(cfg->quota.budget_state_file);
+        quota::budget_state state;
+        std::string error;
+        if (!store.load(state, error)) throw config::config_error(error);
+      }
       std::printf("%s: ok (%zu groups, %zu backends, %zu keys)\n", cfg->source.c_str(), cfg->groups.size(),
                   cfg->backends.size(), cfg->keys.size());
       return 0;
@@ -188,7 +198,10 @@ int main(int argc, char** argv) {
   try {
     std::vector<int> cpus = choose_cpus(f, *cfg);
     if (cpus.size() == 1 && cpus[0] < 0) cpus.clear();
-    auto g = control::gateway::start(cfg, cpus);
+    // Budgets before the shards: their flags are set from the kept state
+    // before the first request (a corrupt state file stops the start here).
+    control::budget_keeper budgets(*cfg, cpus.empty() ? 1 : cpus.size());
+    auto g = control::gateway::start(cfg, cpus, &budgets.board());
 
     const config::socket_address& aa = cfg->server.admin;
     int admin_fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&aa.storage), aa.length, false, 64);
@@ -211,7 +224,9 @@ int main(int argc, char** argv) {
     ctl.g = g.get();
     ctl.admin = &admin;
     ctl.health = &health;
+    ctl.budgets = &budgets;
     ctl.cfg = cfg;
+    admin.set_budgets(&budgets, &ctl.cfg);
     ctl.flags = &f;
     ctl.sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC);
     ctl.op.self = &ctl;
@@ -245,10 +260,13 @@ int main(int argc, char** argv) {
       auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());
+      c->budgets->on_iteration(*c->cfg, c->r->now_ms(), static_cast<int64_t>(realtime_ms()));
       if (c->g->stopped()) c->r->stop();
     };
     r->run(h);
     g->join();
+    // Every shard has stopped: their counters are final.
+    budgets.shutdown(*ctl.cfg, static_cast<int64_t>(realtime_ms()));
     log::info("stopped");
     return 0;
   } catch (const std::exception& e) {

@@ -39,12 +39,14 @@ const names k_server_keys = {
     "h2_resets_per_second_max", "h2_memory_max_bytes"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
                                    "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max"};
-const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens", "max_tokens_cap", "image_tokens"};
+const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens", "max_tokens_cap", "image_tokens",
+                             "budget_state_file"};
 const names k_audit_keys = {"path", "fsync_interval_ms"};
 const names k_group_keys = {"name", "models", "backend_model", "balance", "backends", "default_max_tokens", "max_tokens_cap", "upstream",
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage", "protocol", "triton_flavor", "chat_template", "chat_template_bos",
-                             "custom_template"};
+                             "custom_template", "daily_tokens", "monthly_tokens", "input_cost_per_mtok",
+                             "output_cost_per_mtok"};
 const names k_custom_template_keys = {"begin", "system_prefix", "system_suffix", "user_prefix", "user_suffix",
                                       "assistant_prefix", "assistant_suffix", "generation_prefix"};
 const names k_protocols = {"openai", "triton", "anthropic"};
@@ -55,10 +57,16 @@ const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject
 const names k_router_keys = {"auto_model", "default_group"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images"};
 const names k_backend_keys = {"url", "weight"};
-const names k_key_keys = {"id", "key", "key_sha256", "tokens_per_minute", "requests_per_minute", "max_concurrent", "groups"};
+const names k_key_keys = {"id", "key", "key_sha256", "tokens_per_minute", "requests_per_minute", "max_concurrent", "groups",
+                           "daily_tokens", "monthly_tokens", "daily_spend", "monthly_spend"};
 const names k_balance_modes = {"session", "prefix", "least-loaded", "round-robin"};
 
 constexpr uint64_t k_timeout_max_ms = 24ull * 3600 * 1000;  // a day: beyond is a typo, not a policy
+// Budgets: shards count spend in nano-units in 64 bits (quota/budget.hpp),
+// so a budget stays far below 1.8e10 units of the currency.
+constexpr uint64_t k_budget_tokens_max = 1'000'000'000'000'000;
+constexpr double k_spend_max = 1e9;
+constexpr double k_cost_per_mtok_max = 1e6;
 
 std::string join(names list) {
   std::string out;
@@ -204,6 +212,24 @@ class reader {
     if (n == nullptr) return;
     if (!n->is_boolean()) fail(*n, fmt::format("{}.{} must be true or false (got {})", table_name, key, type_name(*n)));
     out = n->as_boolean()->get();
+  }
+
+  // An integer or a float within [min, max]. Returns the node (null when absent).
+  const toml::node* read_number(const toml::table& t, std::string_view table_name, std::string_view key, double& out,
+                                double min, double max, std::string_view note = {}) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return nullptr;
+    double v = 0;
+    if (n->is_floating_point()) {
+      v = n->as_floating_point()->get();
+    } else if (n->is_integer()) {
+      v = static_cast<double>(n->as_integer()->get());
+    } else {
+      fail(*n, fmt::format("{}.{} must be a number (got {})", table_name, key, type_name(*n)));
+    }
+    if (!(v >= min && v <= max)) fail(*n, fmt::format("{}.{} = {} is out of range; allowed: {}-{}{}", table_name, key, v, min, max, note));
+    out = v;
+    return n;
   }
 
   // Returns the node so that later checks can point at its line.
@@ -364,6 +390,7 @@ void read_quota(const reader& r, const toml::table& t, quota_config& q) {
   r.read_uint(t, "quota", "default_max_tokens", q.default_max_tokens, 1, 10'000'000);
   r.read_uint(t, "quota", "max_tokens_cap", q.max_tokens_cap, 1, 1u << 20, " (1-1048576)");
   r.read_uint(t, "quota", "image_tokens", q.image_tokens, 0, 1u << 20);
+  r.read_string(t, "quota", "budget_state_file", q.budget_state_file);
   if (q.input_weight == 0 && q.output_weight == 0) {
     r.fail(t, "quota.input_weight and quota.output_weight are both 0; at least one must count tokens");
   }
@@ -594,16 +621,9 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
     r.fail(t, fmt::format("group \"{}\": chat_template = \"custom\" needs a [group.custom_template] table with the "
                           "per-role strings ({})", g.name, join(k_custom_template_keys)));
   }
-  if (const toml::node* n = t.get("bounded_load")) {
-    double c = 0;
-    if (n->is_floating_point()) {
-      c = n->as_floating_point()->get();
-    } else if (n->is_integer()) {
-      c = static_cast<double>(n->as_integer()->get());
-    } else {
-      r.fail(*n, fmt::format("group.bounded_load must be a number (got {})", type_name(*n)));
-    }
-    if (!(c == 0 || (c > 1.0 && c <= 100.0))) {
+  double c = g.bounded_load;
+  if (const toml::node* n = r.read_number(t, "group", "bounded_load", c, 0, 100, " (0 = off; 1.25 is usual)")) {
+    if (!(c == 0 || c > 1.0)) {
       r.fail(*n, fmt::format("group.bounded_load = {} is out of range; allowed: 0 (off) or more than 1.0 up to 100 (1.25 is usual)", c));
     }
     g.bounded_load = c;
@@ -620,6 +640,10 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
   }
   g.health = health_defaults;
   if (const toml::table* h = r.table(t, "health", "group.health")) read_health(r, *h, "group.health", g.health);
+  r.read_uint(t, "group", "daily_tokens", g.daily_tokens, 0, k_budget_tokens_max, " (0 = none)");
+  r.read_uint(t, "group", "monthly_tokens", g.monthly_tokens, 0, k_budget_tokens_max, " (0 = none)");
+  r.read_number(t, "group", "input_cost_per_mtok", g.input_cost_per_mtok, 0, k_cost_per_mtok_max, " (currency per 1M tokens)");
+  r.read_number(t, "group", "output_cost_per_mtok", g.output_cost_per_mtok, 0, k_cost_per_mtok_max, " (currency per 1M tokens)");
   return d;
 }
 
@@ -650,6 +674,10 @@ key_config read_key(const reader& r, const toml::table& t) {
   r.read_uint(t, "key", "tokens_per_minute", k.tokens_per_minute, 0, 1'000'000'000'000, " (0 = unlimited)");
   r.read_uint(t, "key", "requests_per_minute", k.requests_per_minute, 0, 1'000'000'000, " (0 = unlimited)");
   r.read_uint(t, "key", "max_concurrent", k.max_concurrent, 0, 1'000'000, " (0 = unlimited)");
+  r.read_uint(t, "key", "daily_tokens", k.daily_tokens, 0, k_budget_tokens_max, " (0 = none)");
+  r.read_uint(t, "key", "monthly_tokens", k.monthly_tokens, 0, k_budget_tokens_max, " (0 = none)");
+  r.read_number(t, "key", "daily_spend", k.daily_spend, 0, k_spend_max, " (currency; 0 = none)");
+  r.read_number(t, "key", "monthly_spend", k.monthly_spend, 0, k_spend_max, " (currency; 0 = none)");
   if (t.get("groups") != nullptr) {
     k.groups.clear();
     for (const toml::node* n : r.read_strings(t, "key", "groups")) k.groups.push_back(n->as_string()->get());
@@ -794,6 +822,20 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
       bool any = std::any_of(drafts.begin(), drafts.end(), [&](const group_draft& d) { return glob_match(pattern, d.group.name); });
       if (!any) {
         r.fail(*t->get("groups"), fmt::format("key \"{}\": groups entry \"{}\" matches no [[group]] name", k.id, pattern));
+      }
+    }
+    // A spend budget needs a price: one of the key's groups must have a cost.
+    if (k.daily_spend > 0 || k.monthly_spend > 0) {
+      const bool priced = std::any_of(drafts.begin(), drafts.end(), [&](const group_draft& d) {
+        const bool allowed = std::any_of(k.groups.begin(), k.groups.end(),
+                                         [&](const std::string& p) { return glob_match(p, d.group.name); });
+        return allowed && (d.group.input_cost_per_mtok > 0 || d.group.output_cost_per_mtok > 0);
+      });
+      if (!priced) {
+        r.fail(*t->get(k.daily_spend > 0 ? "daily_spend" : "monthly_spend"),
+               fmt::format("key \"{}\": a spend budget needs a price, but none of its groups has input_cost_per_mtok or "
+                           "output_cost_per_mtok; set them on the [[group]] (currency per 1M tokens)",
+                           k.id));
       }
     }
     key_origins.push_back(r.at(*t));

@@ -15,7 +15,9 @@
 #include "sluice/core/log.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/openai/error.hpp"
+#include "sluice/control/budgets.hpp"
 #include "sluice/control/health.hpp"
+#include "sluice/core/clock.hpp"
 
 namespace sluice::control {
 
@@ -305,7 +307,25 @@ void admin_server::handle(conn* c) noexcept {
                    _g.reloads_ok(), _g.reloads_failed(), _g.last_reload_ok() ? 1 : 0);
     _g.metrics().render(m);
     if (_health != nullptr) _health->render_metrics(m);
+    if (_budgets != nullptr) _budgets->render_metrics(**_cfg, static_cast<int64_t>(realtime_ms()), m);
     respond(c, 200, "text/plain; version=0.0.4", m);
+    return;
+  }
+  if (path.starts_with("/keys/") && _budgets != nullptr) {
+    // A key's id, never its secret; an id that is not a live key is 404
+    // whatever it looks like (ids are plain names: no decoding needed).
+    std::string body;
+    const std::string_view id = path.substr(6);
+    if (id.empty() || !_budgets->describe_key(**_cfg, _g, id, static_cast<int64_t>(realtime_ms()), body)) {
+      char err[512];
+      openai::error_fields e;
+      e.message = "No such key; GET /keys/{id} takes a key's id as the config names it.";
+      e.type = "invalid_request_error";
+      e.code = "key_not_found";
+      respond(c, 404, "application/json", std::string_view(err, openai::write_error_body(err, sizeof err, e)));
+      return;
+    }
+    respond(c, 200, "application/json", body);
     return;
   }
   respond(c, 404, "text/plain", "not found\n");

@@ -37,6 +37,7 @@ struct gateway::mesh_storage {
   std::vector<proxy::mesh_queue*> ptrs;
   std::unique_ptr<std::atomic<shard::reactor*>[]> reactors;
   std::unique_ptr<std::atomic<int64_t>[]> quota_levels;  // [(shard * keys + key) * 2 + r]
+  quota::budget_board* budgets = nullptr;                 // the gateway's; outlives the shards
 
   mesh_storage(size_t n, size_t keys);
   // One shard's view; `to_control` is its outcome queue.
@@ -149,17 +150,26 @@ proxy::shard_mesh gateway::mesh_storage::view(proxy::outcome_queue& to_control) 
   m.to_control = &to_control;
   m.quota_levels = quota_levels.get();
   m.quota_keys_max = keys_max;
+  m.budgets = budgets;
   m.queues = ptrs.data();
   m.reactors = reactors.get();
   return m;
 }
 
-std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus) {
+std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus,
+                                        quota::budget_board* budgets) {
   std::unique_ptr<gateway> g(new gateway());
   net::raise_fd_limit();
   const size_t n = cpus.empty() ? 1 : cpus.size();
   g->_capacity = config::capacity_for(*cfg);
   const config::reload_capacity& cap = g->_capacity;
+  if (budgets == nullptr) {
+    g->_own_budgets = std::make_unique<quota::budget_board>(static_cast<uint32_t>(n), static_cast<uint32_t>(cap.keys),
+                                                            static_cast<uint32_t>(cap.groups));
+    budgets = g->_own_budgets.get();
+  }
+  SLUICE_VERIFY(budgets->shard_count() >= n && budgets->keys_max() >= cap.keys && budgets->groups_max() >= cap.groups);
+  g->_budgets = budgets;
   g->_metrics = std::make_unique<metrics::registry>(
       n, names_of(*cfg),
       metrics::registry::room{cap.groups - cfg->groups.size(), cap.backends - cfg->backends.size(),
@@ -183,9 +193,21 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
     }
   }
   g->_mesh = std::make_unique<mesh_storage>(n, cap.keys);
+  g->_mesh->budgets = budgets;
   for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i], tls_fds[i]);
   g->launch();
   return g;
+}
+
+int64_t gateway::quota_level(uint32_t key, int r) const noexcept {
+  if (key >= _mesh->keys_max) return 0;
+  int64_t total = 0;
+  for (size_t s = 0; s < _mesh->count; ++s) {
+    total += std::max<int64_t>(_mesh->quota_levels[(s * _mesh->keys_max + key) * 2 + static_cast<size_t>(r)].load(
+                                   std::memory_order_relaxed),
+                               0);
+  }
+  return total;
 }
 
 void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd, int tls_listen_fd) {

@@ -7,6 +7,7 @@
 #include "client_codec.hpp"
 #include "backend_adapter.hpp"
 #include "sluice/core/log.hpp"
+#include "sluice/core/clock.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/quota/duration.hpp"
 #include "sluice/quota/estimate.hpp"
@@ -26,6 +27,14 @@ int64_t to_ns(uint64_t ms) noexcept { return static_cast<int64_t>(ms) * 1'000'00
 void shard_server::admit(exchange& x) noexcept {
   if (x.key_index < 0) {  // every proxied request is authenticated; keep the invariant visible
     x.adapter->start(x);
+    return;
+  }
+  // Budgets: the bits the control thread published (one relaxed load each;
+  // see quota/budget.hpp for how far a budget may be overrun).
+  const uint8_t key_out = _budgets.key_exhausted(static_cast<uint32_t>(x.key_index));
+  const uint8_t group_out = _budgets.group_exhausted(x.group);
+  if ((key_out | group_out) != 0) [[unlikely]] {
+    answer_budget_exhausted(x, key_out, group_out);
     return;
   }
   const uint64_t now = now_ms();
@@ -122,6 +131,99 @@ void shard_server::answer_rate_limited(exchange& x, const quota::decision& q) no
   x.error_code = "rate_limit_exceeded";
 }
 
+void shard_server::answer_budget_exhausted(exchange& x, uint8_t key_out, uint8_t group_out) noexcept {
+  // The first budget used up names the answer: the key's own (day before
+  // month, tokens before spend), else the group's.
+  const uint32_t key = static_cast<uint32_t>(x.key_index);
+  const bool of_key = key_out != 0;
+  const uint8_t bits = of_key ? key_out : group_out;
+  size_t kind = 0;
+  for (const size_t k : {0, 2, 1, 3}) {
+    if ((bits & (1u << k)) != 0) {
+      kind = k;
+      break;
+    }
+  }
+  const auto bk = static_cast<quota::budget_kind>(kind);
+  _budgets.count_rejection(_index, key, of_key ? kind : quota::budget_kind_count + kind);
+  const config::key_config& k = _cfg->keys[key];
+  const quota::budget_windows w = quota::windows_at(static_cast<int64_t>(realtime_ms()));
+  char reset[quota::k_utc_chars];
+  const size_t rl = quota::format_utc(quota::is_daily(bk) ? quota::day_end_ms(w.day) : quota::month_end_ms(w.month), reset);
+  const std::string_view period = quota::is_daily(bk) ? "daily" : "monthly";
+  fmt::format_to_n_result<char*> msg{};
+  if (!of_key) {
+    const config::group_config& g = _cfg->groups[x.group];
+    msg = fmt::format_to_n(x.scratch, sizeof x.scratch,
+                           "The {} token budget of group {} ({} tokens, all keys together) is used up; it resets at {}.",
+                           period, g.name, kind == 0 ? g.daily_tokens : g.monthly_tokens, std::string_view(reset, rl));
+  } else if (quota::is_spend(bk)) {
+    msg = fmt::format_to_n(x.scratch, sizeof x.scratch, "The {} spend budget of key {} ({}) is used up; it resets at {}.",
+                           period, k.id, quota::is_daily(bk) ? k.daily_spend : k.monthly_spend,
+                           std::string_view(reset, rl));
+  } else {
+    msg = fmt::format_to_n(x.scratch, sizeof x.scratch, "The {} token budget of key {} ({} tokens) is used up; it resets at {}.",
+                           period, k.id, quota::is_daily(bk) ? k.daily_tokens : k.monthly_tokens,
+                           std::string_view(reset, rl));
+  }
+  const size_t ml = msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch;
+  x.codec->answer_error(x, 429, std::string_view(x.scratch, ml), "insufficient_quota", {}, "insufficient_quota", false,
+                        "x-should-retry: false\r\n");
+  x.error_code = "insufficient_quota";
+}
+
+size_t shard_server::write_budget_headers(const exchange& x, char* out, size_t cap) noexcept {
+  // What is left of each budget set on the key (and on its group, once the
+  // model named one), as the control thread last published it: the
+  // current request is not in it until it is settled.
+  const config::key_config& k = _cfg->keys[static_cast<size_t>(x.key_index)];
+  const quota::budget_limits kl = quota::limits_of(k);
+  const bool grouped = x.group < _cfg->groups.size();
+  const uint64_t gd = grouped ? _cfg->groups[x.group].daily_tokens : 0;
+  const uint64_t gm = grouped ? _cfg->groups[x.group].monthly_tokens : 0;
+  if ((kl[0] | kl[1] | kl[2] | kl[3] | gd | gm) == 0) return 0;
+  static constexpr std::string_view k_names[] = {"daily-tokens", "monthly-tokens", "daily-spend", "monthly-spend"};
+  text_writer t(out, cap);
+  bool daily = gd != 0, monthly = gm != 0;
+  for (size_t i = 0; i < quota::budget_kind_count; ++i) {
+    if (kl[i] == 0) continue;
+    (i % 2 == 0 ? daily : monthly) = true;
+    const uint64_t left = _budgets.key_left(static_cast<uint32_t>(x.key_index), static_cast<quota::budget_kind>(i));
+    t.put("x-budget-remaining-");
+    t.put(k_names[i]);
+    t.put(": ");
+    if (i >= 2) {
+      char num[32];
+      auto r = fmt::format_to_n(num, sizeof num, "{:.6f}", static_cast<double>(left) / 1e9);
+      t.put(std::string_view(num, r.size < sizeof num ? r.size : sizeof num));
+    } else {
+      t.put_int(left);
+    }
+    t.put("\r\n");
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    if ((i == 0 ? gd : gm) == 0) continue;
+    t.put("x-budget-remaining-group-");
+    t.put(k_names[i]);
+    t.put(": ");
+    t.put_int(_budgets.group_left(x.group, static_cast<quota::budget_kind>(i)));
+    t.put("\r\n");
+  }
+  const quota::budget_windows w = quota::windows_at(static_cast<int64_t>(realtime_ms()));
+  char reset[quota::k_utc_chars];
+  if (daily) {
+    t.put("x-budget-reset-daily: ");
+    t.put(std::string_view(reset, quota::format_utc(quota::day_end_ms(w.day), reset)));
+    t.put("\r\n");
+  }
+  if (monthly) {
+    t.put("x-budget-reset-monthly: ");
+    t.put(std::string_view(reset, quota::format_utc(quota::month_end_ms(w.month), reset)));
+    t.put("\r\n");
+  }
+  return static_cast<size_t>(t.p - out);
+}
+
 size_t shard_server::write_rate_headers(const exchange& x, char* out, size_t cap) noexcept {
   if (x.key_index < 0) return 0;
   const quota::rate_headers h = _quota.headers(static_cast<uint32_t>(x.key_index), to_ns(now_ms()));
@@ -148,7 +250,21 @@ size_t shard_server::write_rate_headers(const exchange& x, char* out, size_t cap
   };
   window("requests", h.requests);
   window("tokens", h.tokens);
-  return n;
+  return n + write_budget_headers(x, out + n, cap - n);
+}
+
+void shard_server::count_budget(const exchange& x, uint64_t prompt, uint64_t completion) noexcept {
+  // Every token the audit line reports is charged (streams cut short
+  // included): a load and a store per cell, no allocation.
+  if (x.key_index < 0 || (prompt | completion) == 0) return;
+  uint64_t spend = 0;
+  if (x.group < _cfg->groups.size()) {
+    const config::group_config& g = _cfg->groups[x.group];
+    if (g.input_cost_per_mtok > 0 || g.output_cost_per_mtok > 0) {
+      spend = quota::spend_nano(prompt, completion, g.input_cost_per_mtok, g.output_cost_per_mtok);
+    }
+  }
+  _budgets.count(_index, static_cast<uint32_t>(x.key_index), x.group, prompt + completion, spend);
 }
 
 void shard_server::settle_quota(exchange& x, uint64_t prompt, uint64_t completion) noexcept {

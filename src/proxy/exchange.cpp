@@ -88,6 +88,8 @@ void shard_server::end_request(exchange& x) noexcept {
   // client gone mid-stream pays the prompt and what was streamed); any
   // failure before an answer is refunded.
   if (x.held.live) settle_quota(x, answered ? prompt : 0, answered ? completion : 0);
+  // Budgets count what the audit line says was used.
+  count_budget(x, prompt, completion);
   const bool grouped = x.group != metrics::none;
   _metrics.request_done(x.group, x.backend_used, x.status);
   if (grouped && (prompt | completion) != 0) _metrics.tokens(x.group, prompt, completion);

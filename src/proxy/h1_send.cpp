@@ -56,13 +56,16 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   if (d->x.request_id_len == 0) _x.make_request_id(d->x);
   const size_t bl = body.size();
   close = close || !d->x.head.keep_alive || _draining || d->state == conn_state::idle;
-  if (!d->out.reserve(bl + 1024)) {
+  // The head's room: the rate-limit and budget fields (up to 1 KiB), the
+  // caller's extra fields and the fixed ones.
+  constexpr size_t k_head_room = 2048;
+  if (!d->out.reserve(bl + k_head_room)) {
     close_downstream(d);
     return;
   }
-  char rate[512];
+  char rate[1024];
   const size_t rl = _x.write_rate_headers(d->x, rate, sizeof rate);
-  auto r = fmt::format_to_n(d->out.data, 1024,
+  auto r = fmt::format_to_n(d->out.data, k_head_room,
                             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
                             "x-request-id: {}\r\n{}{}{}\r\n",
                             status, reason_phrase(status), bl, std::string_view(d->x.request_id, d->x.request_id_len),
@@ -249,7 +252,7 @@ bool h1_codec::stage_response_head(exchange& x, const http::response_head& rh, b
   }
   // sluice's own fields: the request id, the key's rate-limit state and
   // the time sluice and the backend took to the head (as OpenAI sends).
-  char rate[512];
+  char rate[1024];
   const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
   if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
     return false;

@@ -561,7 +561,7 @@ void h2_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   }
   set_deadline(st, deadline_kind::none, 0);
   if (st->closed) return;
-  char rate[512];
+  char rate[1024];
   const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
   byte_buf& h = st->head;
   if (!h.reserve(rl + extra_headers.size() + 256) || !st->answer.reserve(body.size() + 1)) {
@@ -639,7 +639,7 @@ bool h2_codec::stage_response_head(exchange& x, const http::response_head& rh, b
     if (rh.chunked && iequals(hd.name, "content-length")) continue;
     append_field(o, hd.name, hd.value);
   }
-  char rate[512];
+  char rate[1024];
   const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
   if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) return false;
   char line[32];

@@ -72,6 +72,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _mesh(mesh),
       _quota(index, mesh.count, key_limits_of(*_cfg), static_cast<int64_t>(monotonic_ns()),
              slices_options_of(mesh)),
+      _budgets(*mesh.budgets),
       _reader(_cfg->server.max_body_bytes),
       _openai(_ctx, *this),
       _anthropic(_ctx, _openai),

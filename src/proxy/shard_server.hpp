@@ -136,6 +136,12 @@ class shard_server {
   void admit(exchange& x) noexcept;
   void answer_rate_limited(exchange& x, const quota::decision& q) noexcept;
   void settle_quota(exchange& x, uint64_t prompt, uint64_t completion) noexcept;
+  // Budgets: a 429 insufficient_quota for the budgets whose bits are set;
+  // the tokens (and spend) of a finished request onto this shard's cells;
+  // the x-budget-* headers.
+  void answer_budget_exhausted(exchange& x, uint8_t key_out, uint8_t group_out) noexcept;
+  void count_budget(const exchange& x, uint64_t prompt, uint64_t completion) noexcept;
+  size_t write_budget_headers(const exchange& x, char* out, size_t cap) noexcept;
   void append_waiter(exchange& x) noexcept;
   // Empties the waiter list and returns its old head; the chain stays
   // linked through wait_hook.next for the caller's walk.
@@ -159,6 +165,7 @@ class shard_server {
   shard_mesh _mesh;
   std::unique_ptr<audit::writer> _audit;
   quota::shard_slices _quota;
+  quota::budget_board& _budgets;  // the gateway's; this shard writes only its own cells
   exchange* _waiters = nullptr;   // parked for quota, oldest first
   exchange* _waiters_tail = nullptr;
   uint64_t _prng = 0;

@@ -86,6 +86,8 @@ struct quota_config {
   uint32_t default_max_tokens = 4096;
   uint32_t max_tokens_cap = 32768;       // a request's max_tokens above its group's cap: 400
   uint32_t image_tokens = 1024;          // admission estimate per image content part
+  // Budgets' usage across restarts (README "Budgets"); "" = not kept.
+  std::string budget_state_file = "sluice-budgets.json";
 };
 
 struct audit_config {
@@ -198,6 +200,12 @@ struct group_config {
   // reject the field (then content events are counted instead).
   bool inject_usage = true;
   health_config health;              // [health] with this group's overrides
+  // Budgets of the group, all keys together (UTC day / month; 0 = none),
+  // and the cost of its tokens, for keys' spend budgets.
+  uint64_t daily_tokens = 0;
+  uint64_t monthly_tokens = 0;
+  double input_cost_per_mtok = 0;    // currency per 1M prompt tokens
+  double output_cost_per_mtok = 0;   // currency per 1M completion tokens
   bool removed = false;              // gone from the file at a reload: matches no model (see reconcile)
 };
 
@@ -208,6 +216,12 @@ struct key_config {
   uint64_t requests_per_minute = 0;        // 0 = unlimited
   uint32_t max_concurrent = 0;             // 0 = unlimited
   std::vector<std::string> groups{"*"};    // group names or globs
+  // Budgets (README "Budgets"): prompt + completion tokens, and spend at
+  // the groups' costs, per UTC calendar day / month; 0 = none.
+  uint64_t daily_tokens = 0;
+  uint64_t monthly_tokens = 0;
+  double daily_spend = 0;
+  double monthly_spend = 0;
   bool removed = false;                    // gone (or re-limited) at a reload: never authenticates
 };
 

@@ -11,6 +11,7 @@
 namespace sluice::control {
 
 class health_checker;
+class budget_keeper;
 
 class admin_server {
  public:
@@ -29,6 +30,12 @@ class admin_server {
   // server.admin_token_env's value: every endpoint but /healthz then wants
   // it as a bearer token. Empty: none.
   void set_token(std::string token) { _token = std::move(token); }
+  // GET /keys/{id} and the budget metrics: the keeper, and the running
+  // snapshot as the control thread keeps it (updated on reload).
+  void set_budgets(const budget_keeper* b, const std::shared_ptr<const config::config>* cfg) noexcept {
+    _budgets = b;
+    _cfg = cfg;
+  }
 
   struct conn;
 
@@ -53,6 +60,8 @@ class admin_server {
   shard::reactor& _r;
   const gateway& _g;
   health_checker* _health = nullptr;
+  const budget_keeper* _budgets = nullptr;
+  const std::shared_ptr<const config::config>* _cfg = nullptr;
   std::string _token;
   int _listen_fd;
   accept_op _accept_op;

@@ -12,6 +12,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/metrics/registry.hpp"
+#include "sluice/quota/budget.hpp"
 #include "sluice/route/table.hpp"
 #include "sluice/tls/tls.hpp"
 
@@ -25,7 +26,12 @@ class gateway {
   // port), starts one shard thread per cpu and waits until each has its
   // reactor running. Throws std::runtime_error with the cause on failure
   // (start-up is the config/main boundary).
-  static std::unique_ptr<gateway> start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus);
+  // `budgets`: the board the shards count budgets on and read their flags
+  // from (made and loaded by the caller before any shard runs, sized for
+  // cpus and config::capacity_for(cfg); it must outlive the gateway).
+  // Null: the gateway makes one of its own (no budget is kept).
+  static std::unique_ptr<gateway> start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus,
+                                        quota::budget_board* budgets = nullptr);
   ~gateway();
   gateway(const gateway&) = delete;
   gateway& operator=(const gateway&) = delete;
@@ -35,6 +41,11 @@ class gateway {
   size_t shard_count() const noexcept { return _shards.size(); }
   const metrics::registry& metrics() const noexcept { return *_metrics; }
   metrics::registry& metrics() noexcept { return *_metrics; }
+  const quota::budget_board& budgets() const noexcept { return *_budgets; }
+  // Any thread: a key's quota level (tokens: r = 0, requests: r = 1) summed
+  // over the shards as they last published it (what the rate-limit headers
+  // report as remaining).
+  int64_t quota_level(uint32_t key, int r) const noexcept;
 
   // SIGHUP: `next` must come from config::reconcile() against the running
   // snapshot, within capacity(). Every shard swaps to it between two
@@ -89,6 +100,8 @@ class gateway {
   void post(uint8_t kind, uint32_t drain_ms, const route::message* r = nullptr) noexcept;
 
   std::unique_ptr<metrics::registry> _metrics;
+  std::unique_ptr<quota::budget_board> _own_budgets;
+  quota::budget_board* _budgets = nullptr;
   // The shard mesh (queues by (from, to) and each shard's reactor for
   // wake-ups); defined in gateway.cpp. Outlives every shard thread.
   struct mesh_storage;

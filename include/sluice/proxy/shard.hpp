@@ -12,6 +12,7 @@
 #include "sluice/config/config.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/metrics/registry.hpp"
+#include "sluice/quota/budget.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/table.hpp"
 #include "sluice/shard/reactor.hpp"
@@ -49,6 +50,7 @@ struct shard_mesh {
   outcome_queue* to_control = nullptr;                     // this shard's passive health reports
   std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
   uint32_t quota_keys_max = 0;                             // keys per shard in quota_levels (reload room)
+  quota::budget_board* budgets = nullptr;                  // budget counters (this shard's cells) and flags
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 

@@ -46,6 +46,7 @@ backends = ["http://127.0.0.1:9"]
 id = "big"
 key = "sk-big"
 groups = ["chat"]
+daily_tokens = 1000
 
 [[key]]
 id = "small"
@@ -128,6 +129,7 @@ struct policy_fixture {
   std::unique_ptr<sluice::shard::reactor> ring = sluice::shard::reactor::create({});
   sluice::metrics::registry metrics{1, names_of(*config)};
   std::unique_ptr<std::atomic<int64_t>[]> levels = std::make_unique<std::atomic<int64_t>[]>(config->keys.size() * 2);
+  sluice::quota::budget_board budgets{1, static_cast<uint32_t>(config->keys.size()), static_cast<uint32_t>(config->groups.size())};
   proxy::shard_mesh mesh = mesh_of(*this);
   std::unique_ptr<proxy::shard_server> srv =
       std::make_unique<proxy::shard_server>(0, config, *ring, -1, -1, metrics.shard(0), mesh);
@@ -144,6 +146,7 @@ struct policy_fixture {
     m.count = 1;
     m.quota_levels = f.levels.get();
     m.quota_keys_max = static_cast<uint32_t>(f.config->keys.size());
+    m.budgets = &f.budgets;
     return m;
   }
 };
@@ -285,6 +288,34 @@ TEST_CASE("a request over its key's tokens per minute gets 429 and no attempt") 
   CHECK_FALSE(big.x.held.live);
   f.srv->end_request(fits.x);
   f.srv->end_request(big.x);
+}
+
+TEST_CASE("a key whose budget bit is set gets 429 insufficient_quota naming the budget, before any reservation") {
+  policy_fixture f;
+  sluice::quota::budget_limits left{};
+  f.budgets.publish_key(0, 1u << static_cast<unsigned>(sluice::quota::budget_kind::daily_tokens), left);
+  request r("POST", "/v1/chat/completions", "sk-big", k_chat);
+  r.run(*f.srv);
+  CHECK(r.codec.status == 429);
+  CHECK(r.codec.code == "insufficient_quota");
+  CHECK(r.adapter.started == 0);
+  CHECK_FALSE(r.x.held.live);
+  CHECK(r.codec.answer_body.starts_with("The daily token budget of key big (1000 tokens) is used up; it resets at "));
+  CHECK(f.budgets.rejections(0, static_cast<size_t>(sluice::quota::budget_kind::daily_tokens)) == 1);
+  f.srv->end_request(r.x);
+  CHECK(f.budgets.key_tokens(0) == 0);  // refused: nothing used
+}
+
+TEST_CASE("a group's budget bit refuses every key of the group; the key's own bits stay clear") {
+  policy_fixture f;
+  f.budgets.publish_group(0, 1u << static_cast<unsigned>(sluice::quota::budget_kind::monthly_tokens), {});
+  request r("POST", "/v1/chat/completions", "sk-small", k_chat);
+  r.run(*f.srv);
+  CHECK(r.codec.status == 429);
+  CHECK(r.codec.code == "insufficient_quota");
+  CHECK(r.codec.answer_body.starts_with("The monthly token budget of group chat"));
+  CHECK(f.budgets.rejections(1, sluice::quota::budget_kind_count + 1) == 1);
+  f.srv->end_request(r.x);
 }
 
 TEST_CASE("GET /v1/models is answered by the policy itself, from the key's groups") {

@@ -34,6 +34,7 @@ struct one_shard {
   sluice::metrics::registry metrics{1, names_of(*config)};
   std::atomic<sluice::shard::reactor*> reactors[1] = {nullptr};
   std::unique_ptr<std::atomic<int64_t>[]> levels = std::make_unique<std::atomic<int64_t>[]>(config->keys.size() * 2);
+  sluice::quota::budget_board budgets{1, static_cast<uint32_t>(config->keys.size()), static_cast<uint32_t>(config->groups.size())};
   proxy::shard_link link;
 
   one_shard() {
@@ -46,6 +47,7 @@ struct one_shard {
     link.mesh.to_control = &link.outcomes;
     link.mesh.quota_levels = levels.get();
     link.mesh.quota_keys_max = static_cast<uint32_t>(config->keys.size());
+    link.mesh.budgets = &budgets;
   }
 
   // What the control thread does to post: push, count, wake.

@@ -1,0 +1,50 @@
+#pragma once
+// control: budgets, run from the control thread's loop (README "Budgets").
+// Owns the board the shards count on and the ledger over it: every ~50 ms it
+// sums the shards' counters and publishes which budgets are used up; about
+// once a second (and at shutdown) it keeps the usage in the store. Also
+// renders the budget metrics and GET /keys/{id}.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "sluice/config/config.hpp"
+#include "sluice/quota/budget.hpp"
+
+namespace sluice::control {
+
+class gateway;
+
+// Control-thread-local. One per process, made before the gateway (the
+// shards get its board) and destroyed after the shards are joined.
+class budget_keeper {
+ public:
+  static constexpr uint64_t k_period_ms = 50;
+
+  // Sizes the board for `shards` and the config's reload room, and loads
+  // the state file (quota.budget_state_file; "" = none). Throws
+  // std::runtime_error naming the file when it is refused.
+  budget_keeper(const config::config& cfg, size_t shards);
+  quota::budget_board& board() noexcept { return *_board; }
+
+  // Each loop turn: a ledger step every k_period_ms, a save at most once a
+  // second. `unix_ms`: the wall clock.
+  void on_iteration(const config::config& cfg, uint64_t mono_ms, int64_t unix_ms);
+  // After every shard stopped: the last step and a save, whatever changed.
+  void shutdown(const config::config& cfg, int64_t unix_ms);
+
+  // Prometheus families sluice_budget_*; appended to `out`.
+  void render_metrics(const config::config& cfg, int64_t unix_ms, std::string& out) const;
+  // GET /keys/{id}: the key's limits, levels and budgets as JSON. Returns:
+  // false when no live key has that id.
+  bool describe_key(const config::config& cfg, const gateway& g, std::string_view id, int64_t unix_ms,
+                    std::string& out) const;
+
+ private:
+  std::unique_ptr<quota::budget_board> _board;
+  std::unique_ptr<quota::budget_ledger> _ledger;
+  uint64_t _last_step_ms = 0;
+};
+
+}  // namespace sluice::control

@@ -1,0 +1,484 @@
+// Budgets: the UTC calendar, the board the shards count on, the ledger the
+// control thread keeps, and the state file (sluice/quota/budget.hpp).
+#include "sluice/quota/budget.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include <simdjson.h>
+
+#include "sluice/core/log.hpp"
+
+namespace sluice::quota {
+
+namespace {
+
+constexpr int64_t k_day_ms = 86'400'000;
+
+int64_t floor_div(int64_t a, int64_t b) noexcept { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+}  // namespace
+
+// Days <-> dates by counting 400-year eras of 146097 days, with years
+// starting on 1 March so that the leap day is the last day of a year.
+int64_t days_from_civil(civil_date d) noexcept {
+  const int64_t y = static_cast<int64_t>(d.year) - (d.month <= 2 ? 1 : 0);
+  const int64_t era = floor_div(y, 400);
+  const int64_t year_of_era = y - era * 400;                               // 0..399
+  const int64_t month_from_march = (static_cast<int64_t>(d.month) + 9) % 12;  // March = 0
+  const int64_t day_of_year = (153 * month_from_march + 2) / 5 + static_cast<int64_t>(d.day) - 1;
+  const int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+  return era * 146097 + day_of_era - 719468;  // 719468: days from 0000-03-01 to 1970-01-01
+}
+
+civil_date civil_from_days(int64_t days) noexcept {
+  const int64_t z = days + 719468;
+  const int64_t era = floor_div(z, 146097);
+  const int64_t day_of_era = z - era * 146097;  // 0..146096
+  const int64_t year_of_era =
+      (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
+  const int64_t day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+  const int64_t month_from_march = (5 * day_of_year + 2) / 153;
+  civil_date out;
+  out.day = static_cast<uint32_t>(day_of_year - (153 * month_from_march + 2) / 5 + 1);
+  out.month = static_cast<uint32_t>(month_from_march < 10 ? month_from_march + 3 : month_from_march - 9);
+  out.year = static_cast<int32_t>(year_of_era + era * 400 + (out.month <= 2 ? 1 : 0));
+  return out;
+}
+
+budget_windows windows_at(int64_t unix_ms) noexcept {
+  budget_windows w;
+  w.day = floor_div(unix_ms, k_day_ms);
+  const civil_date d = civil_from_days(w.day);
+  w.month = static_cast<int64_t>(d.year) * 12 + d.month - 1;
+  return w;
+}
+
+int64_t day_end_ms(int64_t day) noexcept { return (day + 1) * k_day_ms; }
+
+int64_t month_end_ms(int64_t month) noexcept {
+  const int64_t next = month + 1;
+  civil_date d;
+  d.year = static_cast<int32_t>(floor_div(next, 12));
+  d.month = static_cast<uint32_t>(next - floor_div(next, 12) * 12 + 1);
+  d.day = 1;
+  return days_from_civil(d) * k_day_ms;
+}
+
+size_t format_utc(int64_t unix_ms, char* out) noexcept {
+  const int64_t day = floor_div(unix_ms, k_day_ms);
+  const int64_t s = (unix_ms - day * k_day_ms) / 1000;
+  const civil_date d = civil_from_days(day);
+  auto r = fmt::format_to_n(out, k_utc_chars, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", d.year, d.month, d.day, s / 3600,
+                            s / 60 % 60, s % 60);
+  return r.size < k_utc_chars ? r.size : k_utc_chars;
+}
+
+std::string_view budget_name(budget_kind k) noexcept {
+  switch (k) {
+    case budget_kind::daily_tokens: return "daily_tokens";
+    case budget_kind::monthly_tokens: return "monthly_tokens";
+    case budget_kind::daily_spend: return "daily_spend";
+    case budget_kind::monthly_spend: return "monthly_spend";
+  }
+  return "?";
+}
+
+uint64_t spend_nano(uint64_t prompt, uint64_t completion, double input_cost_per_mtok,
+                    double output_cost_per_mtok) noexcept {
+  // A cost per 1M tokens is 1e9 / 1e6 = 1e3 nano-units per token.
+  const double nano = (static_cast<double>(prompt) * input_cost_per_mtok +
+                       static_cast<double>(completion) * output_cost_per_mtok) * 1e3;
+  return nano <= 0 ? 0 : static_cast<uint64_t>(nano + 0.5);
+}
+
+budget_limits limits_of(const config::key_config& k) noexcept {
+  return {k.daily_tokens, k.monthly_tokens, to_nano(k.daily_spend), to_nano(k.monthly_spend)};
+}
+
+budget_limits limits_of(const config::group_config& g) noexcept { return {g.daily_tokens, g.monthly_tokens, 0, 0}; }
+
+bool budget_usage::roll(budget_windows now) noexcept {
+  bool changed = false;
+  // Only forward: a wall clock stepped back keeps what was counted.
+  if (now.day > at.day) {
+    changed = at.day >= 0 && (used[0] | used[2]) != 0;
+    used[static_cast<size_t>(budget_kind::daily_tokens)] = 0;
+    used[static_cast<size_t>(budget_kind::daily_spend)] = 0;
+    at.day = now.day;
+  }
+  if (now.month > at.month) {
+    changed = changed || (at.month >= 0 && (used[1] | used[3]) != 0);
+    used[static_cast<size_t>(budget_kind::monthly_tokens)] = 0;
+    used[static_cast<size_t>(budget_kind::monthly_spend)] = 0;
+    at.month = now.month;
+  }
+  return changed;
+}
+
+void budget_usage::add(budget_windows now, uint64_t tokens, uint64_t spend) noexcept {
+  roll(now);
+  used[0] += tokens;
+  used[1] += tokens;
+  used[2] += spend;
+  used[3] += spend;
+}
+
+// ---------------------------------------------------------------------------
+// budget_board
+
+budget_board::budget_board(uint32_t shards, uint32_t keys_max, uint32_t groups_max)
+    : _shards(shards == 0 ? 1 : shards),
+      _keys(keys_max),
+      _groups(groups_max),
+      _lines_per_shard((static_cast<size_t>(keys_max) * 2 + groups_max + static_cast<size_t>(keys_max) * k_reasons + 7) / 8),
+      _lines(static_cast<size_t>(_shards) * (_lines_per_shard == 0 ? 1 : _lines_per_shard)),
+      _flags(std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(keys_max) + groups_max + 1)),
+      _left(std::make_unique<std::atomic<uint64_t>[]>((static_cast<size_t>(keys_max) + groups_max + 1) * budget_kind_count)) {
+  if (_lines_per_shard == 0) _lines_per_shard = 1;
+}
+
+uint64_t budget_board::sum(size_t i) const noexcept {
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < _shards; ++s) total += cell(s, i).load(std::memory_order_relaxed);
+  return total;
+}
+
+void budget_board::publish_key(uint32_t key, uint8_t exhausted, const budget_limits& left) noexcept {
+  if (key >= _keys) return;
+  for (size_t k = 0; k < budget_kind_count; ++k) _left[key * budget_kind_count + k].store(left[k], std::memory_order_relaxed);
+  _flags[key].store(exhausted, std::memory_order_relaxed);
+}
+
+void budget_board::publish_group(uint32_t group, uint8_t exhausted, const budget_limits& left) noexcept {
+  if (group >= _groups) return;
+  const size_t row = static_cast<size_t>(_keys) + group;
+  for (size_t k = 0; k < budget_kind_count; ++k) _left[row * budget_kind_count + k].store(left[k], std::memory_order_relaxed);
+  _flags[row].store(exhausted, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// The state's JSON
+
+namespace {
+
+constexpr std::string_view k_format = "sluice-budgets";
+
+void put_subjects(std::string& out, const std::map<std::string, budget_usage, std::less<>>& m) {
+  bool first = true;
+  for (const auto& [name, u] : m) {
+    const civil_date d = civil_from_days(u.at.day < 0 ? 0 : u.at.day);
+    const int64_t month = u.at.month < 0 ? 1970 * 12 : u.at.month;
+    // Names are config ids (plain characters, README "Configuration"):
+    // nothing in them needs escaping.
+    fmt::format_to(std::back_inserter(out),
+                   "{}\n    \"{}\": {{\"day\": \"{:04}-{:02}-{:02}\", \"month\": \"{:04}-{:02}\", \"daily_tokens\": {}, "
+                   "\"monthly_tokens\": {}, \"daily_spend_nano\": {}, \"monthly_spend_nano\": {}}}",
+                   first ? "" : ",", name, d.year, d.month, d.day, month / 12, month % 12 + 1, u.used[0], u.used[1],
+                   u.used[2], u.used[3]);
+    first = false;
+  }
+}
+
+// "YYYY-MM-DD" / "YYYY-MM". Returns: false on anything else.
+bool parse_day(std::string_view s, int64_t& day) {
+  unsigned y = 0, m = 0, d = 0;
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9}) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  y = static_cast<unsigned>((s[0] - '0') * 1000 + (s[1] - '0') * 100 + (s[2] - '0') * 10 + (s[3] - '0'));
+  m = static_cast<unsigned>((s[5] - '0') * 10 + (s[6] - '0'));
+  d = static_cast<unsigned>((s[8] - '0') * 10 + (s[9] - '0'));
+  if (m < 1 || m > 12 || d < 1 || d > 31) return false;
+  day = days_from_civil({static_cast<int32_t>(y), m, d});
+  return true;
+}
+
+bool parse_month(std::string_view s, int64_t& month) {
+  if (s.size() != 7 || s[4] != '-') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6}) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  const int64_t y = (s[0] - '0') * 1000 + (s[1] - '0') * 100 + (s[2] - '0') * 10 + (s[3] - '0');
+  const int64_t m = (s[5] - '0') * 10 + (s[6] - '0');
+  if (m < 1 || m > 12) return false;
+  month = y * 12 + m - 1;
+  return true;
+}
+
+bool parse_subjects(simdjson::dom::element e, std::string_view what,
+                    std::map<std::string, budget_usage, std::less<>>& out, std::string& error) {
+  simdjson::dom::object subjects;
+  if (e.get_object().get(subjects) != simdjson::SUCCESS) {
+    error = fmt::format("\"{}\" is not an object", what);
+    return false;
+  }
+  static constexpr std::string_view k_fields[] = {"daily_tokens", "monthly_tokens", "daily_spend_nano",
+                                                  "monthly_spend_nano"};
+  for (auto [name, value] : subjects) {
+    budget_usage u;
+    std::string_view day, month;
+    if (value["day"].get_string().get(day) != simdjson::SUCCESS || !parse_day(day, u.at.day) ||
+        value["month"].get_string().get(month) != simdjson::SUCCESS || !parse_month(month, u.at.month)) {
+      error = fmt::format("{} \"{}\": \"day\" must be \"YYYY-MM-DD\" and \"month\" \"YYYY-MM\"", what, name);
+      return false;
+    }
+    for (size_t i = 0; i < budget_kind_count; ++i) {
+      if (value[k_fields[i]].get_uint64().get(u.used[i]) != simdjson::SUCCESS) {
+        error = fmt::format("{} \"{}\": \"{}\" must be a whole number >= 0", what, name, k_fields[i]);
+        return false;
+      }
+    }
+    out.emplace(std::string(name), u);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string format_state(const budget_state& s, int64_t now_ms) {
+  char saved[k_utc_chars];
+  const size_t sl = format_utc(now_ms, saved);
+  std::string out;
+  out.reserve(256 + (s.keys.size() + s.groups.size()) * 200);
+  fmt::format_to(std::back_inserter(out), "{{\n  \"format\": \"{}\",\n  \"version\": 1,\n  \"saved_at\": \"{}\",\n  \"keys\": {{",
+                 k_format, std::string_view(saved, sl));
+  put_subjects(out, s.keys);
+  out += "\n  },\n  \"groups\": {";
+  put_subjects(out, s.groups);
+  out += "\n  }\n}\n";
+  return out;
+}
+
+bool parse_state(std::string_view text, budget_state& out, std::string& error) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(text);
+  simdjson::dom::element root;
+  if (auto e = parser.parse(padded).get(root); e != simdjson::SUCCESS) {
+    error = fmt::format("not JSON ({})", simdjson::error_message(e));
+    return false;
+  }
+  std::string_view format;
+  uint64_t version = 0;
+  if (root["format"].get_string().get(format) != simdjson::SUCCESS || format != k_format) {
+    error = fmt::format("not a sluice budget state (no \"format\": \"{}\")", k_format);
+    return false;
+  }
+  if (root["version"].get_uint64().get(version) != simdjson::SUCCESS || version != 1) {
+    error = "a budget state of another version (this sluice reads version 1)";
+    return false;
+  }
+  budget_state s;
+  simdjson::dom::element keys, groups;
+  if (root["keys"].get(keys) != simdjson::SUCCESS || root["groups"].get(groups) != simdjson::SUCCESS) {
+    error = "\"keys\" or \"groups\" is missing";
+    return false;
+  }
+  if (!parse_subjects(keys, "key", s.keys, error) || !parse_subjects(groups, "group", s.groups, error)) return false;
+  out = std::move(s);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// budget_file_store
+
+bool budget_file_store::load(budget_state& out, std::string& error) {
+  out = {};
+  const int fd = ::open(_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return true;
+    error = fmt::format("budget state file {}: {}", _path, std::strerror(errno));
+    return false;
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      error = fmt::format("budget state file {}: {}", _path, std::strerror(errno));
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  std::string why;
+  if (!parse_state(text, out, why)) {
+    error = fmt::format("budget state file {}: {}; refusing to start rather than forget what was used "
+                        "(restore it, or move it away to start every budget at 0)",
+                        _path, why);
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    s.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool budget_file_store::push(const budget_state&, const budget_state& whole, int64_t unix_ms, budget_state*) {
+  // The new state goes to a temp file next to the old one, reaches the disk,
+  // and only then replaces it (rename is atomic within a directory); the
+  // directory's fsync makes the rename itself survive a crash.
+  const std::string tmp = _path + ".tmp";
+  const std::string text = format_state(whole, unix_ms);
+  const size_t slash = _path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : _path.substr(0, slash);
+  const char* step = "open";
+  bool ok = false;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    step = "write";
+    if (write_all(fd, text)) {
+      step = "fsync";
+      if (::fsync(fd) == 0) ok = true;
+    }
+    ::close(fd);
+  }
+  if (ok) {
+    step = "rename";
+    ok = ::rename(tmp.c_str(), _path.c_str()) == 0;
+  }
+  if (ok) {
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);  // best effort: the file itself is complete either way
+      ::close(dfd);
+    }
+  }
+  if (!ok) {
+    const int err = errno;
+    if (fd >= 0 || step != std::string_view("open")) (void)::unlink(tmp.c_str());
+    if (!_warned) log::warn("budget state file {}: {} failed: {}; kept in memory, retried every second", _path, step,
+                            std::strerror(err));
+    _warned = true;
+    return false;
+  }
+  if (_warned) log::info("budget state file {}: written again", _path);
+  _warned = false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// budget_ledger
+
+budget_ledger::budget_ledger(budget_board& board, std::unique_ptr<budget_store> store)
+    : _board(board),
+      _store(std::move(store)),
+      _seen_key_tokens(board.keys_max(), 0),
+      _seen_key_spend(board.keys_max(), 0),
+      _seen_group_tokens(board.groups_max(), 0) {}
+
+bool budget_ledger::load(std::string& error) {
+  if (!_store) return true;
+  return _store->load(_state, error);
+}
+
+budget_usage& budget_ledger::at(subject_kind kind, std::string_view name) {
+  auto& m = kind == subject_kind::key ? _state.keys : _state.groups;
+  auto it = m.find(name);
+  if (it == m.end()) it = m.emplace(std::string(name), budget_usage{}).first;
+  return it->second;
+}
+
+budget_usage budget_ledger::usage(subject_kind kind, std::string_view name, budget_windows now) const {
+  const auto& m = kind == subject_kind::key ? _state.keys : _state.groups;
+  auto it = m.find(name);
+  budget_usage u = it == m.end() ? budget_usage{} : it->second;
+  u.roll(now);
+  return u;
+}
+
+namespace {
+
+// Bits of the budgets used up, and what is left of each (0 where none).
+uint8_t exhausted_of(const budget_limits& limits, const budget_usage& u, budget_limits& left) noexcept {
+  uint8_t bits = 0;
+  for (size_t k = 0; k < budget_kind_count; ++k) {
+    left[k] = limits[k] == 0 ? 0 : limits[k] > u.used[k] ? limits[k] - u.used[k] : 0;
+    if (limits[k] != 0 && u.used[k] >= limits[k]) bits = static_cast<uint8_t>(bits | (1u << k));
+  }
+  return bits;
+}
+
+bool any(const budget_limits& l) noexcept { return (l[0] | l[1] | l[2] | l[3]) != 0; }
+
+}  // namespace
+
+void budget_ledger::step(const config::config& cfg, int64_t unix_ms) {
+  const budget_windows now = windows_at(unix_ms);
+  const size_t keys = std::min<size_t>(cfg.keys.size(), _board.keys_max());
+  const size_t groups = std::min<size_t>(cfg.groups.size(), _board.groups_max());
+  // What the shards settled since the last step. A removed key (a reload)
+  // still finishes its in-flight requests on its old position: charged to
+  // its id like the new one.
+  for (uint32_t k = 0; k < keys; ++k) {
+    const uint64_t t = _board.key_tokens(k), s = _board.key_spend_nano(k);
+    if (t == _seen_key_tokens[k] && s == _seen_key_spend[k]) continue;
+    const uint64_t dt = t - _seen_key_tokens[k], ds = s - _seen_key_spend[k];
+    _seen_key_tokens[k] = t;
+    _seen_key_spend[k] = s;
+    at(subject_kind::key, cfg.keys[k].id).add(now, dt, ds);
+    budget_usage& d = _delta.keys[cfg.keys[k].id];
+    d.add(now, dt, ds);
+    _dirty = true;
+  }
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint64_t t = _board.group_tokens(g);
+    if (t == _seen_group_tokens[g]) continue;
+    const uint64_t dt = t - _seen_group_tokens[g];
+    _seen_group_tokens[g] = t;
+    at(subject_kind::group, cfg.groups[g].name).add(now, dt, 0);
+    _delta.groups[cfg.groups[g].name].add(now, dt, 0);
+    _dirty = true;
+  }
+  // Publish: only subjects with a budget look anything up.
+  _any_budget = false;
+  auto publish = [&](subject_kind kind, uint32_t i, const std::string& name, const budget_limits& limits) {
+    budget_limits left{};
+    uint8_t bits = 0;
+    if (any(limits)) {
+      _any_budget = true;
+      bits = exhausted_of(limits, usage(kind, name, now), left);
+    }
+    if (kind == subject_kind::key) {
+      _board.publish_key(i, bits, left);
+    } else {
+      _board.publish_group(i, bits, left);
+    }
+  };
+  for (uint32_t k = 0; k < keys; ++k) publish(subject_kind::key, k, cfg.keys[k].id, limits_of(cfg.keys[k]));
+  for (uint32_t g = 0; g < groups; ++g) publish(subject_kind::group, g, cfg.groups[g].name, limits_of(cfg.groups[g]));
+}
+
+bool budget_ledger::save(int64_t unix_ms, bool force) {
+  if (!_store || !_dirty || !_any_budget) return true;
+  if (!force && unix_ms - _last_save_ms < 1000) return true;
+  _last_save_ms = unix_ms;
+  budget_state merged;
+  if (!_store->push(_delta, _state, unix_ms, &merged)) return false;
+  if (!merged.keys.empty() || !merged.groups.empty()) _state = std::move(merged);
+  _delta = {};
+  _dirty = false;
+  return true;
+}
+
+}  // namespace sluice::quota
