@@ -363,6 +363,22 @@ TEST_SUITE("config::errors") {
       {"duplicate key secret", "[[key]]\nid = \"a\"\nkey = \"secret\"\n", 10, "key \"k\" has the same secret as key \"a\" at test.toml:1"},
       {"key group that matches nothing", "[[key]]\nid = \"a\"\nkey = \"y\"\ngroups = [\"nope*\"]\n", 4, "matches no [[group]]"},
       {"bad key id", "[[key]]\nid = \"a b\"\nkey = \"y\"\n", 2, "key.id \"a b\" is not allowed"},
+      // Budgets (README "Budgets").
+      {"negative daily tokens", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\n[[key]]\nid = \"x\"\nkey = \"x\"\ndaily_tokens = -1\n",
+       7, "key.daily_tokens = -1 is out of range; allowed: 0-1000000000000000 (0 = none)"},
+      {"monthly tokens as a string", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\n[[key]]\nid = \"x\"\nkey = \"x\"\nmonthly_tokens = \"10\"\n",
+       7, "key.monthly_tokens must be an integer"},
+      {"spend as a string", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\ninput_cost_per_mtok = 1\n[[key]]\nid = \"x\"\nkey = \"x\"\ndaily_spend = \"5\"\n",
+       8, "key.daily_spend must be a number"},
+      {"negative spend", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\ninput_cost_per_mtok = 1\n[[key]]\nid = \"x\"\nkey = \"x\"\nmonthly_spend = -2.5\n",
+       8, "key.monthly_spend = -2.5 is out of range"},
+      {"spend without a price", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\n[[key]]\nid = \"x\"\nkey = \"x\"\ndaily_spend = 5\n",
+       7, "key \"x\": a spend budget needs a price"},
+      {"negative cost", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\noutput_cost_per_mtok = -1\n", 4,
+       "group.output_cost_per_mtok = -1 is out of range"},
+      {"group budget typo", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\ndaily_token = 5\n", 4,
+       "did you mean \"daily_tokens\""},
+      {"state file not a string", "[quota]\nbudget_state_file = 1\n", 2, "quota.budget_state_file must be a string"},
   };
 
   TEST_CASE("each kind of error names the file, the right line and what is allowed") {
@@ -683,5 +699,45 @@ key = "k"
     for (int i = 1; i <= 65; ++i) text += (i > 1 ? ", " : "") + std::string("\"http://127.0.0.1:") + std::to_string(i) + "\"";
     text += "]\n[[key]]\nid = \"k\"\nkey = \"k\"\n";
     CHECK(error_of(text).find("has 65 backends; allowed: at most 64") != std::string::npos);
+  }
+}
+
+TEST_SUITE("config::budgets") {
+  TEST_CASE("budgets and costs are read into the keys, the groups and [quota]") {
+    auto c = load(R"(
+[quota]
+budget_state_file = "/var/lib/sluice/budgets.json"
+
+[[group]]
+name = "g"
+models = ["*"]
+backends = ["http://127.0.0.1:8000"]
+daily_tokens = 5000000
+monthly_tokens = 90000000
+input_cost_per_mtok = 0.15
+output_cost_per_mtok = 2
+
+[[key]]
+id = "alice"
+key = "secret"
+daily_tokens = 1000000
+monthly_tokens = 20000000
+daily_spend = 12.5
+monthly_spend = 100
+)");
+    CHECK(c->quota.budget_state_file == "/var/lib/sluice/budgets.json");
+    const cfg::group_config& g = c->groups[0];
+    CHECK(g.daily_tokens == 5000000);
+    CHECK(g.monthly_tokens == 90000000);
+    CHECK(g.input_cost_per_mtok == doctest::Approx(0.15));
+    CHECK(g.output_cost_per_mtok == doctest::Approx(2.0));
+    const cfg::key_config& k = c->keys[0];
+    CHECK(k.daily_tokens == 1000000);
+    CHECK(k.monthly_tokens == 20000000);
+    CHECK(k.daily_spend == doctest::Approx(12.5));
+    CHECK(k.monthly_spend == doctest::Approx(100.0));
+    auto d = load(k_valid_tail);
+    CHECK(d->quota.budget_state_file == "sluice-budgets.json");
+    CHECK(d->keys[0].daily_tokens == 0);
   }
 }

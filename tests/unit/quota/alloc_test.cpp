@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../alloc_counter.hpp"
+#include "sluice/quota/budget.hpp"
 #include "sluice/quota/duration.hpp"
 #include "sluice/quota/estimate.hpp"
 #include "sluice/quota/shard_slices.hpp"
@@ -64,5 +65,27 @@ TEST_SUITE("quota::allocation") {
     CHECK(formatted > 0);
     delete b;
     delete a;
+  }
+
+  TEST_CASE("budgets on the shard side -- counting, the bits at admission, the reset time -- allocate nothing") {
+    auto* board = new budget_board(2, 4, 2);
+    const size_t before = sluice::test::allocations();
+    uint64_t bits = 0, left = 0;
+    size_t formatted = 0;
+    char reset[k_utc_chars];
+    for (uint32_t i = 0; i < 1000; ++i) {
+      bits += board->key_exhausted(i % 4) | board->group_exhausted(i % 2);
+      board->count(i % 2, i % 4, i % 2, 17, spend_nano(10, 7, 0.15, 0.6));
+      left += board->key_left(i % 4, budget_kind::daily_tokens);
+      const budget_windows w = windows_at(1'796'000'000'000 + i);
+      formatted += format_utc(day_end_ms(w.day), reset) + format_utc(month_end_ms(w.month), reset);
+    }
+    const size_t after = sluice::test::allocations();
+    CHECK(before > 0);
+    CHECK(after == before);
+    CHECK(bits == 0);
+    CHECK(formatted == 2000 * 20);
+    CHECK(board->key_tokens(0) == 250 * 17);
+    delete board;
   }
 }

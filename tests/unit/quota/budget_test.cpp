@@ -1,0 +1,311 @@
+// Budgets: the UTC calendar, window rollover, the board, the ledger and the
+// state file. Time is always a parameter.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "sluice/config/config.hpp"
+#include "sluice/quota/budget.hpp"
+
+using namespace sluice::quota;
+namespace cfg = sluice::config;
+
+namespace {
+
+// Unix ms of a UTC date and time.
+int64_t at(int32_t y, uint32_t m, uint32_t d, int64_t hh = 0, int64_t mm = 0, int64_t ss = 0, int64_t ms = 0) {
+  return days_from_civil({y, m, d}) * 86'400'000 + ((hh * 60 + mm) * 60 + ss) * 1000 + ms;
+}
+
+std::string utc(int64_t ms) {
+  char b[k_utc_chars];
+  return std::string(b, format_utc(ms, b));
+}
+
+// A state file in a fresh temp directory, removed at the end.
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char t[] = "/tmp/sluice-budget-test-XXXXXX";
+    REQUIRE(::mkdtemp(t) != nullptr);
+    path = t;
+  }
+  ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string read_text(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::shared_ptr<const cfg::config> config_with(std::string_view keys_and_groups) {
+  std::string text = "[quota]\nbudget_state_file = \"\"\n";
+  text += keys_and_groups;
+  return cfg::load(text, "budget_test.toml", cfg::flags{});
+}
+
+constexpr std::string_view k_two = R"(
+[[group]]
+name = "g"
+models = ["*"]
+backends = ["http://127.0.0.1:9"]
+daily_tokens = 100
+input_cost_per_mtok = 1000
+output_cost_per_mtok = 2000
+
+[[key]]
+id = "alice"
+key = "sk-a"
+daily_tokens = 50
+monthly_tokens = 120
+daily_spend = 0.5
+
+[[key]]
+id = "bob"
+key = "sk-b"
+)";
+
+}  // namespace
+
+TEST_SUITE("quota::budget calendar") {
+  TEST_CASE("days and dates round-trip across eras, leap days and the epoch") {
+    CHECK(days_from_civil({1970, 1, 1}) == 0);
+    CHECK(days_from_civil({2000, 3, 1}) - days_from_civil({2000, 2, 28}) == 2);  // 2000 is a leap year
+    CHECK(days_from_civil({1900, 3, 1}) - days_from_civil({1900, 2, 28}) == 1);  // 1900 is not
+    CHECK(days_from_civil({2024, 3, 1}) - days_from_civil({2024, 2, 28}) == 2);
+    CHECK(days_from_civil({2026, 3, 1}) - days_from_civil({2026, 2, 28}) == 1);
+    for (int64_t d = -800'000; d <= 800'000; d += 997) {
+      const civil_date c = civil_from_days(d);
+      CHECK(days_from_civil(c) == d);
+    }
+    const civil_date leap = civil_from_days(days_from_civil({2028, 2, 29}));
+    CHECK((leap.year == 2028 && leap.month == 2 && leap.day == 29));
+  }
+
+  TEST_CASE("a day ends at UTC midnight; a month at the first of the next, leap February included") {
+    const budget_windows w = windows_at(at(2026, 12, 1, 23, 59, 59, 999));
+    CHECK(utc(day_end_ms(w.day)) == "2026-12-02T00:00:00Z");
+    CHECK(utc(month_end_ms(w.month)) == "2027-01-01T00:00:00Z");  // across the year
+    CHECK(windows_at(at(2026, 12, 2)).day == w.day + 1);
+    CHECK(windows_at(at(2026, 12, 2)).month == w.month);
+    CHECK(utc(month_end_ms(windows_at(at(2028, 2, 10)).month)) == "2028-03-01T00:00:00Z");
+    CHECK(windows_at(at(2028, 2, 29, 23, 59, 59)).month == windows_at(at(2028, 2, 1)).month);
+    CHECK(windows_at(at(2028, 3, 1)).month == windows_at(at(2028, 2, 1)).month + 1);
+    CHECK(utc(at(2026, 7, 4, 13, 5, 9)) == "2026-07-04T13:05:09Z");
+    CHECK(windows_at(-1).day == -1);  // before the epoch rounds down, not toward 0
+  }
+}
+
+TEST_SUITE("quota::budget usage") {
+  TEST_CASE("usage rolls over at midnight (day only) and at the month's start (both)") {
+    budget_usage u;
+    u.add(windows_at(at(2026, 1, 31, 10)), 30, 7);
+    u.add(windows_at(at(2026, 1, 31, 23, 59, 59, 999)), 5, 0);
+    CHECK(u.used == std::array<uint64_t, 4>{35, 35, 7, 7});
+    SUBCASE("the next day, same month") {
+      budget_usage v = u;
+      v.add(windows_at(at(2026, 1, 30 + 1, 23, 59)), 0, 0);  // still the 31st: nothing rolls
+      CHECK(v.used[0] == 35);
+      budget_usage w;
+      w.add(windows_at(at(2026, 1, 30)), 10, 0);
+      w.add(windows_at(at(2026, 1, 31)), 1, 0);
+      CHECK(w.used == std::array<uint64_t, 4>{1, 11, 0, 0});
+    }
+    SUBCASE("the first of the next month starts both at 0") {
+      CHECK(u.roll(windows_at(at(2026, 2, 1))));
+      CHECK(u.used == std::array<uint64_t, 4>{0, 0, 0, 0});
+      CHECK_FALSE(u.roll(windows_at(at(2026, 2, 1, 12))));
+    }
+    SUBCASE("a clock stepped back keeps what was counted") {
+      CHECK_FALSE(u.roll(windows_at(at(2026, 1, 30))));
+      CHECK(u.used[0] == 35);
+    }
+  }
+
+  TEST_CASE("spend is counted in nano-units at the costs per 1M tokens") {
+    CHECK(spend_nano(1'000'000, 0, 2.5, 10) == 2'500'000'000);
+    CHECK(spend_nano(9, 10, 1000, 3000) == 39'000'000);  // 0.009 + 0.030
+    CHECK(spend_nano(0, 0, 5, 5) == 0);
+    CHECK(to_nano(0.05) == 50'000'000);
+  }
+}
+
+TEST_SUITE("quota::budget ledger") {
+  TEST_CASE("the ledger sums every shard's counters, publishes the bits at the budget and what is left") {
+    auto c = config_with(k_two);
+    budget_board board(2, 4, 2);
+    budget_ledger ledger(board, nullptr);
+    const int64_t t0 = at(2026, 12, 1, 12);
+    ledger.step(*c, t0);
+    CHECK(board.key_exhausted(0) == 0);
+    CHECK(board.key_left(0, budget_kind::daily_tokens) == 50);
+    CHECK(board.key_left(1, budget_kind::daily_tokens) == 0);  // no budget: nothing published
+    board.count(0, 0, 0, 30, spend_nano(10, 20, 1000, 2000));
+    board.count(1, 0, 0, 19, 0);
+    ledger.step(*c, t0 + 50);
+    CHECK(board.key_exhausted(0) == 0);
+    CHECK(board.key_left(0, budget_kind::daily_tokens) == 1);
+    CHECK(board.group_left(0, budget_kind::daily_tokens) == 51);
+    board.count(1, 0, 0, 1, 0);
+    ledger.step(*c, t0 + 100);
+    CHECK(board.key_exhausted(0) == (1u << 0));
+    CHECK(board.group_exhausted(0) == 0);
+    board.count(0, 1, 0, 60, 0);  // bob, no budget of his own, fills the group
+    ledger.step(*c, t0 + 150);
+    CHECK(board.key_exhausted(1) == 0);
+    CHECK(board.group_exhausted(0) == (1u << 0));
+    CHECK(ledger.usage(subject_kind::group, "g", windows_at(t0)).used[0] == 110);
+    SUBCASE("midnight clears the daily bits; the monthly usage stays") {
+      ledger.step(*c, at(2026, 12, 2));
+      CHECK(board.key_exhausted(0) == 0);
+      CHECK(board.group_exhausted(0) == 0);
+      CHECK(board.key_left(0, budget_kind::daily_tokens) == 50);
+      CHECK(board.key_left(0, budget_kind::monthly_tokens) == 70);
+      board.count(0, 0, 0, 70, 0);
+      ledger.step(*c, at(2026, 12, 2, 0, 0, 1));
+      CHECK(board.key_exhausted(0) == ((1u << 0) | (1u << 1)));
+    }
+    SUBCASE("the spend budget at the group's costs") {
+      board.count(0, 0, 0, 0, to_nano(0.5));
+      ledger.step(*c, t0 + 200);
+      CHECK((board.key_exhausted(0) & (1u << 2)) != 0);
+      CHECK(board.key_left(0, budget_kind::daily_spend) == 0);
+    }
+  }
+
+  TEST_CASE("a restart in the same window keeps the usage; in the next window it starts at 0") {
+    temp_dir d;
+    const std::string file = d.file("budgets.json");
+    auto c = config_with(k_two);
+    const int64_t t0 = at(2026, 12, 31, 23, 0);
+    {
+      budget_board board(1, 4, 2);
+      budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
+      std::string error;
+      REQUIRE(ledger.load(error));
+      board.count(0, 0, 0, 60, 0);
+      ledger.step(*c, t0);
+      CHECK(ledger.save(t0, true));
+      CHECK_FALSE(ledger.dirty());
+    }
+    const std::string text = read_text(file);
+    CHECK(text.find("\"format\": \"sluice-budgets\"") != std::string::npos);
+    CHECK(text.find("\"alice\": {\"day\": \"2026-12-31\", \"month\": \"2026-12\", \"daily_tokens\": 60") != std::string::npos);
+    auto restart = [&](int64_t now) {
+      auto board = std::make_unique<budget_board>(1, 4, 2);
+      budget_ledger ledger(*board, std::make_unique<budget_file_store>(file));
+      std::string error;
+      REQUIRE(ledger.load(error));
+      ledger.step(*c, now);
+      return std::pair{ledger.usage(subject_kind::key, "alice", windows_at(now)), board->key_exhausted(0)};
+    };
+    SUBCASE("same day") {
+      auto [u, bits] = restart(t0 + 60'000);
+      CHECK(u.used[0] == 60);
+      CHECK(u.used[1] == 60);
+      CHECK(bits == 1);  // refused from the first request on
+    }
+    SUBCASE("the next day is the next month and the next year: all at 0") {
+      auto [u, bits] = restart(at(2027, 1, 1, 0, 0, 1));
+      CHECK(u.used == std::array<uint64_t, 4>{0, 0, 0, 0});
+      CHECK(bits == 0);
+    }
+  }
+
+  TEST_CASE("a file store with nothing kept starts empty; no budget in the config writes no file") {
+    temp_dir d;
+    const std::string file = d.file("none.json");
+    auto c = config_with("[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:9\"]\n[[key]]\nid = \"plain\"\nkey = \"sk-p\"\n");
+    budget_board board(1, 2, 1);
+    budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
+    std::string error;
+    REQUIRE(ledger.load(error));
+    board.count(0, 0, 0, 10, 0);
+    ledger.step(*c, at(2026, 5, 5));
+    CHECK(ledger.save(at(2026, 5, 5), true));
+    CHECK(::access(file.c_str(), F_OK) != 0);
+  }
+
+  TEST_CASE("a usage charged at an old position (a key moved by a reload) goes to the key's id") {
+    auto c = config_with(k_two);
+    budget_board board(1, 4, 2);
+    budget_ledger ledger(board, nullptr);
+    board.count(0, 0, 0, 5, 0);
+    ledger.step(*c, at(2026, 6, 1));
+    CHECK(ledger.usage(subject_kind::key, "alice", windows_at(at(2026, 6, 1))).used[0] == 5);
+  }
+}
+
+TEST_SUITE("quota::budget state file") {
+  TEST_CASE("a state round-trips through its JSON") {
+    budget_state s;
+    s.keys["alice"].add(windows_at(at(2026, 2, 28)), 7, 9);
+    s.groups["g/1"].add(windows_at(at(2026, 2, 28)), 3, 0);
+    budget_state back;
+    std::string error;
+    REQUIRE(parse_state(format_state(s, at(2026, 2, 28)), back, error));
+    CHECK(back.keys.at("alice").used == s.keys.at("alice").used);
+    CHECK(back.keys.at("alice").at == s.keys.at("alice").at);
+    CHECK(back.groups.at("g/1").used[0] == 3);
+  }
+
+  TEST_CASE("corrupt or foreign text is refused with what is wrong") {
+    struct bad {
+      const char* text;
+      const char* says;
+    };
+    const bad cases[] = {
+        {"", "not JSON"},
+        {"{\"keys\": {}, \"groups\": {}}", "not a sluice budget state"},
+        {"{\"format\": \"sluice-budgets\", \"version\": 2, \"keys\": {}, \"groups\": {}}", "another version"},
+        {"{\"format\": \"sluice-budgets\", \"version\": 1, \"keys\": {}}", "\"groups\" is missing"},
+        {"{\"format\": \"sluice-budgets\", \"version\": 1, \"keys\": {\"a\": {\"day\": \"2026-13-01\", \"month\": "
+         "\"2026-12\", \"daily_tokens\": 1, \"monthly_tokens\": 1, \"daily_spend_nano\": 0, \"monthly_spend_nano\": 0}}, "
+         "\"groups\": {}}",
+         "key \"a\": \"day\" must be"},
+        {"{\"format\": \"sluice-budgets\", \"version\": 1, \"keys\": {\"a\": {\"day\": \"2026-12-01\", \"month\": "
+         "\"2026-12\", \"daily_tokens\": -1, \"monthly_tokens\": 1, \"daily_spend_nano\": 0, \"monthly_spend_nano\": 0}}, "
+         "\"groups\": {}}",
+         "\"daily_tokens\" must be a whole number"},
+        {"{\"format\": \"sluice-budgets\", \"version\": 1, \"keys\": {\"a\": {\"day\": \"2026-12-01\", \"month\": "
+         "\"2026-12\", \"daily_tokens\": 1, \"monthly_tokens\": 1, \"daily_spend_nano\": 0, \"monthly_spend_nano\": 0}",
+         "not JSON"},
+    };
+    for (const bad& b : cases) {
+      CAPTURE(b.text);
+      budget_state s;
+      std::string error;
+      CHECK_FALSE(parse_state(b.text, s, error));
+      CHECK(error.find(b.says) != std::string::npos);
+    }
+  }
+
+  TEST_CASE("the file store refuses a corrupt file, naming it, and leaves no temp file after a save") {
+    temp_dir d;
+    const std::string file = d.file("b.json");
+    {
+      std::ofstream(file) << "garbage";
+    }
+    budget_file_store store(file);
+    budget_state s;
+    std::string error;
+    CHECK_FALSE(store.load(s, error));
+    CHECK(error.find(file) != std::string::npos);
+    CHECK(error.find("move it away") != std::string::npos);
+    budget_state whole;
+    whole.keys["k"].add(windows_at(at(2026, 1, 1)), 1, 0);
+    CHECK(store.push({}, whole, at(2026, 1, 1), nullptr));
+    CHECK(store.load(s, error));
+    CHECK(s.keys.at("k").used[0] == 1);
+    CHECK(::access((file + ".tmp").c_str(), F_OK) != 0);
+  }
+}
