@@ -3,7 +3,9 @@
 // and GET /keys/{id} on the admin listener. Every amount is checked against
 // the audit lines, which say what each request used.
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import fs from 'node:fs';
+import http2 from 'node:http2';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -53,6 +55,23 @@ async function key_shows(sluice, id, pick, want, what) {
     return Math.abs(pick(last) - want) < 1e-6;
   }, { timeout_ms: bound_ms(5000), what: `${what} (last: ${JSON.stringify(last)})` });
   return last;
+}
+
+// One request over HTTP/2 (h2c prior knowledge): {status, headers, text}.
+async function post_h2(base_url, body, key) {
+  const client = http2.connect(base_url);
+  client.on('error', () => {});
+  try {
+    const req = client.request({ ':method': 'POST', ':path': '/v1/chat/completions', authorization: `Bearer ${key}`, 'content-type': 'application/json' });
+    req.end(JSON.stringify(body));
+    const [headers] = await once(req, 'response');
+    const parts = [];
+    req.on('data', (d) => parts.push(d));
+    await once(req, 'end');
+    return { status: headers[':status'], headers, text: Buffer.concat(parts).toString('utf8') };
+  } finally {
+    client.close();
+  }
 }
 
 function assert_insufficient_quota(reply, message) {
@@ -120,8 +139,11 @@ describe('budgets', () => {
     const refused = await post_fresh(sluice.url, chat_body({ model: 'slow', max_tokens: 5 }), { key: alice });
     assert_insufficient_quota(refused, /^The daily token budget of key alice \(30 tokens\) is used up; it resets at \d{4}-\d\d-\d\dT00:00:00Z\.$/);
     assert.equal(refused.headers['x-budget-remaining-daily-tokens'], '0');
+    const over_h2 = await post_h2(sluice.url, chat_body({ model: 'slow', max_tokens: 5 }), alice);
+    assert_insufficient_quota(over_h2, /^The daily token budget of key alice/);
+    assert.equal(over_h2.headers['x-budget-remaining-daily-tokens'], '0');
     const m = (await scrape(sluice.admin_url)).parsed;
-    assert.deepEqual(samples(m, 'sluice_budget_rejections_total', { key: 'alice', budget: 'daily_tokens' }).map((s) => s.value), [1]);
+    assert.deepEqual(samples(m, 'sluice_budget_rejections_total', { key: 'alice', budget: 'daily_tokens' }).map((s) => s.value), [2]);
     assert.deepEqual(samples(m, 'sluice_budget_used', { key: 'alice', budget: 'daily_tokens' }).map((s) => s.value), [used]);
   });
 
@@ -193,6 +215,27 @@ describe('budgets', () => {
     assert.ok(Math.abs((await get_key(sluice, 'dave')).json.budgets.daily_spend.used - dave_used) < 1e-9);
     const refused = await post_fresh(sluice.url, chat_body({ model: 'slow', max_tokens: 5 }), { key: alice });
     assert_insufficient_quota(refused, /daily token budget of key alice/);
+  });
+
+  it('GET /keys/{id} wants the admin token when one is set', async () => {
+    const guarded = await start_sluice({
+      config: gateway_config({
+        tables: { server: { admin_token_env: 'SLUICE_BUDGET_TEST_ADMIN' }, quota: { budget_state_file: '' } },
+        groups: [{ name: 'slow', models: ['slow'], backends: [backends.slow.url] }],
+        keys: [{ id: 'alice', key: alice, daily_tokens: 30, groups: ['slow'] }],
+      }),
+      env: { SLUICE_BUDGET_TEST_ADMIN: 'admin-secret-1' },
+    });
+    try {
+      const bare = await fetch(`${guarded.admin_url}/keys/alice`);
+      assert.equal(bare.status, 401);
+      await bare.arrayBuffer();
+      const with_token = await fetch(`${guarded.admin_url}/keys/alice`, { headers: { authorization: 'Bearer admin-secret-1' } });
+      assert.equal(with_token.status, 200);
+      assert.equal((await with_token.json()).budgets.daily_tokens.used, 0);
+    } finally {
+      await guarded.stop();
+    }
   });
 
   it('a corrupt state file is refused at start and by --check-config, naming the file', async () => {
