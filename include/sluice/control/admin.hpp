@@ -1,7 +1,8 @@
 #pragma once
 // control: the admin listener, served by the control thread's reactor:
 // GET /healthz and GET /metrics (Prometheus text, shard counters summed at
-// scrape time). One request per connection; never on a shard's core path.
+// scrape time), GET /backends and the drain API, GET /keys/{id} (limits and
+// budgets). One request per connection; never on a shard's core path.
 #include <cstdint>
 #include <string>
 
