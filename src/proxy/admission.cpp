@@ -64,6 +64,7 @@ void shard_server::admit(exchange& x) noexcept {
 
 void shard_server::append_waiter(exchange& x) noexcept {
   x.wait_hook = {};
+  x.waiting = exchange::waiting_in::list;
   x.wait_hook.prev = _waiters_tail;
   if (_waiters_tail != nullptr) {
     _waiters_tail->wait_hook.next = &x;
@@ -76,10 +77,32 @@ void shard_server::append_waiter(exchange& x) noexcept {
 exchange* shard_server::detach_waiters() noexcept {
   exchange* head = _waiters;
   _waiters = _waiters_tail = nullptr;
+  for (exchange* w = head; w != nullptr; w = w->wait_hook.next) w->waiting = exchange::waiting_in::walk;
   return head;
 }
 
+exchange* shard_server::take_walked(exchange* w) noexcept {
+  // The walk's next is read after w's own work (which may end other
+  // waiters: an HTTP/2 connection that fails closes its other streams).
+  _walk_next = w->wait_hook.next;
+  if (_walk_next != nullptr) _walk_next->wait_hook.prev = nullptr;
+  w->wait_hook = {};
+  w->waiting = exchange::waiting_in::none;
+  return w;
+}
+
 void shard_server::unpark(exchange& x) noexcept {
+  if (x.waiting == exchange::waiting_in::walk) {
+    // In a walk's detached chain: unlinked from it (the walk goes on past it).
+    if (x.wait_hook.prev != nullptr) x.wait_hook.prev->wait_hook.next = x.wait_hook.next;
+    if (x.wait_hook.next != nullptr) x.wait_hook.next->wait_hook.prev = x.wait_hook.prev;
+    if (_walk_next == &x) _walk_next = x.wait_hook.next;
+    x.wait_hook = {};
+    x.waiting = exchange::waiting_in::none;
+    return;
+  }
+  if (x.waiting != exchange::waiting_in::list) return;
+  x.waiting = exchange::waiting_in::none;
   if (x.wait_hook.prev != nullptr) {
     x.wait_hook.prev->wait_hook.next = x.wait_hook.next;
   } else {
@@ -302,17 +325,15 @@ void shard_server::take_mesh_messages(uint64_t now) noexcept {
       if (!fx.round_complete) continue;
       // Re-admit the key's waiters. The list is detached first: a waiter
       // that parks again goes to the new list, not back into this walk.
-      exchange* w = detach_waiters();
-      while (w != nullptr) {
-        exchange* next = w->wait_hook.next;
+      _walk_next = detach_waiters();
+      while (_walk_next != nullptr) {
+        exchange* w = take_walked(_walk_next);
         if (w->key_index == static_cast<int32_t>(fx.key)) {
-          w->wait_hook = {};
           w->codec->wait_for_backend(*w, deadline_kind::none, 0);
           admit(*w);
         } else {
           append_waiter(*w);
         }
-        w = next;
       }
     }
   }
@@ -321,14 +342,13 @@ void shard_server::take_mesh_messages(uint64_t now) noexcept {
 void shard_server::retry_waiters(uint64_t now) noexcept {
   // Waiters whose retry time came try again; those past their bound get
   // the answer the slice gives now.
-  for (exchange* w = detach_waiters(); w != nullptr;) {
-    exchange* next = w->wait_hook.next;
+  _walk_next = detach_waiters();
+  while (_walk_next != nullptr) {
+    exchange* w = take_walked(_walk_next);
     if (now - w->wait_since_ms < k_quota_wait_max_ms && !(w->wait_until_ms != 0 && now >= w->wait_until_ms)) {
       append_waiter(*w);
-      w = next;
       continue;
     }
-    w->wait_hook = {};
     w->codec->wait_for_backend(*w, deadline_kind::none, 0);
     if (now - w->wait_since_ms < k_quota_wait_max_ms) {
       w->wait_until_ms = 0;
@@ -348,7 +368,6 @@ void shard_server::retry_waiters(uint64_t now) noexcept {
         answer_rate_limited(*w, q);
       }
     }
-    w = next;
   }
 }
 

@@ -124,6 +124,7 @@ struct downstream_conn {
   bool tls_port = false;           // accepted on the TLS listener
   bool tls_out_busy = false;       // a ciphertext send is in flight
   bool tls_failed = false;         // the session ended (alert out, or the client's close_notify)
+  bool tls_resume = false;         // the handshake or a read waits for room in the output ring
   op<downstream_conn> tls_send_op;
   iovec tls_iov[4] = {};           // the plaintext of the send in progress not yet encrypted
   uint8_t tls_iov_count = 0;

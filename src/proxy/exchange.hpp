@@ -185,6 +185,10 @@ struct exchange {
   uint64_t wait_since_ms = 0;      // parked for quota: since when (0: not waiting)
   uint64_t wait_until_ms = 0;      // parked on a short retry time: try again then
   list_hook<exchange> wait_hook;   // in the shard's quota waiters
+  // Where wait_hook links it: the shard's list, or the chain a walk of the
+  // waiters detached (unpark must unlink it from the one it is in).
+  enum class waiting_in : uint8_t { none, list, walk };
+  waiting_in waiting = waiting_in::none;
 
   // --- the upstream attempt -------------------------------------------------
   upstream_conn* up = nullptr;

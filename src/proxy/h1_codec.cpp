@@ -575,6 +575,11 @@ void h1_codec::compact_input(downstream_conn* d) noexcept {
 }
 
 void h1_codec::client_gone(downstream_conn* d) noexcept {
+  if (d->h2) {
+    // Its streams end with the connection (audited there); `x` is unused.
+    h2_close(d, true);
+    return;
+  }
   if (d->state == conn_state::upstream || d->state == conn_state::streaming || d->state == conn_state::quota_wait) {
     _x.cancel(d->x);
     close_downstream(d);  // the backend request is cancelled with the connection
@@ -658,13 +663,15 @@ void h1_codec::h2_close(downstream_conn* d, bool peer_gone) noexcept {
   close_downstream(d);
 }
 
-void h1_codec::h2_idle(downstream_conn* d, bool idle) noexcept {
+void h1_codec::h2_deadline(downstream_conn* d, bool sending, bool idle) noexcept {
   if (d->state == conn_state::closing) return;
-  if (!idle) {
-    if (d->deadline == deadline_kind::idle) set_deadline(d, deadline_kind::none, 0);
-    return;
+  if (sending) {
+    set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
+  } else if (idle) {
+    if (d->deadline != deadline_kind::idle) set_deadline(d, deadline_kind::idle, _cfg->server.idle_timeout_ms);
+  } else if (d->deadline != deadline_kind::none) {
+    set_deadline(d, deadline_kind::none, 0);
   }
-  if (d->deadline != deadline_kind::idle) set_deadline(d, deadline_kind::idle, _cfg->server.idle_timeout_ms);
 }
 
 void h1_codec::on_deadline(downstream_conn* d) noexcept {
@@ -674,10 +681,10 @@ void h1_codec::on_deadline(downstream_conn* d) noexcept {
     // An HTTP/2 connection's own deadline: idle with no stream (GOAWAY,
     // then the close), or its GOAWAY did not go out in time.
     if (k == deadline_kind::idle && !_draining) {
-      set_deadline(d, deadline_kind::send, _cfg->server.header_timeout_ms);
-      _h2->drain(d);
+      _h2->drain(d);  // GOAWAY: its send's deadline closes a client that does not take it
       return;
     }
+    if (k == deadline_kind::send) _metrics.at(metrics::stat::client_stalls).add();
     close_downstream(d);
     return;
   }

@@ -54,8 +54,11 @@ class h1_codec final : public client_codec {
   // After a call of the HTTP/2 codec's own: a connection that closed
   // meanwhile is freed once nothing reads it.
   void h2_after_call(downstream_conn* d) noexcept { maybe_free(d); }
-  // No stream open: the keep-alive idle deadline runs (else none).
-  void h2_idle(downstream_conn* d, bool idle) noexcept;
+  // The connection's own deadline: `sending` -- its send went out now, and
+  // the client must take it within idle_timeout_ms (re-armed with each
+  // send); else `idle` -- no stream open: the keep-alive idle time runs;
+  // else none (the streams have their own).
+  void h2_deadline(downstream_conn* d, bool sending, bool idle) noexcept;
   uint64_t now_ms() const noexcept { return _s.now_ms(); }
 
   // --- client_codec ---

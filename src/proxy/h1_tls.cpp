@@ -42,7 +42,7 @@ void h1_codec::fail_tls(downstream_conn* d) noexcept {
 
 void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept {
   tls::session& t = *d->tls;
-  if (!d->spoke && !t.handshake_done()) {
+  if (n != 0 && !d->spoke && !t.handshake_done()) {
     // Plaintext HTTP on the TLS port: nginx's clear 400, then the close
     // (no TLS client sends a letter first).
     const tls::sniff sn = tls::looks_like_plain_http(std::span<const char>(src, n));
@@ -55,7 +55,7 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
       return;
     }
   }
-  if (t.feed(std::span<const char>(src, n)) != tls::status::ok) {
+  if (n != 0 && t.feed(std::span<const char>(src, n)) != tls::status::ok) {
     // More ciphertext than the ring holds: the client sends records faster
     // than they are read, which no well-behaved client does.
     log::debug("shard {}: TLS input from {} overflows its ring", _s.index,
@@ -63,8 +63,10 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
     close_downstream(d);
     return;
   }
+  d->tls_resume = false;
   if (!t.handshake_done()) {
     const tls::status st = t.handshake();
+    if (st == tls::status::want_write) d->tls_resume = true;  // the ring is full: on after its send (on_tls_send_cqe)
     if (st == tls::status::error) {
       _metrics.at(metrics::stat::tls_handshake_errors).add();
       log::debug("shard {}: TLS handshake with {} failed: {}", _s.index,
@@ -91,6 +93,12 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
         continue;
       }
       if (r.st == tls::status::want_read) break;
+      if (r.st == tls::status::want_write) {
+        // OpenSSL must write first (a KeyUpdate's answer) and the ring is
+        // full: reading goes on once the ciphertext send has made room.
+        d->tls_resume = true;
+        break;
+      }
       if (r.st == tls::status::closed) {
         // close_notify: the client is done sending, as an EOF.
         d->peer_eof = true;
@@ -189,6 +197,16 @@ void h1_codec::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     return;
   }
   d->tls->consume_output(static_cast<size_t>(res));
+  if (d->tls_resume) {
+    // A handshake or a read that waited for room in the ring goes on.
+    ++d->ops;
+    tls_input(d, nullptr, 0);
+    --d->ops;
+    if (d->state == conn_state::closing) {
+      maybe_free(d);
+      return;
+    }
+  }
   tls_pump(d);
   if (d->send_busy && d->tls_iov_count == 0 && !d->tls_out_busy) {
     // Every byte of the send's plaintext is encrypted and on the socket.

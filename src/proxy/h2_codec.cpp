@@ -423,7 +423,6 @@ void h2_codec::flush(h2_link& l, bool may_free) noexcept {
       st = next;
     }
   }
-  if (l.stream_count == 0 || !l.goaway) _t.h2_idle(l.d, l.stream_count == 0);
   publish_counters(l);
   l.flushing = false;
   submit_output(l);
@@ -437,9 +436,14 @@ void h2_codec::submit_output(h2_link& l) noexcept {
     d->send_iov[0] = {const_cast<char*>(out.data()), out.size()};
     d->send_iov_count = 1;
     _t.h2_send(d);
+    _t.h2_deadline(d, true, false);  // the client must take these bytes within idle_timeout_ms
     return;
   }
-  if (l.session.done()) _t.h2_close(d, false);
+  if (l.session.done()) {
+    _t.h2_close(d, false);
+    return;
+  }
+  _t.h2_deadline(d, false, l.stream_count == 0 && !l.goaway);
 }
 
 void h2_codec::publish_counters(h2_link& l) noexcept {
@@ -551,6 +555,7 @@ void h2_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   (void)close;  // one stream's answer never closes the others' connection
   h2_stream* st = &stream_of(x);
   h2_link& l = *st->link;
+  if (st->closed) return;
   if (x.request_id_len == 0) _x.make_request_id(x);
   x.status = status;
   x.error_code = error_code;
@@ -559,8 +564,9 @@ void h2_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
     _metrics.at(metrics::stat::requests_inflight).add();
     x.inflight_counted = true;
   }
-  set_deadline(st, deadline_kind::none, 0);
-  if (st->closed) return;
+  // The body goes as the client's window allows: a client that never opens
+  // it does not hold the exchange (and its place in flight) for ever.
+  set_deadline(st, deadline_kind::send, _cfg->server.idle_timeout_ms);
   char rate[1024];
   const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
   byte_buf& h = st->head;
@@ -599,7 +605,7 @@ void h2_codec::fail(exchange& x) noexcept {
   // This stream cannot go on (out of memory): it ends, the others do not.
   h2_stream* st = &stream_of(x);
   if (st->closed) return;
-  if (!st->finished) abandon(st);
+  if (!st->finished) abandon(st, false);  // sluice's failure (or the backend's): not the client's
   st->link->session.reset_stream(st->id, h2::internal_error);
   flush(*st->link);
 }
@@ -620,7 +626,11 @@ bool h2_codec::return_request_bytes(exchange& x) noexcept {
   --st->ops;
   --d->ops;
   const bool goes_on = !st->finished;
-  if (st->closed && st->ops == 0 && st->pin == nullptr) free_stream(st);  // x is gone with it
+  if (st->closed && st->ops == 0 && st->pin == nullptr) {
+    h2_link& l = *st->link;
+    free_stream(st);  // x is gone with it
+    if (d->state != conn_state::closing && !d->send_busy) _t.h2_deadline(d, false, l.stream_count == 0 && !l.goaway);
+  }
   _t.h2_after_call(d);
   return goes_on;
 }
@@ -657,7 +667,9 @@ bool h2_codec::submit_head(h2_stream* st, bool end_stream) noexcept {
   size_t n = 0;
   fields[n++] = {"x-request-id", std::string_view(x.request_id, x.request_id_len)};
   http::header hd;
-  for (http::header_fields it(std::string_view(st->head.data, st->head.len)); it.next(hd) && n < k_fields_max;) {
+  // The session takes k_fields_max fields with :status; fields past that
+  // are left out (a backend head of 60+ fields is no LLM server's).
+  for (http::header_fields it(std::string_view(st->head.data, st->head.len)); n + 1 < k_fields_max && it.next(hd);) {
     fields[n++] = {hd.name, hd.value};
   }
   return st->link->session.submit_response(st->id, st->head_status, std::span<const h2::field>(fields, n),
@@ -733,7 +745,27 @@ void h2_codec::on_deadline(h2_stream* st) noexcept {
         answer_error(st->x, 408, "Request body timeout.", "invalid_request_error", {}, "request_timeout", false);
       }
       break;
+    case deadline_kind::send:
+      // An answer of sluice's own that the client's window never let out.
+      if (!st->finished) {
+        _metrics.at(metrics::stat::client_stalls).add();
+        st->x.error_code = "client_timeout";
+        abandon(st, false);
+        if (!st->closed) l.session.reset_stream(st->id, h2::cancel);
+      }
+      break;
     case deadline_kind::upstream_idle:
+      if (st->state == conn_state::streaming && st->timer.deadline_ms != st->x.total_deadline_ms && st->sending &&
+          d->send_busy) {
+        // The connection's own send has not come back for the whole idle
+        // time: the client reads nothing at all, and a reset could not go
+        // out either. The connection closes (its streams are cut).
+        _metrics.at(metrics::stat::client_stalls).add();
+        st->x.error_code = "client_timeout";
+        abandon(st, false);
+        _t.h2_close(d, false);
+        break;
+      }
       if (st->state == conn_state::streaming && st->timer.deadline_ms != st->x.total_deadline_ms && st->sending) {
         // The client's window stayed shut for the whole idle time (a stream
         // goes at its slower side's pace): the stream ends as stalled.

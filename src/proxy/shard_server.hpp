@@ -146,6 +146,8 @@ class shard_server {
   // Empties the waiter list and returns its old head; the chain stays
   // linked through wait_hook.next for the caller's walk.
   exchange* detach_waiters() noexcept;
+  // The walk's next waiter, taken off the detached chain (see unpark).
+  exchange* take_walked(exchange* w) noexcept;
   // Once per loop turn: the peers' messages (load reports, quota), the
   // quota tick, parked requests whose time came, and this shard's messages.
   void pump_mesh(uint64_t now_ms) noexcept;
@@ -168,6 +170,7 @@ class shard_server {
   quota::budget_board& _budgets;  // the gateway's; this shard writes only its own cells
   exchange* _waiters = nullptr;   // parked for quota, oldest first
   exchange* _waiters_tail = nullptr;
+  exchange* _walk_next = nullptr;  // a walk of detached waiters: the next one (unpark advances it)
   uint64_t _prng = 0;
   uint64_t _last_report_ms = 0;
   uint64_t _last_quota_tick_ms = 0;

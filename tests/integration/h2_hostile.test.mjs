@@ -428,3 +428,35 @@ describe('hostile HTTP/2 on the h2c port', () => {
     assert.ok(count('sluice_h2_connections_total') >= 10, `h2 connections ${count('sluice_h2_connections_total')}`);
   });
 });
+
+describe('HTTP/2: answers sluice writes itself, to a window never opened', () => {
+  const idle_timeout_ms = 1500;
+  let mock, sluice;
+  before(async () => {
+    mock = await start_mock_vllm({ tokens_per_sec: 1000, reply_tokens: 4 });
+    sluice = await start_sluice_edge({ backends: [mock.url], server: { idle_timeout_ms } });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('a 401 whose body the client never lets out ends after idle_timeout_ms (RST_STREAM CANCEL); nothing stays in flight', async () => {
+    const c = await h2_connection.connect({ port: sluice.port, auto_window_update: false });
+    try {
+      await c.handshake({ settings: [[setting.INITIAL_WINDOW_SIZE, 0]] });
+      await c.wait_frame((f) => f.type === frame_type.SETTINGS && f.ack, { what: 'our SETTINGS acked' });
+      const started = performance.now();
+      // No authorization: sluice answers 401 itself; its body needs a window.
+      const sid = c.request({ method: 'POST', path: '/v1/chat/completions', headers: [['content-type', 'application/json']], body: chat() });
+      const s = await c.response(sid, { timeout_ms: bound_ms(idle_timeout_ms * 4) });
+      const ms = performance.now() - started;
+      assert.equal(s.status, 401, c.summary());
+      assert.equal(s.rst_code, error_code.CANCEL, c.summary());
+      assert.ok(ms >= idle_timeout_ms * 0.8, `ended after ${ms.toFixed(0)} ms, before the idle timeout`);
+      const { parsed } = await scrape(sluice.admin_url);
+      const inflight = samples(parsed, 'sluice_inflight_requests').reduce((t, x) => t + x.value, 0);
+      assert.equal(inflight, 0, 'nothing left in flight');
+      assert.deepEqual(await mock.requests(), [], 'nothing forwarded');
+    } finally {
+      c.destroy();
+    }
+  });
+});
