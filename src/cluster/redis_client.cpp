@@ -1,0 +1,481 @@
+// The hiredis adapter and the connection's life (redis_client.hpp).
+//
+// hiredis 0.14 frees a context in one place (__redisAsyncFree): it first
+// calls every pending callback with a NULL reply, then the cleanup hook,
+// then closes the fd. The cleanup hook is therefore the one signal that a
+// connection is over, whoever ended it (our drop, the server, a failed
+// connect). It also takes the fd from hiredis (c.fd = -1, so redisFree does
+// not close it): an fd closed under an in-flight POLL_ADD would keep the
+// socket alive inside the ring, so it is closed only once both polls are
+// back (cancelled with POLL_REMOVE).
+#include "sluice/cluster/redis_client.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "sluice/core/assert.hpp"
+#include "sluice/core/log.hpp"
+
+namespace sluice::cluster {
+
+// One per connection attempt; from redisAsyncConnect until the context is
+// gone and both polls are back (possibly after the client).
+struct redis_client::io {
+  struct poll_op : shard::completion {
+    io* self = nullptr;
+    bool in_flight = false;  // a POLL_ADD SQE is in the ring
+    bool wanted = false;     // hiredis asked for this direction
+  };
+
+  shard::reactor* r = nullptr;
+  redis_client* owner = nullptr;  // nullptr once the context is gone
+  redisAsyncContext* ac = nullptr;
+  int fd = -1;
+  bool dispatching = false;       // inside redisAsyncHandleRead/Write
+  poll_op rd;
+  poll_op wr;
+
+  io(shard::reactor& reactor, redis_client* client, redisAsyncContext* context)
+      : r(&reactor), owner(client), ac(context), fd(context->c.fd) {
+    rd.self = wr.self = this;
+    rd.fn = wr.fn = &io::on_poll;
+  }
+
+  void arm(poll_op& op) {
+    io_uring_sqe* s = r->sqe(&op);
+    io_uring_prep_poll_add(s, fd, &op == &rd ? POLLIN : POLLOUT);
+    op.in_flight = true;
+  }
+  void want(poll_op& op, bool yes) {
+    op.wanted = yes;
+    // A poll already in flight that fires unwanted is ignored (one-shot).
+    if (yes && !op.in_flight && owner != nullptr) arm(op);
+  }
+
+  static void on_poll(shard::completion* c, const io_uring_cqe* /*cqe*/) {
+    auto* op = static_cast<poll_op*>(c);
+    io* self = op->self;
+    op->in_flight = false;
+    if (self->owner == nullptr) {
+      self->release_if_idle();
+      return;
+    }
+    // res > 0: the ready mask (POLLERR / POLLHUP included, unasked); < 0: a
+    // poll error. Either way hiredis's read or write meets the condition
+    // itself and disconnects when it is one.
+    if (op->wanted) {
+      self->dispatching = true;
+      if (op == &self->rd) {
+        redisAsyncHandleRead(self->ac);
+      } else {
+        redisAsyncHandleWrite(self->ac);
+      }
+      self->dispatching = false;
+      if (self->owner == nullptr) {
+        self->release_if_idle();
+        return;
+      }
+    }
+    if (op->wanted && !op->in_flight) self->arm(*op);
+  }
+
+  // The context is gone: cancel what is in flight; the fd closes when the
+  // last poll is back (now, if none is).
+  void detach() {
+    owner = nullptr;
+    ac = nullptr;
+    for (poll_op* op : {&rd, &wr}) {
+      if (!op->in_flight) continue;
+      io_uring_sqe* s = r->sqe_untracked();
+      io_uring_prep_poll_remove(s, reinterpret_cast<uint64_t>(static_cast<shard::completion*>(op)));
+    }
+    if (!dispatching) release_if_idle();
+  }
+
+  void release_if_idle() {
+    if (rd.in_flight || wr.in_flight) return;
+    close_fd();
+    delete this;
+  }
+
+  void close_fd() {
+    // Never under an in-flight poll: the ring would hold the socket open.
+    SLUICE_VERIFY(!rd.in_flight && !wr.in_flight);
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+struct redis_client::pending {
+  enum class kind : uint8_t { auth, load, call };
+  redis_client* owner = nullptr;
+  pending* prev = nullptr;
+  pending* next = nullptr;
+  uint64_t deadline_ms = 0;
+  kind k = kind::call;
+  script s = script::lease;
+  bool by_sha = true;
+  std::vector<std::string> args;  // call: KEYS[1], then ARGV
+  bucket_fn fn;
+};
+
+namespace {
+
+redis_client::io* io_of(void* privdata) { return static_cast<redis_client::io*>(privdata); }
+
+void ev_add_read(void* p) { io_of(p)->want(io_of(p)->rd, true); }
+void ev_del_read(void* p) { io_of(p)->want(io_of(p)->rd, false); }
+void ev_add_write(void* p) { io_of(p)->want(io_of(p)->wr, true); }
+void ev_del_write(void* p) { io_of(p)->want(io_of(p)->wr, false); }
+
+const redisReply* as_reply(const void* r) { return static_cast<const redisReply*>(r); }
+
+}  // namespace
+
+result<std::unique_ptr<redis_client>> redis_client::create(shard::reactor& r, redis_options o) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(o.host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    log::error("cluster: redis host \"{}\" does not resolve: {}", o.host, gai_strerror(rc));
+    return errc::upstream_connect;
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr = found->ai_family == AF_INET6
+                         ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr)
+                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr);
+  ::inet_ntop(found->ai_family, addr, text, sizeof text);
+  ::freeaddrinfo(found);
+  return std::unique_ptr<redis_client>(new redis_client(r, std::move(o), text));
+}
+
+redis_client::redis_client(shard::reactor& r, redis_options o, std::string address)
+    : _r(r), _o(std::move(o)), _address(std::move(address)) {}
+
+redis_client::~redis_client() {
+  _destroying = true;
+  // Pending commands are dropped unanswered (on_reply sees _destroying);
+  // the cleanup hook detaches the polls, which finish on the reactor.
+  if (_ac != nullptr) redisAsyncFree(_ac);
+  SLUICE_VERIFY(_ac == nullptr && _head == nullptr);
+}
+
+std::string redis_client::bucket_key(std::string_view key_id) const {
+  return fmt::format("{}bucket:{}", _o.key_prefix, key_id);
+}
+
+void redis_client::start() {
+  if (_started) return;
+  _started = true;
+  connect();
+}
+
+void redis_client::connect() {
+  SLUICE_VERIFY(_ac == nullptr);
+  _ac = redisAsyncConnect(_address.c_str(), _o.port);
+  if (_ac == nullptr || _ac->err != 0) {
+    // Before any hook is attached: hiredis closes its own fd.
+    std::string why = _ac != nullptr ? _ac->errstr : "out of memory";
+    if (_ac != nullptr) redisAsyncFree(_ac);
+    _ac = nullptr;
+    _last_error = std::move(why);
+    on_context_gone();
+    return;
+  }
+  _io = new io(_r, this, _ac);
+  _ac->data = this;
+  _ac->ev.data = _io;
+  _ac->ev.addRead = &ev_add_read;
+  _ac->ev.delRead = &ev_del_read;
+  _ac->ev.addWrite = &ev_add_write;
+  _ac->ev.delWrite = &ev_del_write;
+  _ac->ev.cleanup = [](void* p) {
+    io* self = io_of(p);
+    redis_client* owner = self->owner;
+    redisAsyncContext* ac = self->ac;
+    ac->c.fd = -1;  // ours now: closed once no poll is in flight
+    if (owner != nullptr && !owner->_dropping) {
+      owner->_last_error = ac->err != 0 ? std::string(ac->errstr) : "connection closed by the server";
+    }
+    self->detach();
+    if (owner != nullptr) owner->on_context_gone();
+  };
+  // The first writable event reports the connect's outcome.
+  redisAsyncSetConnectCallback(_ac, [](const redisAsyncContext* ac, int status) {
+    auto* self = static_cast<redis_client*>(ac->data);
+    if (status != REDIS_OK) self->_last_error = ac->errstr;  // hiredis frees the context next
+  });
+  _connect_deadline_ms = _r.now_ms() + _o.connect_timeout_ms;
+  _setup_left = 0;
+  // Pipelined behind the connect: AUTH, then the scripts.
+  if (!_o.password.empty()) {
+    auto* p = new pending;
+    p->k = pending::kind::auth;
+    if (!send_setup(p, {"AUTH", _o.password})) return;
+  }
+  for (unsigned i = 0; i < k_script_count; ++i) {
+    auto* p = new pending;
+    p->k = pending::kind::load;
+    p->s = static_cast<script>(i);
+    if (!send_setup(p, {"SCRIPT", "LOAD", std::string(script_source(p->s))})) return;
+  }
+}
+
+bool redis_client::send_setup(pending* p, std::vector<std::string> argv) {
+  p->owner = this;
+  p->deadline_ms = _connect_deadline_ms;
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (const std::string& a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  if (redisAsyncCommandArgv(_ac, &redis_client::on_reply, p, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+      REDIS_OK) {
+    delete p;
+    drop(errc::upstream_connect, "could not queue the connection's setup");
+    return false;
+  }
+  link(p);
+  ++_setup_left;
+  return true;
+}
+
+void redis_client::link(pending* p) {
+  p->prev = _tail;
+  p->next = nullptr;
+  if (_tail != nullptr) {
+    _tail->next = p;
+  } else {
+    _head = p;
+  }
+  _tail = p;
+}
+
+void redis_client::unlink(pending* p) {
+  if (p->prev != nullptr) {
+    p->prev->next = p->next;
+  } else {
+    _head = p->next;
+  }
+  if (p->next != nullptr) {
+    p->next->prev = p->prev;
+  } else {
+    _tail = p->prev;
+  }
+  p->prev = p->next = nullptr;
+}
+
+void redis_client::drop(errc why, std::string_view what) {
+  if (_ac == nullptr || _dropping) return;
+  _dropping = true;
+  _ready = false;
+  _drop_reason = why;
+  _last_error = std::string(what);
+  // Pending callbacks get `why` from inside this call (or, inside a hiredis
+  // callback, right after it returns); then the cleanup hook.
+  redisAsyncFree(_ac);
+}
+
+void redis_client::on_context_gone() {
+  _ac = nullptr;
+  _io = nullptr;
+  _ready = false;
+  _dropping = false;
+  _setup_left = 0;
+  _drop_reason = errc::upstream_closed;
+  if (_destroying) return;
+  ++_stats.errors;
+  log_state(false, _last_error);
+  _backoff_ms = _backoff_ms == 0 ? _o.backoff_min_ms : std::min(_o.backoff_max_ms, _backoff_ms * 2);
+  _next_connect_ms = _r.now_ms() + _backoff_ms;
+}
+
+void redis_client::log_state(bool up, std::string_view why) {
+  if (up && _logged != logged::up) {
+    log::info("cluster: redis {}:{} connected", _o.host, _o.port);
+    _logged = logged::up;
+  } else if (!up && _logged != logged::down) {
+    log::warn("cluster: redis {}:{} unreachable: {}; retrying every {}-{} ms (limits fall back to the local share)",
+              _o.host, _o.port, why, _o.backoff_min_ms, _o.backoff_max_ms);
+    _logged = logged::down;
+  }
+}
+
+void redis_client::on_iteration(uint64_t now_ms) {
+  if (!_started || _destroying || _dropping) return;
+  if (_ac == nullptr) {
+    if (now_ms >= _next_connect_ms) {
+      ++_stats.reconnects;
+      connect();
+    }
+    return;
+  }
+  if (!_ready) {
+    if (now_ms >= _connect_deadline_ms) {
+      drop(errc::upstream_timeout, fmt::format("no ready connection within {} ms", _o.connect_timeout_ms));
+    }
+    return;
+  }
+  // Replies come in send order: the oldest command has the first deadline.
+  if (_head != nullptr && now_ms >= _head->deadline_ms) {
+    drop(errc::upstream_timeout, fmt::format("a command got no reply within {} ms", _o.timeout_ms));
+  }
+}
+
+void redis_client::on_reply(redisAsyncContext* /*ac*/, void* reply, void* privdata) {
+  auto* p = static_cast<pending*>(privdata);
+  redis_client* self = p->owner;
+  self->unlink(p);
+  if (self->_destroying) {
+    delete p;
+    return;
+  }
+  if (p->k == pending::kind::call) {
+    self->on_script_reply(p, reply);
+  } else {
+    self->on_setup_reply(p, reply);
+  }
+}
+
+void redis_client::on_setup_reply(pending* p, const void* reply) {
+  const pending::kind k = p->k;
+  const script s = p->s;
+  delete p;
+  if (reply == nullptr || _dropping) return;  // the drop's state change says it
+  const redisReply* r = as_reply(reply);
+  const char* what = k == pending::kind::auth ? "AUTH" : "SCRIPT LOAD";
+  if (r->type == REDIS_REPLY_ERROR) {
+    drop(errc::upstream_protocol, fmt::format("{}: {}", what, std::string_view(r->str, r->len)));
+    return;
+  }
+  if (k == pending::kind::load) {
+    if (r->type != REDIS_REPLY_STRING) {
+      drop(errc::upstream_protocol, fmt::format("{}: unexpected reply type {}", what, r->type));
+      return;
+    }
+    _sha[static_cast<unsigned>(s)].assign(r->str, r->len);
+  }
+  if (--_setup_left == 0) {
+    _ready = true;
+    _backoff_ms = 0;
+    log_state(true, {});
+  }
+}
+
+void redis_client::fail(pending* p, errc why) {
+  ++_stats.errors;
+  bucket_fn fn = std::move(p->fn);
+  delete p;
+  fn(why);
+}
+
+void redis_client::on_script_reply(pending* p, const void* reply) {
+  if (reply == nullptr) {
+    fail(p, _drop_reason);
+    return;
+  }
+  const redisReply* r = as_reply(reply);
+  if (r->type == REDIS_REPLY_ERROR) {
+    std::string_view text(r->str, r->len);
+    // Redis lost its script cache (restart, SCRIPT FLUSH, failover): the
+    // same call as EVAL, which also caches the script again.
+    if (p->by_sha && text.substr(0, 8) == "NOSCRIPT") {
+      ++_stats.noscript;
+      if (!send_script(p, false)) fail(p, errc::upstream_closed);
+      return;
+    }
+    _last_error = fmt::format("{}: {}", script_name(p->s), text);
+    fail(p, errc::upstream_protocol);
+    return;
+  }
+  bool shaped = r->type == REDIS_REPLY_ARRAY && r->elements == 4;
+  for (size_t i = 0; shaped && i < 4; ++i) shaped = r->element[i]->type == REDIS_REPLY_INTEGER;
+  if (!shaped) {
+    _last_error = fmt::format("{}: unexpected reply type {}", script_name(p->s), r->type);
+    fail(p, errc::upstream_protocol);
+    return;
+  }
+  bucket_reply out;
+  out.tokens = r->element[0]->integer;
+  out.level = r->element[1]->integer;
+  out.server_now_ms = r->element[2]->integer;
+  out.outstanding = r->element[3]->integer;
+  bucket_fn fn = std::move(p->fn);
+  delete p;
+  fn(out);
+}
+
+bool redis_client::send_script(pending* p, bool by_sha) {
+  if (_ac == nullptr || _dropping) return false;
+  p->by_sha = by_sha;
+  const unsigned i = static_cast<unsigned>(p->s);
+  const std::string_view head[2] = {by_sha ? "EVALSHA" : "EVAL",
+                                    by_sha ? std::string_view(_sha[i]) : script_source(p->s)};
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  for (std::string_view h : head) {
+    ptrs.push_back(h.data());
+    lens.push_back(h.size());
+  }
+  ptrs.push_back("1");
+  lens.push_back(1);
+  for (const std::string& a : p->args) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  if (redisAsyncCommandArgv(_ac, &redis_client::on_reply, p, static_cast<int>(ptrs.size()), ptrs.data(), lens.data()) !=
+      REDIS_OK) {
+    return false;
+  }
+  p->deadline_ms = _r.now_ms() + _o.timeout_ms;
+  link(p);
+  ++_stats.commands;
+  return true;
+}
+
+bool redis_client::call(script s, std::vector<std::string> args, bucket_fn fn) {
+  if (!_ready) return false;
+  auto* p = new pending;
+  p->owner = this;
+  p->s = s;
+  p->args = std::move(args);
+  p->fn = std::move(fn);
+  if (!send_script(p, true)) {
+    delete p;
+    return false;
+  }
+  return true;
+}
+
+bool redis_client::lease(std::string_view key_id, uint64_t limit_per_minute, uint64_t want,
+                         std::string_view instance_id, uint32_t ttl_ms, bucket_fn fn) {
+  return call(script::lease,
+              {bucket_key(key_id), std::to_string(limit_per_minute), std::to_string(want), std::string(instance_id), std::to_string(ttl_ms)},
+              std::move(fn));
+}
+
+bool redis_client::give_back(std::string_view key_id, uint64_t limit_per_minute, uint64_t amount,
+                             std::string_view instance_id, bucket_fn fn) {
+  return call(script::give_back,
+              {bucket_key(key_id), std::to_string(limit_per_minute), std::to_string(amount), std::string(instance_id)}, std::move(fn));
+}
+
+bool redis_client::charge(std::string_view key_id, uint64_t limit_per_minute, uint64_t amount,
+                          std::string_view instance_id, bucket_fn fn) {
+  return call(script::charge,
+              {bucket_key(key_id), std::to_string(limit_per_minute), std::to_string(amount), std::string(instance_id)}, std::move(fn));
+}
+
+}  // namespace sluice::cluster
