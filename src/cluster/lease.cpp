@@ -6,9 +6,13 @@
 
 namespace sluice::cluster {
 
+double max_lease(double limit_per_minute, const lease_bounds& b) noexcept {
+  return std::min(limit_per_minute, std::max(b.min_tokens, b.max_fraction * limit_per_minute));
+}
+
 double lease_size(double recent_rate_tokens_per_s, double limit_per_minute, double window_s,
                   const lease_bounds& b) noexcept {
-  const double most = std::min(limit_per_minute, std::max(b.min_tokens, b.max_fraction * limit_per_minute));
+  const double most = max_lease(limit_per_minute, b);
   const double want = std::max(0.0, recent_rate_tokens_per_s) * window_s;
   return std::clamp(want, std::min(b.min_tokens, most), most);
 }
@@ -119,8 +123,11 @@ void key_lease::on_rejoin(uint64_t now_ms) noexcept {
 
 void key_lease::refill(uint64_t now_ms) noexcept {
   if (!_apart || now_ms <= _accrued_ms) return;
-  const double cap = std::max(_p.bounds.min_tokens, _p.bounds.max_fraction * _p.limit_per_minute);
-  _allowance = std::min(cap, _allowance + static_cast<double>(now_ms - _accrued_ms) * _p.fallback_per_minute / 60000.0);
+  // Lease and allowance together never exceed one maximal lease: an idle
+  // instance cannot save up more than the invariant's slack for a burst.
+  const double most = max_lease(_p.limit_per_minute, _p.bounds);
+  const double room = std::max(0.0, most - _lease);
+  _allowance = std::min(room, _allowance + static_cast<double>(now_ms - _accrued_ms) * _p.fallback_per_minute / 60000.0);
   _accrued_ms = now_ms;
 }
 

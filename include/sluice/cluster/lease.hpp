@@ -19,6 +19,10 @@ struct lease_bounds {
   double max_fraction = 0.1;    // of the limit per minute: the most one instance holds
 };
 
+// Returns: the most one instance holds of a key: M in the invariant
+// (cluster.hpp), max_fraction * limit but at least min_tokens, at most limit.
+double max_lease(double limit_per_minute, const lease_bounds& b) noexcept;
+
 // Returns: the tokens an instance should hold to cover window_s of its
 // recent demand, within [min_tokens, max_fraction * limit] (and never more
 // than the limit).
@@ -60,7 +64,8 @@ class demand_rate {
 // falls under half of lease_size, and its surplus given back. While apart:
 // `held` is what is left of the last lease (already taken from the global
 // bucket: spending it owes nothing) plus a fallback allowance accruing at
-// fallback_per_minute (capped at one maximal lease); what is admitted out
+// fallback_per_minute (lease + allowance capped at one maximal lease, so
+// an idle instance saves up no more than that); what is admitted out
 // of the allowance is owed, and charged first once Redis answers again.
 class key_lease {
  public:
