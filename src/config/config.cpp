@@ -29,7 +29,9 @@ namespace {
 
 using names = std::initializer_list<std::string_view>;
 
-const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key", "health", "router", "rule"};
+const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key", "health", "router", "rule", "cluster"};
+const names k_cluster_keys = {"redis", "password_env", "key_prefix", "expected_instances", "timeout_ms",
+                              "fallback_share", "lease_window_ms", "lease_ttl_ms"};
 const names k_server_keys = {
     "listen", "admin", "admin_token_env", "cpus", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
@@ -308,6 +310,49 @@ void read_health(const reader& r, const toml::table& t, std::string_view name, h
   }
 }
 
+// `key` names an environment variable holding a secret: its value is read
+// now (and never logged); named but unset or empty is an error.
+void read_secret_env(const reader& r, const toml::table& t, std::string_view table_name, std::string_view key,
+                     std::string& env_name, std::string& value_out) {
+  const toml::node* n = r.read_string(t, table_name, key, env_name);
+  if (n == nullptr) return;
+  const char* value = env_name.empty() ? nullptr : std::getenv(env_name.c_str());
+  if (!env_name.empty() && (value == nullptr || *value == '\0')) {
+    r.fail(*n, fmt::format("{}.{}: the environment variable \"{}\" is unset or empty; set it, or remove {}", table_name,
+                           key, env_name, key));
+  }
+  value_out = value != nullptr ? value : "";
+}
+
+void read_cluster(const reader& r, const toml::table& t, cluster_config& c) {
+  r.check_keys(t, "[cluster]", k_cluster_keys);
+  if (const toml::node* n = r.read_string(t, "cluster", "redis", c.redis); n != nullptr && !c.redis.empty()) {
+    c.url = prefixed(r.at(*n) + ": cluster.redis", [&] { return parse_redis_url(c.redis); });
+  }
+  read_secret_env(r, t, "cluster", "password_env", c.password_env, c.password);
+  if (const toml::node* n = r.read_string(t, "cluster", "key_prefix", c.key_prefix)) {
+    if (c.key_prefix.size() > 64 || c.key_prefix.find_first_of(" \t\r\n") != std::string::npos) {
+      r.fail(*n, fmt::format("cluster.key_prefix = \"{}\": at most 64 characters, no spaces", c.key_prefix));
+    }
+  }
+  r.read_uint(t, "cluster", "expected_instances", c.expected_instances, 1, 4096);
+  r.read_uint(t, "cluster", "timeout_ms", c.timeout_ms, 1, 60000, " ms");
+  r.read_uint(t, "cluster", "lease_window_ms", c.lease_window_ms, 100, 60000, " ms");
+  r.read_uint(t, "cluster", "lease_ttl_ms", c.lease_ttl_ms, 100, 60000, " ms (the scripts' key expiry covers up to 60 s)");
+  if (const toml::node* n = t.get("fallback_share")) {
+    double v = -1;
+    if (n->is_floating_point()) v = n->as_floating_point()->get();
+    if (n->is_integer()) v = static_cast<double>(n->as_integer()->get());
+    if (!n->is_number()) r.fail(*n, fmt::format("cluster.fallback_share must be a number (got {})", type_name(*n)));
+    if (!(v >= 0 && v <= 1)) {
+      r.fail(*n, fmt::format("cluster.fallback_share = {} is out of range; allowed: 0 (= 1 / expected_instances) or a "
+                             "fraction of each key's limit up to 1.0",
+                             v));
+    }
+    c.fallback_share = v;
+  }
+}
+
 void read_server(const reader& r, const toml::table& t, server_config& s) {
   r.check_keys(t, "[server]", k_server_keys);
   std::string text;
@@ -317,14 +362,7 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
   if (const auto* n = r.read_string(t, "server", "admin", text)) {
     s.admin = prefixed(r.at(*n) + ": server.admin", [&] { return parse_socket_address(text); });
   }
-  if (const toml::node* n = r.read_string(t, "server", "admin_token_env", s.admin_token_env)) {
-    const char* value = s.admin_token_env.empty() ? nullptr : std::getenv(s.admin_token_env.c_str());
-    if (!s.admin_token_env.empty() && (value == nullptr || *value == '\0')) {
-      r.fail(*n, fmt::format("server.admin_token_env: the environment variable \"{}\" is unset or empty; set it, or "
-                             "remove admin_token_env", s.admin_token_env));
-    }
-    s.admin_token = value != nullptr ? value : "";
-  }
+  read_secret_env(r, t, "server", "admin_token_env", s.admin_token_env, s.admin_token);
   if (const auto* n = r.read_string(t, "server", "cpus", text)) {
     s.cpus = prefixed(r.at(*n) + ": server.cpus", [&] { return parse_cpu_list(text); });
   }
@@ -774,6 +812,7 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
                 " ms (0 = after every batch)");
   }
   if (const toml::table* t = r.table(root, "health", "health")) read_health(r, *t, "health", cfg->health);
+  if (const toml::table* t = r.table(root, "cluster", "cluster")) read_cluster(r, *t, cfg->cluster);
 
   std::vector<group_draft> drafts;
   for (const toml::table* t : r.tables(root, "group")) {

@@ -30,6 +30,13 @@ bool same_server(const server_config& a, const server_config& b) {
          a.h2_memory_max_bytes == b.h2_memory_max_bytes;
 }
 
+bool same_cluster(const cluster_config& a, const cluster_config& b) {
+  return a.redis == b.redis && a.password == b.password && a.key_prefix == b.key_prefix &&
+         a.expected_instances == b.expected_instances && a.timeout_ms == b.timeout_ms &&
+         a.fallback_share == b.fallback_share && a.lease_window_ms == b.lease_window_ms &&
+         a.lease_ttl_ms == b.lease_ttl_ms;
+}
+
 bool same_limits(const key_config& a, const key_config& b) {
   return a.tokens_per_minute == b.tokens_per_minute && a.requests_per_minute == b.requests_per_minute &&
          a.max_concurrent == b.max_concurrent;
@@ -160,8 +167,13 @@ std::shared_ptr<const config> reconcile(const config& next, const config& runnin
     notes.push_back(fmt::format("[audit] fsync_interval_ms changed to {}: takes effect at the next restart",
                                 next.audit.fsync_interval_ms));
   }
+  // The control thread's Redis connection is made once, at start.
+  if (!same_cluster(next.cluster, running.cluster)) {
+    notes.push_back("[cluster] changed: its settings take effect at the next restart (the running values stay)");
+  }
   out->server = running.server;
   out->audit = running.audit;
+  out->cluster = running.cluster;
 
   auto count_live = [](const auto& v) {
     return static_cast<size_t>(std::count_if(v.begin(), v.end(), [](const auto& e) { return !e.removed; }));

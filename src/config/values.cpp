@@ -85,6 +85,54 @@ socket_address parse_socket_address(std::string_view text) {
   return out;
 }
 
+redis_url parse_redis_url(std::string_view text) {
+  const auto bad = [&](std::string_view why) {
+    return config_error(fmt::format("bad Redis URL \"{}\": {}; allowed: \"redis://host:port\" (e.g. "
+                                    "\"redis://127.0.0.1:6379\", \"redis://[::1]:6379\")",
+                                    text, why));
+  };
+  constexpr std::string_view scheme = "redis://";
+  if (text.substr(0, 9) == "rediss://") throw bad("TLS to Redis (rediss://) is not supported");
+  if (text.substr(0, scheme.size()) != scheme) {
+    const size_t colon = text.find("://");
+    if (colon == std::string_view::npos) throw bad("no scheme: it starts with redis://");
+    throw bad(fmt::format("the scheme is \"{}\", not redis", text.substr(0, colon)));
+  }
+  std::string_view rest = text.substr(scheme.size());
+  if (rest.find('@') != std::string_view::npos) {
+    throw bad("credentials in the URL; put the password in an environment variable named by cluster.password_env");
+  }
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    if (slash + 1 < rest.size()) throw bad("a database number or path is not supported (sluice uses database 0)");
+    rest = rest.substr(0, slash);
+  }
+  redis_url out;
+  std::string_view port_text;
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) throw bad("missing ']' after an IPv6 address");
+    out.host = std::string(rest.substr(1, close - 1));
+    if (close + 1 < rest.size()) {
+      if (rest[close + 1] != ':') throw bad("expected \":port\" after ']'");
+      port_text = rest.substr(close + 2);
+      if (port_text.empty()) throw bad("empty port");
+    }
+  } else {
+    const size_t colon = rest.find(':');
+    out.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      if (rest.find(':', colon + 1) != std::string_view::npos) throw bad("an IPv6 address needs brackets");
+      port_text = rest.substr(colon + 1);
+      if (port_text.empty()) throw bad("empty port");
+    }
+  }
+  if (out.host.empty()) throw bad("no host");
+  if (!port_text.empty() && (!parse_port(port_text, out.port) || out.port == 0)) {
+    throw bad("the port is not a number in 1-65535");
+  }
+  return out;
+}
+
 std::vector<int> parse_cpu_list(std::string_view text) {
   // Same syntax as the kernel's cpulist files (/sys/.../cpulist, taskset -c):
   // comma-separated numbers and inclusive ranges. Surrounding whitespace is

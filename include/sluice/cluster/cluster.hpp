@@ -55,3 +55,16 @@
 #include "sluice/cluster/lease.hpp"
 #include "sluice/cluster/redis_client.hpp"
 #include "sluice/cluster/scripts.hpp"
+#include "sluice/config/config.hpp"
+
+namespace sluice::cluster {
+
+// [cluster] -> the client's options (host, port, password, prefix, timeout;
+// the backoff and connect timeout keep their defaults).
+redis_options redis_options_from(const config::cluster_config& c);
+
+// [cluster] + one key's tokens_per_minute -> its key_lease parameters
+// (window, fallback share; the bounds keep their defaults).
+key_lease::params lease_params_from(const config::cluster_config& c, double limit_per_minute);
+
+}  // namespace sluice::cluster

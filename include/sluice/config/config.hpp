@@ -34,6 +34,14 @@ struct socket_address {
 };
 socket_address parse_socket_address(std::string_view text);  // throws config_error
 
+// "redis://host:port" (port 6379 when left out; IPv6 in brackets). The host
+// may be a name: the cluster client resolves it once, at start.
+struct redis_url {
+  std::string host;
+  uint16_t port = 6379;
+};
+redis_url parse_redis_url(std::string_view text);  // throws config_error
+
 struct server_config {
   socket_address listen;                 // default 127.0.0.1:8080
   socket_address admin;                  // default 127.0.0.1:9090
@@ -225,6 +233,22 @@ struct key_config {
   bool removed = false;                    // gone (or re-limited) at a reload: never authenticates
 };
 
+// [cluster]: several instances share each key's limits through Redis
+// (include/sluice/cluster/cluster.hpp). redis = "": this process alone.
+struct cluster_config {
+  std::string redis;                 // as written; "" = off
+  redis_url url;                     // parsed from `redis`
+  std::string password_env;          // env var holding Redis's password (AUTH); "" = none
+  std::string password;              // its value, read at load (never logged)
+  std::string key_prefix = "sluice:";
+  uint32_t expected_instances = 1;   // the fallback share's divisor
+  uint32_t timeout_ms = 200;         // per Redis command; slower drops the connection
+  double fallback_share = 0;         // of a key's limit, per instance, while Redis is away; 0 = 1 / expected_instances
+  uint32_t lease_window_ms = 5000;   // a lease covers this much of the key's recent demand
+  uint32_t lease_ttl_ms = 10000;     // a lease record's life in Redis (the outstanding total)
+  bool enabled() const { return !redis.empty(); }
+};
+
 struct config {
   std::string source;  // file path, or "<embedded default>"
   server_config server;
@@ -237,6 +261,7 @@ struct config {
   health_config health;                  // [health] defaults
   router_config router;                  // [router]
   std::vector<rule_config> rules;        // [[rule]], in file order
+  cluster_config cluster;                // [cluster]
 };
 
 // Command-line flags as parsed; empty optionals mean "not given".

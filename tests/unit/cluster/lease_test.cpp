@@ -1,7 +1,7 @@
 // Lease sizing and reconciliation: pure functions, time as a parameter.
 #include <doctest/doctest.h>
 
-#include "sluice/cluster/lease.hpp"
+#include "sluice/cluster/cluster.hpp"
 
 using namespace sluice::cluster;
 
@@ -125,5 +125,30 @@ TEST_SUITE("cluster::lease") {
     kl.on_apart(t0);
     kl.refill(t0 + 3'600'000);
     CHECK(kl.held() == doctest::Approx(6000));
+  }
+}
+
+TEST_SUITE("cluster::from_config") {
+  TEST_CASE("[cluster] maps onto the client's options and a key's lease parameters") {
+    sluice::config::cluster_config c;
+    c.redis = "redis://10.1.2.3:7000";
+    c.url = {"10.1.2.3", 7000};
+    c.password = "pw";
+    c.key_prefix = "edge:";
+    c.timeout_ms = 150;
+    c.expected_instances = 3;
+    c.lease_window_ms = 2500;
+    const redis_options o = redis_options_from(c);
+    CHECK(o.host == "10.1.2.3");
+    CHECK(o.port == 7000);
+    CHECK(o.password == "pw");
+    CHECK(o.key_prefix == "edge:");
+    CHECK(o.timeout_ms == 150);
+    key_lease::params p = lease_params_from(c, 60000);
+    CHECK(p.limit_per_minute == 60000);
+    CHECK(p.window_s == doctest::Approx(2.5));
+    CHECK(p.fallback_per_minute == doctest::Approx(20000));
+    c.fallback_share = 0.5;
+    CHECK(lease_params_from(c, 60000).fallback_per_minute == doctest::Approx(30000));
   }
 }

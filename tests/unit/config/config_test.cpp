@@ -379,9 +379,33 @@ TEST_SUITE("config::errors") {
       {"group budget typo", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\ndaily_token = 5\n", 4,
        "did you mean \"daily_tokens\""},
       {"state file not a string", "[quota]\nbudget_state_file = 1\n", 2, "quota.budget_state_file must be a string"},
+      {"wrong scheme", "[cluster]\nredis = \"http://127.0.0.1:6379\"\n", 2, "the scheme is \"http\", not redis"},
+      {"no scheme", "[cluster]\nredis = \"127.0.0.1:6379\"\n", 2, "no scheme"},
+      {"tls scheme", "[cluster]\nredis = \"rediss://127.0.0.1:6379\"\n", 2, "(rediss://) is not supported"},
+      {"no host", "[cluster]\nredis = \"redis://:6379\"\n", 2, "no host"},
+      {"port out of range", "[cluster]\nredis = \"redis://127.0.0.1:70000\"\n", 2, "1-65535"},
+      {"port 0", "[cluster]\nredis = \"redis://127.0.0.1:0\"\n", 2, "1-65535"},
+      {"port not a number", "[cluster]\nredis = \"redis://127.0.0.1:abc\"\n", 2, "1-65535"},
+      {"empty port", "[cluster]\nredis = \"redis://127.0.0.1:\"\n", 2, "empty port"},
+      {"bare IPv6", "[cluster]\nredis = \"redis://::1:6379\"\n", 2, "needs brackets"},
+      {"password in the URL", "[cluster]\nredis = \"redis://:pw@127.0.0.1:6379\"\n", 2, "password_env"},
+      {"database number", "[cluster]\nredis = \"redis://127.0.0.1:6379/2\"\n", 2, "database number"},
+      {"unset password variable", "[cluster]\nredis = \"redis://127.0.0.1\"\npassword_env = \"SLUICE_TEST_SURELY_UNSET\"\n", 3,
+       "cluster.password_env: the environment variable \"SLUICE_TEST_SURELY_UNSET\" is unset or empty"},
+      {"no instances", "[cluster]\nredis = \"redis://127.0.0.1\"\nexpected_instances = 0\n", 3, "expected_instances = 0 is out of range"},
+      {"zero timeout", "[cluster]\nredis = \"redis://127.0.0.1\"\ntimeout_ms = 0\n", 3, "timeout_ms = 0 is out of range"},
+      {"share above 1", "[cluster]\nredis = \"redis://127.0.0.1\"\nfallback_share = 1.5\n", 3, "fallback_share = 1.5 is out of range"},
+      {"share negative", "[cluster]\nredis = \"redis://127.0.0.1\"\nfallback_share = -0.1\n", 3, "out of range"},
+      {"share a string", "[cluster]\nredis = \"redis://127.0.0.1\"\nfallback_share = \"half\"\n", 3, "must be a number"},
+      {"ttl over a minute", "[cluster]\nredis = \"redis://127.0.0.1\"\nlease_ttl_ms = 90000\n", 3, "lease_ttl_ms = 90000 is out of range"},
+      {"window too short", "[cluster]\nredis = \"redis://127.0.0.1\"\nlease_window_ms = 10\n", 3, "lease_window_ms = 10 is out of range"},
+      {"prefix with a space", "[cluster]\nredis = \"redis://127.0.0.1\"\nkey_prefix = \"a b\"\n", 3, "no spaces"},
+      {"unknown key", "[cluster]\nredis = \"redis://127.0.0.1\"\nexpected_instance = 2\n", 3, "did you mean \"expected_instances\""},
+      {"not a table", "cluster = \"redis://127.0.0.1\"\n", 1, "cluster must be a table"},
   };
 
   TEST_CASE("each kind of error names the file, the right line and what is allowed") {
+    ::unsetenv("SLUICE_TEST_SURELY_UNSET");
     for (const auto& c : k_cases) {
       std::string what = c.what;
       CAPTURE(what);
@@ -739,5 +763,67 @@ monthly_spend = 100
     auto d = load(k_valid_tail);
     CHECK(d->quota.budget_state_file == "sluice-budgets.json");
     CHECK(d->keys[0].daily_tokens == 0);
+TEST_SUITE("config::cluster") {
+  TEST_CASE("no [cluster]: this process alone, with the documented defaults") {
+    auto c = load(k_valid_tail);
+    CHECK_FALSE(c->cluster.enabled());
+    CHECK(c->cluster.key_prefix == "sluice:");
+    CHECK(c->cluster.expected_instances == 1);
+    CHECK(c->cluster.timeout_ms == 200);
+    CHECK(c->cluster.fallback_share == 0);
+    CHECK(c->cluster.lease_window_ms == 5000);
+    CHECK(c->cluster.lease_ttl_ms == 10000);
+  }
+
+  TEST_CASE("a full [cluster] table loads, the password read from its variable") {
+    ::setenv("SLUICE_TEST_REDIS_PASSWORD", "hunter2", 1);
+    auto c = load(std::string(R"([cluster]
+redis = "redis://10.0.0.7:6380"
+password_env = "SLUICE_TEST_REDIS_PASSWORD"
+key_prefix = "edge:"
+expected_instances = 3
+timeout_ms = 150
+fallback_share = 0.25
+lease_window_ms = 3000
+lease_ttl_ms = 20000
+)") + std::string(k_valid_tail));
+    CHECK(c->cluster.enabled());
+    CHECK(c->cluster.url.host == "10.0.0.7");
+    CHECK(c->cluster.url.port == 6380);
+    CHECK(c->cluster.password == "hunter2");
+    CHECK(c->cluster.key_prefix == "edge:");
+    CHECK(c->cluster.expected_instances == 3);
+    CHECK(c->cluster.timeout_ms == 150);
+    CHECK(c->cluster.fallback_share == doctest::Approx(0.25));
+    CHECK(c->cluster.lease_window_ms == 3000);
+    CHECK(c->cluster.lease_ttl_ms == 20000);
+    ::unsetenv("SLUICE_TEST_REDIS_PASSWORD");
+  }
+
+  TEST_CASE("DESIGN's block with redis = \"\" loads and stays off") {
+    auto c = load(std::string("[cluster]\nredis = \"\"\npassword_env = \"\"\nkey_prefix = \"sluice:\"\nexpected_instances = 1\n") +
+                  std::string(k_valid_tail));
+    CHECK_FALSE(c->cluster.enabled());
+  }
+
+  TEST_CASE("Redis URLs: host and port, the default port, IPv6, a name") {
+    struct sample {
+      std::string_view text;
+      std::string_view host;
+      uint16_t port;
+    };
+    const sample good[] = {
+        {"redis://127.0.0.1:6379", "127.0.0.1", 6379},
+        {"redis://127.0.0.1", "127.0.0.1", 6379},
+        {"redis://redis.internal:7000/", "redis.internal", 7000},
+        {"redis://[::1]:6390", "::1", 6390},
+        {"redis://[::1]", "::1", 6379},
+    };
+    for (const sample& s : good) {
+      CAPTURE(s.text);
+      const cfg::redis_url u = cfg::parse_redis_url(s.text);
+      CHECK(u.host == s.host);
+      CHECK(u.port == s.port);
+    }
   }
 }

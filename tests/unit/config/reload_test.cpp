@@ -201,6 +201,17 @@ key = "bob-secret"
     CHECK(notes[2].find("[audit] fsync_interval_ms changed to 5") == 0);
   }
 
+  TEST_CASE("[cluster] keeps its running values, with a note") {
+    auto running = load(k_running);
+    auto next = load("[cluster]\nredis = \"redis://127.0.0.1:6379\"\nexpected_instances = 3\n" + std::string(k_running));
+    std::vector<std::string> notes;
+    auto r = cfg::reconcile(*next, *running, cfg::capacity_for(*running), notes);
+    CHECK_FALSE(r->cluster.enabled());
+    CHECK(r->cluster.expected_instances == 1);
+    REQUIRE(notes.size() == 2);
+    CHECK(notes[0].find("[cluster] changed") == 0);
+  }
+
   TEST_CASE("an unchanged file reconciles to the same positions and no changes") {
     auto running = load(k_running);
     std::vector<std::string> notes;
