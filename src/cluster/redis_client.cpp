@@ -2,7 +2,8 @@
 //
 // hiredis 0.14 frees a context in one place (__redisAsyncFree): it first
 // calls every pending callback with a NULL reply, then the cleanup hook,
-// then closes the fd. The cleanup hook is therefore the one signal that a
+// then closes the fd (1.x calls the hook earlier too, before the callbacks:
+// nothing here depends on that order). The cleanup hook is therefore the one signal that a
 // connection is over, whoever ended it (our drop, the server, a failed
 // connect). It also takes the fd from hiredis (c.fd = -1, so redisFree does
 // not close it): an fd closed under an in-flight POLL_ADD would keep the
@@ -205,6 +206,9 @@ void redis_client::connect() {
     redis_client* owner = self->owner;
     redisAsyncContext* ac = self->ac;
     ac->c.fd = -1;  // ours now: closed once no poll is in flight
+    // Nothing of hiredis reaches the io again (hiredis 1.x calls cleanup
+    // twice on an error and runs the pending callbacks after it).
+    ac->ev = {};
     if (owner != nullptr && !owner->_dropping) {
       owner->_last_error = ac->err != 0 ? std::string(ac->errstr) : "connection closed by the server";
     }
@@ -218,6 +222,7 @@ void redis_client::connect() {
   });
   _connect_deadline_ms = _r.now_ms() + _o.connect_timeout_ms;
   _setup_left = 0;
+  _drop_reason = errc::upstream_closed;  // what a close we did not ask for reads as
   // Pipelined behind the connect: AUTH, then the scripts.
   if (!_o.password.empty()) {
     auto* p = new pending;
@@ -294,7 +299,6 @@ void redis_client::on_context_gone() {
   _ready = false;
   _dropping = false;
   _setup_left = 0;
-  _drop_reason = errc::upstream_closed;
   if (_destroying) return;
   ++_stats.errors;
   log_state(false, _last_error);

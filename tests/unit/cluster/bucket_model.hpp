@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -19,10 +21,23 @@ struct bucket_model {
 
   bucket_model(double l, uint64_t now_ms) : limit(l), level(l), ts_ms(now_ms) {}
 
+  // The same operations in the same order as the Lua, so that the doubles
+  // agree to the last bit.
   void prologue(uint64_t now_ms) {
-    if (now_ms > ts_ms) level = std::min(limit, level + static_cast<double>(now_ms - ts_ms) * limit / 60000.0);
+    const double rate = limit / 60000;
+    if (now_ms > ts_ms) level = level + static_cast<double>(now_ms - ts_ms) * rate;
+    if (level > limit) level = limit;
     ts_ms = std::max(ts_ms, now_ms);
     std::erase_if(leases, [&](const auto& kv) { return kv.second.second <= now_ms; });
+  }
+  // The script answers with the level it computed and keeps it as Lua's
+  // tostring writes it: 14 digits.
+  double answered_level = 0;
+  void store() {
+    answered_level = level;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.14g", level);
+    level = std::strtod(text, nullptr);
   }
   double lease(double want, int inst, uint64_t ttl_ms, uint64_t now_ms) {
     prologue(now_ms);
@@ -31,6 +46,7 @@ struct bucket_model {
       level -= granted;
       leases[inst] = {granted, now_ms + ttl_ms};
     }
+    store();
     return granted;
   }
   double give_back(double amount, int inst, uint64_t now_ms) {
@@ -41,13 +57,17 @@ struct bucket_model {
       it->second.first -= amount;
       if (it->second.first <= 0) leases.erase(it);
     }
-    return level - before;
+    const double tokens = level - before;
+    store();
+    return tokens;
   }
   double charge(double amount, uint64_t now_ms) {
     prologue(now_ms);
     const double before = level;
     level = std::max(-limit, level - amount);
-    return before - level;
+    const double tokens = before - level;
+    store();
+    return tokens;
   }
   double outstanding() const {
     double sum = 0;
