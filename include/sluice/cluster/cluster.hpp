@@ -23,8 +23,11 @@
 // holds across the outage. The charge floors the level at -L: an outage so
 // long that its usage exceeds two minutes of refill is partly forgiven —
 // the bucket also wasted at least that much refill at its cap meanwhile.
-// Not covered: Redis losing its data (a restart without persistence)
-// starts every bucket full again, one extra L at most per loss.
+// Instance clocks never enter the bucket's arithmetic (Redis TIME does);
+// they time only the demand estimate and the fallback allowance, so a clock
+// running fast by d admits d more of its share while apart (and that is
+// charged too). Not covered: Redis losing its data (a restart without
+// persistence) starts every bucket full again, one extra L at most per loss.
 //
 // "A crashed instance's capacity comes back after the TTL", exactly: a
 // lease's tokens leave the bucket when granted, so a crash does not return

@@ -31,6 +31,7 @@ constexpr uint64_t k_detect_steps = 4;  // a client notices an outage when a com
 struct instance {
   int id = 0;                 // a new id per incarnation
   int64_t clock_offset_ms = 0;
+  int64_t drift_ppm = 0;
   double share = 0;           // of the total demand
   std::unique_ptr<key_lease> lease;
   bool alive = true;
@@ -63,7 +64,10 @@ struct scenario {
   double limit = 60000;
   double demand_factor = 1.5;   // total demand / limit
   std::vector<double> shares = {0.55, 0.25, 0.15, 0.05};
+  // Instance clocks: off Redis's by seconds to minutes, and running up to
+  // 0.2% fast or slow (they time only demand and the fallback allowance).
   std::vector<int64_t> offsets_ms = {0, 37000, -12000, 300000};
+  std::vector<int64_t> drift_ppm = {0, 2000, -2000, 1000};
   std::vector<outage> outages;
   uint64_t crash_at_ms = 0;     // instance 1 dies here (0 = never)
   uint64_t crash_down_ms = 20000;
@@ -98,6 +102,7 @@ sim_result run(const scenario& sc) {
   for (size_t i = 0; i < n; ++i) {
     inst[i].id = next_id++;
     inst[i].clock_offset_ms = sc.offsets_ms[i];
+    inst[i].drift_ppm = sc.drift_ppm[i];
     inst[i].share = sc.shares[i];
     inst[i].lease = std::make_unique<key_lease>(p, base_ms + sc.offsets_ms[i]);
     inst[i].next_size = size(rng);
@@ -115,7 +120,8 @@ sim_result run(const scenario& sc) {
     const bool low = t >= sc.low_from_ms && t < sc.low_to_ms;
     double admitted_step = 0;
     for (instance& in : inst) {
-      const uint64_t local_ms = server_ms + in.clock_offset_ms;
+      const uint64_t local_ms = static_cast<uint64_t>(static_cast<int64_t>(server_ms) + in.clock_offset_ms +
+                                                      static_cast<int64_t>(t) * in.drift_ppm / 1000000);
       if (!in.alive) {
         if (t < in.revive_at_ms) continue;
         // A new process: new id, nothing held, nothing owed.
