@@ -69,6 +69,16 @@ bool key_lease::take(double tokens, uint64_t now_ms) noexcept {
   return true;
 }
 
+void key_lease::refund(double tokens) noexcept {
+  if (tokens <= 0) return;
+  // Admitted out of the allowance and not used: owed no more. While apart
+  // the allowance gets them back; once rejoined that share is gone anyway.
+  const double unowed = std::min(_owed, tokens);
+  _owed -= unowed;
+  if (_apart) _allowance += unowed;
+  _lease += tokens - unowed;
+}
+
 key_lease::request key_lease::begin(uint64_t now_ms) noexcept {
   request rq;
   if (_in_flight || _apart) return rq;

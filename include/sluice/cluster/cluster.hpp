@@ -16,8 +16,9 @@
 // on Redis's clock); N*M are the leases the instances took before the
 // interval and spend inside it ("one outstanding lease per instance").
 // While Redis is away an instance admits what is left of its lease, then at
-// most fallback_per_minute (accrued, capped at M); with the default share
-// (L / expected_instances) and N <= expected_instances the instances
+// most fallback_per_minute (accrued; lease + allowance capped at M); with
+// the default share (L / expected_instances) and N <= expected_instances
+// (or configured shares summing to at most 1) the instances
 // together stay within r while apart, and what they admitted out of the
 // share is charged to the bucket when Redis returns, so the bound above
 // holds across the outage. The charge floors the level at -L: an outage so
@@ -35,8 +36,8 @@
 // available to the others again within a minute, TTL or not. The TTL bounds
 // how long the dead instance's lease record stays in the `outstanding`
 // total (what the admin page shows as held by instances); a record past its
-// TTL is dropped by the next script that sees the key. Capacity itself is
-// never lost for longer than one minute of refill.
+// TTL is dropped by the next script that sees the key. A crash costs the
+// others at most M tokens: M / r of refill (6 s with the default bounds).
 //
 // Integration (the control thread owns the client; shards never talk to
 // Redis):
@@ -46,9 +47,13 @@
 //   - The control thread is one more peer in the shards' lending mesh
 //     (quota::shard_slices): per key it keeps a key_lease; what the lease
 //     holds is the control peer's slice, lent to shards as they ask; shards
-//     lend nothing to it beyond returns. It calls key_lease::begin() each
-//     turn per active key and sends the request through the client (lease
-//     with ttl_ms, give_back, charge); on_reply() with the result.
+//     lend nothing to it beyond returns. A shard's borrow from it is
+//     key_lease::take() (which also measures the demand); settlement
+//     refunds and returned slices are key_lease::refund(). It calls
+//     key_lease::begin() each turn per active key and sends the request
+//     through the client (lease with [cluster] lease_ttl_ms, give_back,
+//     charge); on_reply() with the result (ok = the call succeeded, tokens
+//     = bucket_reply::tokens).
 //   - connected() false (or a failed call): on_apart() on every key_lease;
 //     connected() true again: on_rejoin(). Metrics:
 //     sluice_cluster_connected = connected(), sluice_cluster_redis_errors_total

@@ -87,6 +87,10 @@ class key_lease {
   // Admission: records the demand, and takes `tokens` when held covers it.
   // Returns: whether they were taken.
   bool take(double tokens, uint64_t now_ms) noexcept;
+  // Settlement: tokens taken but not used (a reservation above the real
+  // usage) come back to this instance's pool; surplus goes on to Redis
+  // with the next give_back. While owing, they first pay off the debt.
+  void refund(double tokens) noexcept;
   double held() const noexcept { return _lease + _allowance; }
   double owed() const noexcept { return _owed; }
   bool apart() const noexcept { return _apart; }

@@ -118,6 +118,23 @@ TEST_SUITE("cluster::lease") {
     CHECK(kl.begin(t0 + 601004).kind == key_lease::op::lease);
   }
 
+  TEST_CASE("key_lease: a refund returns to the lease, or pays off what is owed first") {
+    key_lease kl(sample_params(), t0);
+    key_lease::request rq = kl.begin(t0);
+    kl.on_reply(rq, true, 64, t0);
+    REQUIRE(kl.take(40, t0));
+    kl.refund(15);
+    CHECK(kl.held() == doctest::Approx(39));
+    CHECK(kl.owed() == 0);
+    kl.on_apart(t0);
+    REQUIRE(kl.take(39, t0));
+    REQUIRE(kl.take(100, t0 + 1000));  // out of the allowance: owed
+    CHECK(kl.owed() == doctest::Approx(100));
+    kl.refund(30);
+    CHECK(kl.owed() == doctest::Approx(70));
+    CHECK(kl.held() == doctest::Approx(180));  // 250 accrued - 100 + 30
+  }
+
   TEST_CASE("key_lease apart: an idle instance saves up one lease at most, its lease included") {
     key_lease kl(sample_params(), t0);
     key_lease::request rq = kl.begin(t0);
