@@ -763,6 +763,9 @@ monthly_spend = 100
     auto d = load(k_valid_tail);
     CHECK(d->quota.budget_state_file == "sluice-budgets.json");
     CHECK(d->keys[0].daily_tokens == 0);
+  }
+}
+
 TEST_SUITE("config::cluster") {
   TEST_CASE("no [cluster]: this process alone, with the documented defaults") {
     auto c = load(k_valid_tail);
