@@ -252,6 +252,10 @@ int main(int argc, char** argv) {
       log::warn("server.splice = true is accepted for old configs and has no effect: every body is relayed by "
                 "copy (README, \"How a request flows\")");
     }
+    if (cfg->cluster.enabled()) {
+      log::warn("[cluster] redis is set: this build checks it but does not lease from it yet; each instance "
+                "enforces its keys' limits on its own (README, \"Several instances\")");
+    }
     log::info("sluice admin on http://{}:{}", host_of(aa), admin_port);
 
     shard::reactor::hooks h;
