@@ -45,8 +45,10 @@ size_t dechunk(const char* p, size_t n, char* out, bool& last) noexcept;
 // as they are. Returns: the bytes written; `cut` counts the events left out.
 size_t drop_usage_events(const char* p, size_t n, char* out, uint32_t& cut) noexcept;
 
-// Appends `s` to `b` (the caller reserved the room).
+// Appends `s` to `b` (the caller reserved the room). An empty view may
+// have a null data(), which memcpy must not get.
 inline void append(byte_buf& b, std::string_view s) noexcept {
+  if (s.empty()) return;
   __builtin_memcpy(b.data + b.len, s.data(), s.size());
   b.len += static_cast<uint32_t>(s.size());
 }
