@@ -1,7 +1,9 @@
 // Parsers for the small value types a config holds: socket addresses, CPU
-// lists and key digests. Cold path; errors are config_error with a message
-// that the caller prefixes with "FILE:LINE: " or "--flag: ".
+// lists, key digests, Redis and backend URLs (and a backend's resolution).
+// Cold path; errors are config_error with a message that the caller
+// prefixes with "FILE:LINE: " or "--flag: ".
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <openssl/evp.h>
 #include <sched.h>
 
@@ -11,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "sluice/config/config.hpp"
+#include "values.hpp"
 
 namespace sluice::config {
 
@@ -191,6 +193,109 @@ std::array<uint8_t, 32> sha256(std::string_view key) {
     throw config_error("sha256: OpenSSL EVP_Digest failed");
   }
   return digest;
+}
+
+parsed_url parse_backend_url(std::string_view url) {
+  const auto bad = [&](std::string_view why) {
+    return config_error(fmt::format(
+        "backend URL \"{}\": {}; allowed: http://HOST:PORT or grpc://HOST:PORT (optionally ending in /)", url, why));
+  };
+  constexpr std::string_view k_http = "http://";
+  constexpr std::string_view k_grpc = "grpc://";
+  if (url.starts_with("https://") || url.starts_with("grpcs://")) {
+    throw config_error(fmt::format(
+        "backend URL \"{}\": TLS to backends is not supported yet; use http:// or grpc:// (TLS to backends is planned)", url));
+  }
+  parsed_url out;
+  std::string_view rest;
+  if (url.starts_with(k_http)) {
+    rest = url.substr(k_http.size());
+  } else if (url.starts_with(k_grpc)) {
+    out.transport = backend_transport::grpc;
+    rest = url.substr(k_grpc.size());
+  } else {
+    throw bad("the scheme must be http:// or grpc://");
+  }
+  if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos || rest.find('?') != std::string_view::npos ||
+      rest.find('#') != std::string_view::npos) {
+    throw bad("a backend URL has no path; sluice forwards the client's path (/v1/...)");
+  }
+  if (rest.find('@') != std::string_view::npos) throw bad("credentials in the URL are not supported");
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    size_t close = rest.find(']');
+    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+      throw bad("an IPv6 host is written [addr]:port");
+    }
+    out.host = std::string(rest.substr(1, close - 1));
+    port = rest.substr(close + 2);
+  } else {
+    size_t colon = rest.rfind(':');
+    if (colon == std::string_view::npos) throw bad("the port is missing");
+    out.host = std::string(rest.substr(0, colon));
+    port = rest.substr(colon + 1);
+    bool host_ok = !out.host.empty() && std::all_of(out.host.begin(), out.host.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+    });
+    if (!host_ok) throw bad(fmt::format("\"{}\" is not a host name or IPv4 address", out.host));
+  }
+  if (out.host.empty()) throw bad("the host is empty");
+  unsigned port_value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || port_value == 0 || port_value > 65535) {
+    throw bad("the port must be a number in 1-65535");
+  }
+  out.port = std::to_string(port_value);
+  std::string host_lower = out.host;
+  std::transform(host_lower.begin(), host_lower.end(), host_lower.begin(),
+                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; });
+  out.host_header = rest.starts_with('[') ? fmt::format("[{}]:{}", host_lower, out.port)
+                                          : fmt::format("{}:{}", host_lower, out.port);
+  out.normalized = fmt::format("{}{}", out.transport == backend_transport::grpc ? k_grpc : k_http, out.host_header);
+  return out;
+}
+
+socket_address resolve(const parsed_url& u) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  int rc = getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    throw config_error(fmt::format("backend host \"{}\" does not resolve ({}); allowed: an IP address or a name this machine resolves",
+                                   u.host, gai_strerror(rc)));
+  }
+  socket_address out;
+  std::memcpy(&out.storage, found->ai_addr, found->ai_addrlen);
+  out.length = found->ai_addrlen;
+  freeaddrinfo(found);
+  char ip[INET6_ADDRSTRLEN] = {};
+  if (out.family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&out.storage)->sin6_addr, ip, sizeof ip);
+    out.text = fmt::format("[{}]:{}", ip, out.port());
+  } else {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&out.storage)->sin_addr, ip, sizeof ip);
+    out.text = fmt::format("{}:{}", ip, out.port());
+  }
+  return out;
+}
+
+bool parse_hex_digest(std::string_view hex, std::array<uint8_t, 32>& out) {
+  if (hex.size() != 64) return false;
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < 32; ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
 }
 
 }  // namespace sluice::config

@@ -1,0 +1,32 @@
+#pragma once
+// config (private): value parsers load() uses that are not part of the
+// public API (values.cpp).
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sluice/config/config.hpp"
+
+namespace sluice::config {
+
+// A backend URL, checked and normalized, before resolution.
+struct parsed_url {
+  backend_transport transport = backend_transport::http1;
+  std::string normalized;  // "http://host:port", "grpc://host:port"
+  std::string host;        // without brackets, for getaddrinfo
+  std::string port;
+  std::string host_header; // "host:port", brackets kept for IPv6
+};
+
+// Throws config_error naming the URL and what is allowed.
+parsed_url parse_backend_url(std::string_view url);
+
+// Cold path: getaddrinfo may block on DNS; it runs once per backend at load.
+// Throws config_error when the host does not resolve.
+socket_address resolve(const parsed_url& u);
+
+// 64 hex digits into 32 bytes. Returns: false for anything else.
+bool parse_hex_digest(std::string_view hex, std::array<uint8_t, 32>& out);
+
+}  // namespace sluice::config
