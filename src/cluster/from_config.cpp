@@ -1,6 +1,14 @@
 // [cluster] settings -> the module's parameters (cluster.hpp).
 #include "sluice/cluster/cluster.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "sluice/core/clock.hpp"
+
 namespace sluice::cluster {
 
 redis_options redis_options_from(const config::cluster_config& c) {
@@ -19,6 +27,15 @@ key_lease::params lease_params_from(const config::cluster_config& c, double limi
   p.window_s = c.lease_window_ms / 1000.0;
   p.fallback_per_minute = fallback_tokens_per_minute(limit_per_minute, c.fallback_share, c.expected_instances);
   return p;
+}
+
+const std::string& instance_id() {
+  static const std::string id = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "host");
+    return fmt::format("{}:{}:{}", host, ::getpid(), realtime_ms());
+  }();
+  return id;
 }
 
 }  // namespace sluice::cluster

@@ -75,4 +75,9 @@ redis_options redis_options_from(const config::cluster_config& c);
 // (window, fallback share; the bounds keep their defaults).
 key_lease::params lease_params_from(const config::cluster_config& c, double limit_per_minute);
 
+// This process's name in Redis (lease records, budget counters): host name,
+// pid and start time in ms ("edge1:4242:1764633600123"). Unique per process
+// and stable for its life; computed once (the first call), then the same.
+const std::string& instance_id();
+
 }  // namespace sluice::cluster
