@@ -12,6 +12,7 @@
 #include "sluice/config/config.hpp"
 #include "sluice/control/admin.hpp"
 #include "sluice/control/budgets.hpp"
+#include "sluice/control/cluster.hpp"
 #include "sluice/control/gateway.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
@@ -46,6 +47,7 @@ struct control_state {
   control::admin_server* admin = nullptr;
   control::health_checker* health = nullptr;
   control::budget_keeper* budgets = nullptr;
+  control::cluster_keeper* cluster = nullptr;  // [cluster] mode only
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
@@ -88,6 +90,10 @@ struct control_state {
       std::shared_ptr<const config::config> next = config::reconcile(*loaded, *cfg, g->capacity(), notes);
       g->reload(next);
       health->reload(next);
+      if (cluster != nullptr) cluster->reload(*next);
+      if (next->cluster.redis != cfg->cluster.redis || next->cluster.key_prefix != cfg->cluster.key_prefix) {
+        log::warn("SIGHUP: [cluster] changed; the running instance keeps its Redis until it restarts");
+      }
       // Counted now, in the order the files came (a failed one just after
       // still reads last); the log line waits for every shard.
       reloads.push_back({control::settle_wait(g->mark(), r->now_ms()), next->source, std::move(notes)});
@@ -252,9 +258,11 @@ int main(int argc, char** argv) {
       log::warn("server.splice = true is accepted for old configs and has no effect: every body is relayed by "
                 "copy (README, \"How a request flows\")");
     }
+    std::unique_ptr<control::cluster_keeper> cluster;
     if (cfg->cluster.enabled()) {
-      log::warn("[cluster] redis is set: this build checks it but does not lease from it yet; each instance "
-                "enforces its keys' limits on its own (README, \"Several instances\")");
+      cluster = std::make_unique<control::cluster_keeper>(*r, *g, *cfg);
+      ctl.cluster = cluster.get();
+      admin.set_cluster(cluster.get());
     }
     log::info("sluice admin on http://{}:{}", host_of(aa), admin_port);
 
@@ -263,12 +271,14 @@ int main(int argc, char** argv) {
     h.on_iteration = [](void* p, uint64_t) {
       auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
+      if (c->cluster != nullptr) c->cluster->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());
       c->budgets->on_iteration(*c->cfg, c->r->now_ms(), static_cast<int64_t>(realtime_ms()));
       if (c->g->stopped()) c->r->stop();
     };
     r->run(h);
     g->join();
+    cluster.reset();
     // Every shard has stopped: their counters are final.
     budgets.shutdown(*ctl.cfg, static_cast<int64_t>(realtime_ms()));
     log::info("stopped");

@@ -69,6 +69,17 @@ bool key_lease::take(double tokens, uint64_t now_ms) noexcept {
   return true;
 }
 
+double key_lease::take_available(double tokens, uint64_t now_ms) noexcept {
+  if (_apart) refill(now_ms);
+  const double n = std::floor(std::min(tokens, held()));
+  if (n <= 0) return 0;
+  const double from_lease = std::min(n, _lease);
+  _lease -= from_lease;
+  _allowance -= n - from_lease;
+  _owed += n - from_lease;
+  return n;
+}
+
 void key_lease::refund(double tokens) noexcept {
   if (tokens <= 0) return;
   // Admitted out of the allowance and not used: owed no more. While apart

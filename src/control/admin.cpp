@@ -1,4 +1,5 @@
 #include "sluice/control/admin.hpp"
+#include "sluice/control/cluster.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -308,6 +309,7 @@ void admin_server::handle(conn* c) noexcept {
     _g.metrics().render(m);
     if (_health != nullptr) _health->render_metrics(m);
     if (_budgets != nullptr) _budgets->render_metrics(**_cfg, static_cast<int64_t>(realtime_ms()), m);
+    if (_cluster != nullptr) _cluster->render_metrics(m);
     respond(c, 200, "text/plain; version=0.0.4", m);
     return;
   }
@@ -324,6 +326,19 @@ void admin_server::handle(conn* c) noexcept {
       e.code = "key_not_found";
       respond(c, 404, "application/json", std::string_view(err, openai::write_error_body(err, sizeof err, e)));
       return;
+    }
+    if (_cluster != nullptr && !body.empty() && body.back() == '}') {
+      // The key's share of the cluster: the shared bucket and this
+      // instance's lease ("global" level).
+      const config::config& cfg = **_cfg;
+      for (uint32_t k = 0; k < cfg.keys.size(); ++k) {
+        if (cfg.keys[k].removed || cfg.keys[k].id != id) continue;
+        body.pop_back();
+        body += ",\"global\":";
+        _cluster->describe_key(k, body);
+        body += '}';
+        break;
+      }
     }
     respond(c, 200, "application/json", body);
     return;

@@ -36,12 +36,16 @@ struct gateway::mesh_storage {
   std::vector<std::unique_ptr<proxy::mesh_queue>> queues;
   std::vector<proxy::mesh_queue*> ptrs;
   std::unique_ptr<std::atomic<shard::reactor*>[]> reactors;
-  std::unique_ptr<std::atomic<int64_t>[]> quota_levels;  // [(shard * keys + key) * 2 + r]
+  // [(shard * keys + key) * 2 + r], shards 0..n-1 and the lender's row n
+  std::unique_ptr<std::atomic<int64_t>[]> quota_levels;
   quota::budget_board* budgets = nullptr;                 // the gateway's; outlives the shards
+  // [cluster]: by shard, its queues to and from the lender (empty: none).
+  std::vector<std::unique_ptr<proxy::mesh_queue>> to_lender, from_lender;
+  std::atomic<shard::reactor*> control_reactor{nullptr};
 
-  mesh_storage(size_t n, size_t keys);
-  // One shard's view; `to_control` is its outcome queue.
-  proxy::shard_mesh view(proxy::outcome_queue& to_control) const noexcept;
+  mesh_storage(size_t n, size_t keys, bool lender);
+  // Shard i's view; `to_control` is its outcome queue.
+  proxy::shard_mesh view(size_t i, proxy::outcome_queue& to_control) const noexcept;
 };
 
 // A shard's link and the thread that runs it: the thread is joined before
@@ -127,13 +131,20 @@ bool send_control(shard_link& s, const control_message& m) noexcept {
 
 }  // namespace
 
-gateway::mesh_storage::mesh_storage(size_t n, size_t keys)
+gateway::mesh_storage::mesh_storage(size_t n, size_t keys, bool lender)
     : count(n),
       keys_max(static_cast<uint32_t>(keys)),
       queues(n * n),
       ptrs(n * n, nullptr),
       reactors(std::make_unique<std::atomic<shard::reactor*>[]>(n)),
-      quota_levels(std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(1, n * keys * 2))) {
+      quota_levels(std::make_unique<std::atomic<int64_t>[]>(std::max<size_t>(1, (n + 1) * keys * 2))) {
+  for (size_t i = 0; i < (n + 1) * keys * 2; ++i) quota_levels[i].store(0, std::memory_order_relaxed);
+  if (lender) {
+    for (size_t i = 0; i < n; ++i) {
+      to_lender.push_back(std::make_unique<proxy::mesh_queue>());
+      from_lender.push_back(std::make_unique<proxy::mesh_queue>());
+    }
+  }
   for (size_t from = 0; from < n; ++from) {
     for (size_t to = 0; to < n; ++to) {
       if (from == to) continue;
@@ -144,8 +155,13 @@ gateway::mesh_storage::mesh_storage(size_t n, size_t keys)
   for (size_t i = 0; i < n; ++i) reactors[i].store(nullptr);
 }
 
-proxy::shard_mesh gateway::mesh_storage::view(proxy::outcome_queue& to_control) const noexcept {
+proxy::shard_mesh gateway::mesh_storage::view(size_t i, proxy::outcome_queue& to_control) const noexcept {
   proxy::shard_mesh m;
+  if (!to_lender.empty()) {
+    m.to_lender = to_lender[i].get();
+    m.from_lender = from_lender[i].get();
+    m.lender_reactor = &control_reactor;
+  }
   m.count = static_cast<uint32_t>(count);
   m.to_control = &to_control;
   m.quota_levels = quota_levels.get();
@@ -192,7 +208,7 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
       throw;
     }
   }
-  g->_mesh = std::make_unique<mesh_storage>(n, cap.keys);
+  g->_mesh = std::make_unique<mesh_storage>(n, cap.keys, cfg->cluster.enabled());
   g->_mesh->budgets = budgets;
   for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i], tls_fds[i]);
   g->launch();
@@ -202,7 +218,8 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
 int64_t gateway::quota_level(uint32_t key, int r) const noexcept {
   if (key >= _mesh->keys_max) return 0;
   int64_t total = 0;
-  for (size_t s = 0; s < _mesh->count; ++s) {
+  // The lender's row holds what it keeps for the shards (tokens; 0 without one).
+  for (size_t s = 0; s < _mesh->count + (r == 0 ? 1 : 0); ++s) {
     total += std::max<int64_t>(_mesh->quota_levels[(s * _mesh->keys_max + key) * 2 + static_cast<size_t>(r)].load(
                                    std::memory_order_relaxed),
                                0);
@@ -220,7 +237,7 @@ void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cp
   l.tls = _tls;
   l.cfg = cfg;
   l.metrics = &_metrics->shard(l.index);
-  l.mesh = _mesh->view(l.outcomes);
+  l.mesh = _mesh->view(l.index, l.outcomes);
   _shards.push_back(std::move(s));
 }
 
@@ -345,6 +362,37 @@ void gateway::reload(std::shared_ptr<const config::config> next) {
     }
   }
 }
+
+bool gateway::lending() const noexcept { return !_mesh->to_lender.empty(); }
+
+void gateway::set_control_reactor(shard::reactor* r) noexcept {
+  _mesh->control_reactor.store(r, std::memory_order_release);
+}
+
+void gateway::take_lender_messages(void (*fn)(void* ctx, const quota::message& m), void* ctx) noexcept {
+  for (auto& q : _mesh->to_lender) {
+    proxy::shard_message m;
+    while (q->try_pop(m)) fn(ctx, m.q);
+  }
+}
+
+size_t gateway::send_from_lender(uint32_t s, std::span<const quota::message> msgs) noexcept {
+  SLUICE_ASSERT(s < _mesh->from_lender.size());
+  size_t pushed = 0;
+  for (; pushed < msgs.size(); ++pushed) {
+    proxy::shard_message m;
+    m.what = proxy::shard_message::kind::quota;
+    m.q = msgs[pushed];
+    if (!_mesh->from_lender[s]->try_push(m)) break;
+  }
+  if (pushed != 0 && _shards[s]->link.reactor != nullptr && !_shards[s]->link.stopped.load(std::memory_order_acquire)) {
+    _shards[s]->link.reactor->wake();
+  }
+  return pushed;
+}
+
+std::atomic<int64_t>* gateway::quota_cells() const noexcept { return _mesh->quota_levels.get(); }
+uint32_t gateway::quota_stride() const noexcept { return _mesh->keys_max; }
 
 void gateway::reopen_audit() noexcept { post(static_cast<uint8_t>(control_message::kind::reopen_audit), 0); }
 

@@ -321,20 +321,28 @@ void shard_server::take_mesh_messages(uint64_t now) noexcept {
         _routes->apply(m.r);
         continue;
       }
-      const quota::message_effect fx = _quota.on_message(m.q, to_ns(now));
-      if (!fx.round_complete) continue;
-      // Re-admit the key's waiters. The list is detached first: a waiter
-      // that parks again goes to the new list, not back into this walk.
-      _walk_next = detach_waiters();
-      while (_walk_next != nullptr) {
-        exchange* w = take_walked(_walk_next);
-        if (w->key_index == static_cast<int32_t>(fx.key)) {
-          w->codec->wait_for_backend(*w, deadline_kind::none, 0);
-          admit(*w);
-        } else {
-          append_waiter(*w);
-        }
-      }
+      apply_quota_message(m.q, now);
+    }
+  }
+  if (_mesh.from_lender != nullptr) {
+    shard_message m;
+    while (_mesh.from_lender->try_pop(m)) apply_quota_message(m.q, now);
+  }
+}
+
+void shard_server::apply_quota_message(const quota::message& q, uint64_t now) noexcept {
+  const quota::message_effect fx = _quota.on_message(q, to_ns(now));
+  if (!fx.round_complete) return;
+  // Re-admit the key's waiters. The list is detached first: a waiter that
+  // parks again goes to the new list, not back into this walk.
+  _walk_next = detach_waiters();
+  while (_walk_next != nullptr) {
+    exchange* w = take_walked(_walk_next);
+    if (w->key_index == static_cast<int32_t>(fx.key)) {
+      w->codec->wait_for_backend(*w, deadline_kind::none, 0);
+      admit(*w);
+    } else {
+      append_waiter(*w);
     }
   }
 }
@@ -390,6 +398,23 @@ void shard_server::send_quota_messages() noexcept {
     });
     if (moved != 0) {
       shard::reactor* r = _mesh.reactors[to].load(std::memory_order_acquire);
+      if (r != nullptr) r->wake();
+    }
+  }
+  // The lender's outbox: the control thread answers a borrow round.
+  if (_mesh.to_lender != nullptr && _quota.outbox_size(n) != 0) {
+    const size_t moved = _quota.drain_outbox(n, [&](const quota::message* msgs, size_t count) {
+      size_t pushed = 0;
+      for (; pushed < count; ++pushed) {
+        shard_message m;
+        m.what = shard_message::kind::quota;
+        m.q = msgs[pushed];
+        if (!_mesh.to_lender->try_push(m)) break;
+      }
+      return pushed;
+    });
+    if (moved != 0) {
+      shard::reactor* r = _mesh.lender_reactor->load(std::memory_order_acquire);
       if (r != nullptr) r->wake();
     }
   }

@@ -60,6 +60,7 @@ quota::slices_options slices_options_of(const shard_mesh& mesh) {
   quota::slices_options o;
   o.published = mesh.quota_levels;
   o.published_stride = mesh.quota_keys_max;
+  o.lender = mesh.to_lender != nullptr;
   return o;
 }
 

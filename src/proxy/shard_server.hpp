@@ -152,6 +152,9 @@ class shard_server {
   // quota tick, parked requests whose time came, and this shard's messages.
   void pump_mesh(uint64_t now_ms) noexcept;
   void take_mesh_messages(uint64_t now_ms) noexcept;
+  // A quota message from a peer or the lender; a completed borrow round
+  // re-admits the key's waiters.
+  void apply_quota_message(const quota::message& q, uint64_t now_ms) noexcept;
   void retry_waiters(uint64_t now_ms) noexcept;
   void send_quota_messages() noexcept;
   void send_load_reports(uint64_t now_ms) noexcept;

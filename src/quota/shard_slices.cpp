@@ -35,7 +35,7 @@ constexpr int64_t k_priority_slot_ns = 100'000'000;
 
 shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const key_limits> keys,
                            int64_t now_ns, const slices_options& options)
-    : _shard(shard), _shard_count(shard_count), _options(options) {
+    : _shard(shard), _shard_count(shard_count), _peers(shard_count + (options.lender ? 1 : 0)), _options(options) {
   SLUICE_VERIFY(shard_count >= 1 && shard_count <= 65535 && shard < shard_count);
   SLUICE_VERIFY(options.outbox_capacity >= 2 && (options.outbox_capacity & (options.outbox_capacity - 1)) == 0);
   SLUICE_VERIFY(options.floor_divisor >= 1);
@@ -45,9 +45,9 @@ shard_slices::shard_slices(uint32_t shard, uint32_t shard_count, std::span<const
   for (size_t i = 0; i < keys.size(); ++i) init_key(_keys[i], keys[i], now_ns);
   _early.reserve(1024);
   for (uint32_t key = 0; key < _keys.size(); ++key) publish(key);
-  _outbox.resize(size_t{shard_count} * options.outbox_capacity);
-  _outbox_head.assign(shard_count, 0);
-  _outbox_tail.assign(shard_count, 0);
+  _outbox.resize(size_t{_peers} * options.outbox_capacity);
+  _outbox_head.assign(_peers, 0);
+  _outbox_tail.assign(_peers, 0);
 }
 
 bool shard_slices::outranks(uint32_t a, uint32_t b, int64_t at_ns) const noexcept {
@@ -61,14 +61,14 @@ bool shard_slices::idle(const key_state& k, int64_t now_ns) const noexcept {
 
 shard_slices::step shard_slices::evaluate(slice& s, resource r, int64_t need, int64_t now_ns) noexcept {
   if (s.global == 0) return step::fits;
-  if (r != resource::concurrency) s.bucket.refill(now_ns);
+  refill(s, r, now_ns);
   if (s.bucket.level() >= need) return step::fits;
   if (s.replies_pending > 0) {
     if (now_ns - s.round_start_ns < _options.round_timeout_ns) return step::wait;
     s.replies_pending = 0;  // a peer dropped our request (full outbox): give up on it
     s.round_end_ns = now_ns;
   }
-  if (_shard_count == 1) return step::reject;
+  if (_shard_count == 1 && !s.leased) return step::reject;
   if (now_ns - s.round_end_ns < _options.borrow_cooldown_ns) return step::cooldown;
   return step::borrow;
 }
@@ -173,7 +173,7 @@ bool shard_slices::settle(reservation& held, uint64_t actual_tokens, int64_t now
   slice& tokens = k.slices[index_of(resource::tokens)];
   tokens.reserved -= held.tokens;
   if (tokens.global > 0) {
-    tokens.bucket.refill(now_ns);
+    refill(tokens, resource::tokens, now_ns);
     const auto actual = static_cast<int64_t>(std::min<uint64_t>(actual_tokens, uint64_t{k_capacity_max}));
     if (actual < held.tokens) tokens.bucket.refund(held.tokens - actual);
     if (actual > held.tokens) tokens.bucket.charge(actual - held.tokens);
@@ -200,8 +200,12 @@ bool shard_slices::start_round(slice& s, uint32_t key, resource r, int64_t want,
   m.capacity = want;
   m.level = now_ns;  // the round's start: see answer()
   uint16_t sent = 0;
-  for (uint32_t peer = 0; peer < _shard_count; ++peer) {
-    if (peer != _shard && outbox_push(peer, m)) ++sent;
+  if (s.leased) {
+    if (outbox_push(_shard_count, m)) ++sent;  // the lender alone has tokens to give
+  } else {
+    for (uint32_t peer = 0; peer < _shard_count; ++peer) {
+      if (peer != _shard && outbox_push(peer, m)) ++sent;
+    }
   }
   if (sent == 0) {
     s.round_end_ns = now_ns;
@@ -227,9 +231,11 @@ void shard_slices::answer(const message& request, int64_t now_ns) noexcept {
   g.from_shard = static_cast<uint16_t>(_shard);
   g.kind = message_kind::grant;
   g.res = request.res;
-  if (s.global > 0) {
+  // A leased slice lends nothing to a peer shard (they borrow from the
+  // lender), and the lender never asks: an empty grant.
+  if (s.global > 0 && !s.leased) {
     const bool is_idle = idle(k, now_ns);
-    if (request.res != resource::concurrency) s.bucket.refill(now_ns);
+    refill(s, request.res, now_ns);
     // Capacity backing reservations still in flight stays: their refunds
     // must fit when they settle, or those tokens would vanish until refill.
     // An active lender gives what was asked (not more) down to the same
@@ -281,6 +287,14 @@ void shard_slices::init_key(key_state& k, const key_limits& limits, int64_t now_
     s.global = static_cast<int64_t>(globals[r]);
     s.round_end_ns = now_ns - _options.borrow_cooldown_ns;
     if (s.global == 0) continue;
+    if (_options.lender && r == index_of(resource::tokens)) {
+      // Empty, and without a capacity of its own to refill from or to
+      // conserve: what it holds is what the lender granted.
+      s.leased = true;
+      s.bucket = token_bucket(k_capacity_max, now_ns);
+      s.bucket.charge(k_capacity_max);
+      continue;
+    }
     // The remainder goes to the lowest shards, so the homes add up to G.
     s.home = s.global / _shard_count + (static_cast<int64_t>(_shard) < s.global % _shard_count ? 1 : 0);
     s.bucket = token_bucket(s.home, now_ns);
@@ -314,7 +328,7 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
     if (_early.size() < _early.capacity()) _early.push_back(m);
     return effect;
   }
-  SLUICE_ASSERT(m.from_shard < _shard_count && m.from_shard != _shard);
+  SLUICE_ASSERT(m.from_shard < _peers && m.from_shard != _shard);
   SLUICE_ASSERT(index_of(m.res) < k_resource_count);
   SLUICE_ASSERT(m.kind == message_kind::lend_request || (m.level >= 0 && m.level <= m.capacity));
   slice& s = at(m.key, m.res);
@@ -323,7 +337,11 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
       answer(m, now_ns);
       break;
     case message_kind::grant:
-      if (m.capacity > 0) s.bucket.add(m.capacity, m.level, now_ns);
+      if (s.leased) {
+        s.bucket.refund(m.level);  // a late grant (after its round timed out) counts all the same
+      } else if (m.capacity > 0) {
+        s.bucket.add(m.capacity, m.level, now_ns);
+      }
       if (m.round == s.round && s.replies_pending > 0 && --s.replies_pending == 0) {
         // The cooldown holds off a new round only after one that came back
         // short: after a round that got what it asked for, the next request
@@ -333,7 +351,11 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
       }
       break;
     case message_kind::give_back:
-      if (m.capacity > 0) s.bucket.add(m.capacity, m.level, now_ns);
+      if (s.leased) {
+        s.bucket.refund(m.level);
+      } else if (m.capacity > 0) {
+        s.bucket.add(m.capacity, m.level, now_ns);
+      }
       break;
   }
   publish(m.key);
@@ -341,19 +363,49 @@ message_effect shard_slices::on_message(const message& m, int64_t now_ns) noexce
 }
 
 void shard_slices::tick(int64_t now_ns) noexcept {
-  if (_shard_count == 1) return;
+  if (_peers == 1) return;
   for (uint32_t key = 0; key < _keys.size(); ++key) {
     key_state& k = _keys[key];
     if (!idle(k, now_ns)) continue;
-    for (size_t r = 0; r < k_resource_count; ++r) give_back(k, key, static_cast<resource>(r), now_ns);
+    for (size_t r = 0; r < k_resource_count; ++r) {
+      slice& s = k.slices[r];
+      if (s.leased) {
+        give_back_to_lender(s, key, now_ns);
+      } else if (_shard_count > 1) {
+        give_back(k, key, static_cast<resource>(r), now_ns);
+      }
+    }
     publish(key);
   }
+}
+
+void shard_slices::give_back_to_lender(slice& s, uint32_t key, int64_t now_ns) noexcept {
+  // Idle: every token goes home, where other shards (and, through Redis,
+  // other instances) can use them. A debt (usage beyond a reservation)
+  // stays: the next grant repays it.
+  const int64_t level = s.bucket.level();
+  if (level <= 0 || s.replies_pending > 0 || outbox_full(_shard_count)) return;
+  message m;
+  m.epoch = _options.epoch;
+  m.key = key;
+  m.from_shard = static_cast<uint16_t>(_shard);
+  m.kind = message_kind::give_back;
+  m.res = resource::tokens;
+  m.capacity = level;
+  m.level = level;
+  const bool taken = s.bucket.try_take(level);
+  SLUICE_ASSERT(taken);
+  static_cast<void>(taken);
+  const bool pushed = outbox_push(_shard_count, m);
+  SLUICE_ASSERT(pushed);
+  static_cast<void>(pushed);
+  static_cast<void>(now_ns);
 }
 
 void shard_slices::give_back(key_state& k, uint32_t key, resource r, int64_t now_ns) noexcept {
   slice& s = k.slices[index_of(r)];
   if (s.global == 0 || s.replies_pending > 0) return;
-  if (r != resource::concurrency) s.bucket.refill(now_ns);
+  refill(s, r, now_ns);
   int64_t surplus = s.bucket.capacity() - s.home - s.reserved;
   // Small differences are not worth the messages.
   if (surplus < std::max<int64_t>(1, s.home / 4)) return;
@@ -391,21 +443,30 @@ rate_headers shard_slices::headers(uint32_t key, int64_t now_ns) noexcept {
   rate_headers h;
   const auto fill = [&](slice& s, rate_window& w, size_t r) {
     if (s.global == 0) return;
-    s.bucket.refill(now_ns);
+    refill(s, static_cast<resource>(r), now_ns);
     const int64_t level = std::max<int64_t>(s.bucket.level(), 0);
     w.limit = static_cast<uint64_t>(s.global);
-    int64_t others = s.global - s.bucket.capacity();
+    int64_t others = s.leased ? 0 : s.global - s.bucket.capacity();
     if (_options.published != nullptr) {
       // The peers' levels as they last published them (a peer's refill
-      // since then is not counted: "remaining" errs low, never high).
+      // since then is not counted: "remaining" errs low, never high); with
+      // a lender, what it holds for this instance too.
       others = 0;
-      for (uint32_t peer = 0; peer < _shard_count; ++peer) {
+      const uint32_t rows = r == index_of(resource::tokens) ? _peers : _shard_count;
+      for (uint32_t peer = 0; peer < rows; ++peer) {
         if (peer == _shard) continue;
         const size_t cell = (size_t{peer} * _stride + key) * 2 + r;
         others += std::max<int64_t>(_options.published[cell].load(std::memory_order_relaxed), 0);
       }
     }
     w.remaining = static_cast<uint64_t>(std::clamp<int64_t>(level + others, 0, s.global));
+    if (s.leased) {
+      // Until the key's whole limit could be back, at its rate (the shared
+      // bucket refills at the limit per minute; other instances may use it).
+      const uint64_t missing = static_cast<uint64_t>(s.global) - w.remaining;
+      w.reset_ms = (missing * 60'000 + static_cast<uint64_t>(s.global) - 1) / static_cast<uint64_t>(s.global);
+      return;
+    }
     const int64_t ns = s.bucket.ns_until(s.bucket.capacity(), s.home);
     w.reset_ms = static_cast<uint64_t>((ns + 999'999) / 1'000'000);
   };
@@ -419,7 +480,7 @@ bool shard_slices::outbox_full(uint32_t to) const noexcept {
 }
 
 bool shard_slices::outbox_push(uint32_t to, const message& m) noexcept {
-  SLUICE_ASSERT(to < _shard_count && to != _shard);
+  SLUICE_ASSERT(to < _peers && to != _shard);
   if (outbox_full(to)) return false;
   const uint64_t mask = _options.outbox_capacity - 1;
   _outbox[size_t{to} * _options.outbox_capacity + (_outbox_head[to] & mask)] = m;
@@ -429,7 +490,7 @@ bool shard_slices::outbox_push(uint32_t to, const message& m) noexcept {
 }
 
 std::span<const message> shard_slices::outbox_peek(uint32_t to) const noexcept {
-  SLUICE_ASSERT(to < _shard_count);
+  SLUICE_ASSERT(to < _peers);
   const uint64_t count = _outbox_head[to] - _outbox_tail[to];
   const uint64_t start = _outbox_tail[to] & (_options.outbox_capacity - 1);
   const uint64_t contiguous = std::min<uint64_t>(count, _options.outbox_capacity - start);

@@ -87,6 +87,10 @@ class key_lease {
   // Admission: records the demand, and takes `tokens` when held covers it.
   // Returns: whether they were taken.
   bool take(double tokens, uint64_t now_ms) noexcept;
+  // Takes what held covers of `tokens`, whole tokens only, without
+  // recording demand (a top-up beyond what was asked, or a short grant once
+  // waiting is over). Returns: the tokens taken (0..tokens).
+  double take_available(double tokens, uint64_t now_ms) noexcept;
   // Settlement: tokens taken but not used (a reservation above the real
   // usage) come back to this instance's pool; surplus goes on to Redis
   // with the next give_back. While owing, they first pay off the debt.

@@ -13,6 +13,7 @@ namespace sluice::control {
 
 class health_checker;
 class budget_keeper;
+class cluster_keeper;
 
 class admin_server {
  public:
@@ -28,6 +29,8 @@ class admin_server {
   // Backend state and operator drain (GET /backends, POST /backends/drain
   // and /backends/undrain ?url=URL) go through the health checker.
   void set_health(health_checker* h) noexcept { _health = h; }
+  // [cluster] mode: its metrics, and the "global" part of GET /keys/{id}.
+  void set_cluster(const cluster_keeper* c) noexcept { _cluster = c; }
   // server.admin_token_env's value: every endpoint but /healthz then wants
   // it as a bearer token. Empty: none.
   void set_token(std::string token) { _token = std::move(token); }
@@ -62,6 +65,7 @@ class admin_server {
   const gateway& _g;
   health_checker* _health = nullptr;
   const budget_keeper* _budgets = nullptr;
+  const cluster_keeper* _cluster = nullptr;
   const std::shared_ptr<const config::config>* _cfg = nullptr;
   std::string _token;
   int _listen_fd;

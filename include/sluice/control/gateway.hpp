@@ -7,13 +7,16 @@
 // SPSC queues plus a ring wake-up.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "sluice/config/config.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/quota/budget.hpp"
+#include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/table.hpp"
+#include "sluice/shard/reactor.hpp"
 #include "sluice/tls/tls.hpp"
 
 namespace sluice::control {
@@ -83,6 +86,23 @@ class gateway {
   // Control thread: the shards' passive reports of upstream outcomes
   // (failure = connect error, timeout, 5xx), in order per shard.
   void drain_outcomes(void (*fn)(void* ctx, uint32_t backend, bool failure), void* ctx) noexcept;
+
+  // [cluster] mode (cfg.cluster.enabled() at start): the mesh has a lender
+  // seat, peer shard_count() of every shard's quota slices, whose messages
+  // the control thread moves (control::cluster_keeper).
+  bool lending() const noexcept;
+  // Control thread, once its reactor exists: shards wake it when they send
+  // the lender something (until then it sees their messages at its tick).
+  void set_control_reactor(shard::reactor* r) noexcept;
+  // Control thread: every message the shards sent the lender, in order per
+  // shard.
+  void take_lender_messages(void (*fn)(void* ctx, const quota::message& m), void* ctx) noexcept;
+  // Control thread: queues what fits of `msgs` for shard `s` and wakes it.
+  // Returns: how many were queued.
+  size_t send_from_lender(uint32_t s, std::span<const quota::message> msgs) noexcept;
+  // The published quota levels (the lender's row is shard_count()).
+  std::atomic<int64_t>* quota_cells() const noexcept;
+  uint32_t quota_stride() const noexcept;
 
   // Stop accepting, finish in-flight requests up to drain_ms, then stop.
   void drain(uint32_t drain_ms) noexcept;

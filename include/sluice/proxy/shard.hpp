@@ -51,6 +51,12 @@ struct shard_mesh {
   std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
   uint32_t quota_keys_max = 0;                             // keys per shard in quota_levels (reload room)
   quota::budget_board* budgets = nullptr;                  // budget counters (this shard's cells) and flags
+  // [cluster] mode: this shard's queues to and from the lender (peer
+  // `count` of the quota slices; the control thread), and the control
+  // thread's reactor to wake (null until it runs). Null: no lender.
+  mesh_queue* to_lender = nullptr;
+  mesh_queue* from_lender = nullptr;
+  std::atomic<shard::reactor*> const* lender_reactor = nullptr;
   mesh_queue* queue(uint32_t from, uint32_t to) const noexcept { return queues[from * count + to]; }
 };
 

@@ -53,6 +53,18 @@
 // 1 - 1/floor_divisor of the capacity and of the rate (93.75% with the
 // default 16; measured in tests/unit/quota/simulation_test.cpp).
 //
+// With a lender (slices_options::lender; [cluster] mode, issue 17): one more
+// peer, index shard_count (the control thread), is the only source of a
+// key's tokens, which it leases from a bucket shared by every instance. A
+// token slice then starts empty and never refills (the shared bucket does,
+// in Redis); a short slice's borrow round asks the lender alone; an idle
+// slice gives all its tokens back to the lender on tick(); settlement
+// refunds stay in the slice (the instance's pool), and the idle give-back
+// takes them home. Requests per minute and concurrency stay per instance,
+// lent between shards as above. Capacity is not conserved for leased token
+// slices (it is unbounded: the lender bounds what it grants); the
+// invariant is Σ levels (slices + in transit) <= what the lender granted.
+//
 // Time is a parameter everywhere (now_ns from the reactor's clock).
 #include <cstddef>
 #include <atomic>
@@ -145,6 +157,10 @@ struct slices_options {
   // Keys per shard in `published` (0 = the key count at construction); a
   // process that may add keys on reload sizes it for them up front.
   uint32_t published_stride = 0;
+  // Tokens come from a lender, peer `shard_count` (see the top). With a
+  // lender, `published` has one more row, the lender's (what it holds,
+  // tokens only), which headers() adds to "remaining".
+  bool lender = false;
 };
 
 // Returned by on_message(): when round_complete, waiters of `key` should
@@ -229,6 +245,12 @@ class shard_slices {
   int64_t home(uint32_t key, resource r) const noexcept;
   uint32_t shard() const noexcept { return _shard; }
   uint32_t shard_count() const noexcept { return _shard_count; }
+  // Outboxes: one per shard, plus the lender's (index shard_count) when
+  // there is one.
+  uint32_t peer_count() const noexcept { return _peers; }
+  bool has_lender() const noexcept { return _peers > _shard_count; }
+  // Whether a leased slice holds `key`'s tokens (a lender, and a limit).
+  bool leased(uint32_t key) const noexcept { return at(key, resource::tokens).leased; }
   size_t key_count() const noexcept { return _keys.size(); }
 
  private:
@@ -242,6 +264,7 @@ class shard_slices {
     int64_t round_end_ns = 0;     // when the last round ended (cooldown)
     uint32_t round = 0;
     uint16_t replies_pending = 0;
+    bool leased = false;          // tokens from the lender: no refill, no capacity to conserve
   };
   struct key_state {
     slice slices[k_resource_count];
@@ -266,11 +289,17 @@ class shard_slices {
   bool start_round(slice& s, uint32_t key, resource r, int64_t want, int64_t now_ns) noexcept;
   void answer(const message& request, int64_t now_ns) noexcept;
   void give_back(key_state& k, uint32_t key, resource r, int64_t now_ns) noexcept;
+  void give_back_to_lender(slice& s, uint32_t key, int64_t now_ns) noexcept;
+  // Refill, except for a leased slice and concurrency (neither refills).
+  static void refill(slice& s, resource r, int64_t now_ns) noexcept {
+    if (r != resource::concurrency && !s.leased) s.bucket.refill(now_ns);
+  }
   bool outbox_push(uint32_t to, const message& m) noexcept;
   bool outbox_full(uint32_t to) const noexcept;
 
   uint32_t _shard;
   uint32_t _shard_count;
+  uint32_t _peers;  // outboxes: shard_count, + 1 with a lender
   slices_options _options;
   std::vector<key_state> _keys;
   uint32_t _stride = 0;                // keys per shard in options.published
