@@ -21,7 +21,7 @@ void lender::add_keys(std::span<const uint64_t> limits, uint64_t now_ms) {
     key_state& k = _keys.emplace_back(limit, lease_params_from(_c, static_cast<double>(limit)), now_ms,
                                       _o.shard_count);
     if (!_connected) k.lease.on_apart(now_ms);
-    publish(static_cast<uint32_t>(_keys.size() - 1));
+    publish(static_cast<uint32_t>(_keys.size() - 1), now_ms);
   }
 }
 
@@ -74,7 +74,7 @@ void lender::on_message(const quota::message& m, uint64_t now_ms) {
       }
       break;
   }
-  publish(m.key);
+  publish(m.key, now_ms);
 }
 
 void lender::serve(uint32_t key, uint64_t now_ms, bool deadline_only) {
@@ -98,7 +98,7 @@ void lender::serve(uint32_t key, uint64_t now_ms, bool deadline_only) {
     w = waiting{};
     --k.waiters;
   }
-  publish(key);
+  publish(key, now_ms);
 }
 
 void lender::step(uint64_t now_ms, bool connected, lease_calls& calls) {
@@ -114,7 +114,10 @@ void lender::step(uint64_t now_ms, bool connected, lease_calls& calls) {
   }
   for (uint32_t key = 0; key < _keys.size(); ++key) {
     key_state& k = _keys[key];
-    if (!k.active) continue;
+    if (!k.active) {
+      publish(key, now_ms);
+      continue;
+    }
     if (k.lease.apart()) k.lease.refill(now_ms);
     const key_lease::request rq = k.lease.begin(now_ms);
     if (rq.kind != key_lease::op::none && !calls.send(key, rq)) k.lease.on_reply(rq, false, 0, now_ms);
@@ -130,6 +133,7 @@ void lender::on_reply(uint32_t key, const key_lease::request& rq, const bucket_r
   if (reply != nullptr) {
     k.global_level = reply->level;
     k.outstanding = reply->outstanding;
+    k.reply_ms = now_ms;
     if (rq.kind == key_lease::op::lease) ++k.leases;
   }
   serve(key, now_ms, false);
@@ -144,10 +148,20 @@ bool lender::outbox_empty() const noexcept {
   return std::all_of(_outbox.begin(), _outbox.end(), [](const auto& o) { return o.empty(); });
 }
 
-void lender::publish(uint32_t key) noexcept {
+void lender::publish(uint32_t key, uint64_t now_ms) noexcept {
   if (_o.published == nullptr || key >= _o.published_stride) return;
+  const key_state& k = _keys[key];
+  // What this instance could still admit: its lease, plus the shared
+  // bucket as of the last reply, refilled since at the limit's rate (other
+  // instances may have taken some: an estimate, capped at the limit).
+  double level = k.lease.held();
+  if (_connected && k.global_level >= 0) {
+    const double since = now_ms > k.reply_ms ? static_cast<double>(now_ms - k.reply_ms) : 0.0;
+    level += std::min(static_cast<double>(k.limit),
+                      static_cast<double>(k.global_level) + since * static_cast<double>(k.limit) / 60000.0);
+  }
   const size_t cell = (size_t{_o.shard_count} * _o.published_stride + key) * 2;
-  _o.published[cell].store(static_cast<int64_t>(_keys[key].lease.held()), std::memory_order_relaxed);
+  _o.published[cell].store(static_cast<int64_t>(level), std::memory_order_relaxed);
 }
 
 lender::key_view lender::view(uint32_t key) const noexcept {

@@ -54,8 +54,9 @@ class lender {
     uint32_t shard_count = 1;
     uint32_t epoch = 0;      // the shards' slices_options::epoch
     uint32_t defer_ms = 50;  // the longest a lend_request waits for a lease (< the shards' round timeout)
-    // The lender's row of the shards' published levels (what it holds, in
-    // the tokens cell), or null.
+    // The lender's row of the shards' published levels, or null: in the
+    // tokens cell, what it holds plus its estimate of the shared bucket's
+    // level (what "remaining" adds to the shards' own levels).
     std::atomic<int64_t>* published = nullptr;
     uint32_t published_stride = 0;
   };
@@ -113,13 +114,14 @@ class lender {
     std::vector<waiting> wait;  // by shard
     uint64_t granted = 0, returned = 0, leases = 0;
     int64_t global_level = -1, outstanding = -1;
+    uint64_t reply_ms = 0;  // when global_level was read
     key_state(uint64_t l, const key_lease::params& p, uint64_t now_ms, uint32_t shards)
         : limit(l), lease(p, now_ms), wait(shards) {}
   };
 
   void serve(uint32_t key, uint64_t now_ms, bool deadline_only);
   void grant(uint32_t key, uint32_t to, uint32_t round, int64_t tokens);
-  void publish(uint32_t key) noexcept;
+  void publish(uint32_t key, uint64_t now_ms) noexcept;
   int64_t top_up(const key_state& k, uint64_t now_ms) const noexcept;
 
   options _o;
