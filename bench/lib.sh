@@ -154,7 +154,7 @@ need_built() {
 bench_install() {
     local -A pkg_of=([nginx]=nginx [haproxy]=haproxy [wrk]=wrk [h2load]=nghttp2-client
                      [taskset]=util-linux [curl]=curl [ss]=iproute2 [pgrep]=procps
-                     [node]=nodejs [lscpu]=util-linux)
+                     [node]=nodejs [lscpu]=util-linux [redis-server]=redis-server)
     local missing=() c
     for c in "$@"; do
         command -v "$c" >/dev/null || missing+=("${pkg_of[$c]:-$c}")
@@ -231,6 +231,7 @@ start_sluice() {
 # then other tables.
 # LEAN=1: audit off and no usage injection (what the features cost).
 # AUDIT_EXTRA (TOML): more [audit] keys, e.g. fsync_interval_ms = 86400000.
+# KEY_EXTRA (TOML): more keys of the bench key, e.g. tokens_per_minute.
 # PROTOCOL=anthropic|triton: the group's protocol (default openai); triton
 # takes a grpc:// backend.
 write_sluice_config() {
@@ -257,7 +258,16 @@ inject_usage = $inject
 [[key]]
 id = "bench"
 key = "test-key"
+${KEY_EXTRA:-}
 EOF
+}
+
+# start_redis PORT PIN...: a redis-server for [cluster] (no persistence);
+# sets STARTED_PID.
+start_redis() {
+    local port=$1; shift
+    start_bg "redis-$port" "$port" "$@" redis-server --port "$port" --bind 127.0.0.1 --save "" \
+        --appendonly no --daemonize no
 }
 
 # start_nginx PORT BACKEND_PORT WORKERS PIN...
