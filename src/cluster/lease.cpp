@@ -94,10 +94,13 @@ key_lease::request key_lease::begin(uint64_t now_ms) noexcept {
   request rq;
   if (_in_flight || _apart) return rq;
   const double want = target(now_ms);
+  // A waiting request larger than the target: one lease sized for it (the
+  // most one instance holds is then that request's cost).
+  const double sized = std::min(_p.limit_per_minute, std::max(want, _need));
   if (_owed > 0) {
     rq = {op::charge, std::ceil(_owed)};
-  } else if (_lease < want / 2 && now_ms >= _lease_not_before_ms) {
-    rq = {op::lease, std::ceil(want - _lease)};
+  } else if ((_lease < want / 2 || _lease < _need) && now_ms >= _lease_not_before_ms) {
+    rq = {op::lease, std::ceil(sized - _lease)};
   } else if (const double extra = std::floor(surplus(_lease, want)); extra >= 1) {
     rq = {op::give_back, extra};
     _lease -= extra;  // at most once: gone from here whatever Redis answers
@@ -113,6 +116,7 @@ void key_lease::on_reply(const request& rq, bool ok, double tokens, uint64_t now
   switch (rq.kind) {
     case op::lease:
       if (ok) _lease += tokens;
+      if (_lease >= _need) _need = 0;
       if (!ok || tokens < rq.tokens) _lease_not_before_ms = now_ms + _p.retry_ms;
       return;
     case op::charge:

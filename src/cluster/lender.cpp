@@ -60,6 +60,7 @@ void lender::on_message(const quota::message& m, uint64_t now_ms) {
         const auto extra = static_cast<int64_t>(k.lease.take_available(static_cast<double>(top_up(k, now_ms)), now_ms));
         grant(m.key, m.from_shard, m.round, want + extra);
       } else {
+        k.lease.need(static_cast<double>(want));
         waiting& w = k.wait[m.from_shard];
         if (w.want == 0) ++k.waiters;
         w = waiting{want, m.round, now_ms};

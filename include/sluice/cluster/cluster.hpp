@@ -14,7 +14,9 @@
 //     L + r * T + N * M          M = one maximal lease (max_fraction * L)
 // L + r*T is the global bucket's own bound (it starts full and refills at r
 // on Redis's clock); N*M are the leases the instances took before the
-// interval and spend inside it ("one outstanding lease per instance").
+// interval and spend inside it ("one outstanding lease per instance"). A
+// request that costs more than M gets one lease sized for it
+// (key_lease::need), so M is then the largest such cost.
 // While Redis is away an instance admits what is left of its lease, then at
 // most fallback_per_minute (accrued; lease + allowance capped at M); with
 // the default share (L / expected_instances) and N <= expected_instances

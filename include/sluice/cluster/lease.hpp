@@ -10,6 +10,7 @@
 //              sent, whether or not Redis takes them;
 //   charge     at least once: a charge whose reply is lost is sent again
 //              (a double charge only makes later leases wait).
+#include <algorithm>
 #include <cstdint>
 
 namespace sluice::cluster {
@@ -95,6 +96,9 @@ class key_lease {
   // usage) come back to this instance's pool; surplus goes on to Redis
   // with the next give_back. While owing, they first pay off the debt.
   void refund(double tokens) noexcept;
+  // A request larger than the lease target is waiting: the next lease call
+  // asks for at least `tokens` in all (capped at the limit), once.
+  void need(double tokens) noexcept { _need = std::max(_need, tokens); }
   double held() const noexcept { return _lease + _allowance; }
   double owed() const noexcept { return _owed; }
   bool apart() const noexcept { return _apart; }
@@ -121,6 +125,7 @@ class key_lease {
   double _lease = 0;        // tokens taken from the global bucket, not yet admitted
   double _allowance = 0;    // apart only: the fallback share accrued, not yet admitted
   double _owed = 0;         // admitted out of the allowance, not yet charged
+  double _need = 0;         // need(): the next lease covers at least this
   uint64_t _accrued_ms = 0; // apart: the allowance is accrued up to here
   uint64_t _lease_not_before_ms = 0;
   bool _apart = false;

@@ -359,3 +359,19 @@ TEST_SUITE("cluster::lender") {
     }
   }
 }
+
+TEST_SUITE("cluster::lender") {
+  TEST_CASE("a request larger than the lease target gets one lease sized for it") {
+    bucket_model bucket(6000, 0);  // a tenth of the limit: 600
+    instance in(1, 6000, &bucket, 1, 0);
+    in.pump(0);
+    REQUIRE(in.shards[0]->try_reserve(0, 2000, 1 * k_ms).result == outcome::wait);
+    CHECK(in.pump(1) == 0);
+    REQUIRE(in.redis.in_flight.size() == 1);
+    CHECK(in.redis.in_flight.front().rq.tokens >= 2000);
+    CHECK(in.pump(2) == 1);
+    CHECK(in.shards[0]->try_reserve(0, 2000, 2 * k_ms).result == outcome::admit);
+    // Once served, leases go back to the demand's size.
+    CHECK(in.lend->view(0).held < 600);
+  }
+}
