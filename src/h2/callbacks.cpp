@@ -423,15 +423,23 @@ struct server_session::callbacks {
     s._drained = st;
   }
 
-  // Copies n bytes from the front of the stream's pieces to `out` (or, out
-  // null, into the session's output ring), consuming them.
+  // Copies n payload bytes from the front of the stream's pieces to `out`
+  // (or, out null, into the session's output ring), consuming them. A
+  // chunked piece's size lines and CRLFs are stepped over, never copied.
   static void take_pieces(server_session& s, stream_state* st, uint8_t* out, size_t n) noexcept {
     size_t done = 0;
     while (done < n && st->piece_count != 0) {
-      const iovec& piece = st->pieces[st->piece_first];
-      const size_t left = piece.iov_len - st->piece_off;
-      const size_t take = left < n - done ? left : n - done;
-      const char* from = static_cast<const char*>(piece.iov_base) + st->piece_off;
+      const uint8_t slot = st->piece_first;
+      const iovec& piece = st->pieces[slot];
+      const char* base = static_cast<const char*>(piece.iov_base);
+      size_t take = st->payloads[slot] - st->payload_off;
+      if ((st->chunked_slots >> slot & 1u) != 0) {
+        if (st->chunk_left == 0) st->chunk_left = chunk_size_line(base, piece.iov_len, st->piece_off);
+        SLUICE_ASSERT(st->chunk_left != 0 && st->piece_off + st->chunk_left <= piece.iov_len);
+        take = st->chunk_left;
+      }
+      if (take > n - done) take = n - done;
+      const char* from = base + st->piece_off;
       if (out != nullptr) {
         std::memcpy(out + done, from, take);
       } else {
@@ -439,8 +447,13 @@ struct server_session::callbacks {
       }
       done += take;
       st->piece_off += take;
-      if (st->piece_off == piece.iov_len) {
-        st->piece_off = 0;
+      st->payload_off += take;
+      if ((st->chunked_slots >> slot & 1u) != 0) {
+        st->chunk_left -= take;
+        if (st->chunk_left == 0) st->piece_off += 2;  // the data's CRLF
+      }
+      if (st->payload_off == st->payloads[slot]) {
+        st->piece_off = st->payload_off = st->chunk_left = 0;
         st->piece_first = static_cast<uint8_t>((st->piece_first + 1) % k_pieces_max);
         --st->piece_count;
       }
@@ -451,9 +464,9 @@ struct server_session::callbacks {
                            nghttp2_data_source* source, void* user_data) {
     server_session& s = self(user_data);
     auto* st = static_cast<stream_state*>(source->ptr);
-    size_t queued = 0;  // bytes waiting in the pieces
-    for (uint8_t i = 0; i < st->piece_count; ++i) queued += st->pieces[(st->piece_first + i) % k_pieces_max].iov_len;
-    queued -= st->piece_off;
+    size_t queued = 0;  // payload bytes waiting in the pieces
+    for (uint8_t i = 0; i < st->piece_count; ++i) queued += st->payloads[(st->piece_first + i) % k_pieces_max];
+    queued -= st->payload_off;
     const size_t n = queued < length ? queued : length;
     const bool all = n == queued;
     if (n == 0) {

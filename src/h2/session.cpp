@@ -5,6 +5,7 @@
 // callbacks.cpp.
 #include <nghttp2/nghttp2.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -363,15 +364,63 @@ bool server_session::submit_response(int32_t stream_id, uint16_t status, std::sp
   return true;
 }
 
-bool server_session::send_body(int32_t stream_id, std::span<const iovec> pieces, bool end_stream) {
+namespace {
+
+// Hex digit values by byte; -1 for the rest.
+constexpr auto k_hex = [] {
+  std::array<int8_t, 256> t{};
+  for (auto& v : t) v = -1;
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<size_t>(c)] = static_cast<int8_t>(c - '0');
+  for (int c = 'a'; c <= 'f'; ++c) t[static_cast<size_t>(c)] = static_cast<int8_t>(c - 'a' + 10);
+  for (int c = 'A'; c <= 'F'; ++c) t[static_cast<size_t>(c)] = static_cast<int8_t>(c - 'A' + 10);
+  return t;
+}();
+
+}  // namespace
+
+size_t chunk_size_line(const char* p, size_t n, size_t& i) noexcept {
+  size_t size = 0;
+  for (int8_t v; i < n && (v = k_hex[static_cast<uint8_t>(p[i])]) >= 0; ++i) size = size << 4 | static_cast<size_t>(v);
+  while (i < n && p[i] != '\n') ++i;  // extensions, CR
+  ++i;
+  return size;
+}
+
+size_t chunked_payload_bytes(const char* p, size_t n) noexcept {
+  size_t i = 0, total = 0;
+  while (i < n) {
+    const size_t size = chunk_size_line(p, n, i);
+    if (size == 0 || i + size > n) break;  // the terminal chunk (or a cut one: not whole chunks)
+    total += size;
+    i += size + 2;  // the data's CRLF
+  }
+  return total;
+}
+
+bool server_session::send_body(int32_t stream_id, std::span<const iovec> pieces, bool end_stream, uint8_t chunked,
+                               size_t* queued) {
   stream_state* st = find(stream_id);
   if (st == nullptr || !st->owned() || !st->body_open) return false;
+  size_t payload[k_pieces_max] = {};
   size_t nonempty = 0;
-  for (const iovec& piece : pieces) nonempty += piece.iov_len != 0 ? 1 : 0;
-  if (st->piece_count + nonempty > k_pieces_max) return false;
-  for (const iovec& v : pieces) {
-    if (v.iov_len == 0) continue;
-    st->pieces[(st->piece_first + st->piece_count) % k_pieces_max] = v;
+  for (size_t i = 0; i < pieces.size() && i < 8; ++i) {
+    const iovec& v = pieces[i];
+    payload[i] = (chunked >> i & 1u) != 0 ? chunked_payload_bytes(static_cast<const char*>(v.iov_base), v.iov_len)
+                                          : v.iov_len;
+    nonempty += payload[i] != 0 ? 1 : 0;
+  }
+  if (pieces.size() > 8 || st->piece_count + nonempty > k_pieces_max) return false;
+  if (queued != nullptr) {
+    *queued = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) *queued += payload[i];
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (payload[i] == 0) continue;
+    const auto slot = static_cast<uint8_t>((st->piece_first + st->piece_count) % k_pieces_max);
+    st->pieces[slot] = pieces[i];
+    st->payloads[slot] = payload[i];
+    const auto bit = static_cast<uint8_t>(1u << slot);
+    st->chunked_slots = static_cast<uint8_t>((chunked >> i & 1u) != 0 ? st->chunked_slots | bit : st->chunked_slots & ~bit);
     ++st->piece_count;
   }
   if (end_stream) {

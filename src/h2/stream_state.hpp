@@ -74,11 +74,18 @@ struct server_session::stream_state {
   bool deferred = false;     // the data provider said NGHTTP2_ERR_DEFERRED
   bool response_ended = false;
   bool request_ended = false;
-  // Body pieces in the caller's buffers, oldest first.
+  // Body pieces in the caller's buffers, oldest first. A chunked piece
+  // (bit of its slot in chunked_slots) holds whole chunks of HTTP/1.1
+  // framing: only their data goes out, read straight from the caller's
+  // buffer.
   uint8_t piece_first = 0;
   uint8_t piece_count = 0;
-  size_t piece_off = 0;  // bytes of the first piece already copied
+  uint8_t chunked_slots = 0;
+  size_t piece_off = 0;      // bytes of the first piece already read (framing included)
+  size_t payload_off = 0;    // payload bytes of the first piece already copied
+  size_t chunk_left = 0;     // chunked: data bytes left in the current chunk (0: at a size line)
   iovec pieces[k_pieces_max] = {};
+  size_t payloads[k_pieces_max] = {};  // payload bytes per slot (iov_len unless chunked)
 
   std::string_view view(slot s) const noexcept { return {buf + s.off, s.len}; }
   bool owned() const noexcept { return head_reported && !abandoned; }

@@ -67,11 +67,18 @@ class client_codec {
   // The response flows: no byte from the backend for `idle_ms` ends it
   // (upstream_idle, capped at the exchange's total deadline).
   virtual void stream_wait(exchange& x, uint64_t idle_ms) noexcept = 0;
+  // Whether send_response() takes pieces still in the backend's chunked
+  // framing and sends their data alone, read where they lie (HTTP/2: DATA
+  // frames copied from the backend's buffer). Else the adapter removes the
+  // framing by copy (HTTP/1.0).
+  virtual bool dechunks(const exchange&) const noexcept { return false; }
   // Sends the staged head (with_head) and body[0..n) (n <= 3; at least one
   // of the two). `lender`: whose buffer the pieces read, kept until the
   // send completes. The adapter hears of the completion (on_sent).
-  virtual void send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
-                             buffer_lender* lender) noexcept = 0;
+  // `chunked`: bit i set when body[i] holds whole chunks of the backend's
+  // framing (only where dechunks()).
+  virtual void send_response(exchange& x, bool with_head, const iovec* body, uint8_t n, buffer_lender* lender,
+                             uint8_t chunked) noexcept = 0;
   // The response ended and every byte of it went out: the exchange is
   // accounted as any answer, and the connection goes on (or closes).
   virtual void response_done(exchange& x) noexcept = 0;

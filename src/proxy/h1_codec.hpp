@@ -75,8 +75,8 @@ class h1_codec final : public client_codec {
   bool takes_chunked(const exchange& x) const noexcept override;
   bool stage_response_head(exchange& x, const http::response_head& rh, bool dechunked) noexcept override;
   void stream_wait(exchange& x, uint64_t idle_ms) noexcept override;
-  void send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
-                     buffer_lender* lender) noexcept override;
+  void send_response(exchange& x, bool with_head, const iovec* body, uint8_t n, buffer_lender* lender,
+                     uint8_t chunked) noexcept override;
   void response_done(exchange& x) noexcept override;
 
  private:

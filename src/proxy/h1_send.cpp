@@ -274,10 +274,10 @@ void h1_codec::stream_wait(exchange& x, uint64_t idle_ms) noexcept {
   set_deadline(x.conn, deadline_kind::upstream_idle, idle_ms);
 }
 
-void h1_codec::send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
-                             buffer_lender* lender) noexcept {
+void h1_codec::send_response(exchange& x, bool with_head, const iovec* body, uint8_t n, buffer_lender* lender,
+                             uint8_t chunked) noexcept {
   downstream_conn* d = x.conn;
-  SLUICE_VERIFY(!d->send_busy && d->send_pin == nullptr && n <= 3 && (with_head || n != 0));
+  SLUICE_VERIFY(!d->send_busy && d->send_pin == nullptr && n <= 3 && (with_head || n != 0) && chunked == 0);
   uint8_t k = 0;
   if (with_head) {
     d->send_iov[k++] = {d->out.data, d->out.len};

@@ -676,8 +676,8 @@ bool h2_codec::submit_head(h2_stream* st, bool end_stream) noexcept {
                                            end_stream);
 }
 
-void h2_codec::send_response(exchange& x, bool with_head, const iovec* body, uint8_t n,
-                             buffer_lender* lender) noexcept {
+void h2_codec::send_response(exchange& x, bool with_head, const iovec* body, uint8_t n, buffer_lender* lender,
+                             uint8_t chunked) noexcept {
   h2_stream* st = &stream_of(x);
   h2_link& l = *st->link;
   SLUICE_VERIFY(!st->sending && st->pin == nullptr && n <= 3 && (with_head || n != 0));
@@ -691,20 +691,20 @@ void h2_codec::send_response(exchange& x, bool with_head, const iovec* body, uin
     fail(x);
     return;
   }
-  size_t bytes = 0;
-  for (uint8_t i = 0; i < n; ++i) bytes += body[i].iov_len;
   st->sending = true;
   st->pin = lender;  // given back once the session copied the pieces (on_body_drained)
-  if (bytes == 0) {
-    // A head alone: "sent" once it is queued.
-    st->drained = true;
-    mark_ready(st);
-  } else if (!l.session.send_body(st->id, std::span<const iovec>(body, n), false)) {
+  size_t bytes = 0;  // what goes out: a chunked piece's data alone
+  if (n != 0 && !l.session.send_body(st->id, std::span<const iovec>(body, n), false, chunked, &bytes)) {
     st->pin = nullptr;
     st->sending = false;
     if (lender != nullptr) lender->give_back(lender);
     fail(x);
     return;
+  }
+  if (bytes == 0) {
+    // A head alone (or chunks without data): "sent" once it is queued.
+    st->drained = true;
+    mark_ready(st);
   }
   flush(l);
 }

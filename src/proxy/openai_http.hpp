@@ -100,7 +100,8 @@ class openai_http final : public backend_adapter {
   // Sends the staged head (with_head) and pieces[0..n) through the codec
   // (neither: on to after_body_sent); `pin`: the upstream connection whose
   // buffer the pieces read, lent until the send completes (give_back).
-  void send_batch(exchange& x, bool with_head, const iovec* pieces, uint8_t n, upstream_conn* pin) noexcept;
+  void send_batch(exchange& x, bool with_head, const iovec* pieces, uint8_t n, upstream_conn* pin,
+                  uint8_t chunked = 0) noexcept;
   static void give_back(buffer_lender* l) noexcept;
   // A send of the response's bytes completed: the relay goes on.
   void after_body_sent(exchange& x) noexcept;

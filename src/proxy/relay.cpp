@@ -187,8 +187,8 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
   send_batch(x, with_head, pieces, n, reads_up ? u : nullptr);
 }
 
-void openai_http::send_batch(exchange& x, bool with_head, const iovec* pieces, uint8_t n,
-                             upstream_conn* pin) noexcept {
+void openai_http::send_batch(exchange& x, bool with_head, const iovec* pieces, uint8_t n, upstream_conn* pin,
+                             uint8_t chunked) noexcept {
   if (n == 0 && !with_head) {
     after_body_sent(x);
     return;
@@ -200,7 +200,7 @@ void openai_http::send_batch(exchange& x, bool with_head, const iovec* pieces, u
     pin->buf_pinned = true;
     ++pin->ops;
   }
-  x.codec->send_response(x, with_head, pieces, n, pin);
+  x.codec->send_response(x, with_head, pieces, n, pin, chunked);
 }
 
 void openai_http::give_back(buffer_lender* l) noexcept {
@@ -296,6 +296,36 @@ void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) n
   relay_state& r = x.rsp;
   const char* const batch = u->buf.data + r.fwd_from;
   const size_t batch_len = r.send_end - r.fwd_from;
+  if (x.codec->dechunks(x) && batch_len != 0) {
+    // HTTP/2: the whole chunks go to the codec as they lie in u's buffer
+    // (pinned until the session copied their data into DATA frames); only
+    // a usage event of another shape than its own chunk makes a copy.
+    iovec pieces[2];
+    uint8_t n = 0;
+    bool whole = true;
+    if (r.cut_usage && r.usage_in_batch && (r.usage_covered || r.complete)) {
+      size_t usage_from = 0;
+      if (r.usage_event_at != nullptr && r.usage_event_at >= batch && r.usage_event_at < batch + batch_len) {
+        usage_from = static_cast<size_t>(r.usage_event_at - batch);
+      }
+      size_t cut_begin = 0, cut_end = 0;
+      whole = find_usage_chunk(batch, batch_len, usage_from, cut_begin, cut_end);
+      if (whole) {
+        _metrics.at(metrics::stat::usage_chunks_cut).add();
+        if (cut_begin > 0) pieces[n++] = {const_cast<char*>(batch), cut_begin};
+        if (cut_end < batch_len) pieces[n++] = {const_cast<char*>(batch) + cut_end, batch_len - cut_end};
+        r.usage_event_at = nullptr;
+        r.cut_usage = r.usage_in_batch = r.usage_covered = false;
+      }
+    } else {
+      pieces[n++] = {const_cast<char*>(batch), batch_len};
+    }
+    if (whole) {
+      if (end_client) r.client_done = true;
+      send_batch(x, with_head, pieces, n, n != 0 ? u : nullptr, n == 2 ? 3 : 1);
+      return;
+    }
+  }
   if (!x.mem->frame.reserve(batch_len + 1) || !x.mem->body.reserve(batch_len + 1)) {
     upstream_failed(x, errc::internal);
     return;

@@ -257,7 +257,7 @@ void triton_grpc::send_output(exchange& x, bool end_client) noexcept {
   a.head_pending = false;
   a.sending = true;
   x.response_started = true;
-  x.codec->send_response(x, with_head, &piece, piece.iov_len != 0 ? 1 : 0, nullptr);
+  x.codec->send_response(x, with_head, &piece, piece.iov_len != 0 ? 1 : 0, nullptr, 0);
 }
 
 void triton_grpc::on_sent(exchange& x) noexcept {

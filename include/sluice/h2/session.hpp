@@ -162,6 +162,14 @@ enum class close_cause : uint8_t {
   connection_closed, // the connection ended (GOAWAY, fatal error) with the stream open
 };
 
+// HTTP/1.1 chunked framing, as send_body's chunked pieces hold it. Reads
+// the size line at p[i] (hex digits, extensions, CRLF), moves i past it.
+// Returns: the chunk's size.
+size_t chunk_size_line(const char* p, size_t n, size_t& i) noexcept;
+// Returns: the data bytes of the whole chunks in p[0, n), up to a terminal
+// chunk; reads the size lines alone (jumps over the data).
+size_t chunked_payload_bytes(const char* p, size_t n) noexcept;
+
 // The events of one connection. Implemented by the client codec.
 class session_owner {
  public:
@@ -216,7 +224,13 @@ class server_session {
   // pieces queued together share frames. `end_stream`: these are the last
   // (may be empty). Returns: false when the stream is gone, has no
   // response head, already ended, or the pieces do not fit.
-  bool send_body(int32_t stream_id, std::span<const iovec> pieces, bool end_stream);
+  // `chunked`: bit i set when piece i holds whole chunks of HTTP/1.1
+  // framing (a backend's chunked body as it came): only the chunks' data
+  // goes out, copied from the piece into DATA frames (a terminal chunk ends
+  // the piece's data).
+  // `queued` (optional): set to the bytes these pieces add to the body.
+  bool send_body(int32_t stream_id, std::span<const iovec> pieces, bool end_stream, uint8_t chunked = 0,
+                 size_t* queued = nullptr);
   // RST_STREAM with `code` (e.g. cancel: the backend failed mid-response).
   bool reset_stream(int32_t stream_id, uint32_t code);
   // The owner used n bytes of a stream's request body: the window opens again

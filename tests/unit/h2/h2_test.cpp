@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "h2_peer.hpp"
@@ -206,6 +207,61 @@ TEST_CASE("a client with a small window gets the body only as it opens the windo
   CHECK(c.streams[id].body == big);
   CHECK(o.streams[id].drained == 1);
   CHECK(o.streams[id].closed);
+}
+
+TEST_CASE("chunked pieces: only the chunks' data goes out, whatever the windows cut, mixed with plain pieces") {
+  // Sizes in either case, extensions, a multi-event chunk, a terminal
+  // chunk ending the data; a window of 7 bytes cuts every chunk apart.
+  const auto chunk = [](const std::string& data, const char* ext, bool upper) {
+    char size[16];
+    std::snprintf(size, sizeof size, upper ? "%zX" : "%zx", data.size());
+    return std::string(size) + ext + "\r\n" + data + "\r\n";
+  };
+  const std::string d1 = "data: one\n\n", d2 = "data: two\n\ndata: three and more words\r\n\r\n", d3 = "data: four\n\n";
+  const std::string a = chunk(d1, "", true) + chunk(d2, ";ext=1", false);  // "B", "28"
+  const std::string b = chunk(d3, ";x", false) + "0\r\n\r\n";
+  const std::string plain = "data: [DONE]\n\n";
+  const std::string want = d1 + d2 + d3 + plain;
+  CHECK(h2::chunked_payload_bytes(a.data(), a.size()) == d1.size() + d2.size());
+  CHECK(h2::chunked_payload_bytes(b.data(), b.size()) == d3.size());
+  for (const uint32_t window : {7u, 65535u}) {
+    CAPTURE(window);
+    recording_owner o;
+    h2::server_session s(o, {});
+    o.session = &s;
+    client c(window, true);
+    const int32_t id = c.request("POST", "/v1/chat/completions");
+    pump(c, s);
+    REQUIRE(s.submit_response(id, 200, {}, false));
+    const iovec two[] = {iov(a), iov(b)};
+    REQUIRE(s.send_body(id, two, false, 3));
+    const iovec last = iov(plain);
+    REQUIRE(s.send_body(id, {&last, 1}, true, 0));
+    size_t rounds = 0;
+    pump(c, s);
+    while (c.streams[id].body.size() < want.size() && rounds < 200) {
+      nghttp2_session_consume(c.native(), id, c.streams[id].body.size());
+      pump(c, s);
+      ++rounds;
+    }
+    CHECK(c.streams[id].body == want);
+    CHECK(c.streams[id].end_stream);
+    CHECK(o.streams[id].drained >= 1);
+  }
+  // A chunked piece with no data (a terminal chunk alone) takes no slot.
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("GET", "/");
+  pump(c, s);
+  REQUIRE(s.submit_response(id, 200, {}, false));
+  const std::string end = "0\r\n\r\n";
+  const iovec e = iov(end);
+  REQUIRE(s.send_body(id, {&e, 1}, true, 1));
+  pump(c, s);
+  CHECK(c.streams[id].body.empty());
+  CHECK(c.streams[id].end_stream);
 }
 
 TEST_CASE("a client RST_STREAM mid-response is reported as a cancel") {

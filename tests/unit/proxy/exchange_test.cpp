@@ -94,7 +94,7 @@ struct fake_codec final : proxy::client_codec {
   bool takes_chunked(const exchange&) const noexcept override { return true; }
   bool stage_response_head(exchange&, const sluice::http::response_head&, bool) noexcept override { return true; }
   void stream_wait(exchange&, uint64_t) noexcept override { calls.emplace_back("stream_wait"); }
-  void send_response(exchange&, bool, const iovec*, uint8_t, proxy::buffer_lender*) noexcept override {
+  void send_response(exchange&, bool, const iovec*, uint8_t, proxy::buffer_lender*, uint8_t) noexcept override {
     calls.emplace_back("send_response");
   }
   void response_done(exchange&) noexcept override { calls.emplace_back("response_done"); }
