@@ -7,6 +7,8 @@
 // meet an empty `choices`, and the audit line must still have the
 // backend's exact token counts.
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import http2 from 'node:http2';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -15,6 +17,24 @@ import OpenAI from 'openai';
 import { poll, read_audit, samples, scrape } from './lib/gateway.mjs';
 import { bound_ms, sluice_config, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { start_scripted_backend } from './lib/scripted_backend.mjs';
+
+// One request over HTTP/2 (h2c prior knowledge): {status, text}.
+async function post_h2(base_url, body) {
+  const session = http2.connect(base_url);
+  session.on('error', () => {});
+  try {
+    const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', authorization: `Bearer ${test_key}`,
+      'content-type': 'application/json' });
+    req.end(JSON.stringify(body));
+    const [headers] = await once(req, 'response');
+    const parts = [];
+    req.on('data', (d) => parts.push(d));
+    await once(req, 'end');
+    return { status: headers[':status'], text: Buffer.concat(parts).toString('utf8') };
+  } finally {
+    session.close();
+  }
+}
 
 const head = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n';
 
@@ -131,6 +151,31 @@ describe('usage chunks in the shapes other backends write', () => {
       assert.equal(rec.completion_tokens, n);
       const after_counts = await cut_counts();
       assert.equal(after_counts.cut - before_counts.cut, 1);
+      assert.equal(after_counts.failed, 0);
+    });
+  }
+
+  // HTTP/2 clients get the chunks' data as DATA frames, read from the
+  // backend's buffer where it lies: the same bytes an HTTP/1.1 client gets
+  // once it has removed the chunk framing, in every shape.
+  for (const name of Object.keys(shapes)) {
+    it(`${name}, over HTTP/2: the body equals the HTTP/1.1 client's, without the usage chunk`, async () => {
+      shape = name;
+      const before_counts = await cut_counts();
+      const body = { model: 'shape-model', stream: true, messages: [{ role: 'user', content: 'hi' }] };
+      const h1 = await fetch(`${sluice.url}/v1/chat/completions`, {
+        method: 'POST', headers: { authorization: `Bearer ${test_key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      assert.equal(h1.status, 200);
+      const h1_text = await h1.text();
+      const h2 = await post_h2(sluice.url, body);
+      assert.equal(h2.status, 200);
+      assert.equal(h2.text, h1_text);
+      assert.ok(!h2.text.includes('"usage"'), 'no usage event reached the HTTP/2 client');
+      assert.ok(h2.text.endsWith('data: [DONE]\n\n') || h2.text.endsWith('data: [DONE]\r\n\r\n'));
+      const after_counts = await cut_counts();
+      assert.equal(after_counts.cut - before_counts.cut, 2);
       assert.equal(after_counts.failed, 0);
     });
   }
