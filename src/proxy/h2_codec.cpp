@@ -398,8 +398,9 @@ void h2_codec::flush(h2_link& l, bool may_free) noexcept {
         if (!st->finished) finish(st);
         if (st->reset_after_answer && !st->closed) l.session.reset_stream(st->id, h2::no_error);
       } else if (st->state == conn_state::streaming && !st->finished) {
-        // The client took the bytes: a stream's idle time starts again.
-        if (st->deadline == deadline_kind::upstream_idle) {
+        // The client took the bytes: a stream's idle time starts again
+        // (not the short wait for the backend's end after [DONE]).
+        if (st->deadline == deadline_kind::upstream_idle && !st->x.rsp.client_done) {
           set_deadline(st, deadline_kind::upstream_idle,
                        _cfg->groups[st->x.group].upstream.stream_idle_timeout_ms);
         }

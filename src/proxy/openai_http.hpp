@@ -107,11 +107,15 @@ class openai_http final : public backend_adapter {
   void after_body_sent(exchange& x) noexcept;
   // An HTTP/1.0 client: the batch's payload, de-chunked, after the head.
   void send_dechunked(exchange& x, bool with_head, bool end_client) noexcept;
+  void end_after_done(exchange& x) noexcept;
   // Returns: whether u->buf could double (own allocation, up to 1 MiB).
   bool grow_upstream_buffer(upstream_conn* u) noexcept;
   // After [DONE] on a response the backend keeps open: how long its rest is
   // waited for before the connection is closed instead of pooled.
   static constexpr uint64_t k_after_done_wait_ms = 1000;
+  // The same when the client's response can only end with the exchange
+  // (HTTP/2, HTTP/1.0): the client is waiting too.
+  static constexpr uint64_t k_unframed_done_wait_ms = 100;
   // A held backend error (hold_error), read whole: answered in OpenAI's shape.
   void answer_backend_error(exchange& x) noexcept;
 

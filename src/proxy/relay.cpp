@@ -224,6 +224,17 @@ iovec openai_http::terminal_chunk_iov(exchange& x) noexcept {
   return {const_cast<char*>(k_terminal.data()), k_terminal.size()};
 }
 
+void openai_http::end_after_done(exchange& x) noexcept {
+  // [DONE] came and the backend keeps its response open: without a framing
+  // of its own to end it (HTTP/2's END_STREAM, HTTP/1.0's close go with the
+  // exchange's end), the client waits for the backend's rest -- the short
+  // while a backend takes to end its response after [DONE], then the
+  // exchange ends without it (the connection is closed, not pooled).
+  x.rsp.client_done = true;
+  const uint64_t idle_ms = _cfg->groups[x.group].upstream.stream_idle_timeout_ms;
+  x.codec->stream_wait(x, idle_ms < k_unframed_done_wait_ms ? idle_ms : k_unframed_done_wait_ms);
+}
+
 void openai_http::send_cut(exchange& x, bool with_head, bool end_client) noexcept {
   upstream_conn* u = x.up;
   relay_state& r = x.rsp;
@@ -321,7 +332,7 @@ void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) n
       pieces[n++] = {const_cast<char*>(batch), batch_len};
     }
     if (whole) {
-      if (end_client) r.client_done = true;
+      if (end_client) end_after_done(x);
       send_batch(x, with_head, pieces, n, n != 0 ? u : nullptr, n == 2 ? 3 : 1);
       return;
     }
@@ -358,7 +369,7 @@ void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) n
   } else {
     n = dechunk(batch, batch_len, x.mem->frame.data, last);
   }
-  if (end_client) r.client_done = true;  // no terminal chunk: the close ends it
+  if (end_client) end_after_done(x);  // HTTP/1.0: no terminal chunk, the close ends it
   const iovec payload{x.mem->frame.data, n};
   send_batch(x, with_head, &payload, n != 0 ? 1 : 0, nullptr);
 }

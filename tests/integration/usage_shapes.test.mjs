@@ -223,4 +223,19 @@ describe('usage chunks in the shapes other backends write', () => {
       keep_open = false;
     }
   });
+
+  it('a backend that sends [DONE] and keeps its response open: an HTTP/2 client\'s stream ends at once', async () => {
+    shape = 'JSON with spaces (Python json.dumps)';
+    keep_open = true;
+    try {
+      const started = performance.now();
+      const r = await post_h2(sluice.url, { model: 'shape-model', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+      const took = performance.now() - started;
+      assert.equal(r.status, 200);
+      assert.ok(r.text.endsWith('data: [DONE]\n\n'), r.text.slice(-80));
+      assert.ok(took < bound_ms(5000), `the stream took ${took.toFixed(0)} ms to end`);
+    } finally {
+      keep_open = false;
+    }
+  });
 });
