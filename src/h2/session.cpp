@@ -364,6 +364,15 @@ bool server_session::submit_response(int32_t stream_id, uint16_t status, std::sp
   return true;
 }
 
+bool server_session::submit_continue(int32_t stream_id) {
+  stream_state* st = find(stream_id);
+  if (st == nullptr || !st->owned() || st->response_submitted || st->server_reset || st->client_reset) return false;
+  const nghttp2_nv nv = make_nv(":status", "100");
+  if (nghttp2_submit_headers(_session, NGHTTP2_FLAG_NONE, stream_id, nullptr, &nv, 1, nullptr) < 0) return false;
+  fill_output();
+  return true;
+}
+
 namespace {
 
 // Hex digit values by byte; -1 for the rest.

@@ -311,6 +311,12 @@ void h2_codec::on_request_head(h2_link& l, const h2::request& r) noexcept {
   st->state = conn_state::body;
   x.body_start_ms = now_ms();
   set_deadline(st, deadline_kind::body, _cfg->server.body_timeout_ms);
+  // The request passed what its head can be refused for (auth, limits):
+  // a client that waits for it may send the body.
+  if (iequals(r.expect, "100-continue") && l.session.submit_continue(r.stream_id)) {
+    x.expect_sent = true;
+    flush(l);
+  }
 }
 
 void h2_codec::on_request_data(h2_link& l, int32_t id, std::span<const char> bytes, bool end_stream) noexcept {

@@ -20,6 +20,7 @@
 // gives byte-identical answers.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http2 from 'node:http2';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -223,6 +224,40 @@ describe('HTTP/2 and TLS at the edge', () => {
       } finally {
         c.destroy();
       }
+    });
+
+    it('expect: 100-continue: an interim 100 comes before the body is sent; a refused request gets its 401 instead', async () => {
+      const ask = (key) => new Promise((resolve, reject) => {
+        const session = http2.connect(plain.url);
+        session.on('error', reject);
+        const headers = { ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json',
+          expect: '100-continue' };
+        if (key) headers.authorization = `Bearer ${key}`;
+        const req = session.request(headers, { endStream: false });
+        let continued = false;
+        // The body goes out only once the server said so (as a client that
+        // honours expect does).
+        req.on('continue', () => {
+          continued = true;
+          req.end(JSON.stringify(chat_body({ max_tokens: 4 })));
+        });
+        req.on('response', (h) => {
+          const parts = [];
+          req.on('data', (d) => parts.push(d));
+          req.on('end', () => {
+            session.close();
+            resolve({ status: h[':status'], continued, text: Buffer.concat(parts).toString() });
+          });
+        });
+        req.setTimeout(bound_ms(10000), () => reject(new Error('no answer: the 100 never came')));
+      });
+      const ok = await ask(test_key);
+      assert.equal(ok.continued, true);
+      assert.equal(ok.status, 200, ok.text);
+      assert.equal(JSON.parse(ok.text).object, 'chat.completion');
+      const refused = await ask(null);
+      assert.equal(refused.continued, false);
+      assert.equal(refused.status, 401, refused.text);
     });
 
     it('the connection window: a WINDOW_UPDATE on stream 0 opens it past 64 KiB toward 1 MiB', async () => {

@@ -231,6 +231,10 @@ class server_session {
   // `queued` (optional): set to the bytes these pieces add to the body.
   bool send_body(int32_t stream_id, std::span<const iovec> pieces, bool end_stream, uint8_t chunked = 0,
                  size_t* queued = nullptr);
+  // An interim 100 response (HEADERS, :status 100) for a request that sent
+  // `expect: 100-continue`: its client may send the body now. Returns:
+  // false when the stream is gone or already answered.
+  bool submit_continue(int32_t stream_id);
   // RST_STREAM with `code` (e.g. cancel: the backend failed mid-response).
   bool reset_stream(int32_t stream_id, uint32_t code);
   // The owner used n bytes of a stream's request body: the window opens again
