@@ -106,14 +106,17 @@ describe('usage chunks in the shapes other backends write', () => {
       socket.write(head);
       const writes = shapes[shape]();
       // Kept open: no terminal chunk, ever (sluice must end the client's
-      // response at [DONE] and close this connection, not pool it).
-      if (keep_open) writes[writes.length - 1] = writes.at(-1).subarray(0, writes.at(-1).length - terminal.length);
+      // response at [DONE] and close this connection, not pool it). Read
+      // once: a test that sets it while this answer sleeps between writes
+      // must not turn this (complete) answer into one that never ends.
+      const open = keep_open;
+      if (open) writes[writes.length - 1] = writes.at(-1).subarray(0, writes.at(-1).length - terminal.length);
       for (const w of writes) {
         socket.write(w);
         // Apart in time: the second write is a read of its own.
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
-      if (keep_open) await new Promise(() => {});  // never ends its response
+      if (open) await new Promise(() => {});  // never ends its response
     });
     sluice = await start_sluice({ config: sluice_config({ backends: [backend.url] }) });
     client = new OpenAI({ apiKey: test_key, baseURL: `${sluice.url}/v1`, maxRetries: 0, timeout: bound_ms(15000) });
