@@ -51,23 +51,27 @@ budget_keeper::budget_keeper(const config::config& cfg, size_t shards) {
     store = std::make_unique<quota::budget_file_store>(cfg.quota.budget_state_file);
   }
   _ledger = std::make_unique<quota::budget_ledger>(*_board, std::move(store));
+  const auto now_ms = static_cast<int64_t>(realtime_ms());
   std::string error;
-  if (!_ledger->load(error)) throw std::runtime_error(error);
+  if (!_ledger->load(cfg, now_ms, error)) throw std::runtime_error(error);
   // The flags are right before the first request: a key used up before a
   // restart is refused from the start.
-  _ledger->step(cfg, static_cast<int64_t>(realtime_ms()));
+  _ledger->step(cfg, now_ms);
 }
 
 void budget_keeper::on_iteration(const config::config& cfg, uint64_t mono_ms, int64_t unix_ms) {
   if (mono_ms - _last_step_ms < k_period_ms) return;
   _last_step_ms = mono_ms;
+  _ledger->collect();
   _ledger->step(cfg, unix_ms);
   _ledger->save(unix_ms);
 }
 
 void budget_keeper::shutdown(const config::config& cfg, int64_t unix_ms) {
   _ledger->step(cfg, unix_ms);
-  if (!_ledger->save(unix_ms, true)) log::error("budget state file {}: the last usage could not be written", cfg.quota.budget_state_file);
+  if (!_ledger->save(unix_ms, true) && _ledger->store() != nullptr) {
+    log::error("budgets: the last usage could not be kept in {}", _ledger->store()->describe());
+  }
 }
 
 void budget_keeper::render_metrics(const config::config& cfg, int64_t unix_ms, std::string& out) const {

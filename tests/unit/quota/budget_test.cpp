@@ -191,7 +191,7 @@ TEST_SUITE("quota::budget ledger") {
       budget_board board(1, 4, 2);
       budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
       std::string error;
-      REQUIRE(ledger.load(error));
+      REQUIRE(ledger.load(*c, t0, error));
       board.count(0, 0, 0, 60, 0);
       ledger.step(*c, t0);
       CHECK(ledger.save(t0, true));
@@ -204,7 +204,7 @@ TEST_SUITE("quota::budget ledger") {
       auto board = std::make_unique<budget_board>(1, 4, 2);
       budget_ledger ledger(*board, std::make_unique<budget_file_store>(file));
       std::string error;
-      REQUIRE(ledger.load(error));
+      REQUIRE(ledger.load(*c, now, error));
       ledger.step(*c, now);
       return std::pair{ledger.usage(subject_kind::key, "alice", windows_at(now)), board->key_exhausted(0)};
     };
@@ -228,7 +228,7 @@ TEST_SUITE("quota::budget ledger") {
     budget_board board(1, 2, 1);
     budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
     std::string error;
-    REQUIRE(ledger.load(error));
+    REQUIRE(ledger.load(*c, at(2026, 5, 5), error));
     board.count(0, 0, 0, 10, 0);
     ledger.step(*c, at(2026, 5, 5));
     CHECK(ledger.save(at(2026, 5, 5), true));
@@ -303,7 +303,7 @@ TEST_SUITE("quota::budget state file") {
     CHECK(error.find("move it away") != std::string::npos);
     budget_state whole;
     whole.keys["k"].add(windows_at(at(2026, 1, 1)), 1, 0);
-    CHECK(store.push({}, whole, at(2026, 1, 1), nullptr));
+    CHECK(store.push({}, whole, at(2026, 1, 1)) == push_state::kept);
     CHECK(store.load(s, error));
     CHECK(s.keys.at("k").used[0] == 1);
     CHECK(::access((file + ".tmp").c_str(), F_OK) != 0);
