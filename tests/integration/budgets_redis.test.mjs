@@ -1,110 +1,41 @@
 // Budgets kept in Redis (issue 17 §3 with [cluster]): two sluice processes
-// sharing one redis-server (started here on a free loopback port, no
+// sharing one redis-server (lib/redis.mjs: a free loopback port, no
 // persistence, always stopped) use up one key's daily token budget
 // together; both refuse it (429 insufficient_quota); stopped and started
 // again, both still show what was used and still refuse. Every amount is
 // checked against the audit lines of both processes.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { bound_ms, chat_body, managed_process, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
+import { bound_ms, chat_body, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
 import { gateway_config, poll, post_fresh, read_audit, samples, scrape } from './lib/gateway.mjs';
+import { start_redis } from './lib/redis.mjs';
 
-const redis_server_bin = '/usr/bin/redis-server';
 const alice = 'sk-budget-redis-alice-5e5e';
 const audit_name = 'sluice-audit.jsonl';
 const daily_tokens = 60;
 
-// A loopback port nothing listens on now (the kernel's pick for port 0).
-async function free_port() {
-  const srv = net.createServer();
-  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address();
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
-
-async function start_redis() {
-  assert.ok(fs.existsSync(redis_server_bin), 'redis-server is missing: apt-get install redis-server (tools/lib.sh installs it)');
-  const port = await free_port();
-  const proc = new managed_process('redis-server', redis_server_bin,
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']);
-  try {
-    await proc.wait_for_line(/Ready to accept connections/, { timeout_ms: bound_ms(10000) });
-  } catch (err) {
-    await proc.stop({ signal: 'SIGKILL' });
-    throw err;
-  }
-  return { proc, port, stop: () => proc.stop({ signal: 'SIGKILL' }) };
-}
-
-// One command on a connection of its own; resolves with the parsed reply
-// (RESP2: strings, integers, null, arrays; an error reply rejects).
-function redis_command(port, ...args) {
-  const parse = (buf, i) => {  // {value, next}, or null while incomplete
-    const nl = buf.indexOf('\r\n', i);
-    if (nl < 0) return null;
-    const type = String.fromCharCode(buf[i]);
-    const line = buf.toString('utf8', i + 1, nl);
-    if (type === '+' || type === '-') return { value: type === '-' ? new Error(line) : line, next: nl + 2 };
-    if (type === ':') return { value: Number(line), next: nl + 2 };
-    if (type === '$') {
-      const n = Number(line);
-      if (n < 0) return { value: null, next: nl + 2 };
-      if (buf.length < nl + 4 + n) return null;
-      return { value: buf.toString('utf8', nl + 2, nl + 2 + n), next: nl + 4 + n };
-    }
-    if (type === '*') {
-      const out = [];
-      let j = nl + 2;
-      for (let k = 0; k < Number(line); ++k) {
-        const r = parse(buf, j);
-        if (!r) return null;
-        out.push(r.value);
-        j = r.next;
-      }
-      return { value: out, next: j };
-    }
-    throw new Error(`unexpected RESP type ${type}`);
-  };
-  return new Promise((resolve, reject) => {
-    const sock = net.connect(port, '127.0.0.1');
-    let buf = Buffer.alloc(0);
-    sock.on('error', reject);
-    sock.on('data', (d) => {
-      buf = Buffer.concat([buf, d]);
-      const r = parse(buf, 0);
-      if (!r) return;
-      sock.destroy();
-      if (r.value instanceof Error) reject(r.value); else resolve(r.value);
-    });
-    sock.write(`*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`);
-  });
-}
-
 // The budget scripts Redis has run so far (EVALSHA calls).
-async function budget_pushes(port) {
-  const info = await redis_command(port, 'INFO', 'commandstats');
-  const m = info.match(/cmdstat_evalsha:calls=(\d+)/);
+function budget_pushes(redis) {
+  const m = redis.cli('INFO', 'commandstats').match(/cmdstat_evalsha:calls=(\d+)/);
   return m ? Number(m[1]) : 0;
 }
 
 // alice's hash for today: {instance id: own tokens}.
-async function own_fields(port) {
+function own_fields(redis) {
   const day = Math.floor(Date.now() / 86400000);
-  const flat = await redis_command(port, 'HGETALL', `budget-it:budget:day:${day}:key:alice`);
+  const flat = redis.cli('HGETALL', `budget-it:budget:day:${day}:key:alice`).split('\n').filter((l) => l !== '');
   const out = {};
-  for (let i = 0; i < flat.length; i += 2) if (flat[i].startsWith('t:')) out[flat[i].slice(2)] = Number(flat[i + 1]);
+  for (let i = 0; i + 1 < flat.length; i += 2) if (flat[i].startsWith('t:')) out[flat[i].slice(2)] = Number(flat[i + 1]);
   return out;
 }
 
-function config_text(backend, redis_port) {
+function config_text(backend, redis) {
   return gateway_config({
     audit_path: audit_name,
-    tables: { cluster: { redis: `redis://127.0.0.1:${redis_port}`, key_prefix: 'budget-it:' } },
+    tables: { cluster: { redis: redis.url, key_prefix: 'budget-it:' } },
     groups: [{ name: 'fast', models: ['fast'], backends: [backend.url] }],
     keys: [{ id: 'alice', key: alice, daily_tokens, groups: ['fast'] }],
   });
@@ -140,12 +71,12 @@ describe('budgets kept in Redis, shared by two instances', () => {
   before(async () => {
     redis = await start_redis();
     backend = await start_mock_vllm({ model: 'fast', reply_tokens: 10 });
-    const config = config_text(backend, redis.port);
+    const config = config_text(backend, redis);
     [a, b] = await Promise.all([start_sluice({ config }), start_sluice({ config })]);
   });
   after(async () => {
     await stop_all(a, b, backend);
-    if (redis) await redis.stop();
+    await redis?.stop();
   });
 
   let total = 0;
@@ -191,11 +122,11 @@ describe('budgets kept in Redis, shared by two instances', () => {
     a = b = null;
     // Each process's own total under its own name (host:pid:start ms),
     // the last of it pushed at shutdown.
-    const kept = await own_fields(redis.port);
+    const kept = own_fields(redis);
     assert.equal(Object.keys(kept).length, 2, JSON.stringify(kept));
     for (const pid of first_pids) assert.ok(Object.keys(kept).some((id) => id.includes(`:${pid}:`)), JSON.stringify(kept));
     assert.equal(Object.values(kept).reduce((n, v) => n + v, 0), total);
-    const config = config_text(backend, redis.port);
+    const config = config_text(backend, redis);
     [a, b] = await Promise.all([start_sluice({ config }), start_sluice({ config })]);
     // Loaded before the shards start: no wait.
     assert.equal(await used_on(a), total);
@@ -204,14 +135,15 @@ describe('budgets kept in Redis, shared by two instances', () => {
     assert_refused(await post_fresh(b.url, chat_body({ model: 'fast' }), { key: alice }));
     // The new processes' periodic pushes (a few each) take nothing of the
     // old ones' usage for their own: the hash keeps the two old fields.
-    const pushes = await budget_pushes(redis.port);
-    await poll(async () => (await budget_pushes(redis.port)) >= pushes + 6, { timeout_ms: bound_ms(5000), what: 'the new processes\' pushes' });
-    assert.deepEqual(await own_fields(redis.port), kept);
+    const pushes = budget_pushes(redis);
+    await poll(() => budget_pushes(redis) >= pushes + 6, { timeout_ms: bound_ms(5000), what: 'the new processes\' pushes' });
+    assert.deepEqual(own_fields(redis), kept);
     assert.equal(await used_on(a), total);
     assert.equal(await used_on(b), total);
   });
 
   it('Redis gone: both keep refusing on what they know, and keep serving the admin view', async () => {
+    await redis.kill();
     await redis.stop();
     redis = null;
     for (const sluice of [a, b]) {
