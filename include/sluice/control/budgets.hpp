@@ -43,8 +43,10 @@ class budget_keeper {
   // which must run (on_iteration) until shutdown(). No-op without.
   void attach(shard::reactor& r);
 
-  // Each loop turn: a ledger step every k_period_ms, a save at most once a
-  // second. `unix_ms`: the wall clock.
+  // Each loop turn: the Redis client's deadlines; every k_period_ms the
+  // last push's answer, a ledger step, and a push when the store's period
+  // is due (state file: once a second while usage changes; Redis: every
+  // 100 ms). `unix_ms`: the wall clock.
   void on_iteration(const config::config& cfg, uint64_t mono_ms, int64_t unix_ms);
   // After every shard stopped, before the reactor goes: the last step and
   // a save, whatever changed (Redis: waited for, at most [cluster]
