@@ -266,6 +266,7 @@ int main(int argc, char** argv) {
     }
     log::info("sluice admin on http://{}:{}", host_of(aa), admin_port);
 
+    budgets.attach(*r);  // [cluster]: budgets in Redis, on this reactor until shutdown()
     shard::reactor::hooks h;
     h.ctx = &ctl;
     h.on_iteration = [](void* p, uint64_t) {

@@ -125,8 +125,10 @@ struct redis_client::pending {
   kind k = kind::call;
   script s = script::lease;
   bool by_sha = true;
-  std::vector<std::string> args;  // call: KEYS[1], then ARGV
-  bucket_fn fn;
+  uint32_t keys = 1;              // how many of args are KEYS
+  std::vector<std::string> args;  // call: KEYS, then ARGV
+  bucket_fn fn;                   // the bucket scripts' answer
+  budget_fn budget_done;          // script::budget's
 };
 
 namespace {
@@ -174,6 +176,11 @@ redis_client::~redis_client() {
 
 std::string redis_client::bucket_key(std::string_view key_id) const {
   return fmt::format("{}bucket:{}", _o.key_prefix, key_id);
+}
+
+std::string redis_client::budget_key(std::string_view subject, std::string_view window, int64_t n,
+                                     std::string_view name) const {
+  return fmt::format("{}budget:{}:{}:{}:{}", _o.key_prefix, window, n, subject, name);
 }
 
 void redis_client::start() {
@@ -307,12 +314,13 @@ void redis_client::on_context_gone() {
 }
 
 void redis_client::log_state(bool up, std::string_view why) {
+  if (_o.quiet) return;
   if (up && _logged != logged::up) {
     log::info("cluster: redis {}:{} connected", _o.host, _o.port);
     _logged = logged::up;
   } else if (!up && _logged != logged::down) {
-    log::warn("cluster: redis {}:{} unreachable: {}; retrying every {}-{} ms (limits fall back to the local share)",
-              _o.host, _o.port, why, _o.backoff_min_ms, _o.backoff_max_ms);
+    log::warn("cluster: redis {}:{} unreachable: {}; retrying every {}-{} ms ({})", _o.host, _o.port, why,
+              _o.backoff_min_ms, _o.backoff_max_ms, _o.fallback_note);
     _logged = logged::down;
   }
 }
@@ -380,12 +388,22 @@ void redis_client::on_setup_reply(pending* p, const void* reply) {
 
 void redis_client::fail(pending* p, errc why) {
   ++_stats.errors;
+  if (p->s == script::budget) {
+    budget_fn fn = std::move(p->budget_done);
+    delete p;
+    fn(why);
+    return;
+  }
   bucket_fn fn = std::move(p->fn);
   delete p;
   fn(why);
 }
 
 void redis_client::on_script_reply(pending* p, const void* reply) {
+  if (reply != nullptr && p->s == script::budget && as_reply(reply)->type != REDIS_REPLY_ERROR) {
+    on_budget_reply(p, reply);
+    return;
+  }
   if (reply == nullptr) {
     fail(p, _drop_reason);
     return;
@@ -421,6 +439,63 @@ void redis_client::on_script_reply(pending* p, const void* reply) {
   fn(out);
 }
 
+namespace {
+
+// A field's value as the budget script wrote it (a decimal uint64).
+// Returns: false on anything else.
+bool parse_u64(const redisReply* r, uint64_t& out) {
+  if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 20) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < r->len; ++i) {
+    const char c = r->str[i];
+    if (c < '0' || c > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - digit) / 10) return false;
+    v = v * 10 + digit;
+  }
+  out = v;
+  return true;
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) noexcept { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+}  // namespace
+
+// One array per hash, each its HGETALL (field, value, ...): the t: and s:
+// fields summed; a field of another shape is ignored, a value that is not a
+// number makes the whole answer a protocol error (someone else's data).
+void redis_client::on_budget_reply(pending* p, const void* reply) {
+  const redisReply* r = as_reply(reply);
+  std::vector<budget_sums> out;
+  bool shaped = r->type == REDIS_REPLY_ARRAY && r->elements == p->keys;
+  for (size_t i = 0; shaped && i < r->elements; ++i) {
+    const redisReply* h = r->element[i];
+    shaped = h->type == REDIS_REPLY_ARRAY && h->elements % 2 == 0;
+    budget_sums sums;
+    for (size_t f = 0; shaped && f + 1 < h->elements; f += 2) {
+      const redisReply* name = h->element[f];
+      if (name->type != REDIS_REPLY_STRING || name->len < 2 || name->str[1] != ':') continue;
+      uint64_t v = 0;
+      if (name->str[0] == 't') {
+        shaped = parse_u64(h->element[f + 1], v);
+        sums.tokens = saturating_add(sums.tokens, v);
+      } else if (name->str[0] == 's') {
+        shaped = parse_u64(h->element[f + 1], v);
+        sums.spend_nano = saturating_add(sums.spend_nano, v);
+      }
+    }
+    out.push_back(sums);
+  }
+  if (!shaped) {
+    _last_error = fmt::format("{}: unexpected reply", script_name(p->s));
+    fail(p, errc::upstream_protocol);
+    return;
+  }
+  budget_fn fn = std::move(p->budget_done);
+  delete p;
+  fn(std::move(out));
+}
+
 bool redis_client::send_script(pending* p, bool by_sha) {
   if (_ac == nullptr || _dropping) return false;
   p->by_sha = by_sha;
@@ -433,8 +508,9 @@ bool redis_client::send_script(pending* p, bool by_sha) {
     ptrs.push_back(h.data());
     lens.push_back(h.size());
   }
-  ptrs.push_back("1");
-  lens.push_back(1);
+  const std::string keys = std::to_string(p->keys);
+  ptrs.push_back(keys.data());
+  lens.push_back(keys.size());
   for (const std::string& a : p->args) {
     ptrs.push_back(a.data());
     lens.push_back(a.size());
@@ -449,18 +525,39 @@ bool redis_client::send_script(pending* p, bool by_sha) {
   return true;
 }
 
-bool redis_client::call(script s, std::vector<std::string> args, bucket_fn fn) {
-  if (!_ready) return false;
-  auto* p = new pending;
+bool redis_client::send(pending* p) {
   p->owner = this;
-  p->s = s;
-  p->args = std::move(args);
-  p->fn = std::move(fn);
-  if (!send_script(p, true)) {
+  if (!_ready || !send_script(p, true)) {
     delete p;
     return false;
   }
   return true;
+}
+
+bool redis_client::call(script s, std::vector<std::string> args, bucket_fn fn) {
+  if (!_ready) return false;
+  auto* p = new pending;
+  p->s = s;
+  p->args = std::move(args);
+  p->fn = std::move(fn);
+  return send(p);
+}
+
+bool redis_client::budget(const std::vector<budget_counter>& hashes, std::string_view instance_id, budget_fn fn) {
+  if (!_ready) return false;
+  auto* p = new pending;
+  p->s = script::budget;
+  p->keys = static_cast<uint32_t>(hashes.size());
+  p->args.reserve(1 + hashes.size() * 4);
+  for (const budget_counter& c : hashes) p->args.push_back(c.key);
+  p->args.emplace_back(instance_id);
+  for (const budget_counter& c : hashes) {
+    p->args.push_back(std::to_string(c.tokens));
+    p->args.push_back(std::to_string(c.spend_nano));
+    p->args.push_back(std::to_string(c.expire_at_ms));
+  }
+  p->budget_done = std::move(fn);
+  return send(p);
 }
 
 bool redis_client::lease(std::string_view key_id, uint64_t limit_per_minute, uint64_t want,

@@ -101,6 +101,36 @@ level = math.max(-limit, level - amount)
 return finish(before - level)
 )lua";
 
+// The budget counters (scripts.hpp). Own totals only grow within a window,
+// so "raise to" is idempotent; the expiry is set only when a field moved
+// (every instance computes the same one from the window's end).
+constexpr std::string_view k_budget = R"lua(local inst = ARGV[1]
+if not inst or inst == '' then return redis.error_reply('ERR sluice: no instance id') end
+if #ARGV ~= 1 + 3 * #KEYS then return redis.error_reply('ERR sluice: budget wants 3 arguments per key') end
+local ft, fs = 't:' .. inst, 's:' .. inst
+local out = {}
+for i, key in ipairs(KEYS) do
+  local at = 1 + (i - 1) * 3
+  local tokens, spend, expire_at = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local t, s = tonumber(tokens), tonumber(spend)
+  if not t or not s or t < 0 or s < 0 or not expire_at then
+    return redis.error_reply('ERR sluice: budget amounts must be >= 0 and the expiry a number')
+  end
+  local moved = false
+  if t > 0 and (tonumber(redis.call('HGET', key, ft)) or 0) < t then
+    redis.call('HSET', key, ft, tokens)
+    moved = true
+  end
+  if s > 0 and (tonumber(redis.call('HGET', key, fs)) or 0) < s then
+    redis.call('HSET', key, fs, spend)
+    moved = true
+  end
+  if moved then redis.call('PEXPIREAT', key, expire_at) end
+  out[i] = redis.call('HGETALL', key)
+end
+return out
+)lua";
+
 }  // namespace
 
 std::string_view script_source(script s) noexcept {
@@ -109,6 +139,7 @@ std::string_view script_source(script s) noexcept {
       std::string(k_prologue).append(k_lease),
       std::string(k_prologue).append(k_give_back),
       std::string(k_prologue).append(k_charge),
+      std::string(k_budget),
   };
   const auto i = static_cast<unsigned>(s);
   SLUICE_VERIFY(i < k_script_count);
@@ -120,6 +151,7 @@ std::string_view script_name(script s) noexcept {
     case script::lease: return "lease";
     case script::give_back: return "give_back";
     case script::charge: return "charge";
+    case script::budget: return "budget";
   }
   return "?";
 }

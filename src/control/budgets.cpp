@@ -7,6 +7,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "sluice/cluster/budget_store.hpp"
+#include "sluice/cluster/cluster.hpp"
 #include "sluice/control/gateway.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/clock.hpp"
@@ -47,27 +49,48 @@ budget_keeper::budget_keeper(const config::config& cfg, size_t shards) {
   _board = std::make_unique<quota::budget_board>(static_cast<uint32_t>(shards == 0 ? 1 : shards),
                                                  static_cast<uint32_t>(cap.keys), static_cast<uint32_t>(cap.groups));
   std::unique_ptr<quota::budget_store> store;
-  if (!cfg.quota.budget_state_file.empty()) {
+  if (cfg.cluster.enabled()) {
+    // Shared by every instance; the state file is not used.
+    auto redis = std::make_unique<cluster::redis_budget_store>(cluster::redis_options_from(cfg.cluster),
+                                                               cluster::instance_id());
+    _redis = redis.get();
+    store = std::move(redis);
+  } else if (!cfg.quota.budget_state_file.empty()) {
     store = std::make_unique<quota::budget_file_store>(cfg.quota.budget_state_file);
   }
   _ledger = std::make_unique<quota::budget_ledger>(*_board, std::move(store));
+  const auto now_ms = static_cast<int64_t>(realtime_ms());
   std::string error;
-  if (!_ledger->load(error)) throw std::runtime_error(error);
+  if (!_ledger->load(cfg, now_ms, error)) throw std::runtime_error(error);
   // The flags are right before the first request: a key used up before a
-  // restart is refused from the start.
-  _ledger->step(cfg, static_cast<int64_t>(realtime_ms()));
+  // restart (or on another instance) is refused from the start.
+  _ledger->step(cfg, now_ms);
+}
+
+budget_keeper::~budget_keeper() = default;
+
+void budget_keeper::attach(shard::reactor& r) {
+  if (_redis != nullptr) _redis->attach(r);
 }
 
 void budget_keeper::on_iteration(const config::config& cfg, uint64_t mono_ms, int64_t unix_ms) {
+  if (_redis != nullptr) _redis->on_iteration(mono_ms);
   if (mono_ms - _last_step_ms < k_period_ms) return;
   _last_step_ms = mono_ms;
+  // Redis's answer first: the step publishes the others' usage at once (the
+  // admin page never shows a total whose bits have not flipped yet).
+  _ledger->collect();
   _ledger->step(cfg, unix_ms);
   _ledger->save(unix_ms);
 }
 
 void budget_keeper::shutdown(const config::config& cfg, int64_t unix_ms) {
   _ledger->step(cfg, unix_ms);
-  if (!_ledger->save(unix_ms, true)) log::error("budget state file {}: the last usage could not be written", cfg.quota.budget_state_file);
+  const bool kept = _ledger->save(unix_ms, true);
+  if (!kept && _ledger->store() != nullptr) {
+    log::error("budgets: the last usage could not be kept in {}", _ledger->store()->describe());
+  }
+  if (_redis != nullptr) _redis->detach();
 }
 
 void budget_keeper::render_metrics(const config::config& cfg, int64_t unix_ms, std::string& out) const {

@@ -334,7 +334,11 @@ bool write_all(int fd, std::string_view s) {
 
 }  // namespace
 
-bool budget_file_store::push(const budget_state&, const budget_state& whole, int64_t unix_ms, budget_state*) {
+bool budget_file_store::load(const config::config&, int64_t, budget_state& out, std::string& error) {
+  return load(out, error);
+}
+
+push_state budget_file_store::push(const budget_state&, const budget_state& whole, int64_t unix_ms) {
   // The new state goes to a temp file next to the old one, reaches the disk,
   // and only then replaces it (rename is atomic within a directory); the
   // directory's fsync makes the rename itself survive a crash.
@@ -370,44 +374,33 @@ bool budget_file_store::push(const budget_state&, const budget_state& whole, int
     if (!_warned) log::warn("budget state file {}: {} failed: {}; kept in memory, retried every second", _path, step,
                             std::strerror(err));
     _warned = true;
-    return false;
+    return push_state::failed;
   }
   if (_warned) log::info("budget state file {}: written again", _path);
   _warned = false;
-  return true;
+  return push_state::kept;
 }
 
 // ---------------------------------------------------------------------------
 // budget_ledger
 
-budget_ledger::budget_ledger(budget_board& board, std::unique_ptr<budget_store> store)
-    : _board(board),
-      _store(std::move(store)),
-      _seen_key_tokens(board.keys_max(), 0),
-      _seen_key_spend(board.keys_max(), 0),
-      _seen_group_tokens(board.groups_max(), 0) {}
-
-bool budget_ledger::load(std::string& error) {
-  if (!_store) return true;
-  return _store->load(_state, error);
-}
-
-budget_usage& budget_ledger::at(subject_kind kind, std::string_view name) {
-  auto& m = kind == subject_kind::key ? _state.keys : _state.groups;
-  auto it = m.find(name);
-  if (it == m.end()) it = m.emplace(std::string(name), budget_usage{}).first;
-  return it->second;
-}
-
-budget_usage budget_ledger::usage(subject_kind kind, std::string_view name, budget_windows now) const {
-  const auto& m = kind == subject_kind::key ? _state.keys : _state.groups;
-  auto it = m.find(name);
-  budget_usage u = it == m.end() ? budget_usage{} : it->second;
-  u.roll(now);
-  return u;
-}
-
 namespace {
+
+// a + b in the later of their windows (a part of an older window is over).
+budget_usage combined(budget_usage a, budget_usage b, budget_windows now) noexcept {
+  a.roll(now);
+  b.roll(now);
+  a.roll(b.at);
+  b.roll(a.at);
+  for (size_t k = 0; k < budget_kind_count; ++k) a.used[k] += b.used[k];
+  return a;
+}
+
+const budget_usage* find(const budget_state& s, subject_kind kind, std::string_view name) {
+  const auto& m = kind == subject_kind::key ? s.keys : s.groups;
+  auto it = m.find(name);
+  return it == m.end() ? nullptr : &it->second;
+}
 
 // Bits of the budgets used up, and what is left of each (0 where none).
 uint8_t exhausted_of(const budget_limits& limits, const budget_usage& u, budget_limits& left) noexcept {
@@ -423,10 +416,43 @@ bool any(const budget_limits& l) noexcept { return (l[0] | l[1] | l[2] | l[3]) !
 
 }  // namespace
 
+budget_ledger::budget_ledger(budget_board& board, std::unique_ptr<budget_store> store)
+    : _board(board),
+      _store(std::move(store)),
+      _seen_key_tokens(board.keys_max(), 0),
+      _seen_key_spend(board.keys_max(), 0),
+      _seen_group_tokens(board.groups_max(), 0) {}
+
+bool budget_ledger::load(const config::config& cfg, int64_t unix_ms, std::string& error) {
+  if (!_store) return true;
+  return _store->load(cfg, unix_ms, _rest, error);
+}
+
+budget_usage& budget_ledger::own(subject_kind kind, std::string_view name) {
+  auto& m = kind == subject_kind::key ? _own.keys : _own.groups;
+  auto it = m.find(name);
+  if (it == m.end()) it = m.emplace(std::string(name), budget_usage{}).first;
+  return it->second;
+}
+
+budget_usage budget_ledger::usage(subject_kind kind, std::string_view name, budget_windows now) const {
+  const budget_usage* o = find(_own, kind, name);
+  const budget_usage* r = find(_rest, kind, name);
+  return combined(o != nullptr ? *o : budget_usage{}, r != nullptr ? *r : budget_usage{}, now);
+}
+
+budget_usage budget_ledger::own_usage(subject_kind kind, std::string_view name, budget_windows now) const {
+  const budget_usage* o = find(_own, kind, name);
+  budget_usage u = o != nullptr ? *o : budget_usage{};
+  u.roll(now);
+  return u;
+}
+
 void budget_ledger::step(const config::config& cfg, int64_t unix_ms) {
   const budget_windows now = windows_at(unix_ms);
   const size_t keys = std::min<size_t>(cfg.keys.size(), _board.keys_max());
   const size_t groups = std::min<size_t>(cfg.groups.size(), _board.groups_max());
+  bool charged = false;
   // What the shards settled since the last step. A removed key (a reload)
   // still finishes its in-flight requests on its old position: charged to
   // its id like the new one.
@@ -436,20 +462,21 @@ void budget_ledger::step(const config::config& cfg, int64_t unix_ms) {
     const uint64_t dt = t - _seen_key_tokens[k], ds = s - _seen_key_spend[k];
     _seen_key_tokens[k] = t;
     _seen_key_spend[k] = s;
-    at(subject_kind::key, cfg.keys[k].id).add(now, dt, ds);
-    budget_usage& d = _delta.keys[cfg.keys[k].id];
-    d.add(now, dt, ds);
-    _dirty = true;
+    own(subject_kind::key, cfg.keys[k].id).add(now, dt, ds);
+    charged = true;
   }
   for (uint32_t g = 0; g < groups; ++g) {
     const uint64_t t = _board.group_tokens(g);
     if (t == _seen_group_tokens[g]) continue;
     const uint64_t dt = t - _seen_group_tokens[g];
     _seen_group_tokens[g] = t;
-    at(subject_kind::group, cfg.groups[g].name).add(now, dt, 0);
-    _delta.groups[cfg.groups[g].name].add(now, dt, 0);
-    _dirty = true;
+    own(subject_kind::group, cfg.groups[g].name).add(now, dt, 0);
+    charged = true;
   }
+  if (charged) ++_charges;
+  // A shared store is asked for every subject with a budget, charged here
+  // or not: the others' usage is what flips its bits.
+  const bool shared = _store != nullptr && _store->shared();
   // Publish: only subjects with a budget look anything up.
   _any_budget = false;
   auto publish = [&](subject_kind kind, uint32_t i, const std::string& name, const budget_limits& limits) {
@@ -457,6 +484,7 @@ void budget_ledger::step(const config::config& cfg, int64_t unix_ms) {
     uint8_t bits = 0;
     if (any(limits)) {
       _any_budget = true;
+      if (shared) (void)own(kind, name);
       bits = exhausted_of(limits, usage(kind, name, now), left);
     }
     if (kind == subject_kind::key) {
@@ -469,16 +497,75 @@ void budget_ledger::step(const config::config& cfg, int64_t unix_ms) {
   for (uint32_t g = 0; g < groups; ++g) publish(subject_kind::group, g, cfg.groups[g].name, limits_of(cfg.groups[g]));
 }
 
+budget_state budget_ledger::view(budget_windows now) const {
+  budget_state v;
+  for (subject_kind kind : {subject_kind::key, subject_kind::group}) {
+    auto& out = kind == subject_kind::key ? v.keys : v.groups;
+    for (const budget_state* part : {&_own, &_rest}) {
+      for (const auto& [name, u] : kind == subject_kind::key ? part->keys : part->groups) {
+        if (out.find(name) == out.end()) out.emplace(name, usage(kind, name, now));
+      }
+    }
+  }
+  return v;
+}
+
+void budget_ledger::finish(push_state st, budget_state& totals) {
+  _in_flight = false;
+  _last_ok = st == push_state::kept;
+  if (!_last_ok) return;
+  _kept_charges = _sent_charges;
+  // Every instance's totals, this one's own as sent included: the rest is
+  // the difference, in the windows sent (own only grows within a window,
+  // so what Redis holds of it is exactly what was sent).
+  for (subject_kind kind : {subject_kind::key, subject_kind::group}) {
+    auto& rest = kind == subject_kind::key ? _rest.keys : _rest.groups;
+    for (auto& [name, total] : kind == subject_kind::key ? totals.keys : totals.groups) {
+      const budget_usage* sent = find(_sent, kind, name);
+      budget_usage others = total;
+      for (size_t k = 0; sent != nullptr && k < budget_kind_count; ++k) {
+        others.used[k] = total.used[k] > sent->used[k] ? total.used[k] - sent->used[k] : 0;
+      }
+      rest[name] = others;
+    }
+  }
+}
+
+void budget_ledger::collect() {
+  if (!_store || !_in_flight) return;
+  budget_state totals;
+  const push_state st = _store->poll(totals);
+  if (st != push_state::in_flight) finish(st, totals);
+}
+
 bool budget_ledger::save(int64_t unix_ms, bool force) {
-  if (!_store || !_dirty || !_any_budget) return true;
-  if (!force && unix_ms - _last_save_ms < 1000) return true;
+  if (!_store) return true;
+  budget_state totals;
+  if (_in_flight) {
+    const push_state st = force ? _store->wait(totals) : _store->poll(totals);
+    if (st == push_state::in_flight && !force) return _last_ok;
+    finish(st == push_state::in_flight ? push_state::failed : st, totals);
+  }
+  if (!_any_budget) return true;
+  if (!dirty() && !_store->shared()) return _last_ok;
+  if (!force && unix_ms - _last_save_ms < static_cast<int64_t>(_store->period_ms())) return _last_ok;
   _last_save_ms = unix_ms;
-  budget_state merged;
-  if (!_store->push(_delta, _state, unix_ms, &merged)) return false;
-  if (!merged.keys.empty() || !merged.groups.empty()) _state = std::move(merged);
-  _delta = {};
-  _dirty = false;
-  return true;
+  const budget_windows now = windows_at(unix_ms);
+  for (auto* m : {&_own.keys, &_own.groups}) {
+    for (auto& [name, u] : *m) u.roll(now);
+  }
+  _sent = _own;
+  _sent_charges = _charges;
+  totals = {};
+  push_state st = _store->push(_own, _store->shared() ? budget_state{} : view(now), unix_ms);
+  if (st == push_state::in_flight) {
+    _in_flight = true;
+    if (!force) return _last_ok;
+    st = _store->wait(totals);
+    if (st == push_state::in_flight) st = push_state::failed;
+  }
+  finish(st, totals);
+  return _last_ok;
 }
 
 }  // namespace sluice::quota

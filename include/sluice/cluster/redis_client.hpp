@@ -44,6 +44,9 @@ struct redis_options {
   uint32_t connect_timeout_ms = 1000;  // TCP connect + AUTH + SCRIPT LOAD
   uint32_t backoff_min_ms = 100;
   uint32_t backoff_max_ms = 5000;
+  // Ends the "unreachable" log line: what the owner does meanwhile.
+  std::string fallback_note = "limits fall back to the local share";
+  bool quiet = false;               // no connected / unreachable lines (an owner that logs its own)
 };
 
 // A script's answer (scripts.hpp).
@@ -61,10 +64,26 @@ struct bucket_reply {
 // of the wrong shape.
 using bucket_fn = std::function<void(result<bucket_reply>)>;
 
+// One hash of the budget script (scripts.hpp, "budget"): this instance's
+// own totals in it and the hash's expiry; the answer is every instance's sums.
+struct budget_counter {
+  std::string key;  // budget_key()
+  uint64_t tokens = 0;
+  uint64_t spend_nano = 0;
+  int64_t expire_at_ms = 0;
+};
+struct budget_sums {
+  uint64_t tokens = 0;
+  uint64_t spend_nano = 0;
+  bool operator==(const budget_sums&) const = default;
+};
+// Errors as bucket_fn's; on success one budget_sums per counter, in order.
+using budget_fn = std::function<void(result<std::vector<budget_sums>>)>;
+
 class redis_client {
  public:
   struct counters {
-    uint64_t commands = 0;     // script calls sent (EVALSHA and EVAL fallbacks)
+    uint64_t commands = 0;     // script calls sent (EVALSHA and EVAL fallbacks), budget ones included
     uint64_t errors = 0;       // failed script calls + failed connection attempts: sluice_cluster_redis_errors_total
     uint64_t reconnects = 0;   // connection attempts after the first
     uint64_t noscript = 0;     // EVALSHA answered NOSCRIPT (then sent as EVAL)
@@ -100,8 +119,17 @@ class redis_client {
   [[nodiscard]] bool charge(std::string_view key_id, uint64_t limit_per_minute, uint64_t amount,
                             std::string_view instance_id, bucket_fn fn);
 
+  // The budget counters: raises this instance's own fields and answers
+  // every instance's sums, one per hash in order (scripts.hpp). Returns: false when not connected
+  // (fn is then never called); else fn is called exactly once, later.
+  [[nodiscard]] bool budget(const std::vector<budget_counter>& hashes, std::string_view instance_id, budget_fn fn);
+
   // The Redis key holding key_id's bucket.
   std::string bucket_key(std::string_view key_id) const;
+  // The hash of one subject's budget window: `subject` "key" or "group",
+  // `window` "day" or "month" with its number (quota::budget_windows). The
+  // name comes last, so no character in it can make two keys meet.
+  std::string budget_key(std::string_view subject, std::string_view window, int64_t n, std::string_view name) const;
 
   struct io;       // the fd's polls; outlives the client while one is in flight
   struct pending;  // one command awaiting its reply
@@ -114,9 +142,11 @@ class redis_client {
   void on_context_gone();  // hiredis's cleanup hook: the context is being freed
   void on_setup_reply(pending* p, const void* reply);
   void on_script_reply(pending* p, const void* reply);
+  void on_budget_reply(pending* p, const void* reply);
   void fail(pending* p, errc why);
   bool send_script(pending* p, bool by_sha);
   bool call(script s, std::vector<std::string> args, bucket_fn fn);  // args: KEYS[1], then ARGV
+  bool send(pending* p);  // a new call's first send (EVALSHA); false: p is freed, its callback never runs
   void link(pending* p);
   void unlink(pending* p);
   bool send_setup(pending* p, std::vector<std::string> argv);

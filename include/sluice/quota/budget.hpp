@@ -14,16 +14,20 @@
 //    subject's current windows (by name, so a reload that moves a key keeps
 //    its usage), compares to the budgets and publishes to the board;
 //  - budget_store: where the ledger's usage lives across restarts. The local
-//    file (budget_file_store) today; a Redis-backed store implements the
-//    same two calls (load at start, push periodically) and returns every
-//    instance's totals from push().
+//    file (budget_file_store), or with [cluster] Redis
+//    (cluster::redis_budget_store): each instance pushes its own totals
+//    there and gets every instance's back, asynchronously.
 //
 // Over-admission bound (README "Budgets"): admission only reads the bits,
 // so a budget can be exceeded by (a) the requests in flight when it was
 // crossed -- each pays all it uses, including streams cut short -- and (b)
 // the requests admitted in the time the bits take to flip: up to one ledger
 // period (50 ms) plus a shard's current loop turn. No request is admitted
-// once the control thread has seen the usage that crossed the budget.
+// once the control thread has seen the usage that crossed the budget. With
+// a shared store another instance's usage is seen one push later: (b)
+// grows by the store's period plus a round trip (100 ms + RTT with Redis),
+// on every instance; while the store is unreachable each instance enforces
+// on what it last knew plus its own usage.
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -200,35 +204,69 @@ struct budget_state {
 std::string format_state(const budget_state& s, int64_t now_ms);
 bool parse_state(std::string_view text, budget_state& out, std::string& error);
 
+// What a push to a store came to.
+enum class push_state : uint8_t {
+  kept,       // the store has it (a shared store: and answered the totals)
+  failed,     // nothing kept: the next push carries it all again
+  in_flight,  // a shared store's answer is awaited (poll())
+};
+
 // Control thread. Where budgets live across restarts (and, with Redis,
-// across instances). Called about once a second while usage changed, and at
-// shutdown; a call may block the control thread for its I/O, never a shard.
+// across instances). The ledger holds each subject's usage in two parts:
+// its own (what this process charged since it started; only it pushes
+// that) and the rest (what load() found -- earlier processes' -- and, with
+// a shared store, the other instances' as of the last push's answer). What
+// it enforces is their sum. Never a call on a shard thread; a local store's
+// push blocks the control thread for its I/O, a shared store's does not.
 class budget_store {
  public:
   virtual ~budget_store() = default;
-  // At start. Returns: false with `error` when the kept state is unusable
-  // (the caller refuses to start); a store with nothing kept yet returns
-  // true and an empty state.
-  virtual bool load(budget_state& out, std::string& error) = 0;
-  // `delta`: what this process charged since the last successful push (per
-  // subject, in its windows); `whole`: this process's view of every
-  // subject. A local store keeps `whole`; a shared one adds `delta` to the
-  // shared counters and puts every instance's totals into `merged` (the
-  // ledger takes them as its view). Returns: false when nothing was kept
-  // (the delta is pushed again next time).
-  virtual bool push(const budget_state& delta, const budget_state& whole, int64_t unix_ms, budget_state* merged) = 0;
+  // At start, before the shards run: the usage kept before this process,
+  // for the subjects of `cfg` (a local store returns all it has) at
+  // `unix_ms`. Returns: false with `error` when the kept state is unusable
+  // (the caller refuses to start); true with an empty state when nothing is
+  // kept yet, or when a shared store cannot be reached in time (it logs
+  // that; its first push that gets through brings the rest).
+  virtual bool load(const config::config& cfg, int64_t unix_ms, budget_state& out, std::string& error) = 0;
+  // `own`: this process's usage, every subject in the windows of `unix_ms`
+  // (with a shared store also the subjects with a budget it has not
+  // charged: their totals are what it asks for). `view`: own + the rest,
+  // what the ledger enforces (built for a local store only; a shared store
+  // gets an empty one). A local store keeps `view` and returns kept or
+  // failed at once; a shared store keeps `own` under this instance's name
+  // and returns in_flight (or failed when it cannot send now).
+  virtual push_state push(const budget_state& own, const budget_state& view, int64_t unix_ms) = 0;
+  // After a push returned in_flight, each step: in_flight while it is;
+  // then, once, kept with `totals` = every instance's usage of the
+  // subjects pushed (this one's own included, in the windows pushed), or
+  // failed.
+  virtual push_state poll(budget_state& totals) {
+    (void)totals;
+    return push_state::failed;
+  }
+  // Shutdown: poll() until the answer is in, for at most the store's own
+  // timeout. Returns: what poll() last said (in_flight: no answer in time).
+  virtual push_state wait(budget_state& totals) { return poll(totals); }
+  // Shared with other instances: the ledger then pushes every period_ms(),
+  // changed or not, to learn their usage.
+  virtual bool shared() const noexcept { return false; }
+  // The least time between two pushes.
+  virtual uint32_t period_ms() const noexcept { return 1000; }
   virtual std::string_view describe() const = 0;  // for log lines
 };
 
 // A JSON file, replaced atomically: a temp file in the same directory,
 // fsync, rename over the old one, fsync of the directory. A missing file is
 // "nothing kept"; an unreadable, corrupt or foreign one is refused by
-// load() (the operator moves it away: usage is never silently reset).
+// load() (the operator moves it away: usage is never silently reset). One
+// process's: the view it keeps includes what it loaded.
 class budget_file_store final : public budget_store {
  public:
   explicit budget_file_store(std::string path) : _path(std::move(path)) {}
-  bool load(budget_state& out, std::string& error) override;
-  bool push(const budget_state& delta, const budget_state& whole, int64_t unix_ms, budget_state* merged) override;
+  // The file's state (also --check-config's test of it).
+  bool load(budget_state& out, std::string& error);
+  bool load(const config::config& cfg, int64_t unix_ms, budget_state& out, std::string& error) override;
+  push_state push(const budget_state& own, const budget_state& view, int64_t unix_ms) override;
   std::string_view describe() const override { return _path; }
 
  private:
@@ -242,34 +280,54 @@ class budget_ledger {
  public:
   budget_ledger(budget_board& board, std::unique_ptr<budget_store> store);
 
-  // At start, before the shards run. Returns: false with `error` when the
+  // At start, before the shards run: the store's usage for `cfg`'s
+  // subjects becomes the rest. Returns: false with `error` when the
   // store's state is refused.
-  bool load(std::string& error);
-  // Every period: charges what the shards settled since the last step,
-  // rolls windows past `unix_ms`, and publishes bits and amounts left for
-  // every key and group of `cfg`. Cheap (a few loads per subject).
+  bool load(const config::config& cfg, int64_t unix_ms, std::string& error);
+  // Every period: charges what the shards settled since the last step to
+  // this process's own usage, rolls windows past `unix_ms`, and publishes
+  // bits and amounts left (own + rest) for every key and group of `cfg`.
+  // Cheap (a few loads and map look-ups per subject).
   void step(const config::config& cfg, int64_t unix_ms);
-  // Pushes to the store when usage changed since the last push, at most
-  // once a second unless `force` (shutdown), and only while the config has
-  // a budget (a gateway without budgets writes no file). Returns: whether
-  // the store kept it (or nothing was to keep).
+  // Before step(): takes a finished push's answer (a shared store's totals
+  // become the rest), so that the step publishes it at once.
+  void collect();
+  // After step(): collect(), then starts the next push when one is due -- usage
+  // changed since the last kept push, or the store is shared -- at most
+  // every period_ms() of the store unless `force`, and only while the
+  // config has a budget (a gateway without budgets writes nothing).
+  // `force` (shutdown) also waits for a shared store's answer. Returns:
+  // false when the last push that finished failed (it is carried again).
   bool save(int64_t unix_ms, bool force = false);
 
-  // The usage of a subject, rolled to `now` (zeros when unknown).
+  // The usage of a subject, rolled to `now` (zeros when unknown): own + rest.
   budget_usage usage(subject_kind kind, std::string_view name, budget_windows now) const;
+  // This process's own part of it.
+  budget_usage own_usage(subject_kind kind, std::string_view name, budget_windows now) const;
   const budget_board& board() const noexcept { return _board; }
-  bool dirty() const noexcept { return _dirty; }
+  // Charged since the last kept push.
+  bool dirty() const noexcept { return _charges != _kept_charges; }
+  bool pushing() const noexcept { return _in_flight; }
+  const budget_store* store() const noexcept { return _store.get(); }
 
  private:
-  budget_usage& at(subject_kind kind, std::string_view name);
+  budget_usage& own(subject_kind kind, std::string_view name);
+  void finish(push_state st, budget_state& totals);
+  budget_state view(budget_windows now) const;
+
   budget_board& _board;
   std::unique_ptr<budget_store> _store;
-  budget_state _state;
-  budget_state _delta;  // charged since the last successful push
+  budget_state _own;   // this process's charges, per subject in its windows
+  budget_state _rest;  // everyone else's: loaded, then a shared store's answers
+  budget_state _sent;  // _own as the push in flight carried it
   // Cumulative sums at the last step, by board position.
   std::vector<uint64_t> _seen_key_tokens, _seen_key_spend, _seen_group_tokens;
-  bool _dirty = false;
-  bool _any_budget = false;  // as of the last step's config
+  uint64_t _charges = 0;       // steps that charged something
+  uint64_t _kept_charges = 0;  // ... as of the last kept push
+  uint64_t _sent_charges = 0;  // ... as of the push in flight
+  bool _in_flight = false;
+  bool _last_ok = true;        // the last finished push was kept
+  bool _any_budget = false;    // as of the last step's config
   int64_t _last_save_ms = 0;
 };
 

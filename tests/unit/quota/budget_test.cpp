@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -73,6 +74,67 @@ daily_spend = 0.5
 id = "bob"
 key = "sk-b"
 )";
+
+// A shared store in memory (what cluster::redis_budget_store is to Redis,
+// without windows: every test here stays in one): each instance's own
+// totals by key id, raised by its pushes, summed when the answer comes.
+struct fake_world {
+  std::map<std::string, std::map<std::string, std::array<uint64_t, budget_kind_count>>> own;  // instance -> key -> used
+};
+
+class fake_shared_store final : public budget_store {
+ public:
+  fake_shared_store(fake_world& w, std::string me) : _w(w), _me(std::move(me)) {}
+  bool load(const cfg::config&, int64_t unix_ms, budget_state& out, std::string&) override {
+    out = sums({"alice"}, windows_at(unix_ms));
+    return true;
+  }
+  push_state push(const budget_state& own, const budget_state&, int64_t) override {
+    if (!up) return push_state::failed;
+    _asked.clear();
+    for (const auto& [name, u] : own.keys) {
+      auto& mine = _w.own[_me][name];
+      for (size_t k = 0; k < budget_kind_count; ++k) mine[k] = std::max(mine[k], u.used[k]);
+      _asked.push_back(name);
+      _at = u.at;
+    }
+    _pending = true;
+    return push_state::in_flight;
+  }
+  push_state poll(budget_state& totals) override {
+    if (_pending && !answer_now) return push_state::in_flight;
+    if (!_pending) return push_state::failed;
+    _pending = false;
+    totals = sums(_asked, _at);
+    return push_state::kept;
+  }
+  bool shared() const noexcept override { return true; }
+  uint32_t period_ms() const noexcept override { return 100; }
+  std::string_view describe() const override { return "fake"; }
+
+  bool up = true;
+  bool answer_now = false;  // the answer has come (poll() takes it)
+
+ private:
+  budget_state sums(const std::vector<std::string>& names, budget_windows at) const {
+    budget_state s;
+    for (const std::string& n : names) {
+      budget_usage& u = s.keys[n];
+      u.at = at;
+      for (const auto& [inst, keys] : _w.own) {
+        if (auto it = keys.find(n); it != keys.end()) {
+          for (size_t k = 0; k < budget_kind_count; ++k) u.used[k] += it->second[k];
+        }
+      }
+    }
+    return s;
+  }
+  fake_world& _w;
+  std::string _me;
+  std::vector<std::string> _asked;
+  budget_windows _at;
+  bool _pending = false;
+};
 
 }  // namespace
 
@@ -191,7 +253,7 @@ TEST_SUITE("quota::budget ledger") {
       budget_board board(1, 4, 2);
       budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
       std::string error;
-      REQUIRE(ledger.load(error));
+      REQUIRE(ledger.load(*c, t0, error));
       board.count(0, 0, 0, 60, 0);
       ledger.step(*c, t0);
       CHECK(ledger.save(t0, true));
@@ -204,7 +266,7 @@ TEST_SUITE("quota::budget ledger") {
       auto board = std::make_unique<budget_board>(1, 4, 2);
       budget_ledger ledger(*board, std::make_unique<budget_file_store>(file));
       std::string error;
-      REQUIRE(ledger.load(error));
+      REQUIRE(ledger.load(*c, now, error));
       ledger.step(*c, now);
       return std::pair{ledger.usage(subject_kind::key, "alice", windows_at(now)), board->key_exhausted(0)};
     };
@@ -228,7 +290,7 @@ TEST_SUITE("quota::budget ledger") {
     budget_board board(1, 2, 1);
     budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
     std::string error;
-    REQUIRE(ledger.load(error));
+    REQUIRE(ledger.load(*c, at(2026, 5, 5), error));
     board.count(0, 0, 0, 10, 0);
     ledger.step(*c, at(2026, 5, 5));
     CHECK(ledger.save(at(2026, 5, 5), true));
@@ -242,6 +304,71 @@ TEST_SUITE("quota::budget ledger") {
     board.count(0, 0, 0, 5, 0);
     ledger.step(*c, at(2026, 6, 1));
     CHECK(ledger.usage(subject_kind::key, "alice", windows_at(at(2026, 6, 1))).used[0] == 5);
+  }
+}
+
+TEST_SUITE("quota::budget ledger with a shared store") {
+  TEST_CASE("the rest is the answer's totals less what was sent; what is charged while a push is out counts at once") {
+    auto c = config_with(k_two);
+    const int64_t t0 = at(2026, 12, 1, 12);
+    fake_world w;
+    w.own["b"]["alice"] = {20, 20, 0, 0};
+    budget_board board(1, 4, 2);
+    auto owned = std::make_unique<fake_shared_store>(w, "a");
+    fake_shared_store& store = *owned;
+    budget_ledger ledger(board, std::move(owned));
+    std::string error;
+    REQUIRE(ledger.load(*c, t0, error));
+    ledger.step(*c, t0);
+    auto alice = [&] { return ledger.usage(subject_kind::key, "alice", windows_at(t0)).used[0]; };
+    CHECK(alice() == 20);
+    CHECK(ledger.own_usage(subject_kind::key, "alice", windows_at(t0)).used[0] == 0);
+
+    board.count(0, 0, 0, 10, 0);
+    ledger.step(*c, t0 + 50);
+    CHECK(ledger.save(t0 + 200));  // sends own = 10
+    CHECK(ledger.pushing());
+    board.count(0, 0, 0, 5, 0);
+    ledger.step(*c, t0 + 250);
+    CHECK(alice() == 35);  // 20 known of b + 15 of its own
+    w.own["b"]["alice"][0] = 27;  // b goes on meanwhile
+    ledger.collect();
+    CHECK(ledger.pushing());  // no answer yet: nothing changes
+    store.answer_now = true;
+    ledger.collect();
+    CHECK_FALSE(ledger.pushing());
+    ledger.step(*c, t0 + 300);
+    CHECK(alice() == 42);  // (10 + 27) - 10 sent = 27 of b, + 15 own
+    CHECK(board.key_exhausted(0) == 0);
+    CHECK(ledger.dirty());  // the 5 charged after the send
+
+    SUBCASE("the next push carries the whole own total; the bits flip on the others' usage") {
+      w.own["b"]["alice"][0] = 40;
+      CHECK(ledger.save(t0 + 400));
+      ledger.collect();
+      ledger.step(*c, t0 + 450);
+      CHECK(alice() == 55);
+      CHECK(w.own["a"]["alice"][0] == 15);
+      CHECK(board.key_exhausted(0) == 1);
+      CHECK_FALSE(ledger.dirty());
+    }
+    SUBCASE("pushes too soon after the last wait their period; a store that cannot send keeps it all") {
+      store.answer_now = false;
+      CHECK(ledger.save(t0 + 350));  // 150 ms after the last push: due
+      CHECK(ledger.pushing());
+      store.answer_now = true;
+      ledger.collect();
+      store.up = false;
+      board.count(0, 0, 0, 3, 0);
+      ledger.step(*c, t0 + 400);
+      CHECK(ledger.save(t0 + 400));  // 50 ms: not due, nothing tried
+      CHECK_FALSE(ledger.save(t0 + 500));  // due, failed
+      CHECK(alice() == 45);  // 27 + 18 own
+      store.up = true;
+      CHECK(ledger.save(t0 + 600, true));  // shutdown: waited for
+      CHECK(w.own["a"]["alice"][0] == 18);
+      CHECK_FALSE(ledger.dirty());
+    }
   }
 }
 
@@ -303,7 +430,7 @@ TEST_SUITE("quota::budget state file") {
     CHECK(error.find("move it away") != std::string::npos);
     budget_state whole;
     whole.keys["k"].add(windows_at(at(2026, 1, 1)), 1, 0);
-    CHECK(store.push({}, whole, at(2026, 1, 1), nullptr));
+    CHECK(store.push({}, whole, at(2026, 1, 1)) == push_state::kept);
     CHECK(store.load(s, error));
     CHECK(s.keys.at("k").used[0] == 1);
     CHECK(::access((file + ".tmp").c_str(), F_OK) != 0);
