@@ -2,6 +2,7 @@
 // config (private): value parsers load() uses that are not part of the
 // public API (values.cpp).
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,5 +29,10 @@ socket_address resolve(const parsed_url& u);
 
 // 64 hex digits into 32 bytes. Returns: false for anything else.
 bool parse_hex_digest(std::string_view hex, std::array<uint8_t, 32>& out);
+
+// semantic = "classifier": the model of [router] model_file, or one trained
+// on the groups' examples (semantic.cpp). `where` is the [router] table's
+// "FILE:LINE". Throws config_error.
+std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, const std::string& where);
 
 }  // namespace sluice::config
