@@ -19,6 +19,7 @@
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
+#include "sluice/route/groups.hpp"
 #include "sluice/shard/cpuset.hpp"
 #include "sluice/shard/reactor.hpp"
 
@@ -169,6 +170,10 @@ int main(int argc, char** argv) {
                      : l == "error" ? log::level::error : log::level::info);
     }
     cfg = config::load_from_flags(f);
+    if (f.explain_route) {
+      std::fputs(route::explain_route(*cfg, *f.explain_route).c_str(), stdout);
+      return 0;
+    }
     if (f.check_config) {
       // The budget state file too: a start would refuse a corrupt one.
       if (!cfg->quota.budget_state_file.empty()) {
