@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -171,7 +172,13 @@ int main(int argc, char** argv) {
     }
     cfg = config::load_from_flags(f);
     if (f.explain_route) {
-      std::fputs(route::explain_route(*cfg, *f.explain_route).c_str(), stdout);
+      if (*f.explain_route != "-") {
+        std::fputs(route::explain_route(*cfg, *f.explain_route).c_str(), stdout);
+        return 0;
+      }
+      for (std::string line; std::getline(std::cin, line);) {
+        std::fputs(route::explain_route(*cfg, line, true).c_str(), stdout);
+      }
       return 0;
     }
     if (f.check_config) {

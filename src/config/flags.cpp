@@ -33,7 +33,8 @@ constexpr std::string_view k_usage =
     "  --explain-route PROMPT\n"
     "                     print the group the auto model would pick for a user message\n"
     "                     PROMPT, how (rule, classifier, default) and the classifier's\n"
-    "                     confidence, then exit\n"
+    "                     confidence, then exit (\"-\": one prompt per line from stdin,\n"
+    "                     one \"GROUP<tab>HOW<tab>CONFIDENCE\" line each)\n"
     "  --version          print the version and exit\n"
     "  -h, --help         print this text and exit\n";
 

@@ -35,6 +35,23 @@ size_t semantic_normalize(std::string_view in, char* out, size_t cap) noexcept {
       // A whole UTF-8 sequence (lead byte + continuations), or nothing.
       size_t len = 1;
       while (i + len < in.size() && (static_cast<unsigned char>(in[i + len]) & 0xC0) == 0x80 && len < 4) ++len;
+      // CJK (U+2E80..U+9FFF: lead bytes E2 BA.. to E9, and FF punctuation
+      // forms): a token per character. Chinese writes no spaces, so a
+      // sentence would be one "word"; per character, the word bigrams are
+      // character bigrams and every character is a vocabulary entry.
+      const bool cjk = len == 3 && (c >= 0xE3 && c <= 0xE9);
+      const bool fullwidth = len == 3 && c == 0xEF;  // U+FF00..: fullwidth punctuation and forms
+      if (cjk || fullwidth) {
+        const size_t need = (space ? 0 : 1) + len + 1;
+        if (n + need > cap) break;
+        if (!space) out[n++] = ' ';
+        std::memcpy(out + n, in.data() + i, len);
+        n += len;
+        out[n++] = ' ';
+        i += len;
+        space = true;
+        continue;
+      }
       if (n + len > cap) break;
       std::memcpy(out + n, in.data() + i, len);
       n += len;

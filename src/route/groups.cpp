@@ -256,7 +256,7 @@ decision group_table::resolve_decision(const openai::request_fields& f, uint32_t
   return d;
 }
 
-std::string explain_route(const config::config& cfg, std::string_view prompt) {
+std::string explain_route(const config::config& cfg, std::string_view prompt, bool one_line) {
   group_table t(cfg);
   openai::request_fields f;
   f.model = cfg.router.auto_model;
@@ -265,20 +265,33 @@ std::string explain_route(const config::config& cfg, std::string_view prompt) {
   f.input_bytes = prompt.size();
   f.message_count = 1;
   const decision d = t.decide(f, k_none, false);
+  char num[32];
+  auto put_p = [&](std::string& o, float p) {
+    std::snprintf(num, sizeof num, "%.3f", static_cast<double>(p));
+    o += num;
+  };
+  if (one_line) {
+    std::string o = d.group == k_none ? std::string("-") : cfg.groups[d.group].name;
+    o += '\t';
+    o += to_string(d.how);
+    o += '\t';
+    if (d.confidence < 0) {
+      o += '-';
+    } else {
+      put_p(o, d.confidence);
+    }
+    o += '\n';
+    return o;
+  }
   std::string out = "group: ";
   out += d.group == k_none ? std::string_view("(none: 404 model_not_found)") : std::string_view(cfg.groups[d.group].name);
   out += "\nhow: ";
   out += to_string(d.how);
-  char num[32];
-  auto put_p = [&](float p) {
-    std::snprintf(num, sizeof num, "%.3f", static_cast<double>(p));
-    out += num;
-  };
   out += "\nconfidence: ";
   if (d.confidence < 0) {
     out += "-";
   } else {
-    put_p(d.confidence);
+    put_p(out, d.confidence);
   }
   out += '\n';
   if (semantic_classifier* c = t.classifier()) {
@@ -290,13 +303,13 @@ std::string explain_route(const config::config& cfg, std::string_view prompt) {
     out += "classifier (";
     out += c->model().origin;
     out += ", min_confidence ";
-    put_p(static_cast<float>(cfg.router.min_confidence));
+    put_p(out, static_cast<float>(cfg.router.min_confidence));
     out += "):";
     for (const auto& [prob, name] : ranked) {
       out += ' ';
       out += name;
       out += ' ';
-      put_p(prob);
+      put_p(out, prob);
     }
     out += '\n';
   }

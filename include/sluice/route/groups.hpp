@@ -148,7 +148,8 @@ class group_table {
 // --explain-route: the auto model's decision for a request whose one user
 // message is `prompt`, whatever a key may use: "group: NAME\nhow: HOW\n
 // confidence: P\n", then each label's probability when the classifier runs.
-// Cold path.
-std::string explain_route(const config::config& cfg, std::string_view prompt);
+// Cold path. `one_line`: "NAME\tHOW\tP\n" only (P "-" without the classifier),
+// for scripts (`--explain-route -` reads one prompt per line).
+std::string explain_route(const config::config& cfg, std::string_view prompt, bool one_line = false);
 
 }  // namespace sluice::route
