@@ -6,6 +6,8 @@
 // operator can fix a file without reading the source. Unknown keys are
 // errors: a typo ("listne") must not silently fall back to a default.
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -459,6 +461,14 @@ void read_examples_file(const reader& r, const toml::node& n, group_config& g) {
     const std::string_view source = r.source();
     const size_t slash = source.rfind('/');
     if (slash != std::string_view::npos && source.front() != '<') path = std::string(source.substr(0, slash + 1)) + path;
+  }
+  // A regular file of at most 16 MiB: a device or a FIFO would never end.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    r.fail(n, fmt::format("group.examples_file \"{}\": cannot read {} ({})", g.examples_file, path, std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
+    r.fail(n, fmt::format("group.examples_file \"{}\": {} is not a regular file of at most 16 MiB", g.examples_file, path));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) r.fail(n, fmt::format("group.examples_file \"{}\": cannot read {} ({})", g.examples_file, path, std::strerror(errno)));
