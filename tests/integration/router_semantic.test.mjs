@@ -154,6 +154,7 @@ describe('semantic router', () => {
     sluice.proc.child.kill('SIGHUP');
     const said = await sluice.proc.wait_for_line(/SIGHUP: (reloaded|.*the running config stays)/, { from, timeout_ms: bound_ms(10000) });
     assert.match(said.line.text, /SIGHUP: reloaded/);
+    await sluice.proc.wait_for_line(/router: classifier trained on 200 examples of 4 groups/, { from, timeout_ms: bound_ms(5000) });
     // Every shard takes the new snapshot at its next loop turn; the
     // connections are fresh, so they spread over the shards.
     await poll(async () => {
