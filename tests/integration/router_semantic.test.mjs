@@ -6,11 +6,12 @@
 // conversation with an X-Session-ID keeps the group of its first message
 // even when its later turns, alone, classify elsewhere.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { bound_ms, repo_root, start_sluice, stop_all } from './lib/harness.mjs';
+import { bound_ms, program, repo_root, start_sluice, stop_all } from './lib/harness.mjs';
 import { backend_of, gateway_config, poll, post_fresh, read_audit, run_pool, samples, scrape, start_backends } from './lib/gateway.mjs';
 
 const key = 'sk-router-semantic-71c0';
@@ -95,6 +96,15 @@ describe('semantic router', () => {
     const code = samples(m.parsed, 'sluice_router_decisions_total', { group: 'code', how: 'classifier' });
     assert.equal(code.length, 1);
     assert.ok(code[0].value >= 3);
+  });
+
+  it('--explain-route prints the group, how and the confidence, and exits', () => {
+    const toml = path.join(data, 'router.toml');
+    const out = execFileSync(program('sluice'), ['--config', toml, '--explain-route', 'my function returns None, why?'], { encoding: 'utf8' });
+    assert.match(out, /^group: code\nhow: classifier\nconfidence: 0\.\d{3}\nclassifier \(trained on 200 examples of 4 groups, min_confidence 0\.500\): code /);
+    const lines = execFileSync(program('sluice'), ['--config', toml, '--explain-route', '-'],
+      { encoding: 'utf8', input: '求解方程 x^2 = 4\n\n' });
+    assert.match(lines, /^math\tclassifier\t(0|1)\.\d{3}\nchat\tdefault\t-\n$/);
   });
 
   it('a has_images rule with priority "before" decides ahead of the classifier', async () => {
