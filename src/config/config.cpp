@@ -6,8 +6,6 @@
 // operator can fix a file without reading the source. Unknown keys are
 // errors: a typo ("listne") must not silently fall back to a default.
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -452,37 +450,17 @@ struct group_draft {
   std::string origin;  // the [[group]] header, for "no backends"
 };
 
-// examples_file: one prompt per line, relative to the config file's folder;
-// blank lines and lines starting with '#' are skipped.
+// examples_file: read by semantic.cpp's read_examples_file; its message
+// gets this key's FILE:LINE.
 void read_examples_file(const reader& r, const toml::node& n, group_config& g) {
   if (g.examples_file.empty()) r.fail(n, "group.examples_file must not be empty (leave it out for none)");
-  std::string path = g.examples_file;
-  if (path[0] != '/') {
-    const std::string_view source = r.source();
-    const size_t slash = source.rfind('/');
-    if (slash != std::string_view::npos && source.front() != '<') path = std::string(source.substr(0, slash + 1)) + path;
+  try {
+    for (std::string& e : sluice::config::read_examples_file(relative_to(r.source(), g.examples_file))) {
+      g.examples.push_back(std::move(e));
+    }
+  } catch (const config_error& e) {
+    r.fail(n, fmt::format("group.examples_file \"{}\": {}", g.examples_file, e.what()));
   }
-  // A regular file of at most 16 MiB: a device or a FIFO would never end.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    r.fail(n, fmt::format("group.examples_file \"{}\": cannot read {} ({})", g.examples_file, path, std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
-    r.fail(n, fmt::format("group.examples_file \"{}\": {} is not a regular file of at most 16 MiB", g.examples_file, path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) r.fail(n, fmt::format("group.examples_file \"{}\": cannot read {} ({})", g.examples_file, path, std::strerror(errno)));
-  std::string line;
-  size_t added = 0;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const size_t start = line.find_first_not_of(" \t");
-    if (start == std::string::npos || line[start] == '#') continue;
-    g.examples.push_back(line.substr(start));
-    ++added;
-  }
-  if (in.bad()) r.fail(n, fmt::format("group.examples_file \"{}\": read error ({})", g.examples_file, std::strerror(errno)));
-  if (added == 0) r.fail(n, fmt::format("group.examples_file \"{}\" holds no examples (one prompt per line)", g.examples_file));
 }
 
 group_draft read_group(const reader& r, const toml::table& t, const upstream_config& defaults,
@@ -667,12 +645,7 @@ void read_router_semantic(const reader& r, const toml::table& t, router_config& 
   r.read_number(t, "router", "min_confidence", router.min_confidence, 0, 1);
   if (const toml::node* n = r.read_string(t, "router", "model_file", router.model_file)) {
     if (router.model_file.empty()) r.fail(*n, "router.model_file must not be empty (leave it out to train from examples)");
-    if (router.model_file[0] != '/') {
-      const size_t slash = r.source().rfind('/');
-      if (slash != std::string_view::npos && r.source().front() != '<') {
-        router.model_file = std::string(r.source().substr(0, slash + 1)) + router.model_file;
-      }
-    }
+    router.model_file = relative_to(r.source(), router.model_file);
   }
   r.read_uint(t, "router", "semantic_bytes", router.semantic_bytes, 16, 65536);
   r.read_bool(t, "router", "include_system", router.include_system);

@@ -2,10 +2,13 @@
 // numbers out of fastText (see semantic.hpp, semantic_train.hpp). Cold path,
 // except semantic_normalize() and utf8_prefix(), which run per request.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -216,6 +219,32 @@ std::shared_ptr<semantic_model> semantic_model_from(const fasttext::FastText& ft
     m->slots[s] = w;
   }
   return m;
+}
+
+std::string relative_to(std::string_view source, const std::string& path) {
+  if (path.empty() || path[0] == '/' || source.empty() || source.front() == '<') return path;
+  const size_t slash = source.rfind('/');
+  return slash == std::string_view::npos ? path : std::string(source.substr(0, slash + 1)) + path;
+}
+
+std::vector<std::string> read_examples_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw config_error(fmt::format("cannot read {} ({})", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
+    throw config_error(fmt::format("{} is not a regular file of at most 16 MiB", path));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error(fmt::format("cannot read {} ({})", path, std::strerror(errno)));
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    out.push_back(line.substr(start));
+  }
+  if (in.bad()) throw config_error(fmt::format("read error in {} ({})", path, std::strerror(errno)));
+  if (out.empty()) throw config_error(fmt::format("{} holds no examples (one prompt per line)", path));
+  return out;
 }
 
 std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, const std::string& where) {
