@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "sluice/config/config.hpp"
@@ -105,6 +106,16 @@ TEST_SUITE("config::router") {
               "test.toml:1: router.semantic = \"classifier\" needs examples in at least two [[group]]s") == 0);
     CHECK(error_of("[router]\nsemantic = \"classifier\"\nmodel_file = \"/nonexistent.bin\"\n" + std::string(k_groups))
               .find("test.toml:1: router.model_file \"/nonexistent.bin\" is not a fastText model") == 0);
+  }
+
+  TEST_CASE("--explain-route takes a prompt, empty or not") {
+    const char* argv[] = {"sluice", "--explain-route", "why does my loop never end", "--config", "x.toml"};
+    const cfg::flags f = cfg::parse_flags(5, argv);
+    REQUIRE(f.explain_route);
+    CHECK(*f.explain_route == "why does my loop never end");
+    const char* empty[] = {"sluice", "--explain-route="};
+    CHECK(cfg::parse_flags(2, empty).explain_route == std::optional<std::string>(""));
+    CHECK(cfg::usage_text().find("--explain-route PROMPT") != std::string_view::npos);
   }
 
   TEST_CASE("normalisation: lower case, punctuation and CJK characters as tokens, bounded output") {
