@@ -115,9 +115,14 @@ describe('semantic router', () => {
     assert.equal(r.group, 'vision');
   });
 
-  it('an empty or unsure prompt goes to the default group', async () => {
+  it('an empty or unsure prompt goes to the default group; 1 MiB of one character and an image alone are routed', async () => {
     assert.equal((await send([{ role: 'user', content: '' }])).group, 'chat');
     assert.equal((await send([{ role: 'user', content: 'qqqq zzzz' }])).group, 'chat');
+    // 1 MiB of one character: the classifier reads semantic_bytes of it.
+    const big = await send([{ role: 'user', content: 'a'.repeat(1 << 20) }]);
+    assert.ok(groups.includes(big.group));
+    // Only an image: the before-rule.
+    assert.equal((await send([{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }])).group, 'vision');
   });
 
   it('sticky: 20 sessions x 5 turns keep their first group although the later turns alone classify elsewhere', async () => {
