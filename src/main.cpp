@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
+#include "sluice/route/groups.hpp"
 #include "sluice/shard/cpuset.hpp"
 #include "sluice/shard/reactor.hpp"
 
@@ -169,6 +171,16 @@ int main(int argc, char** argv) {
                      : l == "error" ? log::level::error : log::level::info);
     }
     cfg = config::load_from_flags(f);
+    if (f.explain_route) {
+      if (*f.explain_route != "-") {
+        std::fputs(route::explain_route(*cfg, *f.explain_route).c_str(), stdout);
+        return 0;
+      }
+      for (std::string line; std::getline(std::cin, line);) {
+        std::fputs(route::explain_route(*cfg, line, true).c_str(), stdout);
+      }
+      return 0;
+    }
     if (f.check_config) {
       // The budget state file too: a start would refuse a corrupt one.
       if (!cfg->quota.budget_state_file.empty()) {

@@ -173,6 +173,20 @@ size_t format_line(const record& r, char* out, size_t cap) noexcept {
   put_bool(o, r.cancelled);
   o.put(",\"error\":");
   put_string(o, r.error);
+  if (!r.route_how.empty()) {
+    o.put(",\"route\":");
+    put_string(o, r.route_how);
+    o.put(",\"route_confidence\":");
+    if (r.route_confidence < 0) {
+      o.put("null");
+    } else {
+      // Thousandths, as "0.934" (no float formatting on the hot path).
+      const auto milli = static_cast<uint64_t>(r.route_confidence * 1000.0 + 0.5);
+      o.put_int(milli / 1000);
+      o.put(milli % 1000 < 100 ? (milli % 1000 < 10 ? ".00" : ".0") : ".");
+      o.put_int(milli % 1000);
+    }
+  }
   o.put("}\n");
   return o.ok ? static_cast<size_t>(o.p - out) : 0;
 }

@@ -47,7 +47,7 @@ const names k_group_keys = {"name", "models", "backend_model", "balance", "backe
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage", "protocol", "triton_flavor", "chat_template", "chat_template_bos",
                              "custom_template", "daily_tokens", "monthly_tokens", "input_cost_per_mtok",
-                             "output_cost_per_mtok"};
+                             "output_cost_per_mtok", "examples", "examples_file"};
 const names k_custom_template_keys = {"begin", "system_prefix", "system_suffix", "user_prefix", "user_suffix",
                                       "assistant_prefix", "assistant_suffix", "generation_prefix"};
 const names k_protocols = {"openai", "triton", "anthropic"};
@@ -55,8 +55,11 @@ const names k_triton_flavors = {"vllm", "trtllm"};
 const names k_chat_templates = {"chatml", "llama3", "mistral", "custom"};
 const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms",
                               "max_ejection_percent", "panic_threshold_percent"};
-const names k_router_keys = {"auto_model", "default_group"};
-const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images"};
+const names k_router_keys = {"auto_model", "default_group", "semantic", "min_confidence", "model_file",
+                              "semantic_bytes", "include_system", "group_header", "embeddings_group"};
+const names k_semantic_modes = {"off", "classifier", "embeddings"};
+const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images",
+                           "priority"};
 const names k_backend_keys = {"url", "weight"};
 const names k_key_keys = {"id", "key", "key_sha256", "tokens_per_minute", "requests_per_minute", "max_concurrent", "groups",
                            "daily_tokens", "monthly_tokens", "daily_spend", "monthly_spend"};
@@ -155,6 +158,7 @@ auto prefixed(const std::string& prefix, F&& f) {
 class reader {
  public:
   explicit reader(std::string_view source) : _source(source) {}
+  std::string_view source() const { return _source; }
 
   std::string at(const toml::source_region& where) const {
     return fmt::format("{}:{}", _source, where.begin.line == 0 ? 1 : where.begin.line);
@@ -446,6 +450,19 @@ struct group_draft {
   std::string origin;  // the [[group]] header, for "no backends"
 };
 
+// examples_file: read by semantic.cpp's read_examples_file; its message
+// gets this key's FILE:LINE.
+void read_examples_file(const reader& r, const toml::node& n, group_config& g) {
+  if (g.examples_file.empty()) r.fail(n, "group.examples_file must not be empty (leave it out for none)");
+  try {
+    for (std::string& e : sluice::config::read_examples_file(relative_to(r.source(), g.examples_file))) {
+      g.examples.push_back(std::move(e));
+    }
+  } catch (const config_error& e) {
+    r.fail(n, fmt::format("group.examples_file \"{}\": {}", g.examples_file, e.what()));
+  }
+}
+
 group_draft read_group(const reader& r, const toml::table& t, const upstream_config& defaults,
                        const health_config& health_defaults) {
   r.check_keys(t, "[[group]]", k_group_keys);
@@ -460,6 +477,10 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
   }
   for (const toml::node* n : r.read_strings(t, "group", "models")) g.models.push_back(n->as_string()->get());
   if (g.models.empty()) g.models.push_back(g.name);  // a group serves its own name by default
+  for (const toml::node* n : r.read_strings(t, "group", "examples")) g.examples.push_back(n->as_string()->get());
+  if (const toml::node* n = r.read_string(t, "group", "examples_file", g.examples_file)) {
+    read_examples_file(r, *n, g);
+  }
   r.read_string(t, "group", "backend_model", g.backend_model);
   if (const auto* n = r.read_string(t, "group", "balance", g.balance)) {
     if (std::find(k_balance_modes.begin(), k_balance_modes.end(), g.balance) == k_balance_modes.end()) {
@@ -610,6 +631,28 @@ key_config read_key(const reader& r, const toml::table& t) {
   return k;
 }
 
+void read_router_semantic(const reader& r, const toml::table& t, router_config& router) {
+  std::string mode;
+  if (const toml::node* n = r.read_string(t, "router", "semantic", mode)) {
+    if (std::find(k_semantic_modes.begin(), k_semantic_modes.end(), mode) == k_semantic_modes.end()) {
+      r.fail(*n, fmt::format("router.semantic \"{}\" is not a mode; allowed: {}", mode, join(k_semantic_modes)));
+    }
+    if (mode == "embeddings") {
+      r.fail(*n, "router.semantic = \"embeddings\" is not built yet; allowed today: off, classifier");
+    }
+    router.semantic = mode == "classifier" ? semantic_mode::classifier : semantic_mode::off;
+  }
+  r.read_number(t, "router", "min_confidence", router.min_confidence, 0, 1);
+  if (const toml::node* n = r.read_string(t, "router", "model_file", router.model_file)) {
+    if (router.model_file.empty()) r.fail(*n, "router.model_file must not be empty (leave it out to train from examples)");
+    router.model_file = relative_to(r.source(), router.model_file);
+  }
+  r.read_uint(t, "router", "semantic_bytes", router.semantic_bytes, 16, 65536);
+  r.read_bool(t, "router", "include_system", router.include_system);
+  r.read_bool(t, "router", "group_header", router.group_header);
+  r.read_string(t, "router", "embeddings_group", router.embeddings_group);
+}
+
 rule_config read_rule(const reader& r, const toml::table& t, const std::vector<group_draft>& drafts) {
   r.check_keys(t, "[[rule]]", k_rule_keys);
   rule_config rule;
@@ -669,6 +712,14 @@ rule_config read_rule(const reader& r, const toml::table& t, const std::vector<g
     r.read_bool(t, "rule", "has_images", flag);
     rule.has_images = flag;
   }
+  std::string priority;
+  if (const toml::node* n = r.read_string(t, "rule", "priority", priority)) {
+    if (priority != "before" && priority != "after") {
+      r.fail(*n, fmt::format("rule.priority \"{}\" is not allowed; allowed: before (decides ahead of the semantic "
+                             "classifier), after (the default: only when the classifier is not confident)", priority));
+    }
+    rule.before = priority == "before";
+  }
   return rule;
 }
 
@@ -716,7 +767,9 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
     throw config_error(fmt::format("{}:1: no [[group]]; at least one is required, e.g. [[group]] name = \"default\" models = [\"*\"] backends = [\"http://127.0.0.1:8000\"]", source));
   }
 
+  std::string router_origin = fmt::format("{}:1", source);
   if (const toml::table* t = r.table(root, "router", "router")) {
+    router_origin = r.at(*t);
     r.check_keys(*t, "[router]", k_router_keys);
     if (const toml::node* n = r.read_string(*t, "router", "auto_model", cfg->router.auto_model)) {
       if (cfg->router.auto_model.empty()) r.fail(*n, "router.auto_model must not be empty (the default is \"auto\")");
@@ -729,6 +782,7 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
       }
       cfg->router.default_group_index = static_cast<uint32_t>(it - drafts.begin());
     }
+    read_router_semantic(r, *t, cfg->router);
   }
   for (const toml::table* t : r.tables(root, "rule")) cfg->rules.push_back(read_rule(r, *t, drafts));
 
@@ -825,6 +879,7 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
     }
     cfg->groups.push_back(std::move(d.group));
   }
+  if (cfg->router.semantic == semantic_mode::classifier) cfg->router.model = build_semantic_model(*cfg, router_origin);
   return cfg;
 }
 

@@ -30,6 +30,11 @@ constexpr std::string_view k_usage =
     "                                                  (default: no restriction)\n"
     "  --log-level LEVEL  debug | info | warn | error  (default: info)\n"
     "  --check-config     validate the configuration, print the result, exit 0 or 1\n"
+    "  --explain-route PROMPT\n"
+    "                     print the group the auto model would pick for a user message\n"
+    "                     PROMPT, how (rule, classifier, default) and the classifier's\n"
+    "                     confidence, then exit (\"-\": one prompt per line from stdin,\n"
+    "                     one \"GROUP<tab>HOW<tab>CONFIDENCE\" line each)\n"
     "  --version          print the version and exit\n"
     "  -h, --help         print this text and exit\n";
 
@@ -64,7 +69,7 @@ constexpr flag_spec k_flags[] = {
     {"--config", flag_kind::value},     {"--listen", flag_kind::value},
     {"--admin", flag_kind::value},      {"--backend", flag_kind::value},
     {"--cpus", flag_kind::value},       {"--numa-node", flag_kind::value},
-    {"--log-level", flag_kind::value},  {"--check-config", flag_kind::boolean},
+    {"--log-level", flag_kind::value},  {"--explain-route", flag_kind::value},  {"--check-config", flag_kind::boolean},
     {"--version", flag_kind::boolean},  {"--help", flag_kind::boolean},
     {"-h", flag_kind::boolean},
 };
@@ -116,6 +121,10 @@ flags parse_flags(int argc, const char* const* argv) {
         throw config_error(fmt::format("{}: missing value", name));
       }
       value = argv[++i];
+    }
+    if (name == "--explain-route") {  // an empty prompt is a prompt (it gets the default)
+      out.explain_route = value;
+      continue;
     }
     if (value.empty()) throw config_error(fmt::format("{}: empty value", name));
 

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "sluice/config/config.hpp"
+#include "sluice/config/semantic.hpp"
 
 namespace sluice::config {
 
@@ -192,6 +193,7 @@ std::shared_ptr<const config> reconcile(const config& next, const config& runnin
                               count_removed(running.backends, out->backends), count_live(out->groups),
                               count_new(group_where, running.groups.size()),
                               count_removed(running.groups, out->groups), count_live(out->keys), relimited));
+  if (out->router.model != nullptr) notes.push_back(fmt::format("router: classifier {}", out->router.model->origin));
   return out;
 }
 

@@ -2,9 +2,11 @@
 // config (private): value parsers load() uses that are not part of the
 // public API (values.cpp).
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/config/config.hpp"
 
@@ -28,5 +30,19 @@ socket_address resolve(const parsed_url& u);
 
 // 64 hex digits into 32 bytes. Returns: false for anything else.
 bool parse_hex_digest(std::string_view hex, std::array<uint8_t, 32>& out);
+
+// `path` as written in the config file `source`: a relative path is taken
+// from the file's folder (from the working directory for "<embedded ...>").
+std::string relative_to(std::string_view source, const std::string& path);
+
+// An examples file: one prompt per line; blank lines and lines starting with
+// '#' (after spaces) skipped; CRLF taken. A regular file of at most 16 MiB
+// (a device or a FIFO would never end). Throws config_error (no location).
+std::vector<std::string> read_examples_file(const std::string& path);
+
+// semantic = "classifier": the model of [router] model_file, or one trained
+// on the groups' examples (semantic.cpp). `where` is the [router] table's
+// "FILE:LINE". Throws config_error.
+std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, const std::string& where);
 
 }  // namespace sluice::config

@@ -78,7 +78,8 @@ registry::registry(size_t shard_count, names n, room extra)
   const size_t tokens = g * token_kind_count;
   const size_t rejected = k * reject_reason_count;
   const size_t hist = g * shard_metrics::histogram_width;
-  size_t total = requests + tokens + rejected + 2 * hist + 1 + 5 + stat_count;
+  const size_t decisions = g * router_how_count;
+  size_t total = requests + tokens + rejected + decisions + 2 * hist + 1 + 5 + stat_count;
   total = (total + line_counters - 1) / line_counters * line_counters;  // whole cache lines
 
   _shards.resize(shard_count);
@@ -98,6 +99,8 @@ registry::registry(size_t shard_count, names n, room extra)
     p += tokens;
     m._rejected = p;
     p += rejected;
+    m._decisions = p;
+    p += decisions;
     m._ttft = p;
     p += hist;
     m._duration = p;
@@ -303,6 +306,18 @@ void registry::render(std::string& out) const {
       out += "sluice_tokens_total{group=\"";
       put_label_value(out, name_or_none(_names.groups, gi));
       fmt::format_to(it, "\",kind=\"{}\"}} {}\n", kinds[ki], ki == 0 ? v0 : v1);
+    }
+  }
+
+  put_family(out, "sluice_router_decisions_total", "counter",
+             "Auto-model requests by the group the router picked and how (rule, classifier, default, sticky).");
+  for (size_t gi : group_rows) {
+    for (size_t hi = 0; hi < router_how_count; ++hi) {
+      const uint64_t v = sum(&shard_metrics::_decisions, gi * router_how_count + hi);
+      if (v == 0) continue;
+      out += "sluice_router_decisions_total{group=\"";
+      put_label_value(out, name_or_none(_names.groups, gi));
+      fmt::format_to(it, "\",how=\"{}\"}} {}\n", router_how_names[hi], v);
     }
   }
 

@@ -124,7 +124,35 @@ void shard_server::end_request(exchange& x) noexcept {
   r.cancelled = x.cancelled;
   r.finish_reason = std::string_view(x.rsp.facts.finish_reason, x.rsp.facts.finish_reason_len);
   r.error = x.error_code;
+  if (x.route_how != route::decision_how::name) {
+    r.route_how = route::to_string(x.route_how);
+    r.route_confidence = x.route_confidence;
+  }
   _audit->append(r);
+}
+
+static_assert(metrics::router_how_count == 4 && static_cast<size_t>(route::decision_how::rule) == 0 &&
+                  static_cast<size_t>(route::decision_how::classifier) == 1 &&
+                  static_cast<size_t>(route::decision_how::default_group) == 2 &&
+                  static_cast<size_t>(route::decision_how::sticky) == 3,
+              "metrics::router_how_names follows route::decision_how");
+
+size_t shard_server::write_response_headers(const exchange& x, char* out, size_t cap) noexcept {
+  size_t n = write_rate_headers(x, out, cap);
+  // [router] group_header: the group that answered (the auto model's pick).
+  if (_cfg->router.group_header && x.group < _cfg->groups.size()) {
+    const std::string_view name = _cfg->groups[x.group].name;  // a plain name (config checks it)
+    constexpr std::string_view k_field = "x-sluice-group: ";
+    if (n + k_field.size() + name.size() + 2 <= cap) {
+      std::memcpy(out + n, k_field.data(), k_field.size());
+      n += k_field.size();
+      std::memcpy(out + n, name.data(), name.size());
+      n += name.size();
+      out[n++] = '\r';
+      out[n++] = '\n';
+    }
+  }
+  return n;
 }
 
 void shard_server::cancel(exchange& x) noexcept {
@@ -242,7 +270,15 @@ void shard_server::dispatch(exchange& x) noexcept {
   x.is_stream = f.stream;
   // Model -> group (names, patterns, `auto` rules), limited to the groups
   // the key may use: a model outside them reads as unknown (no leak).
-  const uint32_t g = _routes->groups().resolve(f, static_cast<uint32_t>(x.key_index));
+  // The auto model: rules, the classifier, the default (groups.hpp).
+  const route::decision dec = _routes->groups().resolve_decision(f, static_cast<uint32_t>(x.key_index),
+                                                                 !x.head.session_id.empty());
+  const uint32_t g = dec.group;
+  x.route_how = dec.how;
+  x.route_confidence = dec.confidence;
+  if (g != route::k_none && dec.how != route::decision_how::name) {
+    _metrics.router_decision(g, static_cast<size_t>(dec.how));
+  }
   if (g == route::k_none) {
     const size_t shown = f.model.size() > 128 ? 128 : f.model.size();
     char quoted[160];

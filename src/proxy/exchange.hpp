@@ -33,6 +33,7 @@
 #include "sluice/openai/triton.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/quota/shard_slices.hpp"
+#include "sluice/route/groups.hpp"
 #include "sluice/route/key.hpp"
 
 namespace sluice::proxy {
@@ -174,6 +175,8 @@ struct exchange {
   // --- policy: key, group, route, quota ------------------------------------
   int32_t key_index = -1;
   uint32_t group = metrics::none;  // index into cfg().groups once the model matched
+  route::decision_how route_how = route::decision_how::name;  // how the auto model's group was picked
+  float route_confidence = -1;     // the classifier's top probability; -1 = it did not run
   route::route_key_result route_key;
   uint64_t tried_mask = 0;         // ring positions already tried (retries)
   uint32_t route_position = 0;

@@ -64,7 +64,7 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
     return;
   }
   char rate[1024];
-  const size_t rl = _x.write_rate_headers(d->x, rate, sizeof rate);
+  const size_t rl = _x.write_response_headers(d->x, rate, sizeof rate);
   auto r = fmt::format_to_n(d->out.data, k_head_room,
                             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n"
                             "x-request-id: {}\r\n{}{}{}\r\n",
@@ -253,7 +253,7 @@ bool h1_codec::stage_response_head(exchange& x, const http::response_head& rh, b
   // sluice's own fields: the request id, the key's rate-limit state and
   // the time sluice and the backend took to the head (as OpenAI sends).
   char rate[1024];
-  const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
+  const size_t rl = _x.write_response_headers(x, rate, sizeof rate);
   if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) {
     return false;
   }

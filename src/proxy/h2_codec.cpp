@@ -575,7 +575,7 @@ void h2_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   // it does not hold the exchange (and its place in flight) for ever.
   set_deadline(st, deadline_kind::send, _cfg->server.idle_timeout_ms);
   char rate[1024];
-  const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
+  const size_t rl = _x.write_response_headers(x, rate, sizeof rate);
   byte_buf& h = st->head;
   if (!h.reserve(rl + extra_headers.size() + 256) || !st->answer.reserve(body.size() + 1)) {
     fail(x);
@@ -657,7 +657,7 @@ bool h2_codec::stage_response_head(exchange& x, const http::response_head& rh, b
     append_field(o, hd.name, hd.value);
   }
   char rate[1024];
-  const size_t rl = _x.write_rate_headers(x, rate, sizeof rate);
+  const size_t rl = _x.write_response_headers(x, rate, sizeof rate);
   if (!o.reserve(static_cast<size_t>(o.len) + rl + 256)) return false;
   char line[32];
   text_writer w(line, sizeof line);

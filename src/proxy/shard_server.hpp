@@ -115,6 +115,8 @@ class shard_server {
   // A parked exchange leaves the waiter list (its client side closes).
   void unpark(exchange& x) noexcept;
   size_t write_rate_headers(const exchange& x, char* out, size_t cap) noexcept;
+  // write_rate_headers() and sluice's other response fields (x-sluice-group).
+  size_t write_response_headers(const exchange& x, char* out, size_t cap) noexcept;
   // Passive health: failures always, a success only after a failure (that
   // is all the consecutive-failure count needs). Full queue: dropped.
   void report_outcome(uint32_t backend, bool failure) noexcept;

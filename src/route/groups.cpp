@@ -4,6 +4,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <utility>
 
 namespace sluice::route {
 
@@ -116,7 +118,8 @@ group_table::group_table(const config::config& cfg)
     return a.hash != b.hash ? a.hash < b.hash : a.name < b.name;
   });
   for (const config::rule_config& rc : cfg.rules) {
-    rule r{rc.group_index, {}, std::nullopt, rc.min_prompt_bytes, rc.max_prompt_bytes, rc.has_tools, rc.has_images};
+    rule r{rc.group_index, {}, std::nullopt, rc.min_prompt_bytes, rc.max_prompt_bytes, rc.has_tools, rc.has_images,
+           rc.before};
     for (const std::string& k : rc.contains_any) {
       std::string folded = k;
       std::transform(folded.begin(), folded.end(), folded.begin(), lower);
@@ -127,6 +130,16 @@ group_table::group_table(const config::config& cfg)
                                     std::regex::optimize);
     }
     _rules.push_back(std::move(r));
+  }
+  if (cfg.router.semantic == config::semantic_mode::classifier && cfg.router.model != nullptr) {
+    _classifier = std::make_unique<semantic_classifier>(cfg.router.model, cfg.router.semantic_bytes);
+    _min_confidence = cfg.router.min_confidence;
+    _include_system = cfg.router.include_system;
+    for (const std::string& name : cfg.router.model->labels) {
+      uint32_t g = 0;
+      while (g < _group_count && (cfg.groups[g].removed || cfg.groups[g].name != name)) ++g;
+      _label_group.push_back(g < _group_count ? g : k_none);
+    }
   }
   _words = (_group_count + 63) / 64;
   if (_words == 0) _words = 1;
@@ -157,11 +170,14 @@ uint32_t group_table::find(std::string_view model) const noexcept {
 }
 
 bool group_table::rule_matches(uint32_t index, const openai::request_fields& f) const noexcept {
+  return rule_matches(index, f, f.last_user_message);
+}
+
+bool group_table::rule_matches(uint32_t index, const openai::request_fields& f, std::string_view text) const noexcept {
   const rule& r = _rules[index];
   if (f.input_bytes < r.min_prompt_bytes || f.input_bytes > r.max_prompt_bytes) return false;
   if (r.has_tools && *r.has_tools != f.has_tools) return false;
   if (r.has_images && *r.has_images != f.has_images) return false;
-  const std::string_view text = f.last_user_message;
   if (!r.keywords.empty()) {
     bool any = std::any_of(r.keywords.begin(), r.keywords.end(),
                            [&](const std::string& k) { return contains_folded(text, k); });
@@ -184,6 +200,131 @@ uint32_t group_table::choose(const openai::request_fields& f, uint32_t key_index
   }
   if (_default_group != k_none && key_allows(key_index, _default_group)) return _default_group;
   return k_none;
+}
+
+decision group_table::decide(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept {
+  // A later turn of a session (its first user message is not its last):
+  // decided from the first one, which every turn carries.
+  // Only with the classifier on: rule-only routing keeps reading the last
+  // message, as it always did.
+  const bool semantic = _classifier != nullptr;
+  sticky = sticky && semantic;
+  const bool later_turn = sticky && f.first_user_message.data() != f.last_user_message.data();
+  const std::string_view text = sticky ? f.first_user_message : f.last_user_message;
+  const decision_how by_text = later_turn ? decision_how::sticky : decision_how::rule;
+  decision d;
+  if (semantic) {
+    for (uint32_t i = 0; i < _rules.size(); ++i) {
+      if (_rules[i].before && key_allows(key_index, _rules[i].group) && rule_matches(i, f, text)) {
+        return {_rules[i].group, by_text, -1, -1};
+      }
+    }
+    d.label = _classifier->classify(_include_system ? f.system_prompt : std::string_view{}, text);
+    if (d.label >= 0) {
+      d.confidence = _classifier->probabilities()[static_cast<size_t>(d.label)];
+      const uint32_t g = label_group(d.label);
+      if (static_cast<double>(d.confidence) >= _min_confidence && g != k_none && key_allows(key_index, g)) {
+        d.group = g;
+        d.how = later_turn ? decision_how::sticky : decision_how::classifier;
+        return d;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < _rules.size(); ++i) {
+    if (semantic && _rules[i].before) continue;  // ran above
+    if (key_allows(key_index, _rules[i].group) && rule_matches(i, f, text)) {
+      d.group = _rules[i].group;
+      d.how = by_text;
+      return d;
+    }
+  }
+  if (_default_group != k_none && key_allows(key_index, _default_group)) {
+    d.group = _default_group;
+    d.how = decision_how::default_group;
+    return d;
+  }
+  d.group = k_none;
+  d.how = decision_how::default_group;
+  return d;
+}
+
+decision group_table::resolve_decision(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept {
+  if (is_auto(f.model)) return decide(f, key_index, sticky);
+  decision d;
+  d.group = find(f.model);
+  if (d.group != k_none && !key_allows(key_index, d.group)) d.group = k_none;
+  return d;
+}
+
+std::string explain_route(const config::config& cfg, std::string_view prompt, bool one_line) {
+  group_table t(cfg);
+  openai::request_fields f;
+  f.model = cfg.router.auto_model;
+  f.last_user_message = prompt;
+  f.first_user_message = prompt;
+  f.input_bytes = prompt.size();
+  f.message_count = 1;
+  const decision d = t.decide(f, k_none, false);
+  char num[32];
+  auto put_p = [&](std::string& o, float p) {
+    std::snprintf(num, sizeof num, "%.3f", static_cast<double>(p));
+    o += num;
+  };
+  if (one_line) {
+    std::string o = d.group == k_none ? std::string("-") : cfg.groups[d.group].name;
+    o += '\t';
+    o += to_string(d.how);
+    o += '\t';
+    if (d.confidence < 0) {
+      o += '-';
+    } else {
+      put_p(o, d.confidence);
+    }
+    o += '\n';
+    return o;
+  }
+  std::string out = "group: ";
+  out += d.group == k_none ? std::string_view("(none: 404 model_not_found)") : std::string_view(cfg.groups[d.group].name);
+  out += "\nhow: ";
+  out += to_string(d.how);
+  out += "\nconfidence: ";
+  if (d.confidence < 0) {
+    out += "-";
+  } else {
+    put_p(out, d.confidence);
+  }
+  out += '\n';
+  if (semantic_classifier* c = t.classifier()) {
+    if (d.label < 0) c->classify({}, prompt);  // a before-rule decided: show the classifier anyway
+    std::vector<std::pair<float, std::string_view>> ranked;
+    const auto p = c->probabilities();
+    for (size_t l = 0; l < p.size(); ++l) ranked.emplace_back(p[l], c->model().labels[l]);
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    out += "classifier (";
+    out += c->model().origin;
+    out += ", min_confidence ";
+    put_p(out, static_cast<float>(cfg.router.min_confidence));
+    out += "):";
+    for (const auto& [prob, name] : ranked) {
+      out += ' ';
+      out += name;
+      out += ' ';
+      put_p(out, prob);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::string_view to_string(decision_how h) noexcept {
+  switch (h) {
+    case decision_how::rule: return "rule";
+    case decision_how::classifier: return "classifier";
+    case decision_how::default_group: return "default";
+    case decision_how::sticky: return "sticky";
+    case decision_how::name: return "name";
+  }
+  return "name";
 }
 
 uint32_t group_table::resolve(const openai::request_fields& f, uint32_t key_index) const noexcept {

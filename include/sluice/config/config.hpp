@@ -18,6 +18,8 @@
 
 namespace sluice::config {
 
+struct semantic_model;  // sluice/config/semantic.hpp
+
 // A parse or validation failure; what() reads "FILE:LINE: what is wrong and
 // what is allowed" (or "--flag: ..." for flags).
 struct config_error : std::runtime_error {
@@ -139,10 +141,25 @@ struct health_config {
 
 // [router]: which model name means "pick a group by [[rule]]", and the group
 // used when no rule matches ("" = none: such a request gets 404).
+//
+// semantic = "classifier": the auto model's group is also picked by what the
+// prompt means (README "Semantic routing"): a fastText classifier trained at
+// load from the groups' examples (or read from model_file).
+enum class semantic_mode : uint8_t { off, classifier, embeddings };
 struct router_config {
   std::string auto_model = "auto";
   std::string default_group;
   uint32_t default_group_index = UINT32_MAX;  // resolved at load; UINT32_MAX = none
+  semantic_mode semantic = semantic_mode::off;
+  double min_confidence = 0.5;               // the classifier's top probability below this: not its decision
+  std::string model_file;                    // a fastText supervised model (.bin); "" = train from examples
+  uint32_t semantic_bytes = 2048;            // leading bytes of the text the classifier reads (cut at UTF-8)
+  bool include_system = false;               // the system prompt is read too (before the user message)
+  bool group_header = false;                 // x-sluice-group response header on routed answers
+  std::string embeddings_group;              // DESIGN.md §6a; embeddings mode is not built yet
+  // The trained model (semantic = "classifier"); shared read-only by the
+  // shards through this snapshot. Null when off.
+  std::shared_ptr<const semantic_model> model;
 };
 
 // [[rule]]: one ordered semantic-routing rule. Every condition that is set
@@ -156,6 +173,7 @@ struct rule_config {
   uint64_t max_prompt_bytes = UINT64_MAX;
   std::optional<bool> has_tools;             // unset = either
   std::optional<bool> has_images;
+  bool before = false;                       // priority = "before": decides ahead of the classifier
   std::string origin;                        // "FILE:LINE" of the [[rule]], for logs
 };
 
@@ -190,6 +208,10 @@ struct group_config {
   triton_flavor flavor = triton_flavor::vllm;  // protocol = "triton"
   chat_template_config chat_template;          // protocol = "triton"
   std::vector<std::string> models;   // exact names and glob patterns ("*", "qwen-*")
+  // Semantic router: prompts that belong to this group, from `examples` and
+  // the lines of `examples_file` (relative to the config file).
+  std::vector<std::string> examples;
+  std::string examples_file;
   std::string backend_model;         // "" = forward the client's model unchanged
   std::string balance = "session";   // session | prefix | least-loaded | round-robin
   std::vector<uint32_t> backends;    // indices into config::backends
@@ -273,6 +295,7 @@ struct flags {
   std::optional<std::string> cpus;     // "0-3,8"
   std::optional<int> numa_node;
   std::optional<std::string> log_level;
+  std::optional<std::string> explain_route;  // --explain-route PROMPT
   bool check_config = false;
   bool version = false;
   bool help = false;

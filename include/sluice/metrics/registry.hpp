@@ -38,6 +38,11 @@ size_t status_index(uint16_t status) noexcept;
 enum class token_kind : uint8_t { prompt = 0, completion = 1 };
 inline constexpr size_t token_kind_count = 2;
 
+// How the semantic router picked the auto model's group, in the order of
+// route::decision_how (proxy static_asserts the two agree).
+inline constexpr std::string_view router_how_names[] = {"rule", "classifier", "default", "sticky"};
+inline constexpr size_t router_how_count = sizeof router_how_names / sizeof router_how_names[0];
+
 enum class reject_reason : uint8_t { tokens = 0, requests = 1, concurrency = 2, too_large = 3 };
 inline constexpr size_t reject_reason_count = 4;
 
@@ -120,6 +125,10 @@ class shard_metrics {
     t[static_cast<size_t>(token_kind::prompt)].add(prompt);
     t[static_cast<size_t>(token_kind::completion)].add(completion);
   }
+  // sluice_router_decisions_total{group,how}: one per auto-model request routed.
+  void router_decision(uint32_t group, size_t how) noexcept {
+    _decisions[slot(group, _groups) * router_how_count + (how < router_how_count ? how : 0)].add();
+  }
   void quota_rejected(uint32_t key, reject_reason why) noexcept {
     _rejected[slot(key, _keys) * reject_reason_count + static_cast<size_t>(why)].add();
   }
@@ -162,6 +171,7 @@ class shard_metrics {
   counter* _requests = nullptr;   // [(groups+1) × (backends+1) × status_code_count]
   counter* _tokens = nullptr;     // [(groups+1) × token_kind_count]
   counter* _rejected = nullptr;   // [(keys+1) × reject_reason_count]
+  counter* _decisions = nullptr;  // [(groups+1) × router_how_count]
   counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
   counter* _duration = nullptr;   // [(groups+1) × histogram_width]
   counter* _inflight = nullptr;

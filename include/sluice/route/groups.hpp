@@ -1,8 +1,20 @@
 #pragma once
-// route: model name -> group, the semantic router ([[rule]]s for the
-// `[router] auto_model` name) and per-key group access. Built from a config
-// snapshot on the cold path; one per shard (or shared read-only: it holds no
-// mutable state).
+// route: model name -> group, the semantic router ([[rule]]s and the
+// classifier for the `[router] auto_model` name) and per-key group access.
+// Built from a config snapshot on the cold path; one per shard (the
+// classifier's scratch buffers make it shard-local).
+//
+// The auto model's decision (decide()): rules with priority = "before"
+// first, in file order; then the classifier ([router] semantic =
+// "classifier"), when its top probability reaches min_confidence; then the
+// other rules; then the default group. With the classifier off every rule
+// runs in file order, as before.
+//
+// Sticky sessions: with an X-Session-ID the text conditions and the
+// classifier read the session's *first* user message (the earliest one the
+// request's history carries) instead of the last one. Every turn of a
+// conversation resends that message, so every turn -- on any shard, on any
+// instance -- computes the same group, and no table of sessions is needed.
 //
 // Matching order: exact names first (a sorted table of XXH3 hashes, binary
 // search: no allocation), then glob patterns in file order. A name written
@@ -14,6 +26,7 @@
 // backtracks recursively and allocates, so its input is bounded; only
 // requests for the auto model that reach a regex rule pay for it).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
@@ -23,8 +36,21 @@
 #include "sluice/config/config.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/route/ring.hpp"
+#include "sluice/route/semantic.hpp"
 
 namespace sluice::route {
+
+// How the auto model's group was picked (the audit's "route_how", metrics'
+// `how` label: metrics::router_how_names is in this order).
+enum class decision_how : uint8_t { rule, classifier, default_group, sticky, name };
+std::string_view to_string(decision_how h) noexcept;
+
+struct decision {
+  uint32_t group = k_none;
+  decision_how how = decision_how::name;
+  float confidence = -1;   // the classifier's top probability; -1 = it did not run
+  int32_t label = -1;      // the classifier's top label (its group may be another)
+};
 
 inline constexpr size_t k_rule_regex_bytes = 16384;
 
@@ -50,19 +76,39 @@ class group_table {
   // k_none (404 model_not_found).
   uint32_t choose(const openai::request_fields& f, uint32_t key_index) const noexcept;
 
+  // The auto model's decision, with how and the confidence (see the top).
+  // `sticky`: the request names a session (X-Session-ID). Shard-local: it
+  // uses the classifier's scratch.
+  decision decide(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept;
+
   // The whole decision: the auto model goes through choose(); any other name
   // through find(), and a group the key may not use reads as k_none (so a
   // 404 does not reveal that the model exists).
   uint32_t resolve(const openai::request_fields& f, uint32_t key_index) const noexcept;
+  // resolve() with how it was decided (decide() for the auto model; how =
+  // name for any other model).
+  decision resolve_decision(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept;
+
+  // The classifier ([router] semantic = "classifier"), or null.
+  semantic_classifier* classifier() noexcept { return _classifier.get(); }
+  // The group of a classifier label; k_none when that group is gone.
+  uint32_t label_group(int32_t label) const noexcept {
+    return label >= 0 && static_cast<size_t>(label) < _label_group.size() ? _label_group[static_cast<size_t>(label)]
+                                                                          : k_none;
+  }
 
   // Whether key `key_index` (config::config::keys) may use `group` (its
   // `groups` globs, expanded at load into a bitmap).
+  // key_index k_none: any group (--explain-route).
   bool key_allows(uint32_t key_index, uint32_t group) const noexcept {
+    if (key_index == k_none) return true;
     return (_key_bits[size_t{key_index} * _words + group / 64] >> (group % 64)) & 1u;
   }
 
   // Whether one rule's conditions hold (exposed for tests and diagnostics).
   bool rule_matches(uint32_t rule, const openai::request_fields& f) const noexcept;
+  // The same, with `text` in place of the last user message.
+  bool rule_matches(uint32_t rule, const openai::request_fields& f, std::string_view text) const noexcept;
 
  private:
   struct exact_name {
@@ -82,6 +128,7 @@ class group_table {
     uint64_t max_prompt_bytes;
     std::optional<bool> has_tools;
     std::optional<bool> has_images;
+    bool before;
   };
 
   uint32_t _group_count = 0;
@@ -92,6 +139,17 @@ class group_table {
   std::vector<rule> _rules;        // file order
   size_t _words = 1;               // uint64_t words per key in _key_bits
   std::vector<uint64_t> _key_bits;
+  std::unique_ptr<semantic_classifier> _classifier;
+  std::vector<uint32_t> _label_group;  // classifier label -> group
+  double _min_confidence = 0.5;
+  bool _include_system = false;
 };
+
+// --explain-route: the auto model's decision for a request whose one user
+// message is `prompt`, whatever a key may use: "group: NAME\nhow: HOW\n
+// confidence: P\n", then each label's probability when the classifier runs.
+// Cold path. `one_line`: "NAME\tHOW\tP\n" only (P "-" without the classifier),
+// for scripts (`--explain-route -` reads one prompt per line).
+std::string explain_route(const config::config& cfg, std::string_view prompt, bool one_line = false);
 
 }  // namespace sluice::route

@@ -62,6 +62,7 @@ class table {
   table& operator=(const table&) = delete;
 
   const group_table& groups() const noexcept { return _groups; }
+  group_table& groups() noexcept { return _groups; }  // the classifier's scratch is this shard's
   const maglev_ring& ring(uint32_t group) const noexcept { return _groups_state[group].ring; }
   const key_params& keys(uint32_t group) const noexcept { return _groups_state[group].keys; }
 

@@ -170,11 +170,31 @@ TEST_SUITE("audit::format_line") {
     CHECK(str_field(e, "key_id") == "alice");  // fields after the long ones survive
   }
 
+  TEST_CASE("the router's fields follow the others, only on a routed request") {
+    record r = full_record();
+    const std::string plain = line_of(r);
+    CHECK(plain.find("\"route\"") == std::string::npos);
+    r.route_how = "classifier";
+    r.route_confidence = 0.9346;
+    const std::string routed = line_of(r);
+    CHECK(routed.substr(0, plain.size() - 2) == plain.substr(0, plain.size() - 2));
+    CHECK(routed.ends_with(",\"route\":\"classifier\",\"route_confidence\":0.935}\n"));
+    r.route_how = "rule";
+    r.route_confidence = -1;
+    CHECK(line_of(r).ends_with(",\"route\":\"rule\",\"route_confidence\":null}\n"));
+    r.route_how = "classifier";
+    r.route_confidence = 0.05;
+    CHECK(line_of(r).ends_with(",\"route_confidence\":0.050}\n"));
+    r.route_confidence = 1.0;
+    CHECK(line_of(r).ends_with(",\"route_confidence\":1.000}\n"));
+  }
+
   TEST_CASE("a line with every field at its limit still fits in max_line_bytes") {
     const std::string ctl(5000, '\x01');  // 6 output bytes per input byte
     record r = full_record();
     r.request_id = r.key_id = r.endpoint = r.model = r.group = r.backend = r.session_id = r.finish_reason = r.error =
-        ctl;
+        r.route_how = ctl;
+    r.route_confidence = 1.0;
     r.time_ms = r.prompt_tokens = r.completion_tokens = r.total_tokens = r.quota_charged = r.duration_ms = UINT64_MAX;
     r.ttft_ms = INT64_MAX;
     r.status = 65535;

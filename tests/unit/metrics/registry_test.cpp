@@ -249,11 +249,13 @@ TEST_SUITE("metrics::registry") {
         "sluice_h2_refused_streams_total", "sluice_h2_client_resets_total", "sluice_h2_defence_goaways_total",
         "sluice_h2_header_lists_too_large_total", "sluice_tls_handshakes_total", "sluice_tls_ktls_connections_total",
         "sluice_edge_protocol_mismatches_total",
-        "sluice_requests_total",         "sluice_tokens_total",        "sluice_quota_rejected_total",
+        "sluice_requests_total",         "sluice_tokens_total",        "sluice_router_decisions_total",
+        "sluice_quota_rejected_total",
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_ttft_seconds",
         "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
         "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total"};
     CHECK(x.family_order == expected);
+    CHECK(x.types.at("sluice_router_decisions_total") == "counter");
     CHECK(x.types.at("sluice_ttft_seconds") == "histogram");
     CHECK(x.types.at("sluice_inflight_requests") == "gauge");
     CHECK(sample(x, "sluice_tokens_total{group=\"g1\",kind=\"completion\"}") == 0);
@@ -272,10 +274,12 @@ TEST_SUITE("metrics::registry") {
       m.request_done(1, 0, 429);
       m.tokens(1, 10 * (s + 1), 100);
       m.quota_rejected(1, reject_reason::tokens);
+      m.router_decision(1, 1);  // classifier
       m.inflight_add();
       m.set_loop(1000 + s, 2000 + s, 30 + s, 40 + s, 1'500'000'000 * (s + 1));
     }
     r.shard(0).quota_rejected(0, reject_reason::too_large);
+    r.shard(1).router_decision(0, 3);  // sticky
     r.shard(2).inflight_sub();
     const exposition x = parse_exposition(render(r));
     CHECK(sample(x, R"(sluice_requests_total{group="g0",backend="http://b1:8000",protocol="anthropic",code="200"})") == 6);
@@ -285,6 +289,9 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, R"(sluice_tokens_total{group="g0",kind="prompt"})") == 0);
     CHECK(sample(x, R"(sluice_quota_rejected_total{key="bob",reason="tokens"})") == 3);
     CHECK(sample(x, R"(sluice_quota_rejected_total{key="alice",reason="too_large"})") == 1);
+    CHECK(sample(x, R"(sluice_router_decisions_total{group="g1",how="classifier"})") == 3);
+    CHECK(sample(x, R"(sluice_router_decisions_total{group="g0",how="sticky"})") == 1);
+    CHECK(x.samples.count(R"(sluice_router_decisions_total{group="g0",how="rule"})") == 0);
     CHECK(sample(x, "sluice_inflight_requests{}") == 2);
     CHECK(sample(x, R"(sluice_loop_iterations_total{shard="1"})") == 1001);
     CHECK(sample(x, R"(sluice_loop_cqes_total{shard="2"})") == 2002);

@@ -1,0 +1,66 @@
+#pragma once
+// config: the semantic router's trained classifier as plain numbers, and the
+// text normalisation that training and classification share.
+//
+// Built on the cold path (config load, SIGHUP) from the groups' `examples`
+// with fastText's supervised mode, or read from `[router] model_file`; one
+// per config snapshot, shared read-only by every shard through the
+// snapshot's shared_ptr. route::semantic_classifier runs inference over it
+// without fastText (whose predict allocates per call).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::config {
+
+// fastText's model, copied out of it: input rows are words (0..nwords) then
+// hashed subword / word-n-gram buckets (nwords..nwords+bucket); output rows
+// are labels.
+struct semantic_model {
+  int32_t dim = 0;
+  int32_t minn = 0, maxn = 0;       // character n-gram lengths (UTF-8 characters)
+  int32_t word_ngrams = 1;
+  int32_t bucket = 0;
+  int32_t nwords = 0;
+  int32_t nlabels = 0;
+  std::vector<float> input;         // (nwords + bucket) x dim, row-major
+  std::vector<float> output;        // nlabels x dim
+  std::vector<std::string> labels;  // label -> the name of its group (reloads move groups' indices; names stay)
+  // The vocabulary: open addressing on fastText's word hash; slots hold word
+  // ids (-1 = empty); words' bytes are word_bytes[word_offset[i], word_offset[i+1]).
+  std::vector<int32_t> slots;       // size: a power of two, at least twice nwords
+  std::vector<uint32_t> word_hash;  // by word id
+  std::vector<uint32_t> word_offset;
+  std::string word_bytes;
+  // Where it came from, for logs and --explain-route: "trained on N examples"
+  // or the model file's path.
+  std::string origin;
+};
+
+// fastText's string hash: FNV-1a over the bytes, each byte taken as a
+// *signed* char and sign-extended (dictionary.cc does this; UTF-8 bytes
+// >= 0x80 hash differently than an unsigned FNV-1a would).
+constexpr uint32_t fasttext_hash(std::string_view s) noexcept {
+  uint32_t h = 2166136261u;
+  for (char c : s) {
+    h ^= static_cast<uint32_t>(static_cast<int8_t>(c));
+    h *= 16777619u;
+  }
+  return h;
+}
+
+// The one text form the classifier sees, for training and for requests:
+// ASCII letters lower-cased; ASCII punctuation split off as tokens of its
+// own ("f(x)" -> "f ( x )", so code's symbols are words); every ASCII
+// whitespace and control byte becomes one space; other bytes (UTF-8) kept.
+// Reads at most in.size() bytes, writes at most `cap` (a token is never cut
+// in the middle of a UTF-8 sequence). Returns: bytes written. Allocates nothing.
+size_t semantic_normalize(std::string_view in, char* out, size_t cap) noexcept;
+
+// The longest prefix of `s` of at most `max_bytes` that does not end inside
+// a UTF-8 sequence.
+std::string_view utf8_prefix(std::string_view s, size_t max_bytes) noexcept;
+
+}  // namespace sluice::config

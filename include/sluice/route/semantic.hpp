@@ -1,0 +1,64 @@
+#pragma once
+// route: the semantic router's classifier at request time -- fastText's
+// supervised inference, written out over the trained matrices of a
+// config::semantic_model so that it allocates nothing and takes
+// microseconds (fastText's own predict builds vectors and a heap per call).
+//
+// Shard-local: one per shard per config snapshot (inside the shard's
+// group_table); the model it reads is the snapshot's, shared read-only. The
+// scratch buffers are sized once, at construction, from the model and
+// [router] semantic_bytes.
+//
+// What it computes is fastText's predictLine on the normalised text
+// (config::semantic_normalize), bit for bit up to exp()'s rounding (a unit
+// test holds the two side by side): the tokens' word rows and character
+// n-gram buckets (FNV-1a with fastText's signed-char quirk), the word-bigram
+// buckets, averaged; times the output matrix; softmax.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sluice/config/semantic.hpp"
+
+namespace sluice::route {
+
+class semantic_classifier {
+ public:
+  // Cold path. `text_bytes_max`: the most input bytes classify() reads.
+  semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max);
+  semantic_classifier(const semantic_classifier&) = delete;
+  semantic_classifier& operator=(const semantic_classifier&) = delete;
+
+  // Classifies already normalised text (whitespace-separated tokens, as
+  // semantic_normalize writes them; at most text_capacity() bytes).
+  // Returns: the most probable label, or -1 when the text has no token;
+  // probabilities() then holds every label's probability.
+  int32_t infer(std::string_view normalized) noexcept;
+
+  // The request path: the first `text_bytes_max` bytes of `system` (when not
+  // empty) and then of `user`, each cut at a UTF-8 boundary, normalised into
+  // the scratch buffer and classified. Returns as infer().
+  int32_t classify(std::string_view system, std::string_view user) noexcept;
+
+  std::span<const float> probabilities() const noexcept { return {_output.data(), _output.size()}; }
+  const config::semantic_model& model() const noexcept { return *_model; }
+  size_t text_capacity() const noexcept { return _text.size(); }
+
+ private:
+  int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
+  void add_row(int64_t row) noexcept;
+  void add_subwords(std::string_view token) noexcept;
+
+  std::shared_ptr<const config::semantic_model> _model;
+  uint32_t _text_bytes_max;
+  std::vector<char> _text;         // normalised input: 3 bytes per input byte at most (punctuation)
+  std::vector<char> _word;         // "<" token ">"
+  std::vector<uint32_t> _hashes;   // the tokens' hashes, for word n-grams
+  std::vector<float> _hidden;      // dim
+  std::vector<float> _output;      // nlabels
+  uint64_t _rows = 0;              // rows added to _hidden
+};
+
+}  // namespace sluice::route

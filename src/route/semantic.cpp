@@ -1,0 +1,170 @@
+// fastText's supervised inference without fastText (see semantic.hpp). The
+// order of every float operation follows fastText 0.9.2's (model.cc,
+// loss.cc, densematrix.cc, dictionary.cc) so the sums round the same.
+#include "sluice/route/semantic.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "sluice/core/assert.hpp"
+
+namespace sluice::route {
+
+namespace {
+
+constexpr std::string_view k_label_prefix = "__label__";
+
+bool continuation(char c) noexcept { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+// a % d for 32-bit a and d without a division (Lemire, Kaser and Kurz,
+// "Faster Remainder by Direct Computation", 2019): every character n-gram
+// takes one, and a division is most of an n-gram's cost.
+__extension__ typedef unsigned __int128 u128;
+uint64_t fastmod_magic(uint32_t d) noexcept { return UINT64_MAX / d + 1; }
+uint32_t fastmod(uint32_t a, uint64_t magic, uint32_t d) noexcept {
+  const uint64_t low = magic * a;
+  return static_cast<uint32_t>((static_cast<u128>(low) * d) >> 64);
+}
+
+uint32_t fnv_step(uint32_t h, char c) noexcept {
+  h ^= static_cast<uint32_t>(static_cast<int8_t>(c));
+  return h * 16777619u;
+}
+
+}  // namespace
+
+semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max)
+    : _model(std::move(model)), _text_bytes_max(text_bytes_max) {
+  SLUICE_VERIFY(_model != nullptr);
+  // System prompt + user message, each up to text_bytes_max, tripled by
+  // punctuation at worst, plus the space between them.
+  const size_t text = size_t{text_bytes_max} * 6 + 1;
+  _text.resize(text);
+  _word.resize(text + 2);
+  _hashes.resize(text / 2 + 1);
+  _hidden.resize(static_cast<size_t>(_model->dim));
+  _output.resize(static_cast<size_t>(_model->nlabels));
+}
+
+int32_t semantic_classifier::find_word(std::string_view token, uint32_t hash) const noexcept {
+  const config::semantic_model& m = *_model;
+  const size_t mask = m.slots.size() - 1;
+  for (size_t s = hash & mask;; s = (s + 1) & mask) {
+    const int32_t w = m.slots[s];
+    if (w < 0) return -1;
+    if (m.word_hash[static_cast<size_t>(w)] != hash) continue;
+    const uint32_t begin = m.word_offset[static_cast<size_t>(w)];
+    const uint32_t end = m.word_offset[static_cast<size_t>(w) + 1];
+    if (end - begin == token.size() && std::memcmp(m.word_bytes.data() + begin, token.data(), token.size()) == 0) {
+      return w;
+    }
+  }
+}
+
+void semantic_classifier::add_row(int64_t row) noexcept {
+  const size_t dim = _hidden.size();
+  const float* r = _model->input.data() + static_cast<size_t>(row) * dim;
+  for (size_t j = 0; j < dim; ++j) _hidden[j] += r[j];
+  ++_rows;
+}
+
+// fastText's computeSubwords over "<token>": every run of minn..maxn UTF-8
+// characters, except "<" and ">" alone, hashed into a bucket.
+void semantic_classifier::add_subwords(std::string_view token) noexcept {
+  const config::semantic_model& m = *_model;
+  if (m.maxn <= 0 || m.bucket <= 0) return;
+  char* w = _word.data();
+  w[0] = '<';
+  std::memcpy(w + 1, token.data(), token.size());
+  w[token.size() + 1] = '>';
+  const size_t len = token.size() + 2;
+  const auto bucket = static_cast<uint32_t>(m.bucket);
+  const uint64_t magic = fastmod_magic(bucket);
+  for (size_t i = 0; i < len; ++i) {
+    if (continuation(w[i])) continue;
+    uint32_t h = 2166136261u;
+    size_t j = i;
+    for (int32_t n = 1; j < len && n <= m.maxn; ++n) {
+      h = fnv_step(h, w[j++]);
+      while (j < len && continuation(w[j])) h = fnv_step(h, w[j++]);
+      if (n >= m.minn && !(n == 1 && (i == 0 || j == len))) add_row(int64_t{m.nwords} + fastmod(h, magic, bucket));
+    }
+  }
+}
+
+int32_t semantic_classifier::infer(std::string_view text) noexcept {
+  const config::semantic_model& m = *_model;
+  std::fill(_hidden.begin(), _hidden.end(), 0.0f);
+  std::fill(_output.begin(), _output.end(), 0.0f);
+  _rows = 0;
+  size_t tokens = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    // fastText's readWord: ' ', \n, \r, \t, \v, \f and \0 separate tokens.
+    const auto sep = [](char c) {
+      return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f' || c == '\0';
+    };
+    while (i < text.size() && sep(text[i])) ++i;
+    const size_t start = i;
+    while (i < text.size() && !sep(text[i])) ++i;
+    if (i == start) break;
+    const std::string_view token = text.substr(start, i - start);
+    if (token.size() + 2 > _word.size() || tokens == _hashes.size()) break;  // beyond the scratch: not read
+    const uint32_t h = config::fasttext_hash(token);
+    const int32_t wid = find_word(token, h);
+    // A token spelled like a label is a label, never a word (getLine).
+    if (token.substr(0, k_label_prefix.size()) == k_label_prefix) continue;
+    // In the vocabulary: the word's row, then its n-grams; "</s>" (the end
+    // of a line, a word of every model) has no n-grams and ends the line.
+    if (wid >= 0) add_row(wid);
+    if (token != "</s>") add_subwords(token);
+    _hashes[tokens++] = h;
+    if (token == "</s>") break;
+  }
+  // Word n-grams: fastText keeps the hashes as int32_t and widens them to
+  // uint64_t with sign extension.
+  const auto widen = [](uint32_t h) { return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(h))); };
+  for (size_t a = 0; a < tokens; ++a) {
+    uint64_t h = widen(_hashes[a]);
+    for (size_t b = a + 1; b < tokens && b < a + static_cast<size_t>(m.word_ngrams); ++b) {
+      h = h * 116049371u + widen(_hashes[b]);
+      add_row(int64_t{m.nwords} + static_cast<int64_t>(h % static_cast<uint64_t>(m.bucket)));
+    }
+  }
+  if (_rows == 0) return -1;
+  const auto scale = static_cast<float>(1.0 / static_cast<double>(_rows));
+  for (float& x : _hidden) x *= scale;
+  const size_t dim = _hidden.size();
+  for (size_t l = 0; l < _output.size(); ++l) {
+    const float* r = m.output.data() + l * dim;
+    float d = 0.0f;
+    for (size_t j = 0; j < dim; ++j) d += r[j] * _hidden[j];
+    _output[l] = d;
+  }
+  float max = _output[0];
+  for (float x : _output) max = std::max(x, max);
+  float z = 0.0f;
+  for (float& x : _output) {
+    x = static_cast<float>(std::exp(static_cast<double>(x - max)));
+    z += x;
+  }
+  int32_t best = 0;
+  for (size_t l = 0; l < _output.size(); ++l) {
+    _output[l] /= z;
+    if (_output[l] > _output[static_cast<size_t>(best)]) best = static_cast<int32_t>(l);
+  }
+  return best;
+}
+
+int32_t semantic_classifier::classify(std::string_view system, std::string_view user) noexcept {
+  size_t n = 0;
+  if (!system.empty()) {
+    n = config::semantic_normalize(config::utf8_prefix(system, _text_bytes_max), _text.data(), _text.size() / 2);
+    if (n != 0) _text[n++] = ' ';
+  }
+  n += config::semantic_normalize(config::utf8_prefix(user, _text_bytes_max), _text.data() + n, _text.size() - n);
+  return infer(std::string_view(_text.data(), n));
+}
+
+}  // namespace sluice::route

@@ -1,0 +1,133 @@
+// [router] semantic and the groups' examples: what loads, and each error's
+// FILE:LINE message.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "sluice/config/config.hpp"
+#include "sluice/config/semantic.hpp"
+
+namespace cfg = sluice::config;
+
+namespace {
+
+std::string error_of(std::string_view text, std::string_view source = "test.toml") {
+  try {
+    cfg::load(text, source, {});
+  } catch (const cfg::config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+constexpr std::string_view k_groups = R"(
+[[group]]
+name = "code"
+backends = ["http://127.0.0.1:8000"]
+examples = ["fix my python function", "why does this loop not compile", "write a C program"]
+
+[[group]]
+name = "chat"
+backends = ["http://127.0.0.1:8000"]
+examples = ["hello how are you", "tell me a joke", "what should I cook tonight"]
+
+[[key]]
+id = "k"
+key = "secret"
+)";
+
+}  // namespace
+
+TEST_SUITE("config::router") {
+  TEST_CASE("semantic is off by default; the keys have their documented defaults") {
+    auto c = cfg::load(std::string(k_groups), "test.toml", {});
+    CHECK(c->router.semantic == cfg::semantic_mode::off);
+    CHECK(c->router.min_confidence == doctest::Approx(0.5));
+    CHECK(c->router.semantic_bytes == 2048);
+    CHECK_FALSE(c->router.include_system);
+    CHECK_FALSE(c->router.group_header);
+    CHECK(c->router.model == nullptr);
+    CHECK(c->groups[0].examples.size() == 3);
+  }
+
+  TEST_CASE("semantic = classifier trains a model whose labels are the groups with examples") {
+    auto c = cfg::load("[router]\nsemantic = \"classifier\"\nmin_confidence = 0.7\nsemantic_bytes = 512\n"
+                       "include_system = true\ngroup_header = true\n" + std::string(k_groups),
+                       "test.toml", {});
+    REQUIRE(c->router.model != nullptr);
+    CHECK(c->router.model->nlabels == 2);
+    CHECK(c->router.min_confidence == doctest::Approx(0.7));
+    CHECK(c->router.semantic_bytes == 512);
+    CHECK(c->router.include_system);
+    CHECK(c->router.group_header);
+  }
+
+  TEST_CASE("examples_file is read relative to the config file; blank and # lines skipped") {
+    char dir[] = "/tmp/sluice-router-test-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    const std::string path = std::string(dir) + "/code.txt";
+    {
+      std::ofstream out(path);
+      out << "# a comment\n\nfix my python function\r\n   write a C program\n";
+    }
+    std::string text(k_groups);
+    text.replace(text.find("examples = [\"fix"), text.find('\n', text.find("examples = [\"fix")) - text.find("examples = [\"fix"),
+                 "examples_file = \"code.txt\"");
+    auto c = cfg::load(text, std::string(dir) + "/sluice.toml", {});
+    REQUIRE(c->groups[0].examples.size() == 2);
+    CHECK(c->groups[0].examples[0] == "fix my python function");
+    CHECK(c->groups[0].examples[1] == "write a C program");
+    CHECK(error_of(text, "/nonexistent/sluice.toml").find("/nonexistent/sluice.toml:5: group.examples_file \"code.txt\": "
+                                                          "cannot read /nonexistent/code.txt") == 0);
+    std::remove(path.c_str());
+    ::rmdir(dir);
+  }
+
+  TEST_CASE("errors name the file and line") {
+    CHECK(error_of("[router]\nsemantic = \"embeddings\"\n" + std::string(k_groups)) ==
+          "test.toml:2: router.semantic = \"embeddings\" is not built yet; allowed today: off, classifier");
+    CHECK(error_of("[router]\nsemantic = \"bert\"\n" + std::string(k_groups)) ==
+          "test.toml:2: router.semantic \"bert\" is not a mode; allowed: off, classifier, embeddings");
+    CHECK(error_of("[router]\nmin_confidence = 1.5\n" + std::string(k_groups)).find("test.toml:2: router.min_confidence") == 0);
+    CHECK(error_of("[router]\nsemantic_bytes = 1\n" + std::string(k_groups)).find("test.toml:2: router.semantic_bytes") == 0);
+    CHECK(error_of("[router]\nsemantik = \"classifier\"\n" + std::string(k_groups)).find("test.toml:2: unknown key \"semantik\"") == 0);
+    CHECK(error_of("[router]\nmodel_file = \"\"\n" + std::string(k_groups)).find("test.toml:2: router.model_file must not be empty") == 0);
+    CHECK(error_of(std::string(k_groups) + "[[rule]]\ngroup = \"code\"\npriority = \"first\"\n")
+              .find("test.toml:17: rule.priority \"first\" is not allowed") == 0);
+    // One group with examples is nothing to choose between.
+    std::string one(k_groups);
+    one.erase(one.find("examples = [\"hello"), one.find('\n', one.find("examples = [\"hello")) - one.find("examples = [\"hello"));
+    CHECK(error_of("[router]\nsemantic = \"classifier\"\n" + one).find(
+              "test.toml:1: router.semantic = \"classifier\" needs examples in at least two [[group]]s") == 0);
+    CHECK(error_of("[router]\nsemantic = \"classifier\"\nmodel_file = \"/nonexistent.bin\"\n" + std::string(k_groups))
+              .find("test.toml:1: router.model_file \"/nonexistent.bin\" is not a fastText model") == 0);
+  }
+
+  TEST_CASE("--explain-route takes a prompt, empty or not") {
+    const char* argv[] = {"sluice", "--explain-route", "why does my loop never end", "--config", "x.toml"};
+    const cfg::flags f = cfg::parse_flags(5, argv);
+    REQUIRE(f.explain_route);
+    CHECK(*f.explain_route == "why does my loop never end");
+    const char* empty[] = {"sluice", "--explain-route="};
+    CHECK(cfg::parse_flags(2, empty).explain_route == std::optional<std::string>(""));
+    CHECK(cfg::usage_text().find("--explain-route PROMPT") != std::string_view::npos);
+  }
+
+  TEST_CASE("normalisation: lower case, punctuation and CJK characters as tokens, bounded output") {
+    char out[64];
+    auto norm = [&](std::string_view s, size_t cap = sizeof out) {
+      return std::string(out, cfg::semantic_normalize(s, out, cap));
+    };
+    CHECK(norm("Fix f(x)!\n\tNow") == "fix f ( x ) ! now");
+    CHECK(norm("翻译成English") == "翻 译 成 english");
+    CHECK(norm("  ") == "");
+    CHECK(norm("翻译", 4) == "翻");  // never half a character
+    CHECK(cfg::fasttext_hash("a") == 0xe40c292cu);
+    CHECK(cfg::fasttext_hash("\xe7") == 0xe1f37b86u);  // signed char: not 0x620b5c86 (unsigned FNV-1a)
+  }
+}
