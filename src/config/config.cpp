@@ -81,22 +81,6 @@ std::string join(names list) {
   return out;
 }
 
-// Edit distance for "did you mean" hints; names are short, so O(n*m) is fine.
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string_view type_name(const toml::node& n) {
   switch (n.type()) {
     case toml::node_type::table: return "a table";
@@ -111,37 +95,6 @@ std::string_view type_name(const toml::node& n) {
     case toml::node_type::none: break;
   }
   return "nothing";
-}
-
-// '*' matches any run of characters, '?' one character; used for key groups.
-bool glob_match(std::string_view pattern, std::string_view text) {
-  size_t p = 0, t = 0, star = std::string_view::npos, resume = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      resume = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++resume;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-// Ids and group names appear in metrics labels and audit records: keep them
-// to characters that need no escaping anywhere.
-bool is_plain_name(std::string_view s) {
-  if (s.empty() || s.size() > 128) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':' || c == '@' || c == '/';
-  });
 }
 
 // Runs `f`; a config_error it throws gets "prefix: " in front. Lets the value

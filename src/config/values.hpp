@@ -45,4 +45,11 @@ std::vector<std::string> read_examples_file(const std::string& path);
 // "FILE:LINE". Throws config_error.
 std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, const std::string& where);
 
+// Edit distance, for "did you mean" hints (short names: O(n*m)).
+size_t edit_distance(std::string_view a, std::string_view b);
+// '*' matches any run of characters, '?' one character (key groups).
+bool glob_match(std::string_view pattern, std::string_view text);
+// A name fit for metrics labels and audit records (no escaping anywhere).
+bool is_plain_name(std::string_view s);
+
 }  // namespace sluice::config
