@@ -73,6 +73,7 @@ double key_lease::take_available(double tokens, uint64_t now_ms) noexcept {
   if (_apart) refill(now_ms);
   const double n = std::floor(std::min(tokens, held()));
   if (n <= 0) return 0;
+  if (n >= _need) _need = 0;  // the large request is served: leases follow demand again
   const double from_lease = std::min(n, _lease);
   _lease -= from_lease;
   _allowance -= n - from_lease;
@@ -101,7 +102,7 @@ key_lease::request key_lease::begin(uint64_t now_ms) noexcept {
     rq = {op::charge, std::ceil(_owed)};
   } else if ((_lease < want / 2 || _lease < _need) && now_ms >= _lease_not_before_ms) {
     rq = {op::lease, std::ceil(sized - _lease)};
-  } else if (const double extra = std::floor(surplus(_lease, want)); extra >= 1) {
+  } else if (const double extra = std::floor(surplus(_lease, std::max(want, _need))); extra >= 1) {
     rq = {op::give_back, extra};
     _lease -= extra;  // at most once: gone from here whatever Redis answers
   } else {
@@ -116,7 +117,6 @@ void key_lease::on_reply(const request& rq, bool ok, double tokens, uint64_t now
   switch (rq.kind) {
     case op::lease:
       if (ok) _lease += tokens;
-      if (_lease >= _need) _need = 0;
       if (!ok || tokens < rq.tokens) _lease_not_before_ms = now_ms + _p.retry_ms;
       return;
     case op::charge:

@@ -29,7 +29,7 @@ int64_t lender::top_up(const key_state& k, uint64_t now_ms) const noexcept {
   return static_cast<int64_t>(k.lease.target(now_ms) / (2.0 * _o.shard_count));
 }
 
-void lender::grant(uint32_t key, uint32_t to, uint32_t round, int64_t tokens) {
+void lender::grant(uint32_t key, uint32_t to, uint32_t round, int64_t tokens, uint64_t now_ms) {
   quota::message g;
   g.epoch = _o.epoch;
   g.key = key;
@@ -40,7 +40,12 @@ void lender::grant(uint32_t key, uint32_t to, uint32_t round, int64_t tokens) {
   g.capacity = tokens;
   g.level = tokens;
   _outbox[to].push_back(g);
-  _keys[key].granted += static_cast<uint64_t>(tokens);
+  key_state& k = _keys[key];
+  k.granted += static_cast<uint64_t>(tokens);
+  // Demand is what the shards take (a grant is spent before they ask
+  // again), not what each ask lacks: sized by the asks, the lease and the
+  // top-ups would shrink toward one ask and Redis see a call per ask.
+  if (tokens > 0 && k.limit > 0) k.lease.note_demand(static_cast<double>(tokens), now_ms);
 }
 
 void lender::on_message(const quota::message& m, uint64_t now_ms) {
@@ -49,16 +54,17 @@ void lender::on_message(const quota::message& m, uint64_t now_ms) {
   if (m.res != quota::resource::tokens || k.limit == 0) {
     // Not the lender's to answer (shards ask it for tokens only): an empty
     // grant, so that a round never hangs on it.
-    if (m.kind == quota::message_kind::lend_request) grant(m.key, m.from_shard, m.round, 0);
+    if (m.kind == quota::message_kind::lend_request) grant(m.key, m.from_shard, m.round, 0, now_ms);
     return;
   }
   switch (m.kind) {
     case quota::message_kind::lend_request: {
       k.active = true;
       const int64_t want = std::max<int64_t>(m.capacity, 1);
-      if (k.lease.take(static_cast<double>(want), now_ms)) {
-        const auto extra = static_cast<int64_t>(k.lease.take_available(static_cast<double>(top_up(k, now_ms)), now_ms));
-        grant(m.key, m.from_shard, m.round, want + extra);
+      if (k.lease.held() >= static_cast<double>(want)) {
+        grant(m.key, m.from_shard, m.round,
+              static_cast<int64_t>(k.lease.take_available(static_cast<double>(want + top_up(k, now_ms)), now_ms)),
+              now_ms);
       } else {
         k.lease.need(static_cast<double>(want));
         waiting& w = k.wait[m.from_shard];
@@ -95,7 +101,7 @@ void lender::serve(uint32_t key, uint64_t now_ms, bool deadline_only) {
     } else {
       continue;
     }
-    grant(key, s, w.round, tokens);
+    grant(key, s, w.round, tokens, now_ms);
     w = waiting{};
     --k.waiters;
   }

@@ -4,8 +4,9 @@
 // states; the invariant of README "Running several instances" is checked
 // on those lines:
 //   admitted over a run of T <= L + r*T + N*M
-// (L the limit per minute, r = L / 60 s, N instances, M one maximal lease:
-// a tenth of L), and with demand over the limit >= 90 % of what the bucket
+// (L the limit per minute, r = L / 60 s, N instances, M what one instance
+// holds at most: a lease of a tenth of L and the half lease its shards may
+// have taken from it, 0.15 L), and with demand over the limit >= 90 % of what the bucket
 // could give is used. Redis is killed mid-run (kill -9; an append-only
 // file fsynced per write keeps the buckets) and an instance is killed
 // while it holds a lease.
@@ -120,7 +121,7 @@ describe('cluster: one key over three instances and one Redis', () => {
     const lines = audit_lines(instances);
     instances = [];
     const used = charged(lines);
-    const m = limit / 10;
+    const m = 0.15 * limit;
     const bound = limit + (limit * elapsed_ms) / 60000 + 3 * m;
     const could = limit + (limit * run_ms) / 60000;
     const served = replies.filter((r) => r.status === 200).length;
@@ -175,7 +176,7 @@ describe('cluster: one key over three instances and one Redis', () => {
     instances = [];
     const t_start = Math.min(...lines.map((l) => l.time_ms));
     const apart = lines.filter((l) => l.time_ms - t_start >= marks.down + 200 && l.time_ms - t_start < marks.up);
-    const m = limit / 10;
+    const m = 0.15 * limit;
     // Apart, each instance admits what is left of its lease, then at most
     // limit / expected_instances per minute: together r over the outage,
     // plus one lease each.

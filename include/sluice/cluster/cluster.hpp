@@ -14,7 +14,10 @@
 //     L + r * T + N * M          M = one maximal lease (max_fraction * L)
 // L + r*T is the global bucket's own bound (it starts full and refills at r
 // on Redis's clock); N*M are the leases the instances took before the
-// interval and spend inside it ("one outstanding lease per instance"). A
+// interval and spend inside it ("one outstanding lease per instance"): M
+// is what one instance holds at most, its lease (max_fraction * L) plus
+// what its shards took from the lender and have not used (the top-ups of
+// lender.hpp: half a lease target in all), 1.5 * max_fraction * L. A
 // request that costs more than M gets one lease sized for it
 // (key_lease::need), so M is then the largest such cost.
 // While Redis is away an instance admits what is left of its lease, then at

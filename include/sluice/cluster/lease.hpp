@@ -92,12 +92,16 @@ class key_lease {
   // recording demand (a top-up beyond what was asked, or a short grant once
   // waiting is over). Returns: the tokens taken (0..tokens).
   double take_available(double tokens, uint64_t now_ms) noexcept;
+  // Records `tokens` of demand without taking any (what the lender gave its
+  // shards: their consumption, which the lease is sized for).
+  void note_demand(double tokens, uint64_t now_ms) noexcept { _demand.add(tokens, now_ms); }
   // Settlement: tokens taken but not used (a reservation above the real
   // usage) come back to this instance's pool; surplus goes on to Redis
   // with the next give_back. While owing, they first pay off the debt.
   void refund(double tokens) noexcept;
-  // A request larger than the lease target is waiting: the next lease call
-  // asks for at least `tokens` in all (capped at the limit), once.
+  // A request larger than the lease target is waiting: lease calls ask for
+  // at least `tokens` in all (capped at the limit), and nothing of it is
+  // given back, until a take_available() of that size serves it.
   void need(double tokens) noexcept { _need = std::max(_need, tokens); }
   double held() const noexcept { return _lease + _allowance; }
   double owed() const noexcept { return _owed; }

@@ -120,7 +120,7 @@ class lender {
   };
 
   void serve(uint32_t key, uint64_t now_ms, bool deadline_only);
-  void grant(uint32_t key, uint32_t to, uint32_t round, int64_t tokens);
+  void grant(uint32_t key, uint32_t to, uint32_t round, int64_t tokens, uint64_t now_ms);
   void publish(uint32_t key, uint64_t now_ms) noexcept;
   int64_t top_up(const key_state& k, uint64_t now_ms) const noexcept;
 

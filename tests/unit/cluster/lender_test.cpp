@@ -342,7 +342,8 @@ TEST_SUITE("cluster::lender") {
         // The invariant, checked as the run goes: what was used (and is
         // still reserved) never exceeds the bucket's start plus its refill
         // plus one maximal lease per instance.
-        const double m = sluice::cluster::max_lease(limit, {});
+        // M: a lease, and the half of a lease target its shards may hold.
+        const double m = 1.5 * sluice::cluster::max_lease(limit, {});
         double reserved = 0;
         for (const auto& v : inflight)
           for (const auto& l : v) reserved += static_cast<double>(l.held.tokens);
