@@ -14,6 +14,7 @@
 #include "sluice/control/admin.hpp"
 #include "sluice/control/budgets.hpp"
 #include "sluice/control/cluster.hpp"
+#include "sluice/control/embeddings.hpp"
 #include "sluice/control/gateway.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
@@ -50,6 +51,7 @@ struct control_state {
   control::health_checker* health = nullptr;
   control::budget_keeper* budgets = nullptr;
   control::cluster_keeper* cluster = nullptr;  // [cluster] mode only
+  control::embeddings_loader* embeddings = nullptr;
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
@@ -92,6 +94,7 @@ struct control_state {
       std::shared_ptr<const config::config> next = config::reconcile(*loaded, *cfg, g->capacity(), notes);
       g->reload(next);
       health->reload(next);
+      embeddings->reload(next);
       if (cluster != nullptr) cluster->reload(*next);
       if (next->cluster.redis != cfg->cluster.redis || next->cluster.key_prefix != cfg->cluster.key_prefix) {
         log::warn("SIGHUP: [cluster] changed; the running instance keeps its Redis until it restarts");
@@ -236,12 +239,14 @@ int main(int argc, char** argv) {
     admin.start();
     control::health_checker health(*r, *g, cfg);
     admin.set_health(&health);
+    control::embeddings_loader embeddings(*r, cfg);
 
     control_state ctl;
     ctl.r = r.get();
     ctl.g = g.get();
     ctl.admin = &admin;
     ctl.health = &health;
+    ctl.embeddings = &embeddings;
     ctl.budgets = &budgets;
     ctl.cfg = cfg;
     admin.set_budgets(&budgets, &ctl.cfg);
@@ -284,10 +289,13 @@ int main(int argc, char** argv) {
     h.on_iteration = [](void* p, uint64_t) {
       auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
+      c->embeddings->on_iteration(c->r->now_ms());
       if (c->cluster != nullptr) c->cluster->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());
       c->budgets->on_iteration(*c->cfg, c->r->now_ms(), static_cast<int64_t>(realtime_ms()));
-      if (c->g->stopped()) c->r->stop();
+      // The loop ends once the shards have, and no call of the control
+      // thread's own has its buffers in the kernel.
+      if (c->g->stopped() && c->embeddings->stop()) c->r->stop();
     };
     r->run(h);
     g->join();

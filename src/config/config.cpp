@@ -56,7 +56,8 @@ const names k_chat_templates = {"chatml", "llama3", "mistral", "custom"};
 const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms",
                               "max_ejection_percent", "panic_threshold_percent"};
 const names k_router_keys = {"auto_model", "default_group", "semantic", "min_confidence", "model_file",
-                              "semantic_bytes", "include_system", "group_header", "embeddings_group"};
+                              "semantic_bytes", "include_system", "group_header", "embeddings_group",
+                              "embeddings_timeout_ms", "embeddings_cache"};
 const names k_semantic_modes = {"off", "classifier", "embeddings"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images",
                            "priority"};
@@ -590,10 +591,9 @@ void read_router_semantic(const reader& r, const toml::table& t, router_config& 
     if (std::find(k_semantic_modes.begin(), k_semantic_modes.end(), mode) == k_semantic_modes.end()) {
       r.fail(*n, fmt::format("router.semantic \"{}\" is not a mode; allowed: {}", mode, join(k_semantic_modes)));
     }
-    if (mode == "embeddings") {
-      r.fail(*n, "router.semantic = \"embeddings\" is not built yet; allowed today: off, classifier");
-    }
-    router.semantic = mode == "classifier" ? semantic_mode::classifier : semantic_mode::off;
+    router.semantic = mode == "classifier"   ? semantic_mode::classifier
+                      : mode == "embeddings" ? semantic_mode::embeddings
+                                             : semantic_mode::off;
   }
   r.read_number(t, "router", "min_confidence", router.min_confidence, 0, 1);
   if (const toml::node* n = r.read_string(t, "router", "model_file", router.model_file)) {
@@ -604,6 +604,11 @@ void read_router_semantic(const reader& r, const toml::table& t, router_config& 
   r.read_bool(t, "router", "include_system", router.include_system);
   r.read_bool(t, "router", "group_header", router.group_header);
   r.read_string(t, "router", "embeddings_group", router.embeddings_group);
+  r.read_uint(t, "router", "embeddings_timeout_ms", router.embeddings_timeout_ms, 1, 60000);
+  r.read_uint(t, "router", "embeddings_cache", router.embeddings_cache, 0, 1u << 20);
+  if (const uint32_t c = router.embeddings_cache; (c & (c - 1)) != 0) {
+    r.fail(*t.get("embeddings_cache"), fmt::format("router.embeddings_cache = {} is not a power of two (or 0: no cache)", c));
+  }
 }
 
 rule_config read_rule(const reader& r, const toml::table& t, const std::vector<group_draft>& drafts) {
@@ -832,7 +837,8 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
     }
     cfg->groups.push_back(std::move(d.group));
   }
-  if (cfg->router.semantic == semantic_mode::classifier) cfg->router.model = build_semantic_model(*cfg, router_origin);
+  if (cfg->router.semantic != semantic_mode::off) cfg->router.model = build_semantic_model(*cfg, router_origin);
+  if (cfg->router.semantic == semantic_mode::embeddings) resolve_embeddings_group(*cfg, router_origin);
   return cfg;
 }
 

@@ -118,6 +118,9 @@ std::shared_ptr<const config> reconcile(const config& next, const config& runnin
     for (uint32_t& b : g.backends) b = backend_where[b];
   }
   for (rule_config& r : out->rules) r.group_index = group_where[r.group_index];
+  if (out->router.embeddings_group_index != UINT32_MAX) {
+    out->router.embeddings_group_index = group_where[out->router.embeddings_group_index];
+  }
   if (out->router.default_group_index != UINT32_MAX) {
     out->router.default_group_index = group_where[out->router.default_group_index];
   }

@@ -269,9 +269,10 @@ std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, co
     return m;
   }
   if (with_examples < 2) {
-    throw config_error(fmt::format("{}: router.semantic = \"classifier\" needs examples in at least two [[group]]s "
+    throw config_error(fmt::format("{}: router.semantic = \"{}\" needs examples in at least two [[group]]s "
                                    "(examples = [...] or examples_file = \"FILE\"), or router.model_file; {} has them",
-                                   where, with_examples));
+                                   where, cfg.router.semantic == semantic_mode::embeddings ? "embeddings" : "classifier",
+                                   with_examples));
   }
   for (const std::string& n : names) {
     if (n.find_first_of(" \t") != std::string::npos) {

@@ -45,6 +45,11 @@ std::vector<std::string> read_examples_file(const std::string& path);
 // "FILE:LINE". Throws config_error.
 std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, const std::string& where);
 
+// semantic = "embeddings" (embeddings.cpp): checks router.embeddings_group
+// and resolves its index; makes the snapshot's centroid slot. Throws
+// config_error.
+void resolve_embeddings_group(config& cfg, const std::string& where);
+
 // Edit distance, for "did you mean" hints (short names: O(n*m)).
 size_t edit_distance(std::string_view a, std::string_view b);
 // '*' matches any run of characters, '?' one character (key groups).

@@ -232,6 +232,17 @@ constexpr stat_row k_stat_rows[] = {
     {stat::edge_protocol_mismatches, "sluice_edge_protocol_mismatches_total", "counter", "",
      "Connections that spoke the wrong protocol for their port (plaintext HTTP on the TLS port, a ClientHello on "
      "the plaintext one): answered or closed at once."},
+    {stat::router_embeddings_ok, "sluice_router_embeddings_calls_total", "counter", "result=\"ok\"",
+     "The embeddings router's /v1/embeddings calls, by result: ok, failed (connect, status, reply, no backend up), "
+     "timeout ([router] embeddings_timeout_ms), busy (every call slot of the shard in use: not made). Each one "
+     "not ok left the decision to the classifier."},
+    {stat::router_embeddings_failed, "sluice_router_embeddings_calls_total", "counter", "result=\"failed\"", ""},
+    {stat::router_embeddings_timeouts, "sluice_router_embeddings_calls_total", "counter", "result=\"timeout\"", ""},
+    {stat::router_embeddings_busy, "sluice_router_embeddings_calls_total", "counter", "result=\"busy\"", ""},
+    {stat::router_embeddings_cache_hits, "sluice_router_embeddings_cache_total", "counter", "result=\"hit\"",
+     "Auto-model decisions in embeddings mode by the shard's cache: hit (decided from an earlier call's answer) or "
+     "miss (a call was needed)."},
+    {stat::router_embeddings_cache_misses, "sluice_router_embeddings_cache_total", "counter", "result=\"miss\"", ""},
 };
 
 }  // namespace

@@ -92,6 +92,10 @@ exchange* shard_server::take_walked(exchange* w) noexcept {
 }
 
 void shard_server::unpark(exchange& x) noexcept {
+  if (x.waiting == exchange::waiting_in::embeddings) {
+    _embed.detach(x);  // the call goes on without it
+    return;
+  }
   if (x.waiting == exchange::waiting_in::walk) {
     // In a walk's detached chain: unlinked from it (the walk goes on past it).
     if (x.wait_hook.prev != nullptr) x.wait_hook.prev->wait_hook.next = x.wait_hook.next;

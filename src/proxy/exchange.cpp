@@ -131,10 +131,11 @@ void shard_server::end_request(exchange& x) noexcept {
   _audit->append(r);
 }
 
-static_assert(metrics::router_how_count == 4 && static_cast<size_t>(route::decision_how::rule) == 0 &&
+static_assert(metrics::router_how_count == 5 && static_cast<size_t>(route::decision_how::rule) == 0 &&
                   static_cast<size_t>(route::decision_how::classifier) == 1 &&
                   static_cast<size_t>(route::decision_how::default_group) == 2 &&
-                  static_cast<size_t>(route::decision_how::sticky) == 3,
+                  static_cast<size_t>(route::decision_how::sticky) == 3 &&
+                  static_cast<size_t>(route::decision_how::embeddings) == 4,
               "metrics::router_how_names follows route::decision_how");
 
 size_t shard_server::write_response_headers(const exchange& x, char* out, size_t cap) noexcept {
@@ -255,6 +256,10 @@ void shard_server::dispatch(exchange& x) noexcept {
                  "retry-after: 1\r\n");
     return;
   }
+  route_request(x);
+}
+
+void shard_server::route_request(exchange& x) noexcept {
   openai::request_fields f;
   openai::request_error e;
   // The widest cap a group may have; the group's own cap is checked once
@@ -271,8 +276,26 @@ void shard_server::dispatch(exchange& x) noexcept {
   // Model -> group (names, patterns, `auto` rules), limited to the groups
   // the key may use: a model outside them reads as unknown (no leak).
   // The auto model: rules, the classifier, the default (groups.hpp).
-  const route::decision dec = _routes->groups().resolve_decision(f, static_cast<uint32_t>(x.key_index),
-                                                                 !x.head.session_id.empty());
+  route::decision dec;
+  if (x.embed == exchange::embed_step::decided) {  // an embeddings call decided (embed_router)
+    dec.group = x.route_group;
+    dec.how = x.route_how;
+    dec.confidence = x.route_confidence;
+  } else {
+    route::group_table& groups = _routes->groups();
+    dec = groups.resolve_decision(f, static_cast<uint32_t>(x.key_index), !x.head.session_id.empty(),
+                                  x.embed != exchange::embed_step::fallback);
+    if (dec.pending) {
+      _metrics.at(metrics::stat::router_embeddings_cache_misses).add();
+      if (_embed.start(x, groups.pending_input())) {
+        x.codec->wait_for_quota(x);  // parked: the call's end goes on with route_request()
+        return;
+      }
+      dec = groups.resolve_decision(f, static_cast<uint32_t>(x.key_index), !x.head.session_id.empty(), false);
+    } else if (dec.cached) {
+      _metrics.at(metrics::stat::router_embeddings_cache_hits).add();
+    }
+  }
   const uint32_t g = dec.group;
   x.route_how = dec.how;
   x.route_confidence = dec.confidence;

@@ -190,8 +190,16 @@ struct exchange {
   list_hook<exchange> wait_hook;   // in the shard's quota waiters
   // Where wait_hook links it: the shard's list, or the chain a walk of the
   // waiters detached (unpark must unlink it from the one it is in).
-  enum class waiting_in : uint8_t { none, list, walk };
+  // `embeddings`: parked in an embed_router slot (embed_slot), not linked.
+  enum class waiting_in : uint8_t { none, list, walk, embeddings };
   waiting_in waiting = waiting_in::none;
+  // Embeddings mode: a call decided (`decided`: route_group, route_how,
+  // route_confidence hold it) or could not (`fallback`: the classifier and
+  // the rules decide); dispatch reads the request again either way.
+  enum class embed_step : uint8_t { none, decided, fallback };
+  embed_step embed = embed_step::none;
+  uint8_t embed_slot = 0;
+  uint32_t route_group = metrics::none;
 
   // --- the upstream attempt -------------------------------------------------
   upstream_conn* up = nullptr;

@@ -550,7 +550,7 @@ void h1_codec::reset_exchange(downstream_conn* d) noexcept {
   // Only between exchanges: the last one is accounted, has let go of its
   // backend connection and of its request bytes, and waits for no quota.
   SLUICE_VERIFY(!x.request_open && x.up == nullptr && !x.inflight_counted && !x.held.live);
-  SLUICE_VERIFY(!x.up_send_inflight && x.wait_hook.linked_alone());
+  SLUICE_VERIFY(!x.up_send_inflight && x.wait_hook.linked_alone() && x.waiting == exchange::waiting_in::none);
   std::destroy_at(&x);
   std::construct_at(&x);
   bind_exchange(d);

@@ -75,6 +75,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
              slices_options_of(mesh)),
       _budgets(*mesh.budgets),
       _reader(_cfg->server.max_body_bytes),
+      _embed(_ctx, *this),
       _openai(_ctx, *this),
       _anthropic(_ctx, _openai),
       _triton(_ctx, *this),
@@ -107,9 +108,11 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   _h2.on_iteration(now);
   if (_draining && _ctx.drain_deadline_ms != 0 && now >= _ctx.drain_deadline_ms) {
     _h1.cut_drain();  // drain time is up: cut whatever is left
+    _embed.cancel_all();
     _ctx.drain_deadline_ms = 0;
   }
   pump_mesh(now);
+  _embed.on_iteration(now);
   if (_audit) {
     _audit->tick(now);
     const audit::writer_stats& a = _audit->stats();

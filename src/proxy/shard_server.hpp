@@ -48,6 +48,7 @@
 #include "h1_codec.hpp"
 #include "h2_codec.hpp"
 #include "anthropic_http.hpp"
+#include "embed_router.hpp"
 #include "openai_http.hpp"
 #include "triton_grpc.hpp"
 #include "shard_context.hpp"
@@ -90,7 +91,9 @@ class shard_server {
   void reload(std::shared_ptr<const config::config> next);
   // Flushes and closes the audit log (shutdown); runs the reactor until done.
   void close_audit() noexcept;
-  bool drained() const noexcept { return _draining && _h1.connection_count() == 0; }
+  // Drained: no connection left, and no embeddings call the kernel still
+  // holds buffers of (they end by their timeout, or at the cut).
+  bool drained() const noexcept { return _draining && _h1.connection_count() == 0 && _embed.idle(); }
   bool draining() const noexcept { return _draining; }
 
   shard::reactor& ring() noexcept { return _r; }
@@ -110,6 +113,9 @@ class shard_server {
   bool accept_head(exchange& x, bool has_body) noexcept;
   // The whole request is in: answered here, or admitted and sent on.
   void dispatch(exchange& x) noexcept;
+  // From the body's parse on: model -> group (an embeddings call may park
+  // the exchange and call this again when it ends), limits, admission.
+  void route_request(exchange& x) noexcept;
   // The client went away mid-exchange: cancelled, audited 499.
   void cancel(exchange& x) noexcept;
   // A parked exchange leaves the waiter list (its client side closes).
@@ -186,6 +192,9 @@ class shard_server {
   uint64_t _request_seq = 0;
   uint64_t _id_seed = 0;
   auth::key_verifier _keys;             // bearer keys verified on this shard
+  // Embeddings mode: the calls of pending decisions (declared before the
+  // codecs: a connection closed as they go unparks into it).
+  embed_router _embed;
   // The parts: the client codec and the backend adapter (each refers to
   // the other two; constructed after the context, destroyed before it).
   openai_http _openai;

@@ -131,7 +131,12 @@ group_table::group_table(const config::config& cfg)
     }
     _rules.push_back(std::move(r));
   }
-  if (cfg.router.semantic == config::semantic_mode::classifier && cfg.router.model != nullptr) {
+  _semantic_bytes = cfg.router.semantic_bytes;
+  if (cfg.router.semantic == config::semantic_mode::embeddings && cfg.router.centroids != nullptr) {
+    _centroids = cfg.router.centroids;
+    _embed_cache = decision_cache(cfg.router.embeddings_cache);
+  }
+  if (cfg.router.semantic != config::semantic_mode::off && cfg.router.model != nullptr) {
     _classifier = std::make_unique<semantic_classifier>(cfg.router.model, cfg.router.semantic_bytes);
     _min_confidence = cfg.router.min_confidence;
     _include_system = cfg.router.include_system;
@@ -202,7 +207,8 @@ uint32_t group_table::choose(const openai::request_fields& f, uint32_t key_index
   return k_none;
 }
 
-decision group_table::decide(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept {
+decision group_table::decide(const openai::request_fields& f, uint32_t key_index, bool sticky,
+                             bool embeddings) noexcept {
   // A later turn of a session (its first user message is not its last):
   // decided from the first one, which every turn carries.
   // Only with the classifier on: rule-only routing keeps reading the last
@@ -217,6 +223,27 @@ decision group_table::decide(const openai::request_fields& f, uint32_t key_index
     for (uint32_t i = 0; i < _rules.size(); ++i) {
       if (_rules[i].before && key_allows(key_index, _rules[i].group) && rule_matches(i, f, text)) {
         return {_rules[i].group, by_text, -1, -1};
+      }
+    }
+    const config::embedding_centroids* c = embeddings ? centroids() : nullptr;
+    if (c != nullptr) {
+      embed_input& in = _embed_in;
+      in.system = _include_system ? config::utf8_prefix(f.system_prompt, _semantic_bytes) : std::string_view{};
+      in.user = config::utf8_prefix(text, _semantic_bytes);
+      in.hash = XXH3_64bits_withSeed(in.user.data(), in.user.size(), XXH3_64bits(in.system.data(), in.system.size()));
+      in.later_turn = later_turn;
+      const decision_cache::entry* hit = _embed_cache.find(in.hash);
+      if (hit == nullptr) {
+        d.pending = true;
+        return d;
+      }
+      const uint32_t g = hit->row < c->groups.size() ? c->groups[hit->row] : k_none;
+      if (g != k_none && key_allows(key_index, g)) {
+        d.group = g;
+        d.how = later_turn ? decision_how::sticky : decision_how::embeddings;
+        d.confidence = hit->cosine > 0 ? hit->cosine : 0;
+        d.cached = true;
+        return d;
       }
     }
     d.label = _classifier->classify(_include_system ? f.system_prompt : std::string_view{}, text);
@@ -248,8 +275,24 @@ decision group_table::decide(const openai::request_fields& f, uint32_t key_index
   return d;
 }
 
-decision group_table::resolve_decision(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept {
-  if (is_auto(f.model)) return decide(f, key_index, sticky);
+decision group_table::embedding_decision(const config::embedding_centroids& c, std::span<const float> vec,
+                                         const embed_input& in, uint32_t key_index) noexcept {
+  float cosine = 0;
+  const int32_t row = config::nearest_centroid(c, vec, cosine);
+  decision d;
+  if (row < 0) return d;
+  if (centroids() == &c) _embed_cache.put(in.hash, static_cast<uint32_t>(row), cosine);
+  const uint32_t g = c.groups[static_cast<size_t>(row)];
+  if (g >= _group_count || !key_allows(key_index, g)) return d;
+  d.group = g;
+  d.how = in.later_turn ? decision_how::sticky : decision_how::embeddings;
+  d.confidence = cosine > 0 ? cosine : 0;  // the audit's confidence is in [0, 1]
+  return d;
+}
+
+decision group_table::resolve_decision(const openai::request_fields& f, uint32_t key_index, bool sticky,
+                                       bool embeddings) noexcept {
+  if (is_auto(f.model)) return decide(f, key_index, sticky, embeddings);
   decision d;
   d.group = find(f.model);
   if (d.group != k_none && !key_allows(key_index, d.group)) d.group = k_none;
@@ -294,6 +337,11 @@ std::string explain_route(const config::config& cfg, std::string_view prompt, bo
     put_p(out, d.confidence);
   }
   out += '\n';
+  if (cfg.router.semantic == config::semantic_mode::embeddings) {
+    out += "note: semantic = \"embeddings\": the running gateway asks group \"";
+    out += cfg.router.embeddings_group;
+    out += "\" for the prompt's vector and picks the nearest centroid; shown here is its fallback, the classifier\n";
+  }
   if (semantic_classifier* c = t.classifier()) {
     if (d.label < 0) c->classify({}, prompt);  // a before-rule decided: show the classifier anyway
     std::vector<std::pair<float, std::string_view>> ranked;
@@ -322,6 +370,7 @@ std::string_view to_string(decision_how h) noexcept {
     case decision_how::classifier: return "classifier";
     case decision_how::default_group: return "default";
     case decision_how::sticky: return "sticky";
+    case decision_how::embeddings: return "embeddings";
     case decision_how::name: return "name";
   }
   return "name";

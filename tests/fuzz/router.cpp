@@ -5,7 +5,8 @@
 // reader refuses those earlier, but the classifier must not depend on it)
 // give a group or the default, with a confidence in [0, 1], never a crash
 // or a read past the scratch buffers. The classifier trains once, from a
-// few examples, at the first input.
+// few examples, at the first input. The same bytes also go to the embeddings
+// router's reader as a backend's /v1/embeddings reply.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "fuzz_common.hpp"
 #include "sluice/config/config.hpp"
+#include "sluice/route/embeddings.hpp"
 #include "sluice/route/groups.hpp"
 
 namespace {
@@ -48,6 +50,9 @@ key = "k"
 struct state {
   std::shared_ptr<const sluice::config::config> cfg = sluice::config::load(k_config, "fuzz.toml", {});
   sluice::route::group_table table{*cfg};
+  sluice::route::embeddings_reader reader;
+  std::vector<float> vec;
+  std::string why;
 };
 
 }  // namespace
@@ -81,6 +86,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       sum += p;
     }
     SLUICE_FUZZ_CHECK(std::fabs(sum - 1.0f) < 1e-3f);
+  }
+  // The embeddings router's reply path: the same bytes as a backend's
+  // reply to /v1/embeddings. Read or refused with a reason, never more
+  // vectors than asked for, each of one dimension.
+  (void)sluice::route::embeddings_reply_whole(in);
+  uint32_t dim = 0;
+  if (s->reader.read(in, 1, s->vec, dim, s->why)) {
+    SLUICE_FUZZ_CHECK(dim > 0 && s->vec.size() == dim);
+  } else {
+    SLUICE_FUZZ_CHECK(!s->why.empty());
   }
   return 0;
 }

@@ -19,6 +19,7 @@
 namespace sluice::config {
 
 struct semantic_model;  // sluice/config/semantic.hpp
+class centroid_slot;    // sluice/config/semantic.hpp
 
 // A parse or validation failure; what() reads "FILE:LINE: what is wrong and
 // what is allowed" (or "--flag: ..." for flags).
@@ -156,9 +157,16 @@ struct router_config {
   uint32_t semantic_bytes = 2048;            // leading bytes of the text the classifier reads (cut at UTF-8)
   bool include_system = false;               // the system prompt is read too (before the user message)
   bool group_header = false;                 // x-sluice-group response header on routed answers
-  std::string embeddings_group;              // DESIGN.md §6a; embeddings mode is not built yet
-  // The trained model (semantic = "classifier"); shared read-only by the
-  // shards through this snapshot. Null when off.
+  // semantic = "embeddings": the group whose backends serve /v1/embeddings
+  // (its index resolved at load), each call's timeout, the per-shard cache.
+  std::string embeddings_group;
+  uint32_t embeddings_group_index = UINT32_MAX;
+  uint32_t embeddings_timeout_ms = 250;
+  uint32_t embeddings_cache = 4096;          // decisions kept per shard (a power of two; 0 = none)
+  // The centroids of this snapshot, published by the control thread.
+  std::shared_ptr<centroid_slot> centroids;
+  // The trained model (semantic = "classifier", and "embeddings" as its
+  // fallback); shared read-only by the shards through this snapshot. Null when off.
   std::shared_ptr<const semantic_model> model;
 };
 

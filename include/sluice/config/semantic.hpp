@@ -7,8 +7,11 @@
 // per config snapshot, shared read-only by every shard through the
 // snapshot's shared_ptr. route::semantic_classifier runs inference over it
 // without fastText (whose predict allocates per call).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +40,63 @@ struct semantic_model {
   // Where it came from, for logs and --explain-route: "trained on N examples"
   // or the model file's path.
   std::string origin;
+};
+
+// The embeddings router's centroids ([router] semantic = "embeddings"):
+// per group with examples, the mean of its examples' unit vectors, made unit
+// length. Computed on the control thread from the embeddings group's
+// answers (control::embeddings_loader), shared read-only by the shards.
+struct embedding_centroids {
+  uint32_t dim = 0;
+  std::vector<float> rows;      // groups.size() x dim, unit length
+  std::vector<uint32_t> groups; // row -> group index (indices stay valid across reloads: see reconcile)
+  uint64_t fingerprint = 0;     // embeddings_fingerprint() of the config they were made for
+  size_t examples = 0;
+};
+
+// The centroid nearest `v` by cosine. Returns: its row, or -1 when `v` has
+// another dimension, is zero or holds a non-finite value; `cosine` its
+// similarity. No allocation.
+int32_t nearest_centroid(const embedding_centroids& c, std::span<const float> v, float& cosine) noexcept;
+
+// Adds `v`, made unit length, to `sum` (same size). Returns: false when `v`
+// is zero or not finite (it is then left out).
+bool add_unit(std::span<float> sum, std::span<const float> v) noexcept;
+// Scales `v` to unit length (a zero vector stays zero).
+void normalize(std::span<float> v) noexcept;
+
+// What the centroids depend on: the embeddings group's model and backends'
+// URLs, and every group's index and examples. Equal at a reload: the
+// running centroids are kept.
+struct config;
+struct group_config;
+uint64_t embeddings_fingerprint(const config& cfg);
+// The model name the embeddings calls send: the group's backend_model, else
+// its first exact model name, else its name.
+std::string_view embeddings_model(const group_config& g) noexcept;
+
+// Where the shards find the centroids of their snapshot: published once by
+// the control thread (release), read per request by the shards (acquire).
+// Owned by the config snapshot, so it lives as long as any reader.
+class centroid_slot {
+ public:
+  // Once per slot (later calls are ignored).
+  void publish(std::shared_ptr<const embedding_centroids> c) noexcept {
+    if (_ready.load(std::memory_order_relaxed)) return;
+    _table = std::move(c);
+    _ready.store(true, std::memory_order_release);
+  }
+  // Returns: the centroids, or null while they are being computed.
+  const embedding_centroids* get() const noexcept {
+    return _ready.load(std::memory_order_acquire) ? _table.get() : nullptr;
+  }
+  std::shared_ptr<const embedding_centroids> shared() const noexcept {
+    return _ready.load(std::memory_order_acquire) ? _table : nullptr;
+  }
+
+ private:
+  std::shared_ptr<const embedding_centroids> _table;
+  std::atomic<bool> _ready{false};
 };
 
 // fastText's string hash: FNV-1a over the bytes, each byte taken as a

@@ -40,7 +40,7 @@ inline constexpr size_t token_kind_count = 2;
 
 // How the semantic router picked the auto model's group, in the order of
 // route::decision_how (proxy static_asserts the two agree).
-inline constexpr std::string_view router_how_names[] = {"rule", "classifier", "default", "sticky"};
+inline constexpr std::string_view router_how_names[] = {"rule", "classifier", "default", "sticky", "embeddings"};
 inline constexpr size_t router_how_count = sizeof router_how_names / sizeof router_how_names[0];
 
 enum class reject_reason : uint8_t { tokens = 0, requests = 1, concurrency = 2, too_large = 3 };
@@ -105,6 +105,12 @@ enum class stat : uint8_t {
   tls_ktls_connections,      // TLS connections whose sends the kernel encrypts (kTLS)
   tls_copy_connections,      // TLS connections encrypted by OpenSSL in user space
   edge_protocol_mismatches,  // plaintext HTTP on the TLS port, or a ClientHello on the plaintext one
+  router_embeddings_ok,      // embeddings calls that decided (a vector came back)
+  router_embeddings_failed,  // embeddings calls that failed (connect, status, bad reply) or found no backend up
+  router_embeddings_timeouts,// embeddings calls past [router] embeddings_timeout_ms
+  router_embeddings_busy,    // pending decisions that found every call slot of the shard busy
+  router_embeddings_cache_hits,    // auto-model decisions taken from the shard's embeddings cache
+  router_embeddings_cache_misses,  // ... that needed a call
   count_
 };
 inline constexpr size_t stat_count = static_cast<size_t>(stat::count_);

@@ -16,6 +16,12 @@
 // conversation resends that message, so every turn -- on any shard, on any
 // instance -- computes the same group, and no table of sessions is needed.
 //
+// Embeddings mode: after the before-rules, the prompt's vector (from the
+// [router] embeddings_group, asked by the shard: see decision::pending)
+// against the groups' centroids, the nearest winning; a decision cached per
+// shard by the text's hash; while the centroids are not ready, or when the
+// call fails, the classifier (trained on the same examples) and the rules.
+//
 // Matching order: exact names first (a sorted table of XXH3 hashes, binary
 // search: no allocation), then glob patterns in file order. A name written
 // exactly in two groups belongs to the first.
@@ -36,13 +42,14 @@
 #include "sluice/config/config.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/route/ring.hpp"
+#include "sluice/route/embeddings.hpp"
 #include "sluice/route/semantic.hpp"
 
 namespace sluice::route {
 
 // How the auto model's group was picked (the audit's "route_how", metrics'
 // `how` label: metrics::router_how_names is in this order).
-enum class decision_how : uint8_t { rule, classifier, default_group, sticky, name };
+enum class decision_how : uint8_t { rule, classifier, default_group, sticky, embeddings, name };
 std::string_view to_string(decision_how h) noexcept;
 
 struct decision {
@@ -50,6 +57,20 @@ struct decision {
   decision_how how = decision_how::name;
   float confidence = -1;   // the classifier's top probability; -1 = it did not run
   int32_t label = -1;      // the classifier's top label (its group may be another)
+  // Embeddings mode: no decision yet -- the prompt (group_table::embed_input())
+  // is to be embedded, then embedding_decision() decides; or, when that
+  // cannot be, decide(..., false) without the embeddings.
+  bool pending = false;
+  bool cached = false;     // embeddings mode: from the shard's cache of earlier answers
+};
+
+// Embeddings mode: what a pending decision asks to embed. Views into the
+// request (valid while its request_fields are).
+struct embed_input {
+  std::string_view system;   // "" unless [router] include_system
+  std::string_view user;     // the (first, with a session) user message, cut at semantic_bytes
+  uint64_t hash = 0;         // of both: the decision cache's key
+  bool later_turn = false;   // decided as the session's first turn: how = sticky
 };
 
 inline constexpr size_t k_rule_regex_bytes = 16384;
@@ -79,7 +100,26 @@ class group_table {
   // The auto model's decision, with how and the confidence (see the top).
   // `sticky`: the request names a session (X-Session-ID). Shard-local: it
   // uses the classifier's scratch.
-  decision decide(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept;
+  // `embeddings`: false once the embeddings could not decide (the call
+  // failed, timed out, or could not start): the classifier and the rules do.
+  decision decide(const openai::request_fields& f, uint32_t key_index, bool sticky, bool embeddings = true) noexcept;
+
+  // Embeddings mode ([router] semantic = "embeddings"): the snapshot's
+  // centroids (null while the control thread computes them, and when off),
+  // the input of the last pending decision, and the decision from the
+  // prompt's vector (k_none when no centroid fits or the key may not use
+  // its group: then decide(..., false)). `c`: the centroids the call
+  // started with; the decision is cached when they are still this table's.
+  const config::embedding_centroids* centroids() const noexcept {
+    return _centroids != nullptr ? _centroids->get() : nullptr;
+  }
+  std::shared_ptr<const config::embedding_centroids> centroids_shared() const noexcept {
+    return _centroids != nullptr ? _centroids->shared() : nullptr;
+  }
+  const embed_input& pending_input() const noexcept { return _embed_in; }
+  decision embedding_decision(const config::embedding_centroids& c, std::span<const float> vec, const embed_input& in,
+                              uint32_t key_index) noexcept;
+  const decision_cache& embeddings_cache() const noexcept { return _embed_cache; }
 
   // The whole decision: the auto model goes through choose(); any other name
   // through find(), and a group the key may not use reads as k_none (so a
@@ -87,7 +127,8 @@ class group_table {
   uint32_t resolve(const openai::request_fields& f, uint32_t key_index) const noexcept;
   // resolve() with how it was decided (decide() for the auto model; how =
   // name for any other model).
-  decision resolve_decision(const openai::request_fields& f, uint32_t key_index, bool sticky) noexcept;
+  decision resolve_decision(const openai::request_fields& f, uint32_t key_index, bool sticky,
+                            bool embeddings = true) noexcept;
 
   // The classifier ([router] semantic = "classifier"), or null.
   semantic_classifier* classifier() noexcept { return _classifier.get(); }
@@ -143,6 +184,10 @@ class group_table {
   std::vector<uint32_t> _label_group;  // classifier label -> group
   double _min_confidence = 0.5;
   bool _include_system = false;
+  uint32_t _semantic_bytes = 2048;
+  std::shared_ptr<config::centroid_slot> _centroids;  // embeddings mode: the snapshot's
+  decision_cache _embed_cache{0};
+  embed_input _embed_in;
 };
 
 // --explain-route: the auto model's decision for a request whose one user

@@ -90,7 +90,18 @@ TEST_SUITE("config::router") {
 
   TEST_CASE("errors name the file and line") {
     CHECK(error_of("[router]\nsemantic = \"embeddings\"\n" + std::string(k_groups)) ==
-          "test.toml:2: router.semantic = \"embeddings\" is not built yet; allowed today: off, classifier");
+          "test.toml:1: router.semantic = \"embeddings\" needs router.embeddings_group = \"NAME\", the [[group]] "
+          "whose backends serve /v1/embeddings");
+    CHECK(error_of("[router]\nsemantic = \"embeddings\"\nembeddings_group = \"embed\"\n" + std::string(k_groups)) ==
+          "test.toml:1: router.embeddings_group \"embed\" is not the name of a [[group]]");
+    // The embeddings group's own examples are not a centroid: two other groups need them.
+    CHECK(error_of("[router]\nsemantic = \"embeddings\"\nembeddings_group = \"chat\"\n" + std::string(k_groups))
+              .find("test.toml:1: router.semantic = \"embeddings\" needs examples in at least two [[group]]s besides "
+                    "the embeddings group") == 0);
+    CHECK(error_of("[router]\nembeddings_cache = 1000\n" + std::string(k_groups)) ==
+          "test.toml:2: router.embeddings_cache = 1000 is not a power of two (or 0: no cache)");
+    CHECK(error_of("[router]\nembeddings_timeout_ms = 0\n" + std::string(k_groups)).find(
+              "test.toml:2: router.embeddings_timeout_ms = 0 is out of range") == 0);
     CHECK(error_of("[router]\nsemantic = \"bert\"\n" + std::string(k_groups)) ==
           "test.toml:2: router.semantic \"bert\" is not a mode; allowed: off, classifier, embeddings");
     CHECK(error_of("[router]\nmin_confidence = 1.5\n" + std::string(k_groups)).find("test.toml:2: router.min_confidence") == 0);
@@ -106,6 +117,31 @@ TEST_SUITE("config::router") {
               "test.toml:1: router.semantic = \"classifier\" needs examples in at least two [[group]]s") == 0);
     CHECK(error_of("[router]\nsemantic = \"classifier\"\nmodel_file = \"/nonexistent.bin\"\n" + std::string(k_groups))
               .find("test.toml:1: router.model_file \"/nonexistent.bin\" is not a fastText model") == 0);
+  }
+
+  TEST_CASE("semantic = embeddings: the group resolved, a centroid slot per snapshot, the classifier as fallback") {
+    const std::string text = "[router]\nsemantic = \"embeddings\"\nembeddings_group = \"embed\"\n" +
+                             std::string(k_groups) +
+                             "[[group]]\nname = \"embed\"\nmodels = [\"bge-m3\"]\nbackends = [\"http://127.0.0.1:8001\"]\n";
+    auto c = cfg::load(text, "test.toml", {});
+    CHECK(c->router.semantic == cfg::semantic_mode::embeddings);
+    CHECK(c->router.embeddings_group_index == 2);
+    CHECK(c->router.embeddings_timeout_ms == 250);
+    CHECK(c->router.embeddings_cache == 4096);
+    REQUIRE(c->router.centroids != nullptr);
+    CHECK(c->router.centroids->get() == nullptr);  // the control thread computes them
+    REQUIRE(c->router.model != nullptr);
+    CHECK(cfg::embeddings_model(c->groups[2]) == "bge-m3");
+    // The fingerprint: the same file gives the same; another example another.
+    auto again = cfg::load(text, "test.toml", {});
+    CHECK(cfg::embeddings_fingerprint(*c) == cfg::embeddings_fingerprint(*again));
+    std::string other = text;
+    other.replace(other.find("tell me a joke"), 14, "tell me a poem");
+    CHECK(cfg::embeddings_fingerprint(*c) != cfg::embeddings_fingerprint(*cfg::load(other, "test.toml", {})));
+    // A group of another protocol cannot embed.
+    std::string anthropic = text;
+    anthropic.replace(anthropic.find("models = [\"bge-m3\"]"), 19, "protocol = \"anthropic\"");
+    CHECK(error_of(anthropic).find("router.embeddings_group \"embed\" has protocol = \"anthropic\"") != std::string::npos);
   }
 
   TEST_CASE("--explain-route takes a prompt, empty or not") {
