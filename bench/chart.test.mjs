@@ -215,3 +215,12 @@ test("a saved report's own started/machine/commit lines are its meta", () => {
   assert.deepEqual(parsed.figures.map((f) => `${f.target} ${f.metric} ${f.value}`),
     ['nginx req_per_s 1000', 'nginx p50_us 50', 'sluice req_per_s 2000']);
 });
+
+test('the chart RESULTS.md shows is the chart of the figures next to it', () => {
+  const figures = readFileSync(join(root, 'bench/chart.tsv'), 'utf8');
+  const svg = readFileSync(join(root, 'bench/chart.svg'), 'utf8');
+  assert.equal(svg, chart_from_figures(figures), 'rerun: node bench/chart.mjs bench/chart.tsv');
+  const bars = bars_of(parse_xml(svg));
+  const n = parse_figures(figures).figures.filter((f) => f.layout === 'shared' && f.workload === 'a' && f.metric === 'req_per_s').length;
+  assert.equal(bars.filter((b) => b.attrs['data-layout'] === 'shared' && b.attrs['data-workload'] === 'a').length, n);
+});
