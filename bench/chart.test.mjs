@@ -3,7 +3,9 @@
 // load.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chart_from_figures, escape_xml, format_value, parse_figures } from './chart.mjs';
@@ -223,4 +225,68 @@ test('the chart RESULTS.md shows is the chart of the figures next to it', () => 
   const bars = bars_of(parse_xml(svg));
   const n = parse_figures(figures).figures.filter((f) => f.layout === 'shared' && f.workload === 'a' && f.metric === 'req_per_s').length;
   assert.equal(bars.filter((b) => b.attrs['data-layout'] === 'shared' && b.attrs['data-workload'] === 'a').length, n);
+});
+
+// bench/compare's own results files (the columns its measure functions
+// write), through the figures function it runs after its report.
+test("compare's figures file holds the medians of its results, and charts", () => {
+  const dir = mkdtempSync(join(tmpdir(), 'chart-test-'));
+  try {
+    const tsv = (rows) => rows.map((r) => r.join('\t') + '\n').join('');
+    // layout, workload, target, round, req/s, p50, p99, errors, bytes/req,
+    // proxy µs/req, CPU 1 µs/req, foreign %, try, proxy user µs/req
+    writeFileSync(join(dir, 'r.tsv'), tsv([
+      ['pinned', 'a', 'direct', 1, 100, 10, 20, 0, 700, '-', '-', 0, 1, '-'],
+      ['pinned', 'a', 'nginx', 1, 80, 12, 30, 0, 700, 20, 21, 0, 1, 5],
+      ['pinned', 'a', 'sluice', 1, 90, 11, 21, 0, 700, 16, 17, 0, 1, 3],
+      ['pinned', 'a', 'sluice', 2, 80, 12, 22, 0, 700, 18, 19, 50, 3, 4],
+    ]));
+    // (c): ... proxy µs/event in column 11
+    writeFileSync(join(dir, 'c.tsv'), tsv([
+      ['shared', 'c', 'nginx', 1, 25000, 75000, 256, 0, 0, 255, 12.5, '-', 9950, 12000, 0, 1, 5, 7.5],
+    ]));
+    writeFileSync(join(dir, 'e.tsv'), '');
+    // (h): ... proxy µs/req in column 11
+    writeFileSync(join(dir, 'h.tsv'), tsv([
+      ['shared', 'h', 'sluice', 1, 79622, 3000, 100, 9000, 0, 400000, 13.3, '-', 0, 1, 'h2', 'TLS_AES_128_GCM_SHA256'],
+    ]));
+    // (f): ... KiB per stream in column 11
+    writeFileSync(join(dir, 'f.tsv'), tsv([
+      ['pinned', 'f', 'sluice', 1, 10000, 10000, 9961, 0, 11224, 70276, 5.9, 2, 1630],
+    ]));
+    const script = `set -euo pipefail
+      source bench/lib.sh; source bench/compare-cef.sh; source bench/compare-figures.sh
+      RESULTS=$D/r.tsv RESULTS_C=$D/c.tsv RESULTS_E=$D/e.tsv RESULTS_H=$D/h.tsv RESULTS_F=$D/f.tsv
+      layouts=(pinned shared) want_workloads=(a c f h) all_targets=(direct nginx haproxy sluice)
+      started="2026-12-02 01:00 UTC" machine="Test CPU, nproc 2" commit=abc1234 rounds=2 duration=5 max_foreign=10
+      workload_desc() { echo "($1) the workload $1"; }
+      print_figures`;
+    const out = execFileSync('bash', ['-c', script], { cwd: root, env: { ...process.env, D: dir }, encoding: 'utf8' });
+    const parsed = parse_figures(out);
+    assert.deepEqual(parsed.meta, {
+      started: '2026-12-02 01:00 UTC',
+      machine: 'Test CPU, nproc 2',
+      source: 'bench/compare at commit abc1234, 2 rounds × 5s per target',
+      note: '1 of 6 runs were disturbed by other load: see the report.',
+    });
+    assert.deepEqual([...parsed.workloads.keys()], ['a', 'c', 'f', 'h']);
+    const get = (l, w, t, m) => parsed.figures.find((f) => f.layout === l && f.workload === w && f.target === t && f.metric === m)?.value;
+    assert.equal(get('pinned', 'a', 'sluice', 'proxy_cpu_us_per_req'), 17);  // median of 16 and 18
+    assert.equal(get('pinned', 'a', 'sluice', 'req_per_s'), 85);
+    assert.equal(get('pinned', 'a', 'sluice', 'proxy_user_us_per_req'), 3.5);
+    assert.equal(get('pinned', 'a', 'direct', 'req_per_s'), 100);
+    assert.equal(get('pinned', 'a', 'direct', 'proxy_cpu_us_per_req'), undefined);  // "-": no line
+    assert.equal(get('shared', 'c', 'nginx', 'proxy_cpu_us_per_event'), 12.5);
+    assert.equal(get('shared', 'c', 'nginx', 'cpu1_us_per_event'), undefined);
+    assert.equal(get('shared', 'h', 'sluice', 'proxy_cpu_us_per_req'), 13.3);
+    assert.equal(get('shared', 'h', 'sluice', 'req_per_s'), 79622);
+    assert.equal(get('pinned', 'f', 'sluice', 'kib_per_stream'), 5.9);
+    const bars = bars_of(parse_xml(chart_from_figures(out)));
+    assert.deepEqual(bars.map(key), [
+      'pinned a nginx', 'pinned a sluice', 'pinned f sluice',
+      'shared c nginx', 'shared h sluice',
+    ]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
