@@ -171,6 +171,26 @@ const BAR_H = 16;
 const BAR_GAP = 5;
 const FONT = "font-family=\"-apple-system, 'Segoe UI', Helvetica, Arial, sans-serif\"";
 
+// Whether a line of text fits the card at a font size, and a text cut at
+// spaces into lines that do: estimated at 0.6 em per character (SVG text
+// does not wrap, and its width is known only to the renderer).
+const fits = (s, font_px) => s.length * font_px * 0.6 <= W - 48;
+function wrap(s, font_px) {
+  const lines = [];
+  let line = '';
+  for (const word of s.split(' ').filter(Boolean)) {
+    const next = line ? `${line} ${word}` : word;
+    if (line && !fits(next, font_px)) {
+      lines.push(line);
+      line = word;
+    } else {
+      line = next;
+    }
+  }
+  if (line) lines.push(line);
+  return lines;
+}
+
 export function render_svg(model) {
   const out = [];
   let y = 0;
@@ -179,10 +199,15 @@ export function render_svg(model) {
   const title = ['sluice bench/compare', meta.started, meta.machine].filter(Boolean).join(' · ');
 
   y = 34;
-  out.push(text(24, y, title, 'class="title" font-size="18" font-weight="bold"'));
-  if (meta.source) {
+  out.push(text(24, y, ['sluice bench/compare', meta.started].filter(Boolean).join(' · '),
+    'class="title" font-size="18" font-weight="bold"'));
+  if (meta.machine) {
     y += 20;
-    out.push(text(24, y, meta.source, 'class="subtitle" font-size="12" fill="#444"'));
+    out.push(text(24, y, `machine: ${meta.machine}`, 'class="subtitle" font-size="13"'));
+  }
+  for (const line of wrap(meta.source ?? '', 12)) {
+    y += 17;
+    out.push(text(24, y, line, 'class="subtitle" font-size="12" fill="#444"'));
   }
   // legend: one swatch per target shown
   y += 26;
@@ -202,8 +227,15 @@ export function render_svg(model) {
     for (const g of section.groups) {
       y += 26;
       const arrow = g.better === 'lower' ? '↓ lower is better' : g.better === 'higher' ? '↑ higher is better' : '';
-      out.push(`<text x="24" y="${y}" font-size="13"><tspan font-weight="bold">${escape_xml(g.title)}</tspan>` +
-        `<tspan fill="#444"> — ${escape_xml(g.label)}${arrow ? ', ' + escape_xml(arrow) : ''}</tspan></text>`);
+      const metric = `${g.label}${arrow ? ', ' + arrow : ''}`;
+      if (fits(`${g.title} — ${metric}`, 13)) {
+        out.push(`<text x="24" y="${y}" font-size="13"><tspan font-weight="bold">${escape_xml(g.title)}</tspan>` +
+          `<tspan fill="#444"> — ${escape_xml(metric)}</tspan></text>`);
+      } else {
+        out.push(`<text x="24" y="${y}" font-size="13"><tspan font-weight="bold">${escape_xml(g.title)}</tspan></text>`);
+        y += 16;
+        out.push(`<text x="24" y="${y}" font-size="13"><tspan fill="#444">${escape_xml(metric)}</tspan></text>`);
+      }
       y += 8;
       const max = Math.max(0, ...g.bars.map((b) => b.value));
       const axis = nice_axis(max);
@@ -238,8 +270,10 @@ export function render_svg(model) {
   }
   if (meta.note) notes.push(...meta.note.split('\n'));
   for (const n of notes) {
-    out.push(text(24, y, n, 'class="note" font-size="11" fill="#444"'));
-    y += 16;
+    for (const line of wrap(n, 11)) {
+      out.push(text(24, y, line, 'class="note" font-size="11" fill="#444"'));
+      y += 15;
+    }
   }
   const h = Math.ceil(y + 8);
   return `<?xml version="1.0" encoding="UTF-8"?>\n` +

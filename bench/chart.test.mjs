@@ -123,7 +123,9 @@ test('every bar has its value written beside it, sluice also its ratio to nginx 
 test('title with date and machine, which way is better per group, legend of the targets shown', () => {
   const els = parse_xml(chart_from_figures(fixture));
   const all = els.filter((e) => e.name === 'text').map((e) => e.text).join('\n');
-  assert.match(all, /sluice bench\/compare · 2026-12-01 12:00 UTC · Test CPU, nproc 2, kernel 6\.1/);
+  assert.match(all, /sluice bench\/compare · 2026-12-01 12:00 UTC/);
+  assert.match(all, /machine: Test CPU, nproc 2, kernel 6\.1/);
+  assert.ok(els.some((e) => e.name === 'title' && e.text === 'sluice bench/compare · 2026-12-01 12:00 UTC · Test CPU, nproc 2, kernel 6.1'));
   assert.match(all, /commit abc1234; 3 rounds × 5s per target/);
   assert.match(all, /\(a\) non-stream chat completion, 32 connections — proxy CPU µs per request, ↓ lower is better/);
   assert.match(all, /\(a\) non-stream chat completion, 32 connections — requests per second, ↑ higher is better/);
@@ -289,4 +291,22 @@ test("compare's figures file holds the medians of its results, and charts", () =
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('long titles and sources are cut into lines that fit the card', () => {
+  const long = 'x'.repeat(60);
+  const tsv = [
+    `meta\tsource\t${Array(40).fill('word').join(' ')}`,
+    `workload\tg\t(g) ${long} ${long}`,
+    'figure\tpinned\tg\tsluice\tproxy_cpu_us_per_req\t12.5',
+  ].join('\n');
+  const els = parse_xml(chart_from_figures(tsv));
+  const texts = els.filter((e) => e.name === 'text');
+  const source = texts.filter((e) => e.text.startsWith('word'));
+  assert.ok(source.length >= 2, 'the source on several lines');
+  assert.equal(source.map((e) => e.text).join(' '), Array(40).fill('word').join(' '));
+  const title = texts.findIndex((e) => e.text === `(g) ${long} ${long}`);
+  assert.ok(title >= 0, 'the group title alone on its line');
+  assert.equal(texts[title + 1].text, 'proxy CPU µs per request, ↓ lower is better');
+  assert.ok(Number(texts[title + 1].attrs.y) > Number(texts[title].attrs.y));
 });
