@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # globals of bench/compare, which sources this
 # bench/compare-figures.sh: the figures file of bench/compare (the medians of
 # its report's tables, which bench/chart.mjs draws) and the count of
 # disturbed runs. Sourced by bench/compare (it reads compare's globals:
