@@ -1,4 +1,5 @@
-// The deployment files (issue 19 §3): deploy/sluice@.service passes
+// The deployment files (issue 19 §3): docs/operations.md names every metric
+// family a running gateway serves; deploy/sluice@.service passes
 // `systemd-analyze verify` with the built binary in place of
 // /usr/local/bin/sluice, its command lines use flags sluice has, and
 // --check-config (its ExecStartPre) accepts a good config and refuses a bad
@@ -9,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { program, repo_root, sluice_config } from './lib/harness.mjs';
+import { program, repo_root, sluice_config, start_sluice } from './lib/harness.mjs';
 import { run_program } from './lib/h2_gateway.mjs';
 
 const unit_file = path.join(repo_root, 'deploy', 'sluice@.service');
@@ -125,5 +126,21 @@ describe('--check-config, as ExecStartPre runs it', () => {
     const r = await run_program(program('sluice'), ['--config', good(), '--numa-node', '0', '--cpus', '1023', '--check-config']);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /--numa-node 0: none of its CPUs \([0-9,-]+\) is in --cpus \/ server\.cpus \(1023\)/);
+  });
+});
+
+describe('docs/operations.md', () => {
+  it('describes every metric family that /metrics serves', async () => {
+    const doc = fs.readFileSync(path.join(repo_root, 'docs', 'operations.md'), 'utf8');
+    const sluice = await start_sluice({ config: sluice_config({ backends: ['http://127.0.0.1:9'] }) });
+    try {
+      const text = await (await fetch(`${sluice.admin_url}/metrics`)).text();
+      const families = [...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]);
+      assert.ok(families.length > 30, text);
+      const missing = families.filter((f) => !doc.includes(`| \`${f}\` |`));
+      assert.deepEqual(missing, [], 'metric families without a row in docs/operations.md');
+    } finally {
+      await sluice.stop();
+    }
   });
 });
