@@ -111,15 +111,13 @@ std::vector<int> bind_listeners(const config::socket_address& la, size_t n, uint
 // SO_REUSEPORT steering of one listener group (bound by bind_listeners, so
 // shard i's listener is index i): each listener says its shard's CPU, and
 // the group gets the program mapping the receiving CPU to that index.
-// Only for pinned shards; not when another process held the address before
-// these listeners joined (its listeners are in the group too, and the
-// indices would name them). Logged either way; never a failed start.
+// Only when enabled ([server] reuseport_steering) and the shards are
+// pinned; no program when another process held the address before these
+// listeners joined (its listeners are in the group too, and the indices
+// would name them). What it did is logged; never a failed start.
 void steer(const std::vector<int>& fds, const std::vector<int>& cpus, const config::socket_address& la, bool shared,
            bool enabled) {
-  if (!enabled) {
-    log::info("{}: reuseport_steering = false; the kernel spreads connections by hash", la.text);
-    return;
-  }
+  if (!enabled) return;  // the kernel's hash, as without steering
   if (cpus.empty()) {
     log::info("{}: shards are not pinned; the kernel spreads connections by hash", la.text);
     return;
