@@ -29,18 +29,52 @@ namespace {
 
 using namespace sluice;
 
+// The shards' CPUs: --cpus / server.cpus, else the affinity mask; with
+// --numa-node, the node's CPUs within those. {-1}: unpinned (the mask
+// could not be read).
 std::vector<int> choose_cpus(const config::flags& f, const config::config& c) {
+  const bool configured = !c.server.cpus.empty();
+  std::vector<int> allowed = configured ? c.server.cpus : shard::affinity_cpus();
   if (f.numa_node) {
-    auto r = shard::numa_node_cpus(*f.numa_node);
-    if (!r.ok() || r.value().empty()) {
-      throw config::config_error(fmt::format("--numa-node {}: no such NUMA node (or it has no CPUs)", *f.numa_node));
+    const int node = *f.numa_node;
+    auto r = shard::numa_node_cpus(node);
+    if (!r.ok()) {
+      throw config::config_error(fmt::format(
+          "--numa-node {}: no such NUMA node (/sys/devices/system/node/node{}/cpulist {})", node, node,
+          r.error() == errc::not_found ? "is absent; the kernel may lack NUMA support" : "cannot be read"));
     }
-    return r.value();
+    if (r.value().empty()) throw config::config_error(fmt::format("--numa-node {}: the node has no online CPUs", node));
+    std::vector<int> cpus = shard::cpus_within(r.value(), allowed);
+    if (cpus.empty()) {
+      throw config::config_error(fmt::format("--numa-node {}: none of its CPUs ({}) is in {} ({})", node,
+                                             shard::format_cpu_list(r.value()),
+                                             configured ? "--cpus / server.cpus" : "the affinity mask",
+                                             shard::format_cpu_list(allowed)));
+    }
+    return cpus;
   }
-  if (!c.server.cpus.empty()) return c.server.cpus;
-  std::vector<int> cpus = shard::affinity_cpus();
-  if (cpus.empty()) cpus.push_back(-1);
-  return cpus;
+  if (configured) return c.server.cpus;
+  if (allowed.empty()) allowed.push_back(-1);
+  return allowed;
+}
+
+// --numa-node: the memory policy of this thread, inherited by the shards
+// and the control thread started after it. Logged either way.
+void prefer_node_memory(int node) {
+  switch (shard::prefer_numa_node(node)) {
+    case shard::numa_policy::preferred:
+      log::info("--numa-node {}: memory is allocated on node {} first", node, node);
+      return;
+    case shard::numa_policy::single_node:
+      log::info("--numa-node {}: one NUMA node; memory policy unchanged", node);
+      return;
+    case shard::numa_policy::no_numa:
+      log::info("--numa-node {}: no NUMA support (libnuma); memory policy unchanged", node);
+      return;
+    case shard::numa_policy::failed:
+      log::warn("--numa-node {}: could not set the memory policy; memory comes from any node", node);
+      return;
+  }
 }
 
 // Control-thread state for the signal handler completion.
@@ -192,8 +226,15 @@ int main(int argc, char** argv) {
         std::string error;
         if (!store.load(state, error)) throw config::config_error(error);
       }
-      std::printf("%s: ok (%zu groups, %zu backends, %zu keys)\n", cfg->source.c_str(), cfg->groups.size(),
-                  cfg->backends.size(), cfg->keys.size());
+      // The shard CPUs too: a --numa-node the machine lacks fails here,
+      // before a service manager starts the process.
+      std::vector<int> cpus = choose_cpus(f, *cfg);
+      std::string placement = cpus.size() == 1 && cpus[0] < 0 ? "1 shard, unpinned"
+                                                             : fmt::format("{} shard{} on cpus {}", cpus.size(),
+                                                                           cpus.size() == 1 ? "" : "s",
+                                                                           shard::format_cpu_list(cpus));
+      std::printf("%s: ok (%zu groups, %zu backends, %zu keys; %s)\n", cfg->source.c_str(), cfg->groups.size(),
+                  cfg->backends.size(), cfg->keys.size(), placement.c_str());
       return 0;
     }
   } catch (const config::config_error& e) {
@@ -219,6 +260,7 @@ int main(int argc, char** argv) {
   try {
     std::vector<int> cpus = choose_cpus(f, *cfg);
     if (cpus.size() == 1 && cpus[0] < 0) cpus.clear();
+    if (f.numa_node) prefer_node_memory(*f.numa_node);
     // Budgets before the shards: their flags are set from the kept state
     // before the first request (a corrupt state file stops the start here).
     control::budget_keeper budgets(*cfg, cpus.empty() ? 1 : cpus.size());

@@ -8,7 +8,7 @@ sluice_packages=(
   build-essential g++ meson ninja-build pkg-config cmake
   liburing-dev libsimdjson-dev libmimalloc-dev libfmt-dev doctest-dev
   libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp protobuf-compiler
-  libhiredis-dev redis-server libfasttext-dev
+  libhiredis-dev redis-server libfasttext-dev libnuma-dev
   nodejs npm curl python3
 )
 

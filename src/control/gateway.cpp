@@ -17,8 +17,10 @@
 
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
+#include "sluice/net/reuseport.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/proxy/shard.hpp"
+#include "sluice/shard/cpuset.hpp"
 
 #include "labels.hpp"
 
@@ -104,6 +106,42 @@ std::vector<int> bind_listeners(const config::socket_address& la, size_t n, uint
     fds.push_back(fd);
   }
   return fds;
+}
+
+// SO_REUSEPORT steering of one listener group (bound by bind_listeners, so
+// shard i's listener is index i): each listener says its shard's CPU, and
+// the group gets the program mapping the receiving CPU to that index.
+// Only when enabled ([server] reuseport_steering) and the shards are
+// pinned; no program when another process held the address before these
+// listeners joined (its listeners are in the group too, and the indices
+// would name them). What it did is logged; never a failed start.
+void steer(const std::vector<int>& fds, const std::vector<int>& cpus, const config::socket_address& la, bool shared,
+           bool enabled) {
+  if (!enabled) return;  // the kernel's hash, as without steering
+  if (cpus.empty()) {
+    log::info("{}: shards are not pinned; the kernel spreads connections by hash", la.text);
+    return;
+  }
+  for (size_t i = 0; i < fds.size(); ++i) net::set_incoming_cpu(fds[i], cpus[i]);
+  if (shared) {
+    log::info("{}: another process listens on it too; no steering program (each listener sets SO_INCOMING_CPU, "
+              "which recent kernels honour)",
+              la.text);
+    return;
+  }
+  const int rc = net::attach_steering(fds[0], cpus);
+  if (rc != 0) {
+    log::warn("{}: cannot attach the steering program ({}); the kernel spreads connections by hash", la.text,
+              std::strerror(-rc));
+    return;
+  }
+  log::info("{}: a connection goes to the shard of the cpu that received it (cpus {})", la.text,
+            shard::format_cpu_list(cpus));
+}
+
+// Whether a listener of another process holds `la` now (port 0: never).
+bool held_elsewhere(const config::socket_address& la) {
+  return la.port() != 0 && net::address_in_use(reinterpret_cast<const sockaddr*>(&la.storage), la.length);
 }
 
 // Queues `m` for the shard, waiting while its inbox is full (a full one
@@ -198,15 +236,20 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
       throw std::runtime_error(fmt::format("server.listen_tls: {}", e.what()));
     }
   }
+  const bool steering = cfg->server.reuseport_steering;
+  const bool shared = steering && !cpus.empty() && held_elsewhere(cfg->server.listen);
   const std::vector<int> fds = bind_listeners(cfg->server.listen, n, g->_port);
+  steer(fds, cpus, cfg->server.listen, shared, steering);
   std::vector<int> tls_fds(n, -1);
   if (g->_tls) {
+    const bool tls_shared = steering && !cpus.empty() && held_elsewhere(cfg->server.listen_tls);
     try {
       tls_fds = bind_listeners(cfg->server.listen_tls, n, g->_tls_port);
     } catch (...) {
       for (int f : fds) ::close(f);
       throw;
     }
+    steer(tls_fds, cpus, cfg->server.listen_tls, tls_shared, steering);
   }
   g->_mesh = std::make_unique<mesh_storage>(n, cap.keys, cfg->cluster.enabled());
   g->_mesh->budgets = budgets;

@@ -1,6 +1,7 @@
-// CPU sets for shard placement. Cold path.
+// CPU sets for shard placement and the NUMA memory policy. Cold path.
 #include "sluice/shard/cpuset.hpp"
 
+#include <numa.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -38,9 +40,9 @@ std::vector<int> affinity_cpus() {
   return cpus;
 }
 
-result<std::vector<int>> numa_node_cpus(int node) {
+result<std::vector<int>> numa_node_cpus(int node, std::string_view sys_root) {
   if (node < 0) return errc::not_found;
-  std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/cpulist");
+  std::ifstream in(std::string(sys_root) + "/devices/system/node/node" + std::to_string(node) + "/cpulist");
   if (!in) return errc::not_found;
   std::ostringstream text;
   text << in.rdbuf();
@@ -49,6 +51,35 @@ result<std::vector<int>> numa_node_cpus(int node) {
   } catch (const config::config_error&) {
     return errc::internal;
   }
+}
+
+std::vector<int> cpus_within(const std::vector<int>& node_cpus, const std::vector<int>& allowed) {
+  std::vector<int> out;
+  std::set_intersection(node_cpus.begin(), node_cpus.end(), allowed.begin(), allowed.end(), std::back_inserter(out));
+  return out;
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpus[i]);
+    if (j > i) out += '-' + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+numa_policy prefer_numa_node(int node) noexcept {
+  // numa_available() must come first: every other libnuma call is
+  // undefined without it (numa(3)).
+  if (numa_available() < 0) return numa_policy::no_numa;
+  if (numa_max_node() == 0) return numa_policy::single_node;
+  if (node > numa_max_node()) return numa_policy::failed;
+  numa_set_preferred(node);
+  return numa_preferred() == node ? numa_policy::preferred : numa_policy::failed;
 }
 
 bool pin_current_thread(int cpu) noexcept {

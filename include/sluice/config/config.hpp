@@ -51,6 +51,12 @@ struct server_config {
   std::string admin_token_env;           // env var holding the admin bearer token; "" = none
   std::string admin_token;               // its value, read at load (never logged)
   std::vector<int> cpus;                 // empty = the process's affinity mask
+  // Pinned shards: a new connection goes to the shard of the CPU that
+  // received it (SO_REUSEPORT program; docs/operations.md). Off by default:
+  // it pays only where the NIC's receive queues are spread over the shards'
+  // CPUs, and it puts every connection of a client on this host (loopback)
+  // on the shard of that client's CPU.
+  bool reuseport_steering = false;
   uint64_t max_body_bytes = 8u << 20;
   uint32_t max_head_bytes = 32u << 10;   // 431 beyond
   uint32_t max_line_bytes = 8u << 10;    // 431 (414 for the request line)

@@ -61,6 +61,7 @@ TEST_SUITE("config::load") {
     CHECK(c->server.listen.port() == 8080);
     CHECK(c->server.admin.port() == 9090);
     CHECK(c->server.cpus.empty());
+    CHECK_FALSE(c->server.reuseport_steering);
     CHECK(c->server.max_body_bytes == 8u << 20);
     CHECK_FALSE(c->server.splice);  // the copy path wins the trickle workload (bench/RESULTS.md)
     CHECK(c->server.upstream_buffers == 64);
@@ -105,6 +106,7 @@ memory_max_bytes = 0
 splice = true
 upstream_buffers = 8
 idle_poll_us = 0
+reuseport_steering = true
 
 [upstream]
 connect_timeout_ms = 500
@@ -168,6 +170,7 @@ groups = ["qw*"]
     CHECK(s.splice);
     CHECK(s.upstream_buffers == 8);
     CHECK(s.idle_poll_us == 0);
+    CHECK(s.reuseport_steering);
     CHECK(c->upstream.connect_timeout_ms == 500);
     CHECK(c->upstream.first_byte_timeout_ms == 600);
     CHECK(c->upstream.stream_idle_timeout_ms == 700);
