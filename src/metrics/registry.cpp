@@ -142,6 +142,27 @@ void registry::backend_answers(uint32_t backend, uint64_t& answers, uint64_t& se
   }
 }
 
+void registry::add_group_totals(size_t group, uint64_t* out) const noexcept {
+  if (group > _group_rows) return;
+  const size_t b = _backend_rows + 1;
+  constexpr size_t w = shard_metrics::histogram_width;
+  for (const shard_metrics& m : _shards) {
+    for (size_t bi = 0; bi < b; ++bi) {
+      const counter* row = m._requests + (group * b + bi) * status_code_count;
+      for (size_t c = 0; c < status_code_count; ++c) out[totals_codes + c] += row[c].get();
+    }
+    for (size_t k = 0; k < token_kind_count; ++k) out[totals_tokens + k] += m._tokens[group * token_kind_count + k].get();
+    for (size_t i = 0; i < latency_bucket_count; ++i) {
+      out[totals_ttft + i] += m._ttft[group * w + i].get();
+      out[totals_duration + i] += m._duration[group * w + i].get();
+    }
+  }
+}
+
+void registry::shard_loop(size_t s, uint64_t out[5]) const noexcept {
+  for (size_t i = 0; i < 5; ++i) out[i] = s < _shards.size() ? _shards[s]._loop[i].get() : 0;
+}
+
 void registry::set_backend_up(uint32_t backend, bool up) noexcept {
   SLUICE_ASSERT(backend < _backend_rows);
   if (backend < _backend_rows) _backend_up[backend].set(up ? 1 : 0);
