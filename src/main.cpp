@@ -17,6 +17,7 @@
 #include "sluice/control/gateway.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
+#include "sluice/control/status.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
@@ -50,6 +51,7 @@ struct control_state {
   control::health_checker* health = nullptr;
   control::budget_keeper* budgets = nullptr;
   control::cluster_keeper* cluster = nullptr;  // [cluster] mode only
+  control::status_sampler* status = nullptr;
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
@@ -236,6 +238,8 @@ int main(int argc, char** argv) {
     admin.start();
     control::health_checker health(*r, *g, cfg);
     admin.set_health(&health);
+    control::status_sampler status(*g);
+    admin.set_status(&status);
 
     control_state ctl;
     ctl.r = r.get();
@@ -243,6 +247,7 @@ int main(int argc, char** argv) {
     ctl.admin = &admin;
     ctl.health = &health;
     ctl.budgets = &budgets;
+    ctl.status = &status;
     ctl.cfg = cfg;
     admin.set_budgets(&budgets, &ctl.cfg);
     ctl.flags = &f;
@@ -284,6 +289,7 @@ int main(int argc, char** argv) {
     h.on_iteration = [](void* p, uint64_t) {
       auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
+      c->status->on_iteration(c->r->now_ms());
       if (c->cluster != nullptr) c->cluster->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());
       c->budgets->on_iteration(*c->cfg, c->r->now_ms(), static_cast<int64_t>(realtime_ms()));
