@@ -7,6 +7,7 @@
 // DOM text nodes (never markup from data) and draws the charts as SVG.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "sluice/control/status.hpp"
@@ -69,14 +70,14 @@ constexpr std::string_view k_head = R"html(<!doctype html>
 <link rel="icon" href="data:,">
 <title>sluice status</title>
 <style>
-:root{--bg:#fafafa;--fg:#1d1d1f;--muted:#6b6b70;--card:#fff;--line:#e2e2e6;--ok:#1a7f37;--warn:#9a6700;--bad:#cf222e;--a:#0969da;--b:#bf3989}
+:root{color-scheme:light dark;--bg:#fafafa;--fg:#1d1d1f;--muted:#6b6b70;--card:#fff;--line:#e2e2e6;--ok:#1a7f37;--warn:#9a6700;--bad:#cf222e;--a:#0969da;--b:#bf3989}
 @media (prefers-color-scheme:dark){:root{--bg:#16171a;--fg:#e6e6e9;--muted:#9a9aa2;--card:#1f2024;--line:#33343a;--ok:#3fb950;--warn:#d29922;--bad:#f85149;--a:#58a6ff;--b:#f778ba}}
 *{box-sizing:border-box}body{margin:0;padding:1rem 1.5rem;background:var(--bg);color:var(--fg);font:14px/1.4 system-ui,sans-serif}
 header{display:flex;flex-wrap:wrap;gap:1rem;align-items:baseline;justify-content:space-between}
 h1{font-size:1.3rem;margin:0}h2{font-size:1rem;margin:1.5rem 0 .5rem}.muted{color:var(--muted)}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(10rem,1fr));gap:.6rem;margin-top:1rem}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(11.5rem,1fr));gap:.6rem;margin-top:1rem}
 .card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:.5rem .7rem}
-.card b{display:block;font-size:1.35rem;font-variant-numeric:tabular-nums}.card span{color:var(--muted);font-size:.8rem}
+.card b{display:block;font-size:1.25rem;font-variant-numeric:tabular-nums}.card span{color:var(--muted);font-size:.8rem}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(16rem,1fr));gap:.6rem;margin-top:.6rem}
 .chart{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:.4rem .6rem}
 .chart svg{width:100%;height:60px;display:block}.chart .k1{color:var(--a)}.chart .k2{color:var(--b)}
@@ -107,6 +108,8 @@ constexpr std::string_view k_script = R"html(<script>
   const fix = (v, d) => v === null || v === undefined ? "\u2013" : Number(v).toFixed(d);
   const ms = (v) => v === null || v === undefined ? "\u2013" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toFixed(1) + " ms");
   const bytes = (v) => v >= 1048576 ? (v / 1048576).toFixed(1) + " MiB" : v >= 1024 ? (v / 1024).toFixed(1) + " KiB" : v + " B";
+  const pair = (a, b) => a === null || b === null ? "\u2013" : Math.max(a, b) >= 1000
+    ? (a / 1000).toFixed(2) + " / " + (b / 1000).toFixed(2) + " s" : a.toFixed(1) + " / " + b.toFixed(1) + " ms";
   const pct = (v) => v === null || v === undefined ? "\u2013" : (v * 100).toFixed(0) + "%";
   const when = (t) => t ? new Date(t).toLocaleTimeString() : "";
   function cells(tr, values) {
@@ -146,7 +149,8 @@ constexpr std::string_view k_script = R"html(<script>
     svg.replaceChildren();
     let max = 0;
     for (const s of series) for (const v of s) if (v !== null && v > max) max = v;
-    const span = 600000;
+    // The x axis spans what the ring holds (10 minutes once full), at least a minute.
+    const span = Math.max(60000, ago.length ? ago[0] : 0);
     series.forEach((s, k) => {
       const pts = [];
       s.forEach((v, i) => {
@@ -171,8 +175,8 @@ constexpr std::string_view k_script = R"html(<script>
     $("c-tout").textContent = fix(o.tokens_out_s, 1);
     $("c-4xx").textContent = fix(o.errors_4xx_s, 2);
     $("c-5xx").textContent = fix(o.errors_5xx_s, 2);
-    $("c-ttft").textContent = ms(o.ttft_p50_ms) + " / " + ms(o.ttft_p99_ms);
-    $("c-dur").textContent = ms(o.duration_p50_ms) + " / " + ms(o.duration_p99_ms);
+    $("c-ttft").textContent = pair(o.ttft_p50_ms, o.ttft_p99_ms);
+    $("c-dur").textContent = pair(o.duration_p50_ms, o.duration_p99_ms);
     $("c-total").textContent = String(o.totals.requests);
     fill("groups", [trafficCells("all", o)].concat(s.groups.map((g) => trafficCells(g.name, g))));
     fill("backends", s.backends.map((b) => [b.url, b.state + (b.probation ? " (probation)" : ""), fix(b.requests_s, 2),
@@ -249,12 +253,11 @@ std::string fixed(double v, int digits) {
   return s;
 }
 
+// "37.5 / 49.8 ms" (the card's width takes one unit, not two).
 std::string latency_pair(double p50, double p99) {
-  std::string s;
-  put_ms(s, p50);
-  s += " / ";
-  put_ms(s, p99);
-  return s;
+  if (p50 < 0 || p99 < 0) return "&ndash;";
+  if (std::max(p50, p99) >= 1000) return fmt::format("{:.2f} / {:.2f} s", p50 / 1000, p99 / 1000);
+  return fmt::format("{:.1f} / {:.1f} ms", p50, p99);
 }
 
 void traffic_tr(std::string& out, std::string_view name, const traffic_row& r) {
