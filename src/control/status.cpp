@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "sluice/control/budgets.hpp"
@@ -51,7 +52,10 @@ void status_sampler::sample(uint64_t now_ms) noexcept {
     std::span<uint64_t> p = _traffic.stage();
     const size_t w = metrics::totals_width;
     // Group rows 1..capacity+1 (the last is `none`); row 0 is their sum.
-    for (size_t gi = 0; gi <= m.group_capacity(); ++gi) m.add_group_totals(gi, &p[(1 + gi) * w]);
+    // Rows past the named groups are 0 until a reload names them.
+    const size_t named = std::min(m.label_names().groups.size(), m.group_capacity());
+    for (size_t gi = 0; gi < named; ++gi) m.add_group_totals(gi, &p[(1 + gi) * w]);
+    m.add_group_totals(m.group_capacity(), &p[(1 + m.group_capacity()) * w]);
     for (size_t r = 1; r < _traffic.rows(); ++r) {
       for (size_t f = 0; f < w; ++f) p[f] += p[r * w + f];
     }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <unordered_map>
 #include <new>
@@ -146,11 +147,16 @@ void registry::add_group_totals(size_t group, uint64_t* out) const noexcept {
   if (group > _group_rows) return;
   const size_t b = _backend_rows + 1;
   constexpr size_t w = shard_metrics::histogram_width;
+  // Rows past the named backends stay 0 until a reload names them: only
+  // the named ones and the `none` row are read.
+  const size_t named = std::min(_names.backends.size(), _backend_rows);
+  auto add_answers = [&](const shard_metrics& m, size_t backend) {
+    const counter* row = m._requests + (group * b + backend) * status_code_count;
+    for (size_t c = 0; c < status_code_count; ++c) out[totals_codes + c] += row[c].get();
+  };
   for (const shard_metrics& m : _shards) {
-    for (size_t bi = 0; bi < b; ++bi) {
-      const counter* row = m._requests + (group * b + bi) * status_code_count;
-      for (size_t c = 0; c < status_code_count; ++c) out[totals_codes + c] += row[c].get();
-    }
+    for (size_t bi = 0; bi < named; ++bi) add_answers(m, bi);
+    add_answers(m, _backend_rows);
     for (size_t k = 0; k < token_kind_count; ++k) out[totals_tokens + k] += m._tokens[group * token_kind_count + k].get();
     for (size_t i = 0; i < latency_bucket_count; ++i) {
       out[totals_ttft + i] += m._ttft[group * w + i].get();
