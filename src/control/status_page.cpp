@@ -88,8 +88,10 @@ td.up{color:var(--ok)}td.draining{color:var(--warn)}td.down,td.ejected{color:var
 form{display:inline;margin:0}button{font:inherit;padding:.1rem .6rem;cursor:pointer}
 input{font:inherit;padding:.15rem .4rem;width:14rem}.scroll{overflow-x:auto}
 #note{color:var(--warn)}
-</style></head><body>
-<header><h1>sluice status</h1>
+</style></head>
+)html";
+
+constexpr std::string_view k_header = R"html(<header><h1>sluice status</h1>
 <span class="muted" id="updated">)html";
 
 constexpr std::string_view k_token = R"html(</span>
@@ -103,7 +105,10 @@ constexpr std::string_view k_script = R"html(<script>
   const $ = (id) => document.getElementById(id);
   const tokenBox = $("token");
   tokenBox.value = sessionStorage.getItem("sluice-admin-token") || "";
-  tokenBox.addEventListener("change", () => { sessionStorage.setItem("sluice-admin-token", tokenBox.value); poll(); });
+  tokenBox.addEventListener("input", () => sessionStorage.setItem("sluice-admin-token", tokenBox.value));
+  tokenBox.addEventListener("change", () => poll());
+  // Served without data: the gateway wants the token, so wait for one.
+  const locked = document.body.dataset.needToken === "1";
   const auth = () => tokenBox.value ? { Authorization: "Bearer " + tokenBox.value } : {};
   const fix = (v, d) => v === null || v === undefined ? "\u2013" : Number(v).toFixed(d);
   const ms = (v) => v === null || v === undefined ? "\u2013" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toFixed(1) + " ms");
@@ -198,6 +203,7 @@ constexpr std::string_view k_script = R"html(<script>
     $("updated").textContent = "up " + s.uptime_s + " s \u00b7 updated " + when(s.unix_ms);
   }
   async function poll() {
+    if (locked && !tokenBox.value) return;
     try {
       const r = await fetch("/status.json", { headers: auth(), cache: "no-store" });
       if (r.status === 401) { $("note").textContent = "This gateway wants its admin token: enter it above."; return; }
@@ -349,6 +355,8 @@ void chart(std::string& out, const char* id, const char* title, const char* firs
 void render_status_page(const status_view& v, bool with_data, std::string& out) {
   auto it = std::back_inserter(out);
   out += k_head;
+  out += with_data ? "<body>\n" : "<body data-need-token=\"1\">\n";
+  out += k_header;
   if (with_data) fmt::format_to(it, "up {} s", v.uptime_s);
   out += k_token;
   if (!with_data) out += "This gateway wants its admin token: enter it above (the page needs JavaScript for that).";

@@ -128,3 +128,58 @@ describe('status page in a browser', () => {
     await context.close();
   });
 });
+
+describe('status page in a browser, with an admin token', () => {
+  let backends, sluice, browser, why_not;
+  const admin_token = 'browser-admin-token-5b2a';
+
+  before(async () => {
+    ({ browser, why: why_not } = await launch());
+    if (!browser) return;
+    backends = await start_backends(2);
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { admin_token_env: 'SLUICE_TEST_ADMIN_TOKEN' } },
+        groups: [{ name: 'g', models: ['*'], backends: backends.map((b) => b.url) }],
+        keys: [{ id: 'carol', key: key_secret, groups: ['*'] }],
+      }),
+      env: { SLUICE_TEST_ADMIN_TOKEN: admin_token },
+    });
+  });
+  after(async () => {
+    await browser?.close();
+    await stop_all(sluice, ...(backends ?? []));
+  });
+
+  it('asks for the token, then shows the data and drains with it', async (t) => {
+    if (!browser) {
+      t.skip(why_not);
+      return;
+    }
+    const page = await browser.newPage();
+    const problems = [];
+    page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    await page.goto(`${sluice.admin_url}/`);
+    await page.locator('#note', { hasText: 'admin token' }).waitFor();
+    assert.equal(await page.locator('#backends tr').count(), 0);
+    await page.locator('#token').fill(admin_token);
+    await page.locator('#token').dispatchEvent('change');
+    await page.locator('#keys td', { hasText: 'carol' }).waitFor({ timeout: bound_ms(5000) });
+    const target = backends[0].url;
+    const row = page.locator('#backends tr', { hasText: target });
+    await row.locator('button', { hasText: 'Drain' }).click();
+    const auth = { authorization: `Bearer ${admin_token}` };
+    await poll(async () => {
+      const listed = await (await fetch(`${sluice.admin_url}/backends`, { headers: auth })).json();
+      return listed.backends.find((b) => b.url === target).draining;
+    }, { timeout_ms: bound_ms(5000), interval_ms: 50, what: 'the drain sent with the token' });
+    await row.locator('button', { hasText: 'Undrain' }).waitFor();
+    // The token stays in the tab (sessionStorage), never in the page's markup.
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('sluice-admin-token')), admin_token);
+    assert.ok(!(await page.content()).includes(key_secret));
+    assert.ok(!sluice.proc.output().includes(admin_token), 'the admin token reached the log');
+    assert.deepEqual(problems, []);
+    await page.close();
+  });
+});
