@@ -123,6 +123,7 @@ status_view status_sampler::view(const config::config& cfg, const health_checker
   v.uptime_s = (now_ms - _started_ms) / 1000;
   v.step_ms = k_step_ms;
   v.window_ms = k_window_ms;
+  v.inflight = _g.metrics().inflight();
   const size_t n = _traffic.size();
   const size_t to = n == 0 ? 0 : n - 1;
   const size_t from = _traffic.window_start(k_window_ms);
@@ -273,8 +274,9 @@ void put_steps(std::string& out, const traffic_row& r) {
 
 void render_status_json(const status_view& v, std::string& out) {
   auto it = std::back_inserter(out);
-  fmt::format_to(it, "{{\"object\":\"status\",\"unix_ms\":{},\"uptime_s\":{},\"step_ms\":{},\"window_ms\":{},\"overall\":",
-                 v.unix_ms, v.uptime_s, v.step_ms, v.window_ms);
+  fmt::format_to(it, "{{\"object\":\"status\",\"unix_ms\":{},\"uptime_s\":{},\"step_ms\":{},\"window_ms\":{},\"inflight\":{},"
+                 "\"overall\":",
+                 v.unix_ms, v.uptime_s, v.step_ms, v.window_ms, v.inflight);
   out += '{';
   put_traffic(out, v.overall);
   out += "},\"groups\":[";

@@ -183,6 +183,7 @@ constexpr std::string_view k_script = R"html(<script>
     $("c-ttft").textContent = pair(o.ttft_p50_ms, o.ttft_p99_ms);
     $("c-dur").textContent = pair(o.duration_p50_ms, o.duration_p99_ms);
     $("c-total").textContent = String(o.totals.requests);
+    $("c-inflight").textContent = String(s.inflight);
     fill("groups", [trafficCells("all", o)].concat(s.groups.map((g) => trafficCells(g.name, g))));
     fill("backends", s.backends.map((b) => [b.url, b.state + (b.probation ? " (probation)" : ""), fix(b.requests_s, 2),
       fix(b.errors_5xx_s, 2), String(b.answers), fix(b.running, 0), fix(b.waiting, 0), pct(b.kv_cache_usage),
@@ -370,6 +371,7 @@ void render_status_page(const status_view& v, bool with_data, std::string& out) 
   card(out, "c-ttft", "TTFT p50 / p99", with_data ? latency_pair(o.ttft_p50_ms, o.ttft_p99_ms) : "&ndash;");
   card(out, "c-dur", "duration p50 / p99", with_data ? latency_pair(o.duration_p50_ms, o.duration_p99_ms) : "&ndash;");
   card(out, "c-total", "requests since start", with_data ? fmt::format("{}", o.requests) : "&ndash;");
+  card(out, "c-inflight", "in flight now", with_data ? fmt::format("{}", v.inflight) : "&ndash;");
   out += "</div>\n<div class=\"charts\">\n";
   chart(out, "g-req", "last 10 min", "requests/s", "");
   chart(out, "g-tok", "last 10 min", "tokens in/s", "out/s");

@@ -165,6 +165,14 @@ void registry::add_group_totals(size_t group, uint64_t* out) const noexcept {
   }
 }
 
+uint64_t registry::inflight() const noexcept {
+  // Each shard's own count never goes below zero; the sum is read without
+  // a snapshot, so take it as signed and clamp a momentary skew.
+  int64_t t = 0;
+  for (const shard_metrics& m : _shards) t += static_cast<int64_t>(m._inflight->get());
+  return t < 0 ? 0 : static_cast<uint64_t>(t);
+}
+
 void registry::shard_loop(size_t s, uint64_t out[5]) const noexcept {
   for (size_t i = 0; i < 5; ++i) out[i] = s < _shards.size() ? _shards[s]._loop[i].get() : 0;
 }
@@ -379,13 +387,7 @@ void registry::render(std::string& out) const {
   }
 
   put_family(out, "sluice_inflight_requests", "gauge", "Requests in flight.");
-  {
-    // Each shard's own count never goes below zero; the sum is read without
-    // a snapshot, so take it as signed and clamp a momentary skew.
-    int64_t t = 0;
-    for (const shard_metrics& m : _shards) t += static_cast<int64_t>(m._inflight->get());
-    fmt::format_to(it, "sluice_inflight_requests {}\n", t < 0 ? 0 : t);
-  }
+  fmt::format_to(it, "sluice_inflight_requests {}\n", inflight());
 
   put_family(out, "sluice_backend_up", "gauge", "1 when the backend passes health checks, else 0.");
   for (size_t bi = 0; bi < _names.backends.size(); ++bi) {

@@ -57,6 +57,7 @@ describe('status page', () => {
     const { text, json } = await status_json(sluice.admin_url);
     assert.equal(json.object, 'status');
     assert.equal(json.step_ms, 2000);
+    assert.equal(json.inflight, 0);
     assert_traffic_shape(json.overall, 'overall');
     assert.deepEqual(json.groups.map((g) => g.name), ['chat']);
     assert_traffic_shape(json.groups[0], 'groups[0]');

@@ -76,6 +76,7 @@ struct status_view {
   int64_t unix_ms = 0;
   uint64_t uptime_s = 0;
   uint64_t step_ms = 0, window_ms = 0;
+  uint64_t inflight = 0;              // requests in flight now, every shard
   std::vector<int64_t> step_ms_ago;  // the steps' ends, ms before the newest sample
   traffic_row overall;
   std::vector<traffic_row> groups;

@@ -240,6 +240,8 @@ class registry {
   // group_capacity()), summed over the shards and backends, to `out`
   // (totals_width counters, totals_* layout).
   void add_group_totals(size_t group, uint64_t* out) const noexcept;
+  // Any thread: requests in flight, summed over the shards.
+  uint64_t inflight() const noexcept;
   // Any thread: shard `s`'s loop counters as the reactor last set them:
   // iterations, completions, polls caught, polls missed, poll ns.
   void shard_loop(size_t s, uint64_t out[5]) const noexcept;
