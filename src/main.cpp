@@ -18,6 +18,7 @@
 #include "sluice/control/gateway.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
+#include "sluice/control/status.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
@@ -86,6 +87,7 @@ struct control_state {
   control::budget_keeper* budgets = nullptr;
   control::cluster_keeper* cluster = nullptr;  // [cluster] mode only
   control::embeddings_loader* embeddings = nullptr;
+  control::status_sampler* status = nullptr;
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
@@ -282,6 +284,8 @@ int main(int argc, char** argv) {
     control::health_checker health(*r, *g, cfg);
     admin.set_health(&health);
     control::embeddings_loader embeddings(*r, cfg);
+    control::status_sampler status(*g);
+    admin.set_status(&status);
 
     control_state ctl;
     ctl.r = r.get();
@@ -290,6 +294,7 @@ int main(int argc, char** argv) {
     ctl.health = &health;
     ctl.embeddings = &embeddings;
     ctl.budgets = &budgets;
+    ctl.status = &status;
     ctl.cfg = cfg;
     admin.set_budgets(&budgets, &ctl.cfg);
     ctl.flags = &f;
@@ -332,6 +337,7 @@ int main(int argc, char** argv) {
       auto* c = static_cast<control_state*>(p);
       c->health->on_iteration(c->r->now_ms());
       c->embeddings->on_iteration(c->r->now_ms());
+      c->status->on_iteration(c->r->now_ms());
       if (c->cluster != nullptr) c->cluster->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());
       c->budgets->on_iteration(*c->cfg, c->r->now_ms(), static_cast<int64_t>(realtime_ms()));

@@ -10,6 +10,7 @@ sluice_packages=(
   libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp protobuf-compiler
   libhiredis-dev redis-server libfasttext-dev libnuma-dev
   nodejs npm curl python3
+  chromium  # the status page's browser test (tests/integration/status_page_browser.test.mjs)
 )
 
 log() { printf '== %s\n' "$*" >&2; }

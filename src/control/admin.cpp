@@ -1,6 +1,7 @@
 #include "sluice/control/admin.hpp"
 #include "sluice/control/cluster.hpp"
 
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "sluice/openai/error.hpp"
 #include "sluice/control/budgets.hpp"
 #include "sluice/control/health.hpp"
+#include "sluice/control/status.hpp"
 #include "sluice/core/clock.hpp"
 
 namespace sluice::control {
@@ -32,6 +34,7 @@ struct admin_server::conn {
   io recv_op, send_op, settle_op;
   bool settle_timer_armed = false;  // settle_op is the kernel's until its CQE
   std::optional<settle_wait> settling;  // a drain's answer waits for every shard
+  bool to_page = false;  // a drain from the status page's form: answered 303 to /
   admin_server* srv = nullptr;
   int fd = -1;
   uint32_t len = 0;
@@ -190,17 +193,23 @@ void admin_server::answer_when_settled(conn* c) noexcept {
     return;
   }
   c->settling.reset();
+  if (c->to_page) {
+    respond(c, 303, "text/plain", "", "location: /\r\n");
+    return;
+  }
   std::string body;
   _health->describe_json(body);
   respond(c, 200, "application/json", body);
 }
 
-void admin_server::respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept {
+void admin_server::respond(conn* c, uint16_t status, const char* content_type, std::string_view body,
+                           std::string_view extra_headers) noexcept {
   const char* reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
                                             : status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized"
+                                            : status == 303 ? "See Other" : status == 403 ? "Forbidden"
                                                                                     : "Bad Request";
-  c->reply = fmt::format("HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                         status, reason, content_type, body.size());
+  c->reply = fmt::format("HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}connection: close\r\n\r\n",
+                         status, reason, content_type, body.size(), extra_headers);
   c->reply.append(body);
   c->sent = 0;
   submit_send(c);
@@ -235,6 +244,28 @@ std::string query_value(std::string_view target, std::string_view name) {
   return {};
 }
 
+// Whether a POST may change state: a browser names the page it came from
+// in Origin, and a page of another origin (which could submit a form to
+// this listener) must not drain a backend. No Origin: not a browser's
+// cross-origin form (curl, scripts), as before.
+bool same_origin(const http::request_head& h) noexcept {
+  http::header f;
+  for (http::header_fields it = h.fields(); it.next(f);) {
+    if (f.name.size() != 6 || strncasecmp(f.name.data(), "origin", 6) != 0) continue;
+    const size_t scheme = f.value.find("://");
+    return scheme != std::string_view::npos && f.value.substr(scheme + 3) == h.host;
+  }
+  return true;
+}
+
+// The page's own headers: it loads nothing from anywhere, posts only to
+// this listener and is never framed (its drain buttons cannot be
+// clickjacked).
+constexpr std::string_view k_page_headers =
+    "content-security-policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'\r\n"
+    "cache-control: no-store\r\nx-content-type-options: nosniff\r\n";
+
 std::string admin_error(std::string_view message) {
   char body[512];
   openai::error_fields e;
@@ -249,10 +280,14 @@ void admin_server::handle(conn* c) noexcept {
   // server.admin_token_env: every endpoint but /healthz (load balancers'
   // probes carry no credentials) wants the bearer token, compared in
   // constant time.
+  // The status page's document is served without it, but its data only
+  // with it (the page then asks for the token and fetches /status.json).
   const std::string& token = _token;
+  bool authorized = true;
   if (!token.empty() && path != "/healthz") {
     const std::string_view given = auth::bearer_token(c->head.authorization);
-    if (given.size() != token.size() || CRYPTO_memcmp(given.data(), token.data(), token.size()) != 0) {
+    authorized = given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+    if (!authorized && !(path == "/" && c->head.meth == http::method::get)) {
       respond(c, 401, "application/json", admin_error("This admin endpoint needs Authorization: Bearer <admin token>."));
       return;
     }
@@ -267,7 +302,12 @@ void admin_server::handle(conn* c) noexcept {
       respond(c, 400, "application/json", admin_error("Missing ?url=BACKEND_URL (as GET /backends lists it)."));
       return;
     }
+    if (!same_origin(c->head)) {
+      respond(c, 403, "application/json", admin_error("A drain from a page of another origin is refused."));
+      return;
+    }
     const bool drain = path == "/backends/drain";
+    c->to_page = query_value(c->head.target, "then") == "page";
     if (!_health->set_draining(url, drain)) {
       respond(c, 404, "application/json", admin_error("No such backend; GET /backends lists them."));
       return;
@@ -280,6 +320,10 @@ void admin_server::handle(conn* c) noexcept {
   }
   if (c->head.meth != http::method::get) {
     respond(c, 405, "text/plain", "method not allowed\n");
+    return;
+  }
+  if ((path == "/" || path == "/status.json") && _status != nullptr) {
+    respond_status(c, path == "/", authorized);
     return;
   }
   if (path == "/backends" && _health != nullptr) {
@@ -344,6 +388,19 @@ void admin_server::handle(conn* c) noexcept {
     return;
   }
   respond(c, 404, "text/plain", "not found\n");
+}
+
+void admin_server::respond_status(conn* c, bool page, bool with_data) noexcept {
+  const status_view v = _status->view(**_cfg, _health, _budgets, _r.now_ms(), static_cast<int64_t>(realtime_ms()));
+  std::string body;
+  body.reserve(page ? 32768 : 16384);
+  if (page) {
+    render_status_page(v, with_data, body);
+    respond(c, 200, "text/html; charset=utf-8", body, k_page_headers);
+  } else {
+    render_status_json(v, body);
+    respond(c, 200, "application/json", body, "cache-control: no-store\r\n");
+  }
 }
 
 }  // namespace sluice::control

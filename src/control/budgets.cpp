@@ -146,6 +146,10 @@ void budget_keeper::render_metrics(const config::config& cfg, int64_t unix_ms, s
   }
 }
 
+quota::budget_usage budget_keeper::key_usage(std::string_view id, int64_t unix_ms) const {
+  return _ledger->usage(quota::subject_kind::key, id, quota::windows_at(unix_ms));
+}
+
 bool budget_keeper::describe_key(const config::config& cfg, const gateway& g, std::string_view id, int64_t unix_ms,
                                  std::string& out) const {
   int64_t at = -1;

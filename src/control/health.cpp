@@ -10,6 +10,7 @@
 
 #include "grpc_probe.hpp"
 #include "labels.hpp"
+#include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/net/socket.hpp"
@@ -53,6 +54,11 @@ struct health_checker::probe {
   char scrape_request[320];
   size_t scrape_request_len = 0;
   std::string body;  // the scrape's reply (cold path: the control thread)
+  // The last scrape's vLLM gauges (-1: absent) and the last health change,
+  // for the status page.
+  double vllm_waiting = -1, vllm_running = -1, vllm_kv_cache = -1;
+  const char* last_change = "";
+  int64_t last_change_unix_ms = 0;
   // grpc:// backends only: the HTTP/2 session, and what of its current
   // output the kernel has sent (the view stays valid until the next
   // next_send(), which waits for the send's CQE).
@@ -63,6 +69,12 @@ struct health_checker::probe {
 };
 
 namespace {
+
+// The status page's "last change" of a backend: what and when.
+void note_change(health_checker::probe& p, const char* what) noexcept {
+  p.last_change = what;
+  p.last_change_unix_ms = static_cast<int64_t>(realtime_ms());
+}
 
 // A backend shared by several groups uses the first group's settings.
 const config::health_config& health_params(const config::config& cfg, uint32_t b) {
@@ -149,6 +161,7 @@ bool health_checker::set_draining(std::string_view url, bool draining) noexcept 
     probe& p = *_probes[b];
     if (p.health.draining() != draining) {
       p.health.set_draining(draining);
+      note_change(p, draining ? "drained by the operator" : "undrained by the operator");
       log::info("backend {}: {}", url, draining ? "draining (no new requests)" : "no longer draining");
     }
     route::message m;
@@ -190,6 +203,28 @@ void health_checker::describe_json(std::string& out) const {
   out += "]}\n";
 }
 
+void health_checker::status_rows(std::vector<backend_view>& out) const {
+  for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
+    if (_cfg->backends[b].removed) continue;
+    const probe& p = *_probes[b];
+    backend_view v;
+    v.backend = b;
+    v.url = _cfg->backends[b].url;
+    const route::health_state st = p.health.state();
+    v.state = st == route::health_state::down      ? "down"
+              : st == route::health_state::ejected ? "ejected"
+              : p.health.draining()                ? "draining"
+                                                   : "up";
+    v.probation = p.health.on_probation();
+    v.waiting = p.vllm_waiting;
+    v.running = p.vllm_running;
+    v.kv_cache = p.vllm_kv_cache;
+    v.last_change = p.last_change;
+    v.last_change_unix_ms = p.last_change_unix_ms;
+    out.push_back(v);
+  }
+}
+
 void health_checker::render_metrics(std::string& out) const {
   out += "# HELP sluice_backend_draining 1 while an operator drains the backend (no new requests).\n"
          "# TYPE sluice_backend_draining gauge\n";
@@ -219,12 +254,15 @@ void health_checker::apply(uint32_t backend, route::health_event e) noexcept {
     case route::health_event::became_up:
     case route::health_event::readmitted:
       m.kind = route::message_kind::backend_up;
+      note_change(*_probes[backend], e == route::health_event::readmitted ? "readmitted" : "up");
       log::info("backend {} is up", _cfg->backends[backend].url);
       _g.metrics().set_backend_up(backend, true);
       break;
     case route::health_event::became_down:
     case route::health_event::ejected:
       m.kind = route::message_kind::backend_down;
+      note_change(*_probes[backend], e == route::health_event::ejected ? "ejected (request failures)"
+                                                                       : "down (probes failing)");
       log::warn("backend {} is {}", _cfg->backends[backend].url,
                 e == route::health_event::ejected ? "ejected (request failures)" : "down (probes failing)");
       _g.metrics().set_backend_up(backend, false);
@@ -262,6 +300,9 @@ void health_checker::finish_probe(probe& p, bool ok, uint64_t now_ms) noexcept {
   if (p.scrape) {
     // A scrape says nothing about health; it only updates the queue length.
     const int64_t waiting = ok ? route::vllm_waiting_requests(p.body) : -1;
+    p.vllm_waiting = static_cast<double>(waiting);
+    p.vllm_running = ok ? route::prometheus_gauge_sum(p.body, "vllm:num_requests_running") : -1;
+    p.vllm_kv_cache = ok ? route::prometheus_gauge_sum(p.body, "vllm:kv_cache_usage_perc") : -1;
     if (waiting >= 0) {
       route::message m;
       m.kind = route::message_kind::backend_waiting;

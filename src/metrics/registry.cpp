@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <unordered_map>
 #include <new>
@@ -140,6 +141,40 @@ void registry::backend_answers(uint32_t backend, uint64_t& answers, uint64_t& se
       }
     }
   }
+}
+
+void registry::add_group_totals(size_t group, uint64_t* out) const noexcept {
+  if (group > _group_rows) return;
+  const size_t b = _backend_rows + 1;
+  constexpr size_t w = shard_metrics::histogram_width;
+  // Rows past the named backends stay 0 until a reload names them: only
+  // the named ones and the `none` row are read.
+  const size_t named = std::min(_names.backends.size(), _backend_rows);
+  auto add_answers = [&](const shard_metrics& m, size_t backend) {
+    const counter* row = m._requests + (group * b + backend) * status_code_count;
+    for (size_t c = 0; c < status_code_count; ++c) out[totals_codes + c] += row[c].get();
+  };
+  for (const shard_metrics& m : _shards) {
+    for (size_t bi = 0; bi < named; ++bi) add_answers(m, bi);
+    add_answers(m, _backend_rows);
+    for (size_t k = 0; k < token_kind_count; ++k) out[totals_tokens + k] += m._tokens[group * token_kind_count + k].get();
+    for (size_t i = 0; i < latency_bucket_count; ++i) {
+      out[totals_ttft + i] += m._ttft[group * w + i].get();
+      out[totals_duration + i] += m._duration[group * w + i].get();
+    }
+  }
+}
+
+uint64_t registry::inflight() const noexcept {
+  // Each shard's own count never goes below zero; the sum is read without
+  // a snapshot, so take it as signed and clamp a momentary skew.
+  int64_t t = 0;
+  for (const shard_metrics& m : _shards) t += static_cast<int64_t>(m._inflight->get());
+  return t < 0 ? 0 : static_cast<uint64_t>(t);
+}
+
+void registry::shard_loop(size_t s, uint64_t out[5]) const noexcept {
+  for (size_t i = 0; i < 5; ++i) out[i] = s < _shards.size() ? _shards[s]._loop[i].get() : 0;
 }
 
 void registry::set_backend_up(uint32_t backend, bool up) noexcept {
@@ -363,13 +398,7 @@ void registry::render(std::string& out) const {
   }
 
   put_family(out, "sluice_inflight_requests", "gauge", "Requests in flight.");
-  {
-    // Each shard's own count never goes below zero; the sum is read without
-    // a snapshot, so take it as signed and clamp a momentary skew.
-    int64_t t = 0;
-    for (const shard_metrics& m : _shards) t += static_cast<int64_t>(m._inflight->get());
-    fmt::format_to(it, "sluice_inflight_requests {}\n", t < 0 ? 0 : t);
-  }
+  fmt::format_to(it, "sluice_inflight_requests {}\n", inflight());
 
   put_family(out, "sluice_backend_up", "gauge", "1 when the backend passes health checks, else 0.");
   for (size_t bi = 0; bi < _names.backends.size(); ++bi) {

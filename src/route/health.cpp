@@ -7,15 +7,12 @@
 
 namespace sluice::route {
 
-// Sums vllm:num_requests_waiting over its label sets in a Prometheus text
-// body. Returns: -1 when the body has no such sample.
-int64_t vllm_waiting_requests(std::string_view body) noexcept {
-  constexpr std::string_view k_name = "vllm:num_requests_waiting";
-  int64_t total = -1;
+double prometheus_gauge_sum(std::string_view body, std::string_view name) noexcept {
+  double total = -1;
   size_t at = 0;
-  while ((at = body.find(k_name, at)) != std::string_view::npos) {
+  while (!name.empty() && (at = body.find(name, at)) != std::string_view::npos) {
     const bool line_start = at == 0 || body[at - 1] == '\n';
-    at += k_name.size();
+    at += name.size();
     if (!line_start || at >= body.size() || (body[at] != '{' && body[at] != ' ')) continue;
     const size_t eol = body.find('\n', at);
     const std::string_view line = body.substr(at, eol == std::string_view::npos ? body.size() - at : eol - at);
@@ -23,13 +20,18 @@ int64_t vllm_waiting_requests(std::string_view body) noexcept {
     if (space == std::string_view::npos) continue;
     double v = 0;
     const std::string_view num = line.substr(space + 1);
-    if (std::from_chars(num.data(), num.data() + num.size(), v).ec != std::errc{} || v < 0) continue;
-    total = (total < 0 ? 0 : total) + static_cast<int64_t>(v);
+    if (std::from_chars(num.data(), num.data() + num.size(), v).ec != std::errc{} || !(v >= 0)) continue;
+    total = (total < 0 ? 0 : total) + v;
   }
   return total;
 }
 
-
+// Sums vllm:num_requests_waiting over its label sets in a Prometheus text
+// body, whole requests. Returns: -1 when the body has no such sample.
+int64_t vllm_waiting_requests(std::string_view body) noexcept {
+  const double v = prometheus_gauge_sum(body, "vllm:num_requests_waiting");
+  return v < 0 ? -1 : v > 9.0e18 ? INT64_MAX : static_cast<int64_t>(v);
+}
 
 health_event backend_health::eject(uint64_t now_ms) noexcept {
   // A backend that fails again right after re-admission waits longer each

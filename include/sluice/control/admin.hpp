@@ -2,7 +2,8 @@
 // control: the admin listener, served by the control thread's reactor:
 // GET /healthz and GET /metrics (Prometheus text, shard counters summed at
 // scrape time), GET /backends and the drain API, GET /keys/{id} (limits and
-// budgets). One request per connection; never on a shard's core path.
+// budgets), the status page GET / and GET /status.json (status.hpp). One
+// request per connection; never on a shard's core path.
 #include <cstdint>
 #include <string>
 
@@ -14,6 +15,7 @@ namespace sluice::control {
 class health_checker;
 class budget_keeper;
 class cluster_keeper;
+class status_sampler;
 
 class admin_server {
  public:
@@ -41,6 +43,9 @@ class admin_server {
     _cfg = cfg;
   }
 
+  // GET / and /status.json: the sampler's history.
+  void set_status(const status_sampler* s) noexcept { _status = s; }
+
   struct conn;
 
  private:
@@ -57,7 +62,11 @@ class admin_server {
   // A drain or undrain is answered once every shard has taken it (or its
   // wait's bound passed); until then it looks again every millisecond.
   void answer_when_settled(conn* c) noexcept;
-  void respond(conn* c, uint16_t status, const char* content_type, std::string_view body) noexcept;
+  // `extra_headers`: whole field lines, each ending in CRLF.
+  void respond(conn* c, uint16_t status, const char* content_type, std::string_view body,
+               std::string_view extra_headers = {}) noexcept;
+  // GET / and GET /status.json.
+  void respond_status(conn* c, bool page, bool with_data) noexcept;
   void handle(conn* c) noexcept;
   void close_conn(conn* c) noexcept;
 
@@ -66,6 +75,7 @@ class admin_server {
   health_checker* _health = nullptr;
   const budget_keeper* _budgets = nullptr;
   const cluster_keeper* _cluster = nullptr;
+  const status_sampler* _status = nullptr;
   const std::shared_ptr<const config::config>* _cfg = nullptr;
   std::string _token;
   int _listen_fd;

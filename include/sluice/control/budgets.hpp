@@ -59,6 +59,9 @@ class budget_keeper {
   // false when no live key has that id.
   bool describe_key(const config::config& cfg, const gateway& g, std::string_view id, int64_t unix_ms,
                     std::string& out) const;
+  // The status page: what key `id` used in its current windows (by
+  // quota::budget_kind), budget or not.
+  quota::budget_usage key_usage(std::string_view id, int64_t unix_ms) const;
 
  private:
   std::unique_ptr<quota::budget_board> _board;

@@ -42,6 +42,21 @@ class health_checker {
   void describe_json(std::string& out) const;
   void render_metrics(std::string& out) const;
 
+  // The status page's view of one live backend (admin GET /, /status.json).
+  // Views point into the checker: valid until its next reload.
+  struct backend_view {
+    uint32_t backend = 0;
+    std::string_view url;
+    std::string_view state;  // "up", "down", "ejected" or "draining"
+    bool probation = false;
+    // vLLM's gauges as of the last /metrics scrape; -1: not known.
+    double waiting = -1, running = -1, kv_cache = -1;
+    // The last health change and when (wall clock); "" / 0: none yet.
+    std::string_view last_change;
+    int64_t last_change_unix_ms = 0;
+  };
+  void status_rows(std::vector<backend_view>& out) const;
+
   struct probe;
 
  private:

@@ -53,6 +53,15 @@ inline constexpr uint64_t latency_bounds_us[] = {
     1'000'000,  2'500'000,  5'000'000,  10'000'000, 20'000'000, 30'000'000,  60'000'000,  120'000'000};
 inline constexpr size_t latency_bucket_count = sizeof latency_bounds_us / sizeof latency_bounds_us[0] + 1;  // + +Inf
 
+// registry::add_group_totals' layout: one group's answers by status code
+// (status_codes order, then "other"), its tokens by kind, then its TTFT and
+// duration histograms (per-bucket counts, latency_bounds_us order).
+inline constexpr size_t totals_codes = 0;
+inline constexpr size_t totals_tokens = totals_codes + status_code_count;
+inline constexpr size_t totals_ttft = totals_tokens + token_kind_count;
+inline constexpr size_t totals_duration = totals_ttft + latency_bucket_count;
+inline constexpr size_t totals_width = totals_duration + latency_bucket_count;
+
 // A shard's plain counters and gauges: one slot each per shard, summed over
 // the shards at scrape time. Their names, help and labels are a table in
 // registry.cpp (stat_rows); a stat without a row is internal (read by the
@@ -213,6 +222,11 @@ class registry {
 
   size_t shard_count() const noexcept { return _shards.size(); }
   shard_metrics& shard(size_t i) noexcept { return _shards[i]; }
+  const shard_metrics& shard(size_t i) const noexcept { return _shards[i]; }
+  // Group rows, room for reloads included; row group_capacity() is the
+  // `none` group (answers before any group was resolved).
+  size_t group_capacity() const noexcept { return _group_rows; }
+  size_t backend_capacity() const noexcept { return _backend_rows; }
   const names& label_names() const noexcept { return _names; }
   // Control thread (the thread that renders): the label names after a
   // reload. Returns: false (nothing changes) when a list would shrink or
@@ -227,6 +241,16 @@ class registry {
   // Any thread: the answers recorded for `backend` (every group, every
   // shard), and of them the 5xx ones.
   void backend_answers(uint32_t backend, uint64_t& answers, uint64_t& server_errors) const noexcept;
+
+  // Any thread (the status sampler): adds group row `group` (<=
+  // group_capacity()), summed over the shards and backends, to `out`
+  // (totals_width counters, totals_* layout).
+  void add_group_totals(size_t group, uint64_t* out) const noexcept;
+  // Any thread: requests in flight, summed over the shards.
+  uint64_t inflight() const noexcept;
+  // Any thread: shard `s`'s loop counters as the reactor last set them:
+  // iterations, completions, polls caught, polls missed, poll ns.
+  void shard_loop(size_t s, uint64_t out[5]) const noexcept;
 
   // Any thread, typically the admin server per scrape: appends every family
   // with HELP and TYPE lines. Counters of (group, backend, code) and

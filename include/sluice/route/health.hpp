@@ -27,6 +27,10 @@ enum class health_state : uint8_t { up, down, ejected };
 // `vllm:num_requests_waiting` over its label sets. Returns: -1 when the
 // body has no such sample.
 int64_t vllm_waiting_requests(std::string_view body) noexcept;
+// The sum of gauge `name` over its label sets in a Prometheus text body
+// (vllm:num_requests_running, vllm:kv_cache_usage_perc for the status
+// page). Returns: -1 when the body has no such sample.
+double prometheus_gauge_sum(std::string_view body, std::string_view name) noexcept;
 
 // What the caller must tell the shards. `none`: nothing changed for routing.
 enum class health_event : uint8_t { none, became_up, became_down, ejected, readmitted };

@@ -305,6 +305,40 @@ TEST_SUITE("metrics::registry") {
     CHECK(x.samples.count(R"(sluice_quota_rejected_total{key="alice",reason="tokens"})") == 0);
   }
 
+  TEST_CASE("a group's totals sum its answers over shards and backends, its tokens and histograms") {
+    // Room for reloads: rows past the named ones are read as nothing.
+    registry r(2, small_names(), registry::room{2, 4, 0});
+    for (size_t s = 0; s < 2; ++s) {
+      shard_metrics& m = r.shard(s);
+      m.request_done(1, 0, 200);
+      m.request_done(1, 1, 503);
+      m.request_done(1, none, 429);  // before a backend was picked
+      m.request_done(0, 0, 200);     // another group
+      m.tokens(1, 5, 7);
+      m.observe_ttft_us(1, 3000);      // (2.5 ms, 5 ms]
+      m.observe_duration_us(1, 200'000);  // (100 ms, 250 ms]
+      m.request_done(none, none, 401);
+      m.set_loop(10 + s, 20, 1, 2, 3);
+    }
+    std::vector<uint64_t> t(totals_width, 0);
+    r.add_group_totals(1, t.data());
+    CHECK(t[totals_codes + status_index(200)] == 2);
+    CHECK(t[totals_codes + status_index(503)] == 2);
+    CHECK(t[totals_codes + status_index(429)] == 2);
+    CHECK(t[totals_codes + status_index(401)] == 0);
+    CHECK(t[totals_tokens] == 10);
+    CHECK(t[totals_tokens + 1] == 14);
+    CHECK(t[totals_ttft + 2] == 2);
+    CHECK(t[totals_duration + 7] == 2);
+    // Added to what is there: the no-group row on top.
+    r.add_group_totals(r.group_capacity(), t.data());
+    CHECK(t[totals_codes + status_index(401)] == 2);
+    uint64_t loop[5];
+    r.shard_loop(1, loop);
+    CHECK(loop[0] == 11);
+    CHECK(loop[1] == 20);
+  }
+
   TEST_CASE("status codes fall into the fixed set, the rest into other") {
     CHECK(status_index(200) == 0);
     CHECK(status_codes[status_index(499)] == 499);

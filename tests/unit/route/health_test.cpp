@@ -123,6 +123,20 @@ TEST_SUITE("route::vllm_waiting_requests") {
   }
 }
 
+TEST_SUITE("route::prometheus_gauge_sum") {
+  TEST_CASE("a fractional gauge is summed over label sets; a longer name is another metric") {
+    const char* body =
+        "vllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\n"
+        "vllm:kv_cache_usage_perc{model_name=\"b\"} 0.5\n"
+        "vllm:kv_cache_usage_perc_max 9\n"
+        "vllm:num_requests_running 3\n";
+    CHECK(sluice::route::prometheus_gauge_sum(body, "vllm:kv_cache_usage_perc") == doctest::Approx(0.75));
+    CHECK(sluice::route::prometheus_gauge_sum(body, "vllm:num_requests_running") == doctest::Approx(3));
+    CHECK(sluice::route::prometheus_gauge_sum(body, "vllm:num_requests_waiting") == -1);
+    CHECK(sluice::route::prometheus_gauge_sum(body, "") == -1);
+  }
+}
+
 TEST_SUITE("route::backend_health max ejection") {
   TEST_CASE("failures past eject_after do not eject while ejecting is not allowed, and do once it is") {
     sluice::config::health_config p;
