@@ -1,0 +1,332 @@
+// Restart without dropping (issue 19, DESIGN.md §6a): SIGUSR2 re-executes
+// the program file -- a file replaced since the start is what runs -- with
+// the listening sockets inherited; once the new process serves, the old one
+// stops accepting, drains its streams and exits 0. A new binary that fails
+// leaves the old one serving. And systemd's socket activation: a listening
+// socket passed as fd 3 with LISTEN_FDS / LISTEN_PID is served on.
+//
+// sluice runs from a copy of build/sluice in a temp folder, so the test can
+// replace that file. The new process is a child of the old one, not of this
+// test: its pid comes from the old one's log line and the test stops it.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach, before, describe, it } from 'node:test';
+
+import {
+  bound_ms, chat_body, http_post, managed_process, mock_model, program, sse_events, start_mock_vllm, start_streams, stop_all,
+  test_key, with_timeout,
+} from './lib/harness.mjs';
+
+// Processes started by an upgrade: not this test's children, so stopped here.
+const adopted = new Set();
+function stop_adopted() {
+  for (const pid of adopted) {
+    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+  }
+  adopted.clear();
+}
+process.on('exit', stop_adopted);
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// Waits (bounded) for a pid that is not this test's child to go away.
+async function until_gone(pid, what) {
+  await with_timeout(new Promise((resolve) => {
+    const look = () => (alive(pid) ? setTimeout(look, 20) : resolve());
+    look();
+  }), bound_ms(15000), what);
+}
+
+// Copies build/sluice to `file` through a temp name and a rename, as a
+// package upgrade does: the running process keeps the old inode.
+function install_binary(file, source = program('sluice')) {
+  const next = `${file}.next`;
+  fs.copyFileSync(source, next);
+  fs.chmodSync(next, 0o755);
+  fs.renameSync(next, file);
+  return fs.statSync(file).ino;
+}
+
+function install_script(file, text) {
+  const next = `${file}.next`;
+  fs.writeFileSync(next, text, { mode: 0o755 });
+  fs.renameSync(next, file);
+}
+
+// sluice from `dir`/sluice on `config`. Resolves with the process, its
+// port, its admin port and `exited_pid`: a promise of the old process's own
+// exit (the output pipes stay open while the new one runs, so the harness's
+// `exited`, which waits for them, is not that).
+async function start_from(dir, config, { stdio, env } = {}) {
+  fs.writeFileSync(path.join(dir, 'sluice.toml'), config);
+  const proc = new managed_process('sluice', path.join(dir, 'sluice'), ['--config', path.join(dir, 'sluice.toml')], { cwd: dir, env, stdio });
+  const exited_pid = new Promise((resolve) => proc.child.on('exit', (code, signal) => resolve({ code, signal })));
+  const listen = await proc.wait_for_line(/sluice listening on http:\/\/127\.0\.0\.1:(\d+)/, { timeout_ms: bound_ms(10000) });
+  const admin = await proc.wait_for_line(/sluice admin on http:\/\/127\.0\.0\.1:(\d+)/, { timeout_ms: bound_ms(10000) });
+  return { proc, exited_pid, url: `http://127.0.0.1:${listen.match[1]}`, admin_url: `http://127.0.0.1:${admin.match[1]}` };
+}
+
+// Two groups: slow streams (model mock-model: the ones the upgrade must not
+// cut, compared byte for byte with the same request sent to the backend
+// directly) and fast answers (model "fast") for the steady load.
+function two_group_config(slow, fast, { listen = '127.0.0.1:0' } = {}) {
+  return [
+    '[server]', `listen = "${listen}"`, 'admin = "127.0.0.1:0"', 'drain_timeout_ms = 30000', '',
+    '[audit]', 'path = "sluice-audit.jsonl"', '',
+    '[[group]]', 'name = "slow"', `models = ["${mock_model}"]`, `backend_model = "${mock_model}"`, `backends = ["${slow}"]`, '',
+    '[[group]]', 'name = "fast"', 'models = ["fast"]', `backend_model = "${mock_model}"`, `backends = ["${fast}"]`, '',
+    '[[key]]', 'id = "test"', `key = "${test_key}"`, 'groups = ["*"]', '',
+  ].join('\n');
+}
+
+const auth = { authorization: `Bearer ${test_key}` };
+
+async function get_status(url) {
+  const res = await fetch(url, { headers: auth });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+// `loops` keep-alive clients sending requests back to back until stop();
+// every failure (status, reset, hang-up) is kept.
+function steady_load(base_url, loops) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: loops });
+  const state = { ok: 0, failures: [], stopped: false };
+  const body = chat_body({ model: 'fast', max_tokens: 4, content: 'load' });
+  const runs = Array.from({ length: loops }, async (_, l) => {
+    for (let i = 0; !state.stopped; ++i) {
+      try {
+        const r = await http_post(base_url, '/v1/chat/completions', body, { agent, headers: auth, timeout_ms: bound_ms(15000) });
+        if (r.status === 200 && r.complete && JSON.parse(r.text).choices?.length === 1) {
+          ++state.ok;
+        } else {
+          state.failures.push(`loop ${l} #${i}: status ${r.status} complete ${r.complete}: ${r.text.slice(0, 200)}`);
+        }
+      } catch (err) {
+        state.failures.push(`loop ${l} #${i}: ${err.code ?? ''} ${err.message}`);
+      }
+    }
+  });
+  return {
+    state,
+    until_ok: (n) => with_timeout(new Promise((resolve) => {
+      const look = () => (state.ok >= n ? resolve() : setTimeout(look, 10));
+      look();
+    }), bound_ms(20000), `${n} load requests to succeed (${state.ok} did; failures: ${state.failures.slice(0, 3)})`),
+    async stop() {
+      state.stopped = true;
+      await Promise.all(runs);
+      agent.destroy();
+      return state;
+    },
+  };
+}
+
+describe('SIGUSR2 under load', () => {
+  let slow, fast, sluice, dir;
+  const streams = 200;
+
+  before(async () => {
+    // 30 tokens at 15/s: each stream runs about two seconds, well past the
+    // moment the upgrade hands over.
+    slow = await start_mock_vllm({ tokens_per_sec: 15, reply_tokens: 30 });
+    fast = await start_mock_vllm({});
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upgrade-'));
+    install_binary(path.join(dir, 'sluice'));
+    sluice = await start_from(dir, two_group_config(slow.url, fast.url));
+  });
+  after(async () => {
+    stop_adopted();
+    await stop_all(sluice?.proc, slow, fast);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it(`a replaced binary takes over: ${streams} streams complete, no request fails`, async () => {
+    const old_pid = sluice.proc.child.pid;
+    const body = (i) => chat_body({ stream: true, max_tokens: 30, content: `upgrade ${i}` });
+    const expected = Promise.all(Array.from({ length: streams }, (_, i) => http_post(
+      slow.url, '/v1/chat/completions', body(i), { headers: { 'x-request-id': `upg-${i}` }, timeout_ms: bound_ms(30000) })));
+
+    const agent = new http.Agent({ keepAlive: true, maxSockets: streams });
+    const { replies, until_started } = start_streams(sluice.url, streams, body, {
+      agent, headers: (i) => ({ ...auth, 'x-request-id': `upg-${i}` }),
+    });
+    await until_started();
+    const load = steady_load(sluice.url, 8);
+    await load.until_ok(50);
+
+    const ino = install_binary(path.join(dir, 'sluice'));
+    const from = sluice.proc.mark();
+    process.kill(old_pid, 'SIGUSR2');
+    const serving = await sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    const new_pid = Number(serving.match[1]);
+    adopted.add(new_pid);
+    assert.notEqual(new_pid, old_pid);
+    // The new process runs the new file; the old one the file it replaced.
+    assert.equal(fs.readlinkSync(`/proc/${new_pid}/exe`), path.join(dir, 'sluice'));
+    assert.equal(fs.statSync(`/proc/${new_pid}/exe`).ino, ino);
+
+    const old_exit = await with_timeout(sluice.exited_pid, bound_ms(20000), 'the old process to exit');
+    assert.deepEqual(old_exit, { code: 0, signal: null }, sluice.proc.output());
+    // Load goes on against the new process alone.
+    const ok_at_exit = load.state.ok;
+    await load.until_ok(ok_at_exit + 100);
+    const { ok, failures } = await load.stop();
+    agent.destroy();
+
+    const results = await Promise.all(replies);
+    const want = await expected;
+    for (let i = 0; i < streams; ++i) {
+      const r = results[i];
+      assert.equal(r.status, 200, `stream ${i}`);
+      assert.equal(r.complete, true, `stream ${i} completed`);
+      assert.equal(sse_events(r.text).at(-1), '[DONE]', `stream ${i} ends with [DONE]`);
+      assert.equal(r.text, want[i].text, `stream ${i} has the full content`);
+    }
+    console.log(`upgrade under load: ${ok} load requests, ${failures.length} failed; old pid ${old_pid} -> new pid ${new_pid}`);
+    assert.deepEqual(failures, [], 'no load request failed or was reset');
+    assert.ok(alive(new_pid), 'the new process runs on');
+    assert.equal(await get_status(`${sluice.admin_url}/healthz`), 200, 'the admin listener was handed over too');
+
+    // The new process drains and exits on SIGTERM as any other.
+    process.kill(new_pid, 'SIGTERM');
+    await until_gone(new_pid, 'the new process to exit on SIGTERM');
+    adopted.delete(new_pid);
+  });
+});
+
+describe('SIGUSR2 with a new binary that fails', () => {
+  let mock, sluice, dir;
+
+  before(async () => {
+    mock = await start_mock_vllm({});
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upgrade-'));
+    install_binary(path.join(dir, 'sluice'));
+    sluice = await start_from(dir, two_group_config(mock.url, mock.url));
+  });
+  afterEach(() => stop_adopted());
+  after(async () => {
+    await stop_all(sluice?.proc, mock);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const chat = () => http_post(sluice.url, '/v1/chat/completions', chat_body({ model: 'fast' }), { headers: auth });
+
+  it('a binary that exits 1: logged, the old process serves on', async () => {
+    install_script(path.join(dir, 'sluice'), '#!/bin/sh\necho "not a gateway" >&2\nexit 1\n');
+    const from = sluice.proc.mark();
+    process.kill(sluice.proc.child.pid, 'SIGUSR2');
+    await sluice.proc.wait_for_line(/SIGUSR2: the new process \(pid \d+\) exited before it served; this process serves on/, { from });
+    await sluice.proc.wait_for_line(/SIGUSR2: pid \d+ exited with status 1/, { from });
+    assert.equal(sluice.proc.exit, null, 'the old process runs on');
+    assert.equal((await chat()).status, 200);
+  });
+
+  it('a missing binary: the exec error is logged, the old process serves on', async () => {
+    fs.rmSync(path.join(dir, 'sluice'));
+    const from = sluice.proc.mark();
+    process.kill(sluice.proc.child.pid, 'SIGUSR2');
+    await sluice.proc.wait_for_line(/SIGUSR2: the new process \(pid \d+\) could not be started: exec .*: No such file or directory/, { from });
+    assert.equal((await chat()).status, 200);
+  });
+
+  it('a second SIGUSR2 while one is in progress is ignored; the first then completes', async () => {
+    // The new "binary" waits for this test (on a FIFO), then runs sluice.
+    const fifo = path.join(dir, 'go');
+    execFileSync('mkfifo', [fifo]);
+    fs.copyFileSync(program('sluice'), path.join(dir, 'sluice-real'));
+    fs.chmodSync(path.join(dir, 'sluice-real'), 0o755);
+    install_script(path.join(dir, 'sluice'), `#!/bin/sh\nread go < '${fifo}'\nexec '${path.join(dir, 'sluice-real')}' "$@"\n`);
+    const old_pid = sluice.proc.child.pid;
+    const from = sluice.proc.mark();
+    process.kill(old_pid, 'SIGUSR2');
+    await sluice.proc.wait_for_line(/SIGUSR2: started .* as pid \d+/, { from });
+    process.kill(old_pid, 'SIGUSR2');
+    await sluice.proc.wait_for_line(/SIGUSR2: an upgrade is in progress \(pid \d+\); ignored/, { from });
+    assert.equal((await chat()).status, 200, 'the old process serves while it waits');
+    await fs.promises.writeFile(fifo, 'go\n');
+    const serving = await sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    adopted.add(Number(serving.match[1]));
+    const starts = sluice.proc.lines.slice(from).filter((l) => /SIGUSR2: started/.test(l.text));
+    assert.equal(starts.length, 1, 'one new process was started');
+    assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(10000), 'the old process to exit'), { code: 0, signal: null });
+    assert.equal((await chat()).status, 200, 'the new process serves');
+  });
+});
+
+describe('socket activation (LISTEN_FDS)', () => {
+  let mock, dir;
+  const procs = [];
+
+  before(async () => {
+    mock = await start_mock_vllm({});
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-activation-'));
+    install_binary(path.join(dir, 'sluice'));
+  });
+  after(async () => {
+    await stop_all(...procs, mock);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  // A listening socket made here, as systemd would: its fd, then the
+  // server closed here once the child has its copy (so this process never
+  // accepts on it).
+  async function listening_socket() {
+    const server = net.createServer();
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { server, fd: server._handle.fd, port: server.address().port };
+  }
+
+  // sluice started through sh, so that LISTEN_PID can be its own pid
+  // (sh's, kept by exec), with the socket as fd 3.
+  function spawn_activated(sock, { pid_expr = '$$' } = {}) {
+    fs.writeFileSync(path.join(dir, 'sluice.toml'), two_group_config(mock.url, mock.url, { listen: `127.0.0.1:${sock.port}` }));
+    const proc = new managed_process('sluice', '/bin/sh', ['-c', `LISTEN_FDS=1 LISTEN_PID=${pid_expr} exec ./sluice --config sluice.toml`],
+      { cwd: dir, stdio: ['ignore', 'pipe', 'pipe', sock.fd] });
+    procs.push(proc);
+    sock.server.close();
+    return proc;
+  }
+
+  it('requests on the socket systemd passed are served, on every shard', async () => {
+    const sock = await listening_socket();
+    const proc = spawn_activated(sock);
+    const listening = await proc.wait_for_line(/sluice listening on http:\/\/127\.0\.0\.1:(\d+) \((\d+) shards?\)/, { timeout_ms: bound_ms(10000) });
+    assert.equal(Number(listening.match[1]), sock.port);
+    // The admin listener (port 0 in the config) binds its own: a passed
+    // socket matches a listener by its exact address only.
+    const admin = await proc.wait_for_line(/sluice admin on (http:\/\/127\.0\.0\.1:(\d+))/);
+    assert.notEqual(Number(admin.match[2]), sock.port);
+    assert.equal(await get_status(`${admin.match[1]}/healthz`), 200);
+    // Fresh connections: whichever shard takes each, it is answered.
+    for (let i = 0; i < 20; ++i) {
+      const r = await http_post(`http://127.0.0.1:${sock.port}`, '/v1/chat/completions', chat_body({ model: 'fast' }),
+        { headers: { ...auth, connection: 'close' } });
+      assert.equal(r.status, 200, `request ${i}`);
+    }
+    const exit = await proc.stop();
+    assert.deepEqual(exit, { code: 0, signal: null }, proc.output());
+  });
+
+  it('LISTEN_FDS meant for another pid is not taken', async () => {
+    const sock = await listening_socket();
+    // The socket is open in sluice (fd 3) but not its to take: it binds
+    // its own and finds the port in use.
+    const proc = spawn_activated(sock, { pid_expr: '1' });
+    const exit = await with_timeout(proc.exited, bound_ms(10000), 'sluice to refuse the port');
+    assert.notEqual(exit.code, 0);
+    assert.match(proc.output(), /cannot listen on 127\.0\.0\.1:\d+: Address already in use/);
+  });
+});
