@@ -167,7 +167,13 @@ struct control_state {
         log::info("signal {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->server.drain_timeout_ms);
         admin->set_draining(true);
         health->stop();
-        g->drain(cfg->server.drain_timeout_ms);
+        // With an upgrade under way the listening sockets may live on in
+        // the new process: they are handed over, not shut down.
+        if (upgrade->in_progress()) {
+          g->hand_over(cfg->server.drain_timeout_ms);
+        } else {
+          g->drain(cfg->server.drain_timeout_ms);
+        }
         return;
       case SIGHUP:
         reload();

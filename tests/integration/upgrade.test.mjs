@@ -15,12 +15,14 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import {
   bound_ms, chat_body, http_post, managed_process, mock_model, program, sse_events, start_mock_vllm, start_streams, stop_all,
   test_key, with_timeout,
 } from './lib/harness.mjs';
+import { make_test_ca } from './lib/test_ca.mjs';
 
 // Processes started by an upgrade: not this test's children, so stopped here.
 const adopted = new Set();
@@ -65,6 +67,19 @@ function install_script(file, text) {
   fs.renameSync(next, file);
 }
 
+// Replaces `dir`/sluice with a script that waits for a line on a FIFO (the
+// test writes it when it wants the new process to go on), then execs a copy
+// of build/sluice with its arguments. Returns the FIFO's path.
+function install_gated_binary(dir) {
+  const fifo = path.join(dir, 'go');
+  const real = path.join(dir, 'sluice-real');
+  execFileSync('mkfifo', [fifo]);
+  fs.copyFileSync(program('sluice'), real);
+  fs.chmodSync(real, 0o755);
+  install_script(path.join(dir, 'sluice'), `#!/bin/sh\nread go < '${fifo}'\nexec '${real}' "$@"\n`);
+  return fifo;
+}
+
 // sluice from `dir`/sluice on `config`. Resolves with the process, its
 // port, its admin port and `exited_pid`: a promise of the old process's own
 // exit (the output pipes stay open while the new one runs, so the harness's
@@ -81,9 +96,9 @@ async function start_from(dir, config, { stdio, env } = {}) {
 // Two groups: slow streams (model mock-model: the ones the upgrade must not
 // cut, compared byte for byte with the same request sent to the backend
 // directly) and fast answers (model "fast") for the steady load.
-function two_group_config(slow, fast, { listen = '127.0.0.1:0' } = {}) {
+function two_group_config(slow, fast, { listen = '127.0.0.1:0', server = [] } = {}) {
   return [
-    '[server]', `listen = "${listen}"`, 'admin = "127.0.0.1:0"', 'drain_timeout_ms = 30000', '',
+    '[server]', `listen = "${listen}"`, 'admin = "127.0.0.1:0"', 'drain_timeout_ms = 30000', ...server, '',
     '[audit]', 'path = "sluice-audit.jsonl"', '',
     '[[group]]', 'name = "slow"', `models = ["${mock_model}"]`, `backend_model = "${mock_model}"`, `backends = ["${slow}"]`, '',
     '[[group]]', 'name = "fast"', 'models = ["fast"]', `backend_model = "${mock_model}"`, `backends = ["${fast}"]`, '',
@@ -132,6 +147,25 @@ function steady_load(base_url, loops) {
       return state;
     },
   };
+}
+
+// The hooks of a describe whose tests run one sluice from a copy of the
+// binary (with `server` lines added to its config) on one mock-vllm.
+// Returns the object its before() fills: {mock, dir, sluice}.
+function gateway_from_copy(server = []) {
+  const g = {};
+  before(async () => {
+    g.mock = await start_mock_vllm({});
+    g.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upgrade-'));
+    install_binary(path.join(g.dir, 'sluice'));
+    g.sluice = await start_from(g.dir, two_group_config(g.mock.url, g.mock.url, { server }));
+  });
+  afterEach(() => stop_adopted());
+  after(async () => {
+    await stop_all(g.sluice?.proc, g.mock);
+    if (g.dir) fs.rmSync(g.dir, { recursive: true, force: true });
+  });
+  return g;
 }
 
 describe('SIGUSR2 under load', () => {
@@ -208,19 +242,9 @@ describe('SIGUSR2 under load', () => {
 });
 
 describe('SIGUSR2 with a new binary that fails', () => {
-  let mock, sluice, dir;
-
-  before(async () => {
-    mock = await start_mock_vllm({});
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upgrade-'));
-    install_binary(path.join(dir, 'sluice'));
-    sluice = await start_from(dir, two_group_config(mock.url, mock.url));
-  });
-  afterEach(() => stop_adopted());
-  after(async () => {
-    await stop_all(sluice?.proc, mock);
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  const g = gateway_from_copy();
+  let sluice, dir;
+  before(() => ({ sluice, dir } = g));
 
   const chat = () => http_post(sluice.url, '/v1/chat/completions', chat_body({ model: 'fast' }), { headers: auth });
 
@@ -244,11 +268,7 @@ describe('SIGUSR2 with a new binary that fails', () => {
 
   it('a second SIGUSR2 while one is in progress is ignored; the first then completes', async () => {
     // The new "binary" waits for this test (on a FIFO), then runs sluice.
-    const fifo = path.join(dir, 'go');
-    execFileSync('mkfifo', [fifo]);
-    fs.copyFileSync(program('sluice'), path.join(dir, 'sluice-real'));
-    fs.chmodSync(path.join(dir, 'sluice-real'), 0o755);
-    install_script(path.join(dir, 'sluice'), `#!/bin/sh\nread go < '${fifo}'\nexec '${path.join(dir, 'sluice-real')}' "$@"\n`);
+    const fifo = install_gated_binary(dir);
     const old_pid = sluice.proc.child.pid;
     const from = sluice.proc.mark();
     process.kill(old_pid, 'SIGUSR2');
@@ -263,6 +283,66 @@ describe('SIGUSR2 with a new binary that fails', () => {
     assert.equal(starts.length, 1, 'one new process was started');
     assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(10000), 'the old process to exit'), { code: 0, signal: null });
     assert.equal((await chat()).status, 200, 'the new process serves');
+  });
+});
+
+describe('SIGUSR2 with a TLS listener', () => {
+  const ca = make_test_ca();
+  after(() => ca.remove());
+  const g = gateway_from_copy(['listen_tls = "127.0.0.1:0"', `tls_cert = "${ca.chain}"`, `tls_key = "${ca.key}"`]);
+  let sluice, dir;
+  before(() => ({ sluice, dir } = g));
+
+  // One request over TLS on a fresh connection. Resolves the response text.
+  function tls_chat(port) {
+    return new Promise((resolve, reject) => {
+      const s = tls.connect({ port, host: '127.0.0.1', servername: 'localhost', ca: ca.ca_pem, ALPNProtocols: ['http/1.1'] });
+      const parts = [];
+      s.on('secureConnect', () => {
+        const body = JSON.stringify(chat_body({ model: 'fast', max_tokens: 4 }));
+        s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${test_key}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      });
+      s.on('data', (d) => parts.push(d));
+      s.on('error', reject);
+      s.on('close', () => resolve(Buffer.concat(parts).toString()));
+    });
+  }
+
+  it('the TLS listener is handed over too', async () => {
+    const line = await sluice.proc.wait_for_line(/sluice listening on https:\/\/127\.0\.0\.1:(\d+)/);
+    const tls_port = Number(line.match[1]);
+    assert.match(await tls_chat(tls_port), /^HTTP\/1\.1 200 /);
+    install_binary(path.join(dir, 'sluice'));
+    const from = sluice.proc.mark();
+    process.kill(sluice.proc.child.pid, 'SIGUSR2');
+    const serving = await sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    adopted.add(Number(serving.match[1]));
+    const again = await sluice.proc.wait_for_line(/sluice listening on https:\/\/127\.0\.0\.1:(\d+)/, { from });
+    assert.equal(Number(again.match[1]), tls_port, 'the new process took the same TLS socket');
+    assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(10000), 'the old process to exit'), { code: 0, signal: null });
+    assert.match(await tls_chat(tls_port), /^HTTP\/1\.1 200 /, 'the new process serves TLS');
+  });
+});
+
+describe('SIGTERM while an upgrade is under way', () => {
+  const g = gateway_from_copy();
+  let sluice, dir;
+  before(() => ({ sluice, dir } = g));
+
+  it('the old process drains without shutting the sockets the new one inherits', async () => {
+    const fifo = install_gated_binary(dir);
+    const from = sluice.proc.mark();
+    process.kill(sluice.proc.child.pid, 'SIGUSR2');
+    const started = await sluice.proc.wait_for_line(/SIGUSR2: started .* as pid (\d+)/, { from });
+    adopted.add(Number(started.match[1]));
+    sluice.proc.child.kill('SIGTERM');
+    assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(10000), 'the old process to exit'), { code: 0, signal: null });
+    await fs.promises.writeFile(fifo, 'go\n');
+    const listening = await sluice.proc.wait_for_line(/sluice listening on (http:\/\/127\.0\.0\.1:\d+)/, { from, timeout_ms: bound_ms(10000) });
+    assert.equal(listening.match[1], sluice.url);
+    const r = await http_post(sluice.url, '/v1/chat/completions', chat_body({ model: 'fast' }), { headers: auth });
+    assert.equal(r.status, 200, 'the new process serves on the inherited socket');
   });
 });
 
