@@ -149,7 +149,7 @@ size_t listener_pool::close_unclaimed() {
   size_t n = 0;
   for (entry& e : _fds) {
     if (e.claimed) continue;
-    log::warn("inherited fd {} ({}.{}) matches no configured listener: closed", e.fd,
+    log::warn("inherited fd {} ({}.{}): no listener of this config takes it; closed", e.fd,
               e.role.empty() ? "LISTEN_FDS" : e.role, e.shard);
     ::close(e.fd);
     e.claimed = true;

@@ -325,6 +325,57 @@ describe('SIGUSR2 with a TLS listener', () => {
   });
 });
 
+// The CPUs this test may run on (its affinity), as sluice's cpu lists name them.
+function allowed_cpus() {
+  const list = fs.readFileSync('/proc/self/status', 'utf8').match(/^Cpus_allowed_list:\s*(\S+)/m)[1];
+  return list.split(',').flatMap((part) => {
+    const [a, b = a] = part.split('-').map(Number);
+    return Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  });
+}
+
+describe('SIGUSR2 with a different shard count', () => {
+  const cpus = allowed_cpus();
+  const g = gateway_from_copy([`cpus = "${cpus[0]}"`]);
+  const skip = cpus.length < 2 && 'needs two CPUs to change the shard count';
+
+  // Rewrites the config's cpu list, upgrades, and waits until the old
+  // process has exited. Returns the new process's shard count.
+  async function upgrade_to(proc_pid, cpu_list) {
+    const file = path.join(g.dir, 'sluice.toml');
+    fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/^cpus = .*$/m, `cpus = "${cpu_list}"`));
+    const from = g.sluice.proc.mark();
+    process.kill(proc_pid, 'SIGUSR2');
+    const serving = await g.sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    const pid = Number(serving.match[1]);
+    adopted.add(pid);
+    const line = await g.sluice.proc.wait_for_line(/sluice listening on http:\/\/127\.0\.0\.1:\d+ \((\d+) shards?\)/, { from });
+    await until_gone(proc_pid, `pid ${proc_pid} to exit`);
+    return { pid, shards: Number(line.match[1]) };
+  }
+
+  // Fresh connections, so that the kernel spreads them over every socket
+  // of the group: each one is answered.
+  async function all_served(n) {
+    for (let i = 0; i < n; ++i) {
+      const r = await http_post(g.sluice.url, '/v1/chat/completions', chat_body({ model: 'fast' }),
+        { headers: { ...auth, connection: 'close' } });
+      assert.equal(r.status, 200, `request ${i}`);
+    }
+  }
+
+  it('one shard to two binds a socket into the group; two to one closes the extra', { skip }, async () => {
+    const one_to_two = await upgrade_to(g.sluice.proc.child.pid, `${cpus[0]},${cpus[1]}`);
+    assert.equal(one_to_two.shards, 2);
+    await all_served(40);
+    const from = g.sluice.proc.mark();
+    const two_to_one = await upgrade_to(one_to_two.pid, `${cpus[0]}`);
+    assert.equal(two_to_one.shards, 1);
+    await g.sluice.proc.wait_for_line(/inherited fd \d+ \(listen\.1\): no listener of this config takes it; closed/, { from });
+    await all_served(40);
+  });
+});
+
 describe('SIGTERM while an upgrade is under way', () => {
   const g = gateway_from_copy();
   let sluice, dir;
