@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import http2 from 'node:http2';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -152,10 +153,10 @@ function steady_load(base_url, loops) {
 // The hooks of a describe whose tests run one sluice from a copy of the
 // binary (with `server` lines added to its config) on one mock-vllm.
 // Returns the object its before() fills: {mock, dir, sluice}.
-function gateway_from_copy(server = []) {
+function gateway_from_copy(server = [], mock_options = {}) {
   const g = {};
   before(async () => {
-    g.mock = await start_mock_vllm({});
+    g.mock = await start_mock_vllm(mock_options);
     g.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upgrade-'));
     install_binary(path.join(g.dir, 'sluice'));
     g.sluice = await start_from(g.dir, two_group_config(g.mock.url, g.mock.url, { server }));
@@ -322,6 +323,54 @@ describe('SIGUSR2 with a TLS listener', () => {
     assert.equal(Number(again.match[1]), tls_port, 'the new process took the same TLS socket');
     assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(10000), 'the old process to exit'), { code: 0, signal: null });
     assert.match(await tls_chat(tls_port), /^HTTP\/1\.1 200 /, 'the new process serves TLS');
+  });
+});
+
+describe('SIGUSR2 with an HTTP/2 stream open', () => {
+  // 20 tokens at 20/s: the stream runs a second, across the handover.
+  const g = gateway_from_copy([], { tokens_per_sec: 20, reply_tokens: 20 });
+
+  // One chat stream on `session`. Resolves {status, text}; `first` once its
+  // first body bytes came.
+  function h2_stream(session) {
+    let first;
+    const flowing = new Promise((resolve) => { first = resolve; });
+    const done = new Promise((resolve, reject) => {
+      const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', ...auth, 'content-type': 'application/json' });
+      let status = 0;
+      let text = '';
+      req.on('response', (h) => { status = h[':status']; });
+      req.setEncoding('utf8');
+      req.on('data', (d) => { text += d; first(); });
+      req.on('end', () => resolve({ status, text }));
+      req.on('error', reject);
+      req.end(JSON.stringify(chat_body({ stream: true, max_tokens: 20, content: 'h2 upgrade' })));
+    });
+    return { flowing, done };
+  }
+
+  it('the stream completes on the old process, which sends GOAWAY; a new session reaches the new one', async () => {
+    const session = http2.connect(g.sluice.url);
+    const goaway = new Promise((resolve) => session.on('goaway', resolve));
+    const s = h2_stream(session);
+    await with_timeout(s.flowing, bound_ms(10000), 'the stream to start');
+    install_binary(path.join(g.dir, 'sluice'));
+    const from = g.sluice.proc.mark();
+    process.kill(g.sluice.proc.child.pid, 'SIGUSR2');
+    const serving = await g.sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    adopted.add(Number(serving.match[1]));
+    await with_timeout(goaway, bound_ms(10000), 'GOAWAY from the old process');
+    const r = await with_timeout(s.done, bound_ms(10000), 'the stream to end');
+    session.close();
+    assert.equal(r.status, 200);
+    assert.equal(sse_events(r.text).at(-1), '[DONE]');
+    assert.match(r.text, /tok19/, 'the whole reply came');
+    assert.deepEqual(await with_timeout(g.sluice.exited_pid, bound_ms(10000), 'the old process to exit'), { code: 0, signal: null });
+    const next = http2.connect(g.sluice.url);
+    const again = await with_timeout(h2_stream(next).done, bound_ms(10000), 'a stream on the new process');
+    next.close();
+    assert.equal(again.status, 200);
+    assert.equal(sse_events(again.text).at(-1), '[DONE]');
   });
 });
 
