@@ -19,6 +19,8 @@
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
 #include "sluice/control/status.hpp"
+#include "sluice/control/inherit.hpp"
+#include "sluice/control/upgrade.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/net/socket.hpp"
@@ -88,6 +90,8 @@ struct control_state {
   control::cluster_keeper* cluster = nullptr;  // [cluster] mode only
   control::embeddings_loader* embeddings = nullptr;
   control::status_sampler* status = nullptr;
+  control::binary_upgrade* upgrade = nullptr;
+  int admin_fd = -1;  // the admin listener's fd (admin_server owns it), for SIGUSR2
   const config::flags* flags = nullptr;
   std::shared_ptr<const config::config> cfg;  // the running snapshot
   int sig_fd = -1;
@@ -161,6 +165,34 @@ struct control_state {
     reloads.erase(reloads.begin(), reloads.begin() + static_cast<ptrdiff_t>(done));
   }
 
+  // SIGUSR2: the new process starts with every listening socket; this one
+  // serves on until it says it is ready (hand_over).
+  void upgrade_binary() {
+    if (draining) {
+      log::warn("SIGUSR2: draining; not upgrading");
+      return;
+    }
+    std::vector<control::passed_listener> fds;
+    for (size_t i = 0; i < g->listen_fds().size(); ++i) fds.push_back({"listen", uint32_t(i), g->listen_fds()[i]});
+    for (size_t i = 0; i < g->tls_listen_fds().size(); ++i) {
+      fds.push_back({"listen_tls", uint32_t(i), g->tls_listen_fds()[i]});
+    }
+    fds.push_back({"admin", 0, admin_fd});
+    upgrade->start(fds, r->now_ms());
+  }
+
+  // The new process serves: this one stops accepting, drains and exits 0.
+  void hand_over() {
+    if (draining) return;  // a SIGTERM came first: its drain goes on
+    draining = true;
+    log::info("SIGUSR2: pid {} serves; this process stops accepting and drains (up to {} ms)", upgrade->child(),
+              cfg->server.drain_timeout_ms);
+    admin->stop_accepting();
+    admin->set_draining(true);
+    health->stop();
+    g->hand_over(cfg->server.drain_timeout_ms);
+  }
+
   void handle(int sig) {
     switch (sig) {
       case SIGTERM:
@@ -174,7 +206,13 @@ struct control_state {
         log::info("signal {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->server.drain_timeout_ms);
         admin->set_draining(true);
         health->stop();
-        g->drain(cfg->server.drain_timeout_ms);
+        // With an upgrade under way the listening sockets may live on in
+        // the new process: they are handed over, not shut down.
+        if (upgrade->in_progress()) {
+          g->hand_over(cfg->server.drain_timeout_ms);
+        } else {
+          g->drain(cfg->server.drain_timeout_ms);
+        }
         return;
       case SIGHUP:
         reload();
@@ -182,6 +220,9 @@ struct control_state {
       case SIGUSR1:
         log::info("SIGUSR1: reopening the audit log");
         g->reopen_audit();
+        return;
+      case SIGUSR2:
+        upgrade_binary();
         return;
       default:
         return;
@@ -256,6 +297,7 @@ int main(int argc, char** argv) {
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGHUP);
   sigaddset(&mask, SIGUSR1);
+  sigaddset(&mask, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -266,10 +308,15 @@ int main(int argc, char** argv) {
     // Budgets before the shards: their flags are set from the kept state
     // before the first request (a corrupt state file stops the start here).
     control::budget_keeper budgets(*cfg, cpus.empty() ? 1 : cpus.size());
-    auto g = control::gateway::start(cfg, cpus, &budgets.board());
+    // Sockets handed over by the process this one takes over from (SIGUSR2)
+    // or by systemd, taken before anything is bound.
+    control::listener_pool inherited = control::listener_pool::from_environment();
+    auto g = control::gateway::start(cfg, cpus, &budgets.board(), &inherited);
 
     const config::socket_address& aa = cfg->server.admin;
-    int admin_fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&aa.storage), aa.length, false, 64);
+    int admin_fd = inherited.take("admin", aa, 0);
+    if (admin_fd < 0) admin_fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&aa.storage), aa.length, false, 64);
+    inherited.close_unclaimed();
     if (admin_fd < 0) throw std::runtime_error(fmt::format("cannot listen on admin {}: {}", aa.text, std::strerror(-admin_fd)));
     const uint16_t admin_port = net::local_port(admin_fd);
 
@@ -298,6 +345,9 @@ int main(int argc, char** argv) {
     ctl.cfg = cfg;
     admin.set_budgets(&budgets, &ctl.cfg);
     ctl.flags = &f;
+    control::binary_upgrade upgrade(*r, argc, argv);
+    ctl.upgrade = &upgrade;
+    ctl.admin_fd = admin_fd;
     ctl.sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC);
     ctl.op.self = &ctl;
     ctl.op.fn = &control_state::on_signal;
@@ -340,11 +390,15 @@ int main(int argc, char** argv) {
       c->status->on_iteration(c->r->now_ms());
       if (c->cluster != nullptr) c->cluster->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());
+      if (c->upgrade->on_iteration(c->r->now_ms())) c->hand_over();
       c->budgets->on_iteration(*c->cfg, c->r->now_ms(), static_cast<int64_t>(realtime_ms()));
       // The loop ends once the shards have, and no call of the control
       // thread's own has its buffers in the kernel.
       if (c->g->stopped() && c->embeddings->stop()) c->r->stop();
     };
+    // Every shard takes connections and the admin listener is armed: a
+    // process this one takes over from may hand over now.
+    control::binary_upgrade::signal_ready();
     r->run(h);
     g->join();
     cluster.reset();

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "sluice/core/assert.hpp"
@@ -78,9 +79,6 @@ void set_port(sockaddr_storage& addr, uint16_t port) noexcept {
   }
 }
 
-// One listener per shard. With port 0 the first one's port is then the one
-// every other shard binds, so they share one SO_REUSEPORT group. Returns:
-// the fds, by shard; `port` is set to the bound port. Throws with the cause.
 tls::context_options tls_options_of(const config::server_config& s) {
   tls::context_options o;
   o.cert_path = s.tls_cert;
@@ -90,16 +88,31 @@ tls::context_options tls_options_of(const config::server_config& s) {
   return o;
 }
 
-std::vector<int> bind_listeners(const config::socket_address& la, size_t n, uint16_t& port) {
+// One listener per shard. With port 0 the first one's port is then the one
+// every other shard binds, so they share one SO_REUSEPORT group. A shard
+// whose socket was handed over (`pool`, as `role`) takes it; the
+// others bind into its group, on its port. Returns: the fds, by shard;
+// `port` (0 on entry) is set to the bound port. Throws with the cause.
+std::vector<int> bind_listeners(const config::socket_address& la, size_t n, uint16_t& port, listener_pool* pool,
+                                std::string_view role) {
   sockaddr_storage addr = la.storage;
   std::vector<int> fds;
   for (size_t i = 0; i < n; ++i) {
-    int fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&addr), la.length, true);
+    int fd = pool != nullptr ? pool->take(role, la, static_cast<uint32_t>(i)) : -1;
+    if (fd >= 0) {
+      if (port == 0) {
+        port = net::local_port(fd);
+        set_port(addr, port);
+      }
+      fds.push_back(fd);
+      continue;
+    }
+    fd = net::listen_socket(reinterpret_cast<const sockaddr*>(&addr), la.length, true);
     if (fd < 0) {
       for (int f : fds) ::close(f);
       throw std::runtime_error(fmt::format("cannot listen on {}: {}", la.text, std::strerror(-fd)));
     }
-    if (i == 0) {
+    if (port == 0) {
       port = net::local_port(fd);
       set_port(addr, port);
     }
@@ -211,7 +224,7 @@ proxy::shard_mesh gateway::mesh_storage::view(size_t i, proxy::outcome_queue& to
 }
 
 std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus,
-                                        quota::budget_board* budgets) {
+                                        quota::budget_board* budgets, listener_pool* inherited) {
   std::unique_ptr<gateway> g(new gateway());
   net::raise_fd_limit();
   const size_t n = cpus.empty() ? 1 : cpus.size();
@@ -238,19 +251,21 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
   }
   const bool steering = cfg->server.reuseport_steering;
   const bool shared = steering && !cpus.empty() && held_elsewhere(cfg->server.listen);
-  const std::vector<int> fds = bind_listeners(cfg->server.listen, n, g->_port);
+  const std::vector<int> fds = bind_listeners(cfg->server.listen, n, g->_port, inherited, "listen");
   steer(fds, cpus, cfg->server.listen, shared, steering);
   std::vector<int> tls_fds(n, -1);
   if (g->_tls) {
     const bool tls_shared = steering && !cpus.empty() && held_elsewhere(cfg->server.listen_tls);
     try {
-      tls_fds = bind_listeners(cfg->server.listen_tls, n, g->_tls_port);
+      tls_fds = bind_listeners(cfg->server.listen_tls, n, g->_tls_port, inherited, "listen_tls");
     } catch (...) {
       for (int f : fds) ::close(f);
       throw;
     }
     steer(tls_fds, cpus, cfg->server.listen_tls, tls_shared, steering);
   }
+  g->_listen_fds = fds;
+  if (g->_tls) g->_tls_listen_fds = tls_fds;
   g->_mesh = std::make_unique<mesh_storage>(n, cap.keys, cfg->cluster.enabled());
   g->_mesh->budgets = budgets;
   for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i], tls_fds[i]);
@@ -352,6 +367,10 @@ bool settle_wait::over(const gateway& g, uint64_t now_ms) const noexcept {
 
 void gateway::drain(uint32_t drain_ms) noexcept {
   post(static_cast<uint8_t>(control_message::kind::drain), drain_ms);
+}
+
+void gateway::hand_over(uint32_t drain_ms) noexcept {
+  post(static_cast<uint8_t>(control_message::kind::handover), drain_ms);
 }
 
 void gateway::broadcast(const route::message& m) noexcept {

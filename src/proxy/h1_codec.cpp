@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -110,6 +111,7 @@ void h1_codec::on_iteration(uint64_t now) noexcept {
   _bufs->publish();
   if (!_accept_armed && !_draining) submit_accept();
   if (_tls_listen_fd >= 0 && !_tls_accept_armed && !_draining) submit_tls_accept();
+  if (_handover) close_handed_over_listeners();
   // Deadlines whose time has come (timeouts are seconds long: a loop
   // turn's precision is plenty). on_deadline may close and free any
   // connection, whose timer then leaves the wheel with it.
@@ -128,6 +130,18 @@ void h1_codec::submit_tls_accept() noexcept {
   _tls_accept_armed = true;
 }
 
+void h1_codec::close_handed_over_listeners() noexcept {
+  // Only this process's fd goes: the socket lives on in the other one.
+  if (!_accept_armed && _listen_fd >= 0) {
+    ::close(_listen_fd);
+    _listen_fd = -1;
+  }
+  if (!_tls_accept_armed && _tls_listen_fd >= 0) {
+    ::close(_tls_listen_fd);
+    _tls_listen_fd = -1;
+  }
+}
+
 void h1_codec::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
   static_cast<op<h1_codec>*>(c)->owner->on_accept_cqe(cqe, false);
 }
@@ -142,7 +156,9 @@ void h1_codec::on_accept_cqe(const io_uring_cqe* cqe, bool tls_port) noexcept {
   if ((cqe->flags & IORING_CQE_F_MORE) == 0) (tls_port ? _tls_accept_armed : _accept_armed) = false;
   if (cqe->res >= 0) {
     const int fd = cqe->res;
-    if (_draining || (tls_port && !_tls_ctx)) {
+    // A handover serves what its cancelled accept still brought: the
+    // kernel took that connection off the shared queue for this process.
+    if ((_draining && !_handover) || (tls_port && !_tls_ctx)) {
       ::close(fd);
     } else if (_conn_count >= _cfg->server.connections_max) {
       _metrics.at(metrics::stat::shed_connections).add();
@@ -218,7 +234,8 @@ void h1_codec::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) no
   _timers.arm(d->timer, at);
 }
 
-void h1_codec::begin_drain() noexcept {
+void h1_codec::begin_drain(bool handover) noexcept {
+  _handover = handover;
   if (_accept_armed) {
     io_uring_sqe* s = _r.sqe_untracked();
     io_uring_prep_cancel(s, &_accept_op, 0);
@@ -227,12 +244,12 @@ void h1_codec::begin_drain() noexcept {
     io_uring_sqe* s = _r.sqe_untracked();
     io_uring_prep_cancel(s, &_tls_accept_op, 0);
   }
-  if (_listen_fd >= 0) {
+  if (_listen_fd >= 0 && !handover) {
     // Connections still in this listener's queue are reset; with
     // SO_REUSEPORT the kernel stops routing new ones here at once.
     ::shutdown(_listen_fd, SHUT_RDWR);
   }
-  if (_tls_listen_fd >= 0) ::shutdown(_tls_listen_fd, SHUT_RDWR);
+  if (_tls_listen_fd >= 0 && !handover) ::shutdown(_tls_listen_fd, SHUT_RDWR);
   // Idle keep-alive connections close now; busy ones after their response.
   downstream_conn* d = _conns;
   while (d != nullptr) {
@@ -240,7 +257,11 @@ void h1_codec::begin_drain() noexcept {
     if (d->h2) {
       if (d->state != conn_state::closing) _h2->drain(d);  // GOAWAY: streams in flight finish
     } else if (d->state == conn_state::idle && d->in.len == d->req_start) {
-      close_downstream(d);
+      if (!handover) {
+        close_downstream(d);
+      } else {
+        set_deadline(d, deadline_kind::idle, std::min(k_handover_idle_grace_ms, _cfg->server.idle_timeout_ms));
+      }
     }
     d = next;
   }
@@ -535,11 +556,16 @@ void h1_codec::next_request(downstream_conn* d) noexcept {
   reset_exchange(d);
   d->mem.body.len = 0;
   d->raw_end = d->body_begin = d->body_len = 0;
-  if (_draining && d->in.len == 0) {
+  if (_draining && d->in.len == 0 && !_handover) {
     close_downstream(d);
     return;
   }
-  set_deadline(d, deadline_kind::idle, _cfg->server.idle_timeout_ms);
+  // In a handover the response just sent began before the drain and said
+  // keep-alive: the client's next request may be on its way, and is
+  // answered (saying close) if it comes within the grace.
+  set_deadline(d, deadline_kind::idle,
+               _draining && _handover ? std::min(k_handover_idle_grace_ms, _cfg->server.idle_timeout_ms)
+                                      : _cfg->server.idle_timeout_ms);
   d->recv.resume();
   if (d->recv.wants_arm()) submit_recv(d);
   if (d->in.len > 0) process_input(d);

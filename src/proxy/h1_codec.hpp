@@ -35,8 +35,19 @@ class h1_codec final : public client_codec {
   // Once per loop turn: buffers published, accept re-armed, deadlines due.
   void on_iteration(uint64_t now_ms) noexcept;
   // Stops accepting; idle keep-alive connections close, busy ones after
-  // their response.
-  void begin_drain() noexcept;
+  // their response. `handover` (SIGUSR2): the listening sockets are shared
+  // with the process that took over, so they are not shut down (that would
+  // reset what waits in their queues for it): the accepts are cancelled, a
+  // connection accepted before the cancel completed is served, and each fd
+  // is closed once its accept has ended. Idle connections get
+  // k_handover_idle_grace_ms before they close: a keep-alive client between
+  // two requests gets its next answer (with `connection: close`) instead of
+  // a close racing its request.
+  void begin_drain(bool handover = false) noexcept;
+  // Returns: whether an accept is in flight (its completion may still bring
+  // a connection).
+  bool accepting() const noexcept { return _accept_armed || _tls_accept_armed; }
+  static constexpr uint32_t k_handover_idle_grace_ms = 1000;
   // The drain's time is up: whatever is left is cut (audited cancelled).
   void cut_drain() noexcept;
   uint32_t connection_count() const noexcept { return _conn_count; }
@@ -90,6 +101,8 @@ class h1_codec final : public client_codec {
   void give_back_lent_buffer(downstream_conn* d) noexcept;
   void submit_accept() noexcept;
   void submit_tls_accept() noexcept;
+  // Handover: closes each listener fd whose accept has ended.
+  void close_handed_over_listeners() noexcept;
   static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
   static void on_tls_accept(shard::completion* c, const io_uring_cqe* cqe);
   void on_accept_cqe(const io_uring_cqe* cqe, bool tls_port) noexcept;
@@ -151,6 +164,7 @@ class h1_codec final : public client_codec {
   op<h1_codec> _tls_accept_op;
   bool _tls_accept_armed = false;
   std::shared_ptr<const tls::context> _tls_ctx;
+  bool _handover = false;  // the drain hands the listeners over (begin_drain)
   std::unique_ptr<net::buffer_ring> _bufs;  // downstream receives (multishot)
   downstream_conn* _conns = nullptr;         // every live downstream connection
   uint32_t _conn_count = 0;

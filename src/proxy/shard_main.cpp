@@ -42,6 +42,7 @@ void publish_reactor(shard_link& link, shard::reactor* r) noexcept {
 
 void apply(shard_server& srv, control_message& m, uint64_t now_ms) noexcept {
   if (m.what == control_message::kind::drain) srv.begin_drain(now_ms + m.drain_ms);
+  if (m.what == control_message::kind::handover) srv.begin_drain(now_ms + m.drain_ms, true);
   if (m.what == control_message::kind::reopen_audit) srv.reopen_audit();
   if (m.what == control_message::kind::route) srv.apply_route(m.r);
   if (m.what == control_message::kind::reload) {

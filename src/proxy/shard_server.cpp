@@ -170,7 +170,7 @@ void shard_server::close_audit() noexcept {
   if (_audit) _audit->close(5000);
 }
 
-void shard_server::begin_drain(uint64_t deadline_ms) noexcept {
+void shard_server::begin_drain(uint64_t deadline_ms, bool handover) noexcept {
   if (_draining) {
     // A second signal: the deadline only comes closer (drain(0) cuts now).
     if (_ctx.drain_deadline_ms == 0 || deadline_ms < _ctx.drain_deadline_ms) _ctx.drain_deadline_ms = deadline_ms;
@@ -182,7 +182,7 @@ void shard_server::begin_drain(uint64_t deadline_ms) noexcept {
   // destructor shuts them down and frees them (closing them here would leave
   // them waiting for their receive's completion, which may come after the
   // loop ends).
-  _h1.begin_drain();
+  _h1.begin_drain(handover);
 }
 
 }  // namespace sluice::proxy

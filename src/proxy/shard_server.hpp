@@ -81,7 +81,9 @@ class shard_server {
 
   bool init() noexcept;
   void on_iteration(uint64_t now_ms) noexcept;
-  void begin_drain(uint64_t deadline_ms) noexcept;
+  // `handover`: the listeners live on in another process (SIGUSR2); see
+  // h1_codec::begin_drain.
+  void begin_drain(uint64_t deadline_ms, bool handover = false) noexcept;
   void reopen_audit() noexcept;
   void set_tls_context(std::shared_ptr<const tls::context> c) noexcept { _h1.set_tls_context(std::move(c)); }
   void apply_route(const route::message& m) noexcept { _routes->apply(m); }
@@ -91,9 +93,13 @@ class shard_server {
   void reload(std::shared_ptr<const config::config> next);
   // Flushes and closes the audit log (shutdown); runs the reactor until done.
   void close_audit() noexcept;
-  // Drained: no connection left, and no embeddings call the kernel still
-  // holds buffers of (they end by their timeout, or at the cut).
-  bool drained() const noexcept { return _draining && _h1.connection_count() == 0 && _embed.idle(); }
+  // Drained: no connection left, no accept in flight (a connection the
+  // kernel handed to an accept that has not completed yet is served too),
+  // and no embeddings call the kernel still holds buffers of (they end by
+  // their timeout, or at the cut).
+  bool drained() const noexcept {
+    return _draining && _h1.connection_count() == 0 && !_h1.accepting() && _embed.idle();
+  }
   bool draining() const noexcept { return _draining; }
 
   shard::reactor& ring() noexcept { return _r; }

@@ -8,7 +8,8 @@ import path from 'node:path';
 
 import { read_audit } from './lib/gateway.mjs';
 import {
-  bound_ms, chat_body, http_post, restart_mock_vllm_on, sse_events, start_mock_vllm, start_sluice, stop_all, test_key, with_timeout,
+  bound_ms, chat_body, http_post, restart_mock_vllm_on, sse_events, start_mock_vllm, start_sluice, start_streams, stop_all, test_key,
+  with_timeout,
 } from './lib/harness.mjs';
 
 const streams = 50;
@@ -35,23 +36,10 @@ describe('SIGTERM during active streams', () => {
       mock.url, '/v1/chat/completions', body(i), { headers: { 'x-request-id': `drain-${i}` }, timeout_ms: bound_ms(30000) })));
 
     // Start every stream and wait until each has body bytes flowing.
-    let started = 0;
-    let all_started;
-    const all_started_promise = new Promise((resolve) => { all_started = resolve; });
-    const replies = Array.from({ length: streams }, (_, i) => {
-      let counted = false;
-      return http_post(sluice.url, '/v1/chat/completions', body(i), {
-        agent,
-        headers: { authorization: `Bearer ${test_key}`, 'x-request-id': `drain-${i}` },
-        timeout_ms: bound_ms(30000),
-        on_data: () => {
-          if (counted) return;
-          counted = true;
-          if (++started === streams) all_started();
-        },
-      });
+    const { replies, until_started } = start_streams(sluice.url, streams, body, {
+      agent, headers: (i) => ({ authorization: `Bearer ${test_key}`, 'x-request-id': `drain-${i}` }),
     });
-    await with_timeout(all_started_promise, bound_ms(10000), `all ${streams} streams to start (${started} did)`);
+    await until_started();
 
     sluice.proc.child.kill('SIGTERM');
     const signalled_at = performance.now();

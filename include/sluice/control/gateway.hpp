@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sluice/config/config.hpp"
+#include "sluice/control/inherit.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/quota/budget.hpp"
 #include "sluice/quota/shard_slices.hpp"
@@ -33,14 +34,21 @@ class gateway {
   // from (made and loaded by the caller before any shard runs, sized for
   // cpus and config::capacity_for(cfg); it must outlive the gateway).
   // Null: the gateway makes one of its own (no budget is kept).
+  // `inherited`: listening sockets handed over at start (SIGUSR2, systemd),
+  // taken before any is bound (null: bind them all).
   static std::unique_ptr<gateway> start(std::shared_ptr<const config::config> cfg, const std::vector<int>& cpus,
-                                        quota::budget_board* budgets = nullptr);
+                                        quota::budget_board* budgets = nullptr, listener_pool* inherited = nullptr);
   ~gateway();
   gateway(const gateway&) = delete;
   gateway& operator=(const gateway&) = delete;
 
   uint16_t port() const noexcept { return _port; }
   uint16_t tls_port() const noexcept { return _tls_port; }  // 0: no TLS listener
+  // The listening sockets' fds by shard (TLS: empty without one), as the
+  // shards hold them until a drain: what SIGUSR2 passes on. Numbers only;
+  // the shards own them.
+  const std::vector<int>& listen_fds() const noexcept { return _listen_fds; }
+  const std::vector<int>& tls_listen_fds() const noexcept { return _tls_listen_fds; }
   size_t shard_count() const noexcept { return _shards.size(); }
   const metrics::registry& metrics() const noexcept { return *_metrics; }
   metrics::registry& metrics() noexcept { return *_metrics; }
@@ -106,6 +114,9 @@ class gateway {
 
   // Stop accepting, finish in-flight requests up to drain_ms, then stop.
   void drain(uint32_t drain_ms) noexcept;
+  // The same once another process has taken the listening sockets over
+  // (SIGUSR2): they are not shut down, only this process's fds closed.
+  void hand_over(uint32_t drain_ms) noexcept;
   // Returns: whether every shard thread has left its loop.
   bool stopped() const noexcept;
   void join() noexcept;
@@ -131,6 +142,7 @@ class gateway {
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
   uint16_t _tls_port = 0;
+  std::vector<int> _listen_fds, _tls_listen_fds;
   std::shared_ptr<tls::context> _tls;  // the TLS listener's, as of the last load (ticket keys rotate on it)
   config::reload_capacity _capacity;
   uint64_t _reloads_ok = 0, _reloads_failed = 0;

@@ -62,8 +62,10 @@ struct shard_mesh {
 
 // Control -> shard. Small and trivially copyable (spsc_queue's rule).
 struct control_message {
-  enum class kind : uint8_t { drain, reopen_audit, route, reload } what = kind::drain;
-  uint32_t drain_ms = 0;
+  // handover: a drain whose listening sockets live on in the process that
+  // took over (SIGUSR2): accepting stops without shutting them down.
+  enum class kind : uint8_t { drain, reopen_audit, route, reload, handover } what = kind::drain;
+  uint32_t drain_ms = 0;  // drain, handover
   route::message r;  // kind::route
   // kind::reload: a heap copy of the snapshot's owner, taken over (and
   // deleted) by the shard; one left in the queue when the shard stopped is

@@ -58,7 +58,9 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
 }
 
 export class managed_process {
-  constructor(name, file, args, { cwd, env } = {}) {
+  // `stdio`: spawn's, for a child that gets more fds (its first three
+  // must stay 'ignore', 'pipe', 'pipe': the output is collected).
+  constructor(name, file, args, { cwd, env, stdio = ['ignore', 'pipe', 'pipe'] } = {}) {
     this.name = name;
     this.file = file;
     this.args = args;
@@ -68,7 +70,7 @@ export class managed_process {
     if (!fs.existsSync(file)) {
       throw new Error(`${name}: ${file} does not exist (build first: meson setup build && meson compile -C build; or set SLUICE_BUILD_DIR)`);
     }
-    this.child = spawn(file, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = spawn(file, args, { cwd, env: { ...process.env, ...env }, stdio });
     live.add(this);
     this.exited = new Promise((resolve) => {
       // 'close' comes after the output pipes are drained, so the output
@@ -397,6 +399,32 @@ export function http_post(base_url, target, body, { headers = {}, agent, timeout
     on_request?.(req);
     req.end(payload);
   });
+}
+
+// Starts `count` chat POSTs of body(i) (streams, for tests that act while
+// they run) with headers(i). Returns {replies, until_started}: the replies'
+// promises (http_post's results) and a bounded wait until every stream has
+// body bytes flowing.
+export function start_streams(base_url, count, body, { agent, headers = () => ({}), timeout_ms = bound_ms(30000) } = {}) {
+  let started = 0;
+  let all_started;
+  const all_started_promise = new Promise((resolve) => { all_started = resolve; });
+  const replies = Array.from({ length: count }, (_, i) => {
+    let counted = false;
+    return http_post(base_url, '/v1/chat/completions', body(i), {
+      agent,
+      headers: headers(i),
+      timeout_ms,
+      on_data: () => {
+        if (counted) return;
+        counted = true;
+        if (++started === count) all_started();
+      },
+    });
+  });
+  const until_started = (ms = bound_ms(10000)) => with_timeout(all_started_promise, ms, `all ${count} streams to start`)
+    .catch((err) => { throw new Error(`${err.message} (${started} did)`); });
+  return { replies, until_started };
 }
 
 export { raw_connection, raw_exchange, parse_response, build_request } from './raw_http.mjs';
