@@ -262,6 +262,17 @@ ${KEY_EXTRA:-}
 EOF
 }
 
+# auto_router_toml MOCK_PORT: sluice-auto's router: the load's model name is
+# the auto model, classified over tests/data/router's four groups.
+auto_router_toml() {
+    local data=$REPO_DIR/tests/data/router g
+    printf '\n[router]\nauto_model = "mock-model"\nsemantic = "classifier"\ndefault_group = "chat"\n'
+    for g in code math translation chat; do
+        printf '\n[[group]]\nname = "%s"\nbackends = ["http://127.0.0.1:%s"]\nexamples_file = "%s/%s.txt"\n' \
+            "$g" "$1" "$data" "$g"
+    done
+}
+
 # start_redis PORT PIN...: a redis-server for [cluster] (no persistence);
 # sets STARTED_PID.
 start_redis() {

@@ -11,12 +11,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace sluice::config {
+
+// An allocator of cache-line-aligned storage: a 64-byte row (dim 16) then
+// spans one line, not two.
+template <class T>
+struct cache_line_allocator {
+  using value_type = T;
+  cache_line_allocator() noexcept = default;
+  template <class U>
+  cache_line_allocator(const cache_line_allocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  friend bool operator==(const cache_line_allocator&, const cache_line_allocator&) noexcept { return true; }
+};
 
 // fastText's model, copied out of it: input rows are words (0..nwords) then
 // hashed subword / word-n-gram buckets (nwords..nwords+bucket); output rows
@@ -28,7 +42,7 @@ struct semantic_model {
   int32_t bucket = 0;
   int32_t nwords = 0;
   int32_t nlabels = 0;
-  std::vector<float> input;         // (nwords + bucket) x dim, row-major
+  std::vector<float, cache_line_allocator<float>> input;  // (nwords + bucket) x dim, row-major
   std::vector<float> output;        // nlabels x dim
   std::vector<std::string> labels;  // label -> the name of its group (reloads move groups' indices; names stay)
   // The vocabulary: open addressing on fastText's word hash; slots hold word

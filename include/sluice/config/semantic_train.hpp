@@ -15,10 +15,15 @@ namespace sluice::config {
 // The training settings every shard and every instance share: one thread
 // and a fixed seed make training deterministic, so the same examples give
 // the same model, bit for bit, everywhere.
-//   character n-grams of 1..4 UTF-8 characters: Chinese has no spaces, so a
-//   sentence is one "word" and its characters and short runs carry the
-//   meaning; inflected English words share their stems' n-grams.
+//   character trigrams (of UTF-8 characters, "<" and ">" marking a word's
+//   ends): inflected English words share their stems' trigrams; each CJK
+//   character is a token of its own (semantic_normalize), so "<中>" is its
+//   trigram. One row per character position keeps a request's cost low
+//   (1..4-grams read four times the rows for an accuracy within a point on
+//   tests/data/router's evaluation set; bench/RESULTS.md).
 //   word bigrams: "why does" / "translate this" carry more than either word.
+//   16 dimensions and 20,000 buckets: the input matrix (~1.5 MB) stays in
+//   the caches, where 32 x 100,000 (13 MB) missed them on most rows.
 fasttext::Args semantic_training_args(const std::string& input_path);
 
 // One labelled example per line ("__label__GROUP normalised text") in a

@@ -14,6 +14,7 @@
 // test holds the two side by side): the tokens' word rows and character
 // n-gram buckets (FNV-1a with fastText's signed-char quirk), the word-bigram
 // buckets, averaged; times the output matrix; softmax.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,7 +49,8 @@ class semantic_classifier {
 
  private:
   int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
-  void add_row(int64_t row) noexcept;
+  void add_row(int64_t row) noexcept;       // queued (prefetched), summed by flush_rows()
+  void flush_rows() noexcept;               // sums the queued rows onto _hidden, in order
   void add_subwords(std::string_view token) noexcept;
 
   std::shared_ptr<const config::semantic_model> _model;
@@ -59,6 +61,9 @@ class semantic_classifier {
   std::vector<float> _hidden;      // dim
   std::vector<float> _output;      // nlabels
   uint64_t _rows = 0;              // rows added to _hidden
+  static constexpr size_t k_row_block = 64;     // rows queued before a sum (their prefetches fit L1)
+  std::array<const float*, k_row_block> _queued{};
+  size_t _queued_n = 0;
 };
 
 }  // namespace sluice::route

@@ -105,7 +105,12 @@ TEST_SUITE("route::semantic") {
         REQUIRE(label >= 0);
         CAPTURE(input);
         CHECK(predictions.size() == static_cast<size_t>(model->nlabels));
-        CHECK("__label__" + model->labels[static_cast<size_t>(label)] == predictions[0].second);
+        // The top label, unless fastText's top two tie within its output's
+        // rounding (a text none of whose n-grams was trained: the rows'
+        // random start values make the labels nearly equal); the
+        // probabilities below are compared either way.
+        const bool tie = predictions.size() > 1 && predictions[0].first - predictions[1].first < 4e-6f;
+        if (!tie) CHECK("__label__" + model->labels[static_cast<size_t>(label)] == predictions[0].second);
         // fastText reports exp(log(p + 1e-5)).
         for (const auto& [p, name] : predictions) {
           size_t l = 0;
@@ -222,7 +227,10 @@ TEST_SUITE("route::semantic") {
   TEST_CASE("explain_route prints the group, how and confidence") {
     auto c = load_for_test(router_toml());
     const std::string out = explain_route(*c, "what is the derivative of x cubed");
-    CHECK(out.find("group: math\nhow: classifier\nconfidence: 0.") == 0);
+    REQUIRE(out.find("group: math\nhow: classifier\nconfidence: ") == 0);
+    const double confidence = std::stod(out.substr(out.find("confidence: ") + 12));
+    CHECK(confidence >= 0.5);
+    CHECK(confidence <= 1.0);
     CHECK(explain_route(*c, "", true) == "chat\tdefault\t-\n");
   }
 }
