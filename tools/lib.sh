@@ -9,6 +9,7 @@ sluice_packages=(
   liburing-dev libsimdjson-dev libmimalloc-dev libfmt-dev doctest-dev
   libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp protobuf-compiler
   libhiredis-dev redis-server libfasttext-dev libnuma-dev
+  wrk  # a load generator of its own in the binary-upgrade test (tests/integration/upgrade.test.mjs)
   nodejs npm curl python3
   chromium  # the status page's browser test (tests/integration/status_page_browser.test.mjs)
 )

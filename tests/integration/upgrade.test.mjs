@@ -9,7 +9,7 @@
 // replace that file. The new process is a child of the old one, not of this
 // test: its pid comes from the old one's log line and the test stops it.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import http2 from 'node:http2';
@@ -20,7 +20,7 @@ import tls from 'node:tls';
 import { after, afterEach, before, describe, it } from 'node:test';
 
 import {
-  bound_ms, chat_body, http_post, managed_process, mock_model, program, sse_events, start_mock_vllm, start_streams, stop_all,
+  bound_ms, chat_body, http_post, managed_process, mock_model, program, repo_root, sse_events, start_mock_vllm, start_streams, stop_all,
   test_key, with_timeout,
 } from './lib/harness.mjs';
 import { make_test_ca } from './lib/test_ca.mjs';
@@ -169,6 +169,30 @@ function gateway_from_copy(server = [], mock_options = {}) {
   return g;
 }
 
+// wrk (Debian's) as a second, independent load: keep-alive connections
+// back to back for `seconds`; resolves with its WRK_RESULT counts
+// (bench/wrk/report.lua). A connection reset, a read or write error, a
+// timeout or a status >= 400 is counted in `errors`.
+const wrk_script = path.join(repo_root, 'bench', 'wrk', 'chat.lua');
+const wrk_children = new Set();
+function start_wrk(base_url, seconds, connections = 8) {
+  const child = spawn('wrk', ['-t', '1', '-c', String(connections), '-d', `${seconds}s`, '--timeout', '10s', '-s', wrk_script,
+    `${base_url}/v1/chat/completions`, '--', 'model=fast', 'max_tokens=4', `key=${test_key}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+  wrk_children.add(child);
+  let out = '';
+  child.stdout.on('data', (d) => { out += d; });
+  child.stderr.on('data', (d) => { out += d; });
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code) => {
+      wrk_children.delete(child);
+      const line = out.split('\n').find((l) => l.startsWith('WRK_RESULT'));
+      if (code !== 0 || !line) return reject(new Error(`wrk exited ${code}: ${out}`));
+      resolve(Object.fromEntries(line.split(' ').slice(1).map((kv) => kv.split('=')).map(([k, v]) => [k, Number(v)])));
+    });
+  });
+}
+
 describe('SIGUSR2 under load', () => {
   let slow, fast, sluice, dir;
   const streams = 200;
@@ -183,6 +207,7 @@ describe('SIGUSR2 under load', () => {
     sluice = await start_from(dir, two_group_config(slow.url, fast.url));
   });
   after(async () => {
+    for (const c of wrk_children) c.kill('SIGKILL');
     stop_adopted();
     await stop_all(sluice?.proc, slow, fast);
     fs.rmSync(dir, { recursive: true, force: true });
@@ -201,6 +226,9 @@ describe('SIGUSR2 under load', () => {
     await until_started();
     const load = steady_load(sluice.url, 8);
     await load.until_ok(50);
+    // wrk runs across the whole handover (it is 1-3 s here).
+    const wrk_done = start_wrk(sluice.url, Math.ceil(bound_ms(6000) / 1000));
+    await load.until_ok(load.state.ok + 50);
 
     const ino = install_binary(path.join(dir, 'sluice'));
     const from = sluice.proc.mark();
@@ -230,8 +258,13 @@ describe('SIGUSR2 under load', () => {
       assert.equal(sse_events(r.text).at(-1), '[DONE]', `stream ${i} ends with [DONE]`);
       assert.equal(r.text, want[i].text, `stream ${i} has the full content`);
     }
-    console.log(`upgrade under load: ${ok} load requests, ${failures.length} failed; old pid ${old_pid} -> new pid ${new_pid}`);
+    const wrk = await with_timeout(wrk_done, bound_ms(30000), 'wrk to finish');
+    console.log(`upgrade under load: ${ok} load requests, ${failures.length} failed; wrk ${wrk.requests} requests, ` +
+      `${wrk.errors} errors; old pid ${old_pid} -> new pid ${new_pid}`);
     assert.deepEqual(failures, [], 'no load request failed or was reset');
+    assert.ok(wrk.requests > 100, `wrk sent ${wrk.requests} requests`);
+    assert.equal(wrk.errors, 0, `wrk: connect ${wrk.err_connect}, read ${wrk.err_read}, write ${wrk.err_write}, ` +
+      `status ${wrk.err_status}, timeout ${wrk.err_timeout}`);
     assert.ok(alive(new_pid), 'the new process runs on');
     assert.equal(await get_status(`${sluice.admin_url}/healthz`), 200, 'the admin listener was handed over too');
 
