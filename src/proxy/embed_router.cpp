@@ -1,5 +1,6 @@
 #include "embed_router.hpp"
 
+#include "client_codec.hpp"
 #include "shard_server.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/assert.hpp"
@@ -133,6 +134,7 @@ void embed_router::finish(slot& s, net::http_call::outcome o) noexcept {
   }
   if (x == nullptr) return;  // its client went: the decision stays in the cache
   x->waiting = exchange::waiting_in::none;
+  x->codec->wait_for_backend(*x, deadline_kind::none, 0);  // as dispatch left it (the quota walk does the same)
   if (d.group != route::k_none) {
     x->embed = exchange::embed_step::decided;
     x->route_group = d.group;

@@ -12,6 +12,7 @@
 // answers garbage, the classifier decides and the client never sees it.
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import http2 from 'node:http2';
 import { after, before, describe, it } from 'node:test';
 
 import { bound_ms, start_sluice, stop_all } from './lib/harness.mjs';
@@ -154,6 +155,33 @@ describe('embeddings router in front of mock-vllm', () => {
     assert.equal(calls.length, 1);
     assert.equal(await counter(sluice.admin_url, 'sluice_router_embeddings_cache_total', { result: 'hit' }), hits0 + 5);
     assert.equal(await counter(sluice.admin_url, 'sluice_router_embeddings_calls_total', { result: 'ok' }), ok0 + 1);
+  });
+
+  it('over HTTP/2 (h2c) a stream parks for its call and is answered as over HTTP/1.1', async () => {
+    const centroids = await centroids_of(embed.url);
+    const fresh = ['an h2 prompt about rivers', 'an h2 prompt about zebras and jazz'];
+    const vecs = await embed_direct(embed.url, fresh);
+    const session = http2.connect(sluice.url);
+    try {
+      const ask = (content) => new Promise((resolve, reject) => {
+        const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json', authorization: `Bearer ${key}` });
+        let text = '';
+        let headers;
+        req.on('response', (h) => { headers = h; });
+        req.on('data', (d) => { text += d; });
+        req.on('end', () => resolve({ headers, text }));
+        req.on('error', reject);
+        req.end(JSON.stringify({ model: 'auto', messages: [{ role: 'user', content }], max_tokens: 2 }));
+      });
+      // Both at once on one connection: each waits for its own call.
+      const got = await Promise.all(fresh.map(ask));
+      for (const [i, r] of got.entries()) {
+        assert.equal(r.headers[':status'], 200, r.text);
+        assert.equal(r.headers['x-sluice-group'], expected_group(centroids, vecs[i]).group);
+      }
+    } finally {
+      session.close();
+    }
   });
 
   it('with the embeddings backend down, the classifier decides: 200s, no client error, the failure counted', async () => {
