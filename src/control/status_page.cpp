@@ -125,9 +125,28 @@ constexpr std::string_view k_script = R"html(<script>
     }
     return tr;
   }
+  // Updates the table in place: a cell is rewritten only when its value
+  // changed, so a button the user is pressing is not replaced under the
+  // pointer by the next poll (its click would be lost).
   function fill(id, rows) {
     const body = $(id);
-    body.replaceChildren(...rows.map((r) => cells(document.createElement("tr"), r)));
+    while (body.children.length > rows.length) body.lastChild.remove();
+    rows.forEach((r, i) => {
+      let tr = body.children[i];
+      if (!tr || tr.children.length !== r.length) {
+        const fresh = cells(document.createElement("tr"), r);
+        if (tr) tr.replaceWith(fresh); else body.appendChild(fresh);
+        return;
+      }
+      r.forEach((v, j) => {
+        const td = tr.children[j];
+        if (v instanceof Node) {
+          if (!(td.firstChild && td.firstChild.isEqualNode(v))) td.replaceChildren(v);
+        } else if (td.textContent !== v || td.firstElementChild) {
+          td.textContent = v;
+        }
+      });
+    });
   }
   function trafficCells(name, r) {
     return [name, fix(r.requests_s, 2), fix(r.tokens_in_s, 1), fix(r.tokens_out_s, 1), fix(r.errors_4xx_s, 2),
