@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string_view>
+#include <unordered_map>
 
 #include "sluice/control/budgets.hpp"
 #include "sluice/control/gateway.hpp"
@@ -34,7 +36,8 @@ void error_classes(const uint64_t* codes, uint64_t& e4, uint64_t& e5) noexcept {
 status_sampler::status_sampler(const gateway& g)
     : _g(g),
       _traffic(g.metrics().group_capacity() + 2, metrics::totals_width, k_points),
-      _backends(g.metrics().backend_capacity() + 1, 2, k_points),
+      _backends(g.metrics().backend_capacity() + 1, 3, k_points),
+      _keys(g.metrics().key_capacity() + 1, 3, k_window_ms / k_step_ms + 2),
       _shards(g.shard_count(), k_shard_width, k_points) {}
 
 void status_sampler::on_iteration(uint64_t now_ms) noexcept {
@@ -63,8 +66,17 @@ void status_sampler::sample(uint64_t now_ms) noexcept {
   }
   {
     std::span<uint64_t> p = _backends.stage();
-    for (uint32_t b = 0; b < m.backend_capacity(); ++b) m.backend_answers(b, p[b * 2], p[b * 2 + 1]);
+    for (uint32_t b = 0; b < m.backend_capacity(); ++b) {
+      uint64_t inflight = 0;
+      m.backend_answers(b, p[b * 3], p[b * 3 + 1]);
+      m.backend_load(b, inflight, p[b * 3 + 2]);
+    }
     _backends.commit(now_ms);
+  }
+  {
+    std::span<uint64_t> p = _keys.stage();
+    for (uint32_t k = 0; k <= m.key_capacity(); ++k) m.key_usage(k, &p[k * 3]);
+    _keys.commit(now_ms);
   }
   {
     std::span<uint64_t> p = _shards.stage();
@@ -150,13 +162,25 @@ status_view status_sampler::view(const config::config& cfg, const health_checker
       r.kv_cache = hv.kv_cache;
       r.last_change = hv.last_change;
       r.last_change_unix_ms = hv.last_change_unix_ms;
+      uint64_t failures_now = 0;
+      _g.metrics().backend_load(hv.backend, r.inflight, failures_now);
       if (bn == 0 || hv.backend >= _backends.rows()) continue;
       r.answers = _backends.at(bn - 1, hv.backend)[0];
       r.errors_5xx = _backends.at(bn - 1, hv.backend)[1];
+      r.failures = _backends.at(bn - 1, hv.backend)[2];
       r.requests_s = _backends.rate(bfrom, bn - 1, hv.backend, 0);
       r.errors_5xx_s = _backends.rate(bfrom, bn - 1, hv.backend, 1);
+      r.failures_s = _backends.rate(bfrom, bn - 1, hv.backend, 2);
     }
   }
+  // A reload that gives a key new limits makes a new row under the same id
+  // and retires the old one: the id's usage is every row's.
+  std::unordered_map<std::string_view, std::vector<uint32_t>> retired;
+  for (uint32_t k = 0; k < cfg.keys.size(); ++k) {
+    if (cfg.keys[k].removed) retired[cfg.keys[k].id].push_back(k);
+  }
+  const size_t kn = _keys.size();
+  const size_t kfrom = _keys.window_start(k_window_ms);
   for (uint32_t k = 0; k < cfg.keys.size(); ++k) {
     const config::key_config& kc = cfg.keys[k];
     if (kc.removed) continue;
@@ -170,6 +194,19 @@ status_view status_sampler::view(const config::config& cfg, const health_checker
       const int64_t l = _g.quota_level(k, which);
       return l < 0 ? 0 : static_cast<uint64_t>(l) > limit ? static_cast<int64_t>(limit) : l;
     };
+    auto add_usage = [&](uint32_t row) {
+      if (kn == 0 || row >= _keys.rows() - 1) return;
+      const uint64_t* u = _keys.at(kn - 1, row);
+      r.requests += u[0];
+      r.tokens_in += u[1];
+      r.tokens_out += u[2];
+      r.requests_s += _keys.rate(kfrom, kn - 1, row, 0);
+      r.tokens_s += _keys.rate(kfrom, kn - 1, row, 1) + _keys.rate(kfrom, kn - 1, row, 2);
+    };
+    add_usage(k);
+    if (auto it = retired.find(kc.id); it != retired.end()) {
+      for (uint32_t row : it->second) add_usage(row);
+    }
     r.tokens_remaining = level(kc.tokens_per_minute, 0);
     r.requests_remaining = level(kc.requests_per_minute, 1);
     const quota::budget_limits limits = quota::limits_of(kc);
@@ -307,11 +344,13 @@ void render_status_json(const status_view& v, std::string& out) {
     put_json_string(out, b.url);
     out += ",\"state\":";
     put_json_string(out, b.state);
-    fmt::format_to(it, ",\"probation\":{},\"answers\":{},\"errors_5xx\":{},\"requests_s\":", b.probation, b.answers,
-                   b.errors_5xx);
+    fmt::format_to(it, ",\"probation\":{},\"inflight\":{},\"answers\":{},\"errors_5xx\":{},\"failures\":{},\"requests_s\":",
+                   b.probation, b.inflight, b.answers, b.errors_5xx, b.failures);
     put_number(out, b.requests_s);
     out += ",\"errors_5xx_s\":";
     put_number(out, b.errors_5xx_s);
+    out += ",\"failures_s\":";
+    put_number(out, b.failures_s);
     out += ",\"waiting\":";
     put_number(out, b.waiting);
     out += ",\"running\":";
@@ -334,8 +373,13 @@ void render_status_json(const status_view& v, std::string& out) {
     out += ",\"requests_remaining\":";
     put_number(out, static_cast<double>(k.requests_remaining));
     fmt::format_to(it, ",\"daily_tokens_used\":{},\"monthly_tokens_used\":{},\"daily_tokens_limit\":{},"
-                   "\"monthly_tokens_limit\":{}}}",
-                   k.daily_tokens_used, k.monthly_tokens_used, k.daily_tokens_limit, k.monthly_tokens_limit);
+                   "\"monthly_tokens_limit\":{},\"requests\":{},\"tokens_in\":{},\"tokens_out\":{},\"requests_s\":",
+                   k.daily_tokens_used, k.monthly_tokens_used, k.daily_tokens_limit, k.monthly_tokens_limit, k.requests,
+                   k.tokens_in, k.tokens_out);
+    put_number(out, k.requests_s);
+    out += ",\"tokens_s\":";
+    put_number(out, k.tokens_s);
+    out += '}';
   }
   out += "],\"shards\":[";
   for (size_t i = 0; i < v.shards.size(); ++i) {

@@ -204,11 +204,13 @@ constexpr std::string_view k_script = R"html(<script>
     $("c-total").textContent = String(o.totals.requests);
     $("c-inflight").textContent = String(s.inflight);
     fill("groups", [trafficCells("all", o)].concat(s.groups.map((g) => trafficCells(g.name, g))));
-    fill("backends", s.backends.map((b) => [b.url, b.state + (b.probation ? " (probation)" : ""), fix(b.requests_s, 2),
-      fix(b.errors_5xx_s, 2), String(b.answers), fix(b.running, 0), fix(b.waiting, 0), pct(b.kv_cache_usage),
+    fill("backends", s.backends.map((b) => [b.url, b.state + (b.probation ? " (probation)" : ""), String(b.inflight),
+      fix(b.requests_s, 2), fix(b.errors_5xx_s, 2), fix(b.failures_s, 2), String(b.answers), String(b.failures),
+      fix(b.running, 0), fix(b.waiting, 0), pct(b.kv_cache_usage),
       b.last_change ? b.last_change + " " + when(b.last_change_unix_ms) : "", drainButton(b)]));
     for (const tr of $("backends").children) tr.children[1].className = tr.children[1].textContent.split(" ")[0];
-    fill("keys", s.keys.map((k) => [k.id, k.tokens_per_minute ? k.tokens_remaining + " / " + k.tokens_per_minute : "\u2013",
+    fill("keys", s.keys.map((k) => [k.id, fix(k.requests_s, 2), fix(k.tokens_s, 1), String(k.requests),
+      String(k.tokens_in), String(k.tokens_out), k.tokens_per_minute ? k.tokens_remaining + " / " + k.tokens_per_minute : "\u2013",
       k.requests_per_minute ? k.requests_remaining + " / " + k.requests_per_minute : "\u2013",
       String(k.daily_tokens_used) + (k.daily_tokens_limit ? " / " + k.daily_tokens_limit : ""),
       String(k.monthly_tokens_used) + (k.monthly_tokens_limit ? " / " + k.monthly_tokens_limit : "")]));
@@ -313,11 +315,13 @@ void backend_tr(std::string& out, const backend_row& b) {
   out += "\">";
   put_html_escaped(out, b.state);
   if (b.probation) out += " (probation)";
-  out += "</td><td>";
+  fmt::format_to(it, "</td><td>{}</td><td>", b.inflight);
   put_fixed(out, b.requests_s, 2);
   out += "</td><td>";
   put_fixed(out, b.errors_5xx_s, 2);
-  fmt::format_to(it, "</td><td>{}</td><td>", b.answers);
+  out += "</td><td>";
+  put_fixed(out, b.failures_s, 2);
+  fmt::format_to(it, "</td><td>{}</td><td>{}</td><td>", b.answers, b.failures);
   put_fixed(out, b.running, 0);
   out += "</td><td>";
   put_fixed(out, b.waiting, 0);
@@ -345,6 +349,10 @@ void key_tr(std::string& out, const key_row& k) {
   out += "<tr><td>";
   put_html_escaped(out, k.id);
   out += "</td><td>";
+  put_fixed(out, k.requests_s, 2);
+  out += "</td><td>";
+  put_fixed(out, k.tokens_s, 1);
+  fmt::format_to(it, "</td><td>{}</td><td>{}</td><td>{}</td><td>", k.requests, k.tokens_in, k.tokens_out);
   if (k.tokens_per_minute == 0) {
     out += "&ndash;";
   } else {
@@ -406,12 +414,14 @@ void render_status_page(const status_view& v, bool with_data, std::string& out) 
     for (const traffic_row& g : v.groups) traffic_tr(out, g.name, g);
   }
   out += "</tbody></table></div>\n<h2>Backends</h2>\n<div class=\"scroll\"><table><thead><tr><th>backend</th>"
-         "<th>state</th><th>req/s</th><th>5xx/s</th><th>answers</th><th>running</th><th>waiting</th><th>KV cache</th>"
+         "<th>state</th><th>in flight</th><th>req/s</th><th>5xx/s</th><th>failures/s</th><th>answers</th>"
+         "<th>failures</th><th>running</th><th>waiting</th><th>KV cache</th>"
          "<th>last change</th><th></th></tr></thead><tbody id=\"backends\">\n";
   if (with_data) {
     for (const backend_row& b : v.backends) backend_tr(out, b);
   }
   out += "</tbody></table></div>\n<h2>Keys</h2>\n<div class=\"scroll\"><table><thead><tr><th>key id</th>"
+         "<th>req/s</th><th>tokens/s</th><th>requests</th><th>tokens in</th><th>tokens out</th>"
          "<th>tokens left this minute</th><th>requests left this minute</th><th>tokens today</th>"
          "<th>tokens this month</th></tr></thead><tbody id=\"keys\">\n";
   if (with_data) {

@@ -80,7 +80,9 @@ registry::registry(size_t shard_count, names n, room extra)
   const size_t rejected = k * reject_reason_count;
   const size_t hist = g * shard_metrics::histogram_width;
   const size_t decisions = g * router_how_count;
-  size_t total = requests + tokens + rejected + decisions + 2 * hist + 1 + 5 + stat_count;
+  const size_t key_usage = k * shard_metrics::key_usage_width;
+  const size_t backend_load = b * 2;
+  size_t total = requests + tokens + rejected + decisions + key_usage + backend_load + 2 * hist + 1 + 5 + stat_count;
   total = (total + line_counters - 1) / line_counters * line_counters;  // whole cache lines
 
   _shards.resize(shard_count);
@@ -102,6 +104,10 @@ registry::registry(size_t shard_count, names n, room extra)
     p += rejected;
     m._decisions = p;
     p += decisions;
+    m._key_usage = p;
+    p += key_usage;
+    m._backend_load = p;
+    p += backend_load;
     m._ttft = p;
     p += hist;
     m._duration = p;
@@ -139,6 +145,29 @@ void registry::backend_answers(uint32_t backend, uint64_t& answers, uint64_t& se
         answers += v;
         if (c + 1 < status_code_count && status_codes[c] >= 500) server_errors += v;
       }
+    }
+  }
+}
+
+void registry::backend_load(uint32_t backend, uint64_t& inflight, uint64_t& failures) const noexcept {
+  inflight = failures = 0;
+  if (backend >= _backend_rows) return;
+  // Each shard counts its own starts and ends, so its gauge is >= 0; the
+  // sum is read without a snapshot: take it as signed, clamp a skew.
+  int64_t open = 0;
+  for (const shard_metrics& m : _shards) {
+    open += static_cast<int64_t>(m._backend_load[backend * 2].get());
+    failures += m._backend_load[backend * 2 + 1].get();
+  }
+  inflight = open < 0 ? 0 : static_cast<uint64_t>(open);
+}
+
+void registry::key_usage(uint32_t key, uint64_t out[3]) const noexcept {
+  out[0] = out[1] = out[2] = 0;
+  if (key > _key_rows) return;
+  for (const shard_metrics& m : _shards) {
+    for (size_t i = 0; i < shard_metrics::key_usage_width; ++i) {
+      out[i] += m._key_usage[key * shard_metrics::key_usage_width + i].get();
     }
   }
 }
@@ -367,33 +396,59 @@ void registry::render(std::string& out) const {
     }
   }
 
-  put_family(out, "sluice_quota_rejected_total", "counter", "Requests rejected by quota, by key id and reason.");
-  static constexpr std::string_view reasons[reject_reason_count] = {"tokens", "requests", "concurrency", "too_large"};
+  // A key given new limits by a reload is a new row under the same id:
+  // its rows are summed, so each key id is one series. key_rows: the first
+  // row of each id, then the `none` row; same[first]: every row of the id.
+  std::vector<size_t> key_rows;
+  std::vector<std::vector<size_t>> same(_names.keys.size() + 1);
   {
-    // A key given new limits by a reload is a new row under the same id:
-    // its rows are summed, so each (key, reason) is one series.
     std::unordered_map<std::string_view, size_t> first_row;
-    std::vector<size_t> key_rows;
-    std::vector<std::vector<size_t>> same(_names.keys.size());
     for (size_t ki = 0; ki < _names.keys.size(); ++ki) {
       auto [pos, fresh] = first_row.emplace(_names.keys[ki], ki);
       if (fresh) key_rows.push_back(ki);
       same[pos->second].push_back(ki);
     }
     key_rows.push_back(_key_rows);
-    for (size_t ki : key_rows) {
-      for (size_t ri = 0; ri < reject_reason_count; ++ri) {
-        uint64_t v = 0;
-        if (ki == _key_rows) {
-          v = sum(&shard_metrics::_rejected, ki * reject_reason_count + ri);
-        } else {
-          for (size_t row : same[ki]) v += sum(&shard_metrics::_rejected, row * reject_reason_count + ri);
-        }
-        if (v == 0) continue;
-        out += "sluice_quota_rejected_total{key=\"";
-        put_label_value(out, name_or_none(_names.keys, ki));
-        fmt::format_to(it, "\",reason=\"{}\"}} {}\n", reasons[ri], v);
-      }
+    same.back().push_back(_key_rows);
+  }
+  auto key_sum = [&](size_t ki, counter* shard_metrics::*field, size_t width, size_t col) {
+    uint64_t v = 0;
+    for (size_t row : same[ki == _key_rows ? same.size() - 1 : ki]) v += sum(field, row * width + col);
+    return v;
+  };
+
+  put_family(out, "sluice_quota_rejected_total", "counter", "Requests rejected by quota, by key id and reason.");
+  static constexpr std::string_view reasons[reject_reason_count] = {"tokens", "requests", "concurrency", "too_large"};
+  for (size_t ki : key_rows) {
+    for (size_t ri = 0; ri < reject_reason_count; ++ri) {
+      const uint64_t v = key_sum(ki, &shard_metrics::_rejected, reject_reason_count, ri);
+      if (v == 0) continue;
+      out += "sluice_quota_rejected_total{key=\"";
+      put_label_value(out, name_or_none(_names.keys, ki));
+      fmt::format_to(it, "\",reason=\"{}\"}} {}\n", reasons[ri], v);
+    }
+  }
+
+  // Per key only where used: a gateway with many keys and little traffic
+  // writes few lines. key="" is every request without a valid key.
+  constexpr size_t kw = shard_metrics::key_usage_width;
+  put_family(out, "sluice_key_requests_total", "counter", "Requests answered, by key id (never the key).");
+  for (size_t ki : key_rows) {
+    const uint64_t v = key_sum(ki, &shard_metrics::_key_usage, kw, 0);
+    if (v == 0) continue;
+    out += "sluice_key_requests_total{key=\"";
+    put_label_value(out, name_or_none(_names.keys, ki));
+    fmt::format_to(it, "\"}} {}\n", v);
+  }
+  put_family(out, "sluice_key_tokens_total", "counter", "Tokens billed, by key id and kind, from the backends' usage.");
+  for (size_t ki : key_rows) {
+    const uint64_t v0 = key_sum(ki, &shard_metrics::_key_usage, kw, 1);
+    const uint64_t v1 = key_sum(ki, &shard_metrics::_key_usage, kw, 2);
+    if ((v0 | v1) == 0) continue;
+    for (size_t t = 0; t < token_kind_count; ++t) {
+      out += "sluice_key_tokens_total{key=\"";
+      put_label_value(out, name_or_none(_names.keys, ki));
+      fmt::format_to(it, "\",kind=\"{}\"}} {}\n", kinds[t], t == 0 ? v0 : v1);
     }
   }
 
@@ -408,6 +463,22 @@ void registry::render(std::string& out) const {
     put_label_value(out, name_or_none(_names.backend_protocols, bi));
     fmt::format_to(it, "\"}} {}\n", _backend_up[bi].get());
   }
+  auto per_backend = [&](std::string_view name, size_t col) {
+    for (size_t bi = 0; bi < _names.backends.size(); ++bi) {
+      uint64_t v[2];
+      backend_load(static_cast<uint32_t>(bi), v[0], v[1]);
+      fmt::format_to(it, "{}{{backend=\"", name);
+      put_label_value(out, _names.backends[bi]);
+      out += "\",protocol=\"";
+      put_label_value(out, name_or_none(_names.backend_protocols, bi));
+      fmt::format_to(it, "\"}} {}\n", v[col]);
+    }
+  };
+  put_family(out, "sluice_backend_inflight", "gauge", "Requests sluice has open to the backend now, every shard.");
+  per_backend("sluice_backend_inflight", 0);
+  put_family(out, "sluice_backend_failures_total", "counter",
+             "Failures sluice attributed to the backend: connect errors, resets, timeouts, replies it could not read.");
+  per_backend("sluice_backend_failures_total", 1);
 
   auto histogram = [&](std::string_view name, std::string_view help, counter* shard_metrics::*field) {
     put_family(out, name, "histogram", help);

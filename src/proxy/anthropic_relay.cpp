@@ -183,6 +183,7 @@ void openai_http::answer_anthropic_reply(exchange& x) noexcept {
   r.hold_reply = false;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
+    _metrics.backend_ended(u->backend);
     release_upstream(u, r.reusable);
   }
   openai::anthropic_reply_context ctx;

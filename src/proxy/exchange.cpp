@@ -93,6 +93,7 @@ void shard_server::end_request(exchange& x) noexcept {
   const bool grouped = x.group != metrics::none;
   _metrics.request_done(x.group, x.backend_used, x.status);
   if (grouped && (prompt | completion) != 0) _metrics.tokens(x.group, prompt, completion);
+  _metrics.key_done(x.key_index >= 0 ? static_cast<uint32_t>(x.key_index) : metrics::none, prompt, completion);
   const uint64_t duration_ms = now - x.request_start_ms;
   if (grouped) {
     _metrics.observe_duration_us(x.group, duration_ms * 1000);

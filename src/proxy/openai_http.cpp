@@ -95,6 +95,7 @@ void openai_http::drop_attempt(exchange& x) noexcept {
   x.up = nullptr;
   u->owner = nullptr;
   _routes->on_request_end(u->backend);
+  _metrics.backend_ended(u->backend);
   close_upstream(u);  // shut down at once: the backend stops the request
 }
 
@@ -296,6 +297,7 @@ void openai_http::start(exchange& x) noexcept {
   x.up = u;
   x.backend_used = backend;
   _routes->on_request_start(backend);
+  _metrics.backend_started(backend);
   _metrics.at(metrics::stat::upstream_requests).add();
   x.rsp.parser.reset(false);
   x.rsp.complete = false;

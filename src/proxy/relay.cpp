@@ -425,6 +425,7 @@ void openai_http::finish_exchange(exchange& x) noexcept {
   x.up = nullptr;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
+    _metrics.backend_ended(u->backend);
     release_upstream(u, x.rsp.reusable);
   }
   x.codec->response_done(x);

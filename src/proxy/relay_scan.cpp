@@ -139,6 +139,7 @@ void openai_http::answer_backend_error(exchange& x) noexcept {
   x.rsp.hold_error = false;
   if (u != nullptr) {
     _routes->on_request_end(u->backend);
+    _metrics.backend_ended(u->backend);
     release_upstream(u, x.rsp.reusable);
   }
   char body[1024];

@@ -136,6 +136,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
 }
 
 void shard_server::report_outcome(uint32_t backend, bool failure) noexcept {
+  if (failure) _metrics.backend_failed(backend);
   if (!failure && _last_failed[backend] == 0) return;
   _last_failed[backend] = failure ? 1 : 0;
   if (_mesh.to_control != nullptr) _mesh.to_control->try_push(upstream_outcome{backend, failure ? uint8_t{1} : uint8_t{0}});

@@ -503,6 +503,7 @@ void triton_grpc::start(exchange& x) noexcept {
     return;
   }
   _routes->on_request_start(ch.backend);
+  _metrics.backend_started(ch.backend);
   _metrics.at(metrics::stat::upstream_requests).add();
   if (c->connected) {
     x.codec->wait_for_backend(x, deadline_kind::upstream_first_byte, g.upstream.first_byte_timeout_ms);
@@ -578,6 +579,7 @@ void triton_grpc::detach(exchange& x, bool cancel) noexcept {
   a.conn = nullptr;
   --c->streams;
   _routes->on_request_end(c->backend);
+  _metrics.backend_ended(c->backend);
   // A flush that fails the connection must not free it under this call.
   conn_hold hold(c);
   if (!c->in_recv) flush(c);

@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { gateway_config, poll, post_fresh, start_backends } from './lib/gateway.mjs';
-import { bound_ms, chat_body, start_sluice, stop_all } from './lib/harness.mjs';
+import { gateway_config, poll, post_fresh, samples, scrape, start_backends } from './lib/gateway.mjs';
+import { bound_ms, chat_body, start_mock_vllm, start_sluice, start_streams, stop_all } from './lib/harness.mjs';
 
 const key_secret = 'sk-status-page-secret-4d1c';
 
@@ -99,6 +99,18 @@ describe('status page', () => {
     assert.ok(g.totals.requests >= n && g.requests_s > 0, JSON.stringify(g));
     const answers = after_json.backends.reduce((s, b) => s + b.answers, 0);
     assert.ok(answers >= n, `backend answers ${answers}`);
+    // The key's own counts: every request it made, and the same tokens as
+    // its only group (the 401 has no key and no tokens).
+    const alice = after_json.keys[0];
+    assert.ok(alice.requests >= n && alice.requests_s > 0, JSON.stringify(alice));
+    assert.ok(alice.tokens_in > 0 && alice.tokens_out > 0 && alice.tokens_s > 0, JSON.stringify(alice));
+    assert.equal(alice.requests, g.totals.requests, 'alice made every request of the group');
+    assert.equal(alice.tokens_in, g.totals.tokens_in);
+    assert.equal(alice.tokens_out, g.totals.tokens_out);
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.equal(samples(m, 'sluice_key_requests_total', { key: 'alice' })[0]?.value >= alice.requests, true);
+    assert.equal(samples(m, 'sluice_key_tokens_total', { key: 'alice', kind: 'prompt' })[0]?.value >= alice.tokens_in, true);
+    assert.ok(samples(m, 'sluice_key_requests_total', { key: '' })[0]?.value >= 1, 'the 401 counts on the no-key row');
     assert.ok(after_json.series.overall.requests_s.some((v) => v > 0), 'a step of the series shows the requests');
     const iterations = (j) => j.shards.reduce((s, x) => s + x.loop_iterations, 0);
     assert.ok(iterations(after_json) > iterations(before_json));
@@ -118,6 +130,9 @@ describe('status page', () => {
     const html = await r.text();
     for (const b of backends) assert.ok(html.includes(`<td>${b.url}</td>`), `backend ${b.url} in the page`);
     assert.ok(html.includes('<td>alice</td>'));
+    for (const th of ['in flight', 'failures/s', 'failures', 'requests', 'tokens in', 'tokens out']) {
+      assert.ok(html.includes(`<th>${th}</th>`), `column ${th}`);
+    }
     assert.ok(html.includes('<td>chat</td>'));
     assert.ok(!html.includes(key_secret), 'the key secret is in the page');
     assert.ok(!/<script[^>]+src=|<link[^>]+href="http/.test(html), 'the page loads nothing from elsewhere');
@@ -163,6 +178,64 @@ describe('status page', () => {
     await r.arrayBuffer();
     const listed = await (await fetch(`${sluice.admin_url}/backends`)).json();
     assert.equal(listed.backends.find((b) => b.url === backends[0].url).draining, false);
+  });
+});
+
+describe('status page: sluice\'s own load and failures per backend', () => {
+  let slow, flaky, sluice;
+
+  before(async () => {
+    // Streams of 40 tokens at 20/s hold their backend ~2 s; the flaky one
+    // drops every connection after 2 tokens.
+    slow = await start_mock_vllm({ model: 'slow', tokens_per_sec: 20, reply_tokens: 40 });
+    flaky = await start_mock_vllm({ model: 'flaky', tokens_per_sec: 200, reply_tokens: 20, fail_after_tokens: 2 });
+    sluice = await start_sluice({
+      config: gateway_config({
+        groups: [{ name: 'slow', models: ['slow'], backends: [slow.url] }, { name: 'flaky', models: ['flaky'], backends: [flaky.url] }],
+        keys: [{ id: 'carol', key: key_secret, groups: ['*'] }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, slow, flaky));
+
+  const row = (json, url) => json.backends.find((b) => b.url === url);
+
+  it('in flight: the streams sluice has open to a backend now, back to 0 once they end', async () => {
+    const n = 3;
+    const { replies, until_started } = start_streams(sluice.url, n,
+      (i) => chat_body({ model: 'slow', stream: true, max_tokens: 40, content: `held stream ${i}` }),
+      { headers: () => ({ authorization: `Bearer ${key_secret}` }) });
+    await until_started();
+    const { json } = await status_json(sluice.admin_url);
+    assert.equal(row(json, slow.url).inflight, n, JSON.stringify(row(json, slow.url)));
+    assert.equal(row(json, flaky.url).inflight, 0);
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.deepEqual(samples(m, 'sluice_backend_inflight', { backend: slow.url }).map((s) => s.value), [n]);
+    for (const r of await Promise.all(replies)) assert.equal(r.status, 200);
+    await poll(async () => row((await status_json(sluice.admin_url)).json, slow.url).inflight === 0 ? true : null,
+      { what: 'the slow backend\'s in-flight count to fall to 0' });
+    assert.equal(row((await status_json(sluice.admin_url)).json, slow.url).failures, 0);
+  });
+
+  it('failures: a backend that drops its streams counts them, the healthy one none', async () => {
+    const n = 3;
+    for (let i = 0; i < n; ++i) {
+      const r = await post_fresh(sluice.url, chat_body({ model: 'flaky', stream: true, max_tokens: 20, content: `cut ${i}` }),
+        { key: key_secret });
+      assert.equal(r.status, 200);
+      assert.ok(!r.text.includes('[DONE]'), 'the stream was cut');
+    }
+    const m = (await scrape(sluice.admin_url)).parsed;
+    assert.deepEqual(samples(m, 'sluice_backend_failures_total', { backend: flaky.url }).map((s) => s.value), [n]);
+    assert.deepEqual(samples(m, 'sluice_backend_failures_total', { backend: slow.url }).map((s) => s.value), [0]);
+    // The page's columns come from the sampler's next point (every 2 s).
+    const json = await poll(async () => {
+      const { json } = await status_json(sluice.admin_url);
+      return row(json, flaky.url).failures === n ? json : null;
+    }, { timeout_ms: bound_ms(10000), interval_ms: 200, what: 'the status page to count the failures' });
+    assert.ok(row(json, flaky.url).failures_s > 0, JSON.stringify(row(json, flaky.url)));
+    assert.equal(row(json, slow.url).failures, 0);
+    assert.equal(row(json, flaky.url).inflight, 0);
   });
 });
 

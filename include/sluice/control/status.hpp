@@ -51,8 +51,10 @@ struct backend_row {
   std::string url;
   std::string state;  // up | down | ejected | draining
   bool probation = false;
-  double requests_s = 0, errors_5xx_s = 0;
+  double requests_s = 0, errors_5xx_s = 0, failures_s = 0;
   uint64_t answers = 0, errors_5xx = 0;
+  uint64_t inflight = 0;  // sluice's own requests open to it now
+  uint64_t failures = 0;  // connect errors, resets, timeouts, unreadable replies
   double waiting = -1, running = -1, kv_cache = -1;  // vLLM's /metrics; -1 unknown
   std::string last_change;
   int64_t last_change_unix_ms = 0;
@@ -64,6 +66,8 @@ struct key_row {
   int64_t tokens_remaining = -1, requests_remaining = -1;  // -1: no such limit
   uint64_t daily_tokens_used = 0, monthly_tokens_used = 0;
   uint64_t daily_tokens_limit = 0, monthly_tokens_limit = 0;  // 0: none
+  uint64_t requests = 0, tokens_in = 0, tokens_out = 0;  // since the start
+  double requests_s = 0, tokens_s = 0;                    // over the window, in + out
 };
 
 struct shard_row {
@@ -119,8 +123,11 @@ class status_sampler {
   // Rows: 0 the gateway, 1 + g group g (room for reloads), then the
   // no-group row; metrics::totals_* layout.
   metrics::series_ring _traffic;
-  // Rows by backend: answers, 5xx answers.
+  // Rows by backend: answers, 5xx answers, failures.
   metrics::series_ring _backends;
+  // Rows by key row (room for reloads, then `none`): requests, prompt and
+  // completion tokens; only as many points as the window needs.
+  metrics::series_ring _keys;
   // Rows by shard: metrics::registry::shard_loop's five, connections open,
   // connection memory.
   metrics::series_ring _shards;

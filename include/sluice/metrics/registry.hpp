@@ -147,6 +147,22 @@ class shard_metrics {
   void quota_rejected(uint32_t key, reject_reason why) noexcept {
     _rejected[slot(key, _keys) * reject_reason_count + static_cast<size_t>(why)].add();
   }
+  // One answered request of key `key` (none: no key) and the tokens it was
+  // billed: sluice_key_requests_total, sluice_key_tokens_total.
+  void key_done(uint32_t key, uint64_t prompt, uint64_t completion) noexcept {
+    counter* k = &_key_usage[slot(key, _keys) * key_usage_width];
+    k[0].add();
+    if ((prompt | completion) == 0) return;
+    k[1].add(prompt);
+    k[2].add(completion);
+  }
+  // A backend request begins / ends (the routing table's load moves with
+  // it): sluice_backend_inflight. A failure attributed to the backend
+  // (connect error, reset, timeout, a reply sluice cannot read):
+  // sluice_backend_failures_total.
+  void backend_started(uint32_t backend) noexcept { _backend_load[slot(backend, _backends) * 2].add(); }
+  void backend_ended(uint32_t backend) noexcept { _backend_load[slot(backend, _backends) * 2].sub(); }
+  void backend_failed(uint32_t backend) noexcept { _backend_load[slot(backend, _backends) * 2 + 1].add(); }
   counter& at(stat s) noexcept { return _stats[static_cast<size_t>(s)]; }
   const counter& at(stat s) const noexcept { return _stats[static_cast<size_t>(s)]; }
   void inflight_add() noexcept { _inflight->add(); }
@@ -169,6 +185,7 @@ class shard_metrics {
   // cumulative) counts, then the sum in µs. The count is the buckets' total,
   // so it is not stored: one store less per observation.
   static constexpr size_t histogram_width = latency_bucket_count + 1;
+  static constexpr size_t key_usage_width = 3;  // requests, prompt tokens, completion tokens
 
   // Out-of-range indices are a programmer error; in release they land in the
   // `none` slot rather than in another shard's memory.
@@ -187,6 +204,8 @@ class shard_metrics {
   counter* _tokens = nullptr;     // [(groups+1) × token_kind_count]
   counter* _rejected = nullptr;   // [(keys+1) × reject_reason_count]
   counter* _decisions = nullptr;  // [(groups+1) × router_how_count]
+  counter* _key_usage = nullptr;  // [(keys+1) × key_usage_width]
+  counter* _backend_load = nullptr;  // [(backends+1) × 2]: in flight (gauge), failures
   counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
   counter* _duration = nullptr;   // [(groups+1) × histogram_width]
   counter* _inflight = nullptr;
@@ -227,6 +246,7 @@ class registry {
   // `none` group (answers before any group was resolved).
   size_t group_capacity() const noexcept { return _group_rows; }
   size_t backend_capacity() const noexcept { return _backend_rows; }
+  size_t key_capacity() const noexcept { return _key_rows; }
   const names& label_names() const noexcept { return _names; }
   // Control thread (the thread that renders): the label names after a
   // reload. Returns: false (nothing changes) when a list would shrink or
@@ -241,6 +261,13 @@ class registry {
   // Any thread: the answers recorded for `backend` (every group, every
   // shard), and of them the 5xx ones.
   void backend_answers(uint32_t backend, uint64_t& answers, uint64_t& server_errors) const noexcept;
+  // Any thread: `backend`'s requests in flight now and the failures
+  // attributed to it, every shard.
+  void backend_load(uint32_t backend, uint64_t& inflight, uint64_t& failures) const noexcept;
+  // Any thread: key row `key`'s answered requests, prompt and completion
+  // tokens, every shard (a reload that gives a key new limits makes a new
+  // row under the same id: sum the rows of one id).
+  void key_usage(uint32_t key, uint64_t out[3]) const noexcept;
 
   // Any thread (the status sampler): adds group row `group` (<=
   // group_capacity()), summed over the shards and backends, to `out`

@@ -251,8 +251,9 @@ TEST_SUITE("metrics::registry") {
         "sluice_edge_protocol_mismatches_total", "sluice_router_embeddings_calls_total",
         "sluice_router_embeddings_cache_total",
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_router_decisions_total",
-        "sluice_quota_rejected_total",
-        "sluice_inflight_requests",      "sluice_backend_up",          "sluice_ttft_seconds",
+        "sluice_quota_rejected_total",   "sluice_key_requests_total",  "sluice_key_tokens_total",
+        "sluice_inflight_requests",      "sluice_backend_up",          "sluice_backend_inflight",
+        "sluice_backend_failures_total", "sluice_ttft_seconds",
         "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
         "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total"};
     CHECK(x.family_order == expected);
@@ -262,6 +263,9 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, "sluice_tokens_total{group=\"g1\",kind=\"completion\"}") == 0);
     CHECK(sample(x, "sluice_backend_up{backend=\"http://b1:8000\",protocol=\"anthropic\"}") == 0);
     CHECK(sample(x, "sluice_ttft_seconds_count{group=\"g0\"}") == 0);
+    CHECK(sample(x, R"(sluice_backend_inflight{backend="http://b0:8000",protocol="openai"})") == 0);
+    CHECK(sample(x, R"(sluice_backend_failures_total{backend="http://b1:8000",protocol="anthropic"})") == 0);
+    CHECK(x.samples.count(R"(sluice_key_requests_total{key="alice"})") == 0);  // only keys that were used
     CHECK(sample(x, "sluice_loop_cqes_total{shard=\"2\"}") == 0);
     CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 0);
     CHECK(sample(x, R"(sluice_loop_poll_seconds_total{shard="0"})") == 0);
@@ -303,6 +307,43 @@ TEST_SUITE("metrics::registry") {
     // Zero series of the sparse families are left out.
     CHECK(x.samples.count(R"(sluice_requests_total{group="g0",backend="http://b0:8000",protocol="openai",code="200"})") == 0);
     CHECK(x.samples.count(R"(sluice_quota_rejected_total{key="alice",reason="tokens"})") == 0);
+  }
+
+  TEST_CASE("per key: requests and billed tokens; per backend: in flight now and failures; every shard summed") {
+    registry r(2, small_names());
+    r.shard(0).key_done(1, 10, 20);
+    r.shard(1).key_done(1, 1, 2);
+    r.shard(1).key_done(1, 0, 0);     // answered, nothing billed (a 4xx)
+    r.shard(0).key_done(none, 0, 0);  // no key (401)
+    for (size_t s = 0; s < 2; ++s) {
+      r.shard(s).backend_started(0);
+      r.shard(s).backend_started(0);
+      r.shard(s).backend_started(1);
+    }
+    r.shard(1).backend_ended(0);
+    r.shard(0).backend_failed(1);
+    r.shard(1).backend_failed(1);
+    const exposition x = parse_exposition(render(r));
+    CHECK(sample(x, R"(sluice_key_requests_total{key="bob"})") == 3);
+    CHECK(sample(x, R"(sluice_key_requests_total{key=""})") == 1);
+    CHECK(x.samples.count(R"(sluice_key_requests_total{key="alice"})") == 0);
+    CHECK(sample(x, R"(sluice_key_tokens_total{key="bob",kind="prompt"})") == 11);
+    CHECK(sample(x, R"(sluice_key_tokens_total{key="bob",kind="completion"})") == 22);
+    CHECK(x.samples.count(R"(sluice_key_tokens_total{key="",kind="prompt"})") == 0);
+    CHECK(sample(x, R"(sluice_backend_inflight{backend="http://b0:8000",protocol="openai"})") == 3);
+    CHECK(sample(x, R"(sluice_backend_inflight{backend="http://b1:8000",protocol="anthropic"})") == 2);
+    CHECK(sample(x, R"(sluice_backend_failures_total{backend="http://b1:8000",protocol="anthropic"})") == 2);
+    CHECK(sample(x, R"(sluice_backend_failures_total{backend="http://b0:8000",protocol="openai"})") == 0);
+    uint64_t inflight = 0, failures = 0, usage[3] = {};
+    r.backend_load(1, inflight, failures);
+    CHECK(inflight == 2);
+    CHECK(failures == 2);
+    r.key_usage(1, usage);
+    CHECK(usage[0] == 3);
+    CHECK(usage[1] == 11);
+    CHECK(usage[2] == 22);
+    r.key_usage(static_cast<uint32_t>(r.key_capacity()), usage);  // the `none` row
+    CHECK(usage[0] == 1);
   }
 
   TEST_CASE("a group's totals sum its answers over shards and backends, its tokens and histograms") {
@@ -447,12 +488,16 @@ TEST_SUITE("metrics::registry reload") {
     r.shard(1).request_done(1, 1, 200);
     r.shard(1).quota_rejected(0, reject_reason::requests);
     r.shard(0).quota_rejected(2, reject_reason::requests);  // alice again, re-limited: the same series
+    r.shard(0).key_done(0, 1, 1);
+    r.shard(1).key_done(2, 2, 2);
     r.set_backend_up(1, true);
     std::string out;
     r.render(out);
     CHECK(out.find("sluice_requests_total{group=\"g\",backend=\"http://b0\",protocol=\"openai\",code=\"200\"} 1\n") != std::string::npos);
     CHECK(out.find("sluice_requests_total{group=\"h\",backend=\"http://b1\",protocol=\"triton\",code=\"200\"} 1\n") != std::string::npos);
     CHECK(out.find("sluice_quota_rejected_total{key=\"alice\",reason=\"requests\"} 2\n") != std::string::npos);
+    CHECK(out.find("sluice_key_requests_total{key=\"alice\"} 2\n") != std::string::npos);
+    CHECK(out.find("sluice_key_tokens_total{key=\"alice\",kind=\"completion\"} 3\n") != std::string::npos);
     CHECK(out.find("sluice_backend_up{backend=\"http://b1\",protocol=\"triton\"} 1\n") != std::string::npos);
     // A request with no group still lands on the `none` row.
     r.shard(0).request_done(sluice::metrics::none, sluice::metrics::none, 401);
