@@ -20,6 +20,7 @@
 #include "sluice/control/health.hpp"
 #include "sluice/control/status.hpp"
 #include "sluice/control/inherit.hpp"
+#include "sluice/control/notify.hpp"
 #include "sluice/control/upgrade.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/core/log.hpp"
@@ -187,6 +188,9 @@ struct control_state {
     draining = true;
     log::info("SIGUSR2: pid {} serves; this process stops accepting and drains (up to {} ms)", upgrade->child(),
               cfg->server.drain_timeout_ms);
+    // Under systemd the new process becomes the service's main one: its
+    // exit, not this one's, ends the service; reload and stop signal it.
+    control::service_notify(fmt::format("MAINPID={}", upgrade->child()));
     admin->stop_accepting();
     admin->set_draining(true);
     health->stop();
@@ -204,6 +208,7 @@ struct control_state {
         }
         draining = true;
         log::info("signal {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->server.drain_timeout_ms);
+        control::service_notify("STOPPING=1");
         admin->set_draining(true);
         health->stop();
         // With an upgrade under way the listening sockets may live on in

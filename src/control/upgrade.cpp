@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "sluice/control/notify.hpp"
 #include "sluice/core/log.hpp"
 
 extern char** environ;
@@ -215,7 +216,13 @@ bool binary_upgrade::on_iteration(uint64_t now_ms) {
 
 void binary_upgrade::signal_ready() {
   const char* v = std::getenv("SLUICE_READY_FD");
-  if (v == nullptr) return;
+  // Started by systemd (or by hand), not by an upgrade: the service is up.
+  // The new process of an upgrade is not the main one systemd knows yet;
+  // the old one names it once this byte arrives (MAINPID=).
+  if (v == nullptr) {
+    service_notify("READY=1");
+    return;
+  }
   int fd = -1;
   const std::string s(v);
   ::unsetenv("SLUICE_READY_FD");

@@ -63,6 +63,9 @@ describe('deploy/sluice@.service', () => {
     assert.match(unit_value('ExecStart'), /^\/usr\/local\/bin\/sluice --config \/etc\/sluice\/sluice\.toml --numa-node %i\b/);
     assert.match(unit_value('ExecStartPre'), /--numa-node %i .*--check-config|--check-config.*--numa-node %i/);
     assert.equal(unit_value('ExecReload'), '/bin/kill -HUP $MAINPID');
+    // Readiness and the binary upgrade's new main pid come by sd_notify.
+    assert.equal(unit_value('Type'), 'notify');
+    assert.equal(unit_value('NotifyAccess'), 'main');
     assert.equal(unit_value('Restart'), 'on-failure');
     assert.ok(Number(unit_value('LimitNOFILE')) >= 65536);
     for (const [key, want] of [['ProtectSystem', 'strict'], ['NoNewPrivileges', 'yes'], ['CapabilityBoundingSet', ''],

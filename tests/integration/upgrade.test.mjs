@@ -543,3 +543,67 @@ describe('socket activation (LISTEN_FDS)', () => {
     assert.match(proc.output(), /cannot listen on 127\.0\.0\.1:\d+: Address already in use/);
   });
 });
+
+// systemd's notify socket, played by a datagram socket that prints each
+// line it gets with the sender's pid (SCM_CREDENTIALS): "PID LINE".
+const notify_listener_script = `
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+s.bind(sys.argv[1])
+print("listening", flush=True)
+while True:
+    msg, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(12))
+    pid = -1
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid = struct.unpack("iII", data[:12])[0]
+    for line in msg.decode().split("\\n"):
+        print(pid, line, flush=True)
+`;
+
+describe('SIGUSR2 under systemd (NOTIFY_SOCKET)', () => {
+  let mock, dir, listener, sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm();
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-notify-'));
+    install_binary(path.join(dir, 'sluice'));
+    listener = new managed_process('notify', '/usr/bin/python3', ['-c', notify_listener_script, path.join(dir, 'notify')]);
+    await listener.wait_for_line(/^listening$/, { timeout_ms: bound_ms(10000) });
+  });
+  afterEach(() => stop_adopted());
+  after(async () => {
+    await stop_all(sluice?.proc, listener, mock);
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const notified = (pid, what) => new RegExp(`^${pid} ${what}$`);
+
+  it('READY=1 once serving; the old process names the new one (MAINPID=) when it serves; STOPPING=1 at SIGTERM', async () => {
+    sluice = await start_from(dir, two_group_config(mock.url, mock.url), { env: { NOTIFY_SOCKET: path.join(dir, 'notify') } });
+    const old_pid = sluice.proc.child.pid;
+    await listener.wait_for_line(notified(old_pid, 'READY=1'), { timeout_ms: bound_ms(10000) });
+    assert.equal(await get_status(`${sluice.url}/v1/models`), 200, 'it serves once it said so');
+
+    install_binary(path.join(dir, 'sluice'));
+    const from = sluice.proc.mark();
+    const heard = listener.mark();
+    process.kill(old_pid, 'SIGUSR2');
+    const serving = await sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    const new_pid = Number(serving.match[1]);
+    adopted.add(new_pid);
+    await listener.wait_for_line(notified(old_pid, `MAINPID=${new_pid}`), { from: heard, timeout_ms: bound_ms(10000) });
+    assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(15000), 'the old process to exit'), { code: 0, signal: null });
+    // The new process was not the main one when it became ready: the old
+    // one spoke for it, and it sent nothing itself.
+    assert.deepEqual(listener.lines.slice(heard).map((l) => l.text).filter((t) => t.startsWith(`${new_pid} `)), []);
+    assert.equal(await get_status(`${sluice.url}/v1/models`), 200, 'the new process serves');
+
+    const stop_from = listener.mark();
+    process.kill(new_pid, 'SIGTERM');
+    await listener.wait_for_line(notified(new_pid, 'STOPPING=1'), { from: stop_from, timeout_ms: bound_ms(10000) });
+    await until_gone(new_pid, 'the new process to stop');
+    adopted.delete(new_pid);
+  });
+});
