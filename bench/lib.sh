@@ -264,9 +264,12 @@ EOF
 
 # auto_router_toml MOCK_PORT: sluice-auto's router: the load's model name is
 # the auto model, classified over tests/data/router's four groups.
+# ROUTER_EXTRA (TOML): more [router] keys, e.g. "token_cache = 0" (every
+# token's rows read from the model, as for a prompt of words not seen yet).
 auto_router_toml() {
     local data=$REPO_DIR/tests/data/router g
-    printf '\n[router]\nauto_model = "mock-model"\nsemantic = "classifier"\ndefault_group = "chat"\n'
+    printf '\n[router]\nauto_model = "mock-model"\nsemantic = "classifier"\ndefault_group = "chat"\n%s\n' \
+        "${ROUTER_EXTRA:-}"
     for g in code math translation chat; do
         printf '\n[[group]]\nname = "%s"\nbackends = ["http://127.0.0.1:%s"]\nexamples_file = "%s/%s.txt"\n' \
             "$g" "$1" "$data" "$g"

@@ -57,7 +57,7 @@ const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject
                               "max_ejection_percent", "panic_threshold_percent"};
 const names k_router_keys = {"auto_model", "default_group", "semantic", "min_confidence", "model_file",
                               "semantic_bytes", "include_system", "group_header", "embeddings_group",
-                              "embeddings_timeout_ms", "embeddings_cache"};
+                              "embeddings_timeout_ms", "embeddings_cache", "token_cache"};
 const names k_semantic_modes = {"off", "classifier", "embeddings"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images",
                            "priority"};
@@ -606,6 +606,10 @@ void read_router_semantic(const reader& r, const toml::table& t, router_config& 
   r.read_bool(t, "router", "group_header", router.group_header);
   r.read_string(t, "router", "embeddings_group", router.embeddings_group);
   r.read_uint(t, "router", "embeddings_timeout_ms", router.embeddings_timeout_ms, 1, 60000);
+  r.read_uint(t, "router", "token_cache", router.token_cache, 0, 1u << 20);
+  if (const uint32_t c = router.token_cache; (c & (c - 1)) != 0) {
+    r.fail(*t.get("token_cache"), fmt::format("router.token_cache = {} is not a power of two (or 0: no cache)", c));
+  }
   r.read_uint(t, "router", "embeddings_cache", router.embeddings_cache, 0, 1u << 20);
   if (const uint32_t c = router.embeddings_cache; (c & (c - 1)) != 0) {
     r.fail(*t.get("embeddings_cache"), fmt::format("router.embeddings_cache = {} is not a power of two (or 0: no cache)", c));

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -28,16 +29,53 @@ std::string_view utf8_prefix(std::string_view s, size_t max_bytes) noexcept {
   return s.substr(0, n);
 }
 
+namespace {
+
+// Byte classes of semantic_normalize's ASCII path; a letter's class is its
+// lower-case form, so a run of letters and digits is one table load a byte.
+enum : uint8_t { k_space = 0, k_punct = 1, k_utf8 = 2 };  // else: the byte to write
+constexpr std::array<uint8_t, 256> make_byte_classes() {
+  std::array<uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    if (c >= 0x80) {
+      t[c] = k_utf8;
+    } else if (c <= ' ' || c == 0x7F) {
+      t[c] = k_space;
+    } else if (c >= 'A' && c <= 'Z') {
+      t[c] = static_cast<uint8_t>(c - 'A' + 'a');
+    } else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
+      t[c] = static_cast<uint8_t>(c);
+    } else {
+      t[c] = k_punct;
+    }
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 256> k_byte_class = make_byte_classes();
+
+}  // namespace
+
 size_t semantic_normalize(std::string_view in, char* out, size_t cap) noexcept {
   size_t n = 0;
   bool space = true;  // the last byte written was a space (or nothing yet)
   size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
   while (i < in.size()) {
-    const auto c = static_cast<unsigned char>(in[i]);
-    if (c >= 0x80) {
+    const unsigned char c = p[i];
+    const uint8_t k = k_byte_class[c];
+    if (k > k_utf8) {
+      // A run of letters and digits, lower-cased.
+      if (n + 1 > cap) break;
+      out[n++] = static_cast<char>(k);
+      ++i;
+      for (uint8_t k2; i < in.size() && n < cap && (k2 = k_byte_class[p[i]]) > k_utf8; ++i) out[n++] = static_cast<char>(k2);
+      space = false;
+      continue;
+    }
+    if (k == k_utf8) {
       // A whole UTF-8 sequence (lead byte + continuations), or nothing.
       size_t len = 1;
-      while (i + len < in.size() && (static_cast<unsigned char>(in[i + len]) & 0xC0) == 0x80 && len < 4) ++len;
+      while (i + len < in.size() && (p[i + len] & 0xC0) == 0x80 && len < 4) ++len;
       // CJK (U+2E80..U+9FFF: lead bytes E2 BA.. to E9, and FF punctuation
       // forms): a token per character. Chinese writes no spaces, so a
       // sentence would be one "word"; per character, the word bigrams are
@@ -63,19 +101,12 @@ size_t semantic_normalize(std::string_view in, char* out, size_t cap) noexcept {
       continue;
     }
     ++i;
-    if (c <= ' ' || c == 0x7F) {
+    if (k == k_space) {
       if (!space) {
         if (n + 1 > cap) break;
         out[n++] = ' ';
         space = true;
       }
-      continue;
-    }
-    const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    if (alnum) {
-      if (n + 1 > cap) break;
-      out[n++] = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-      space = false;
       continue;
     }
     // Punctuation: a token of its own.

@@ -137,7 +137,8 @@ group_table::group_table(const config::config& cfg)
     _embed_cache = decision_cache(cfg.router.embeddings_cache);
   }
   if (cfg.router.semantic != config::semantic_mode::off && cfg.router.model != nullptr) {
-    _classifier = std::make_unique<semantic_classifier>(cfg.router.model, cfg.router.semantic_bytes);
+    _classifier = std::make_unique<semantic_classifier>(cfg.router.model, cfg.router.semantic_bytes,
+                                                        cfg.router.token_cache);
     _min_confidence = cfg.router.min_confidence;
     _include_system = cfg.router.include_system;
     for (const std::string& name : cfg.router.model->labels) {

@@ -1,10 +1,13 @@
-// fastText's supervised inference without fastText (see semantic.hpp). The
-// order of every float operation follows fastText 0.9.2's (model.cc,
-// loss.cc, densematrix.cc, dictionary.cc) so the sums round the same.
+// fastText's supervised inference without fastText (see semantic.hpp). Its
+// operations follow fastText 0.9.2's (model.cc, loss.cc, densematrix.cc,
+// dictionary.cc); the one difference is the hidden vector's sum, which
+// adds each token's rows summed first (so a token cache can keep them):
+// the same numbers to a few units in the last place.
 #include "sluice/route/semantic.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "sluice/core/assert.hpp"
@@ -27,6 +30,15 @@ uint32_t fastmod(uint32_t a, uint64_t magic, uint32_t d) noexcept {
   return static_cast<uint32_t>((static_cast<u128>(low) * d) >> 64);
 }
 
+// A short compare inline: a call to memcmp costs more than the ~6 bytes
+// of a typical token.
+bool same_bytes(const char* a, const char* b, size_t n) noexcept {
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 uint32_t fnv_step(uint32_t h, char c) noexcept {
   h ^= static_cast<uint32_t>(static_cast<int8_t>(c));
   return h * 16777619u;
@@ -34,9 +46,11 @@ uint32_t fnv_step(uint32_t h, char c) noexcept {
 
 }  // namespace
 
-semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max)
+semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max,
+                                         uint32_t token_cache)
     : _model(std::move(model)), _text_bytes_max(text_bytes_max) {
   SLUICE_VERIFY(_model != nullptr);
+  SLUICE_VERIFY((token_cache & (token_cache - 1)) == 0);
   // System prompt + user message, each up to text_bytes_max, tripled by
   // punctuation at worst, plus the space between them.
   const size_t text = size_t{text_bytes_max} * 6 + 1;
@@ -45,6 +59,12 @@ semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_
   _hashes.resize(text / 2 + 1);
   _hidden.resize(static_cast<size_t>(_model->dim));
   _output.resize(static_cast<size_t>(_model->nlabels));
+  _cached = token_cache != 0;
+  const size_t slots = token_cache;
+  _cache_mask = slots == 0 ? 0 : slots - 1;
+  _way_mask = slots >= 2 ? 1 : 0;
+  _slots.resize(slots);
+  _vectors.resize((slots + 1) * _hidden.size());  // + the scratch row of a token not cached
 }
 
 int32_t semantic_classifier::find_word(std::string_view token, uint32_t hash) const noexcept {
@@ -115,8 +135,51 @@ void sum_rows(float* hidden, size_t dim, const float* const* rows, size_t n) noe
 }  // namespace
 
 void semantic_classifier::flush_rows() noexcept {
-  sum_rows(_hidden.data(), _hidden.size(), _queued.data(), _queued_n);
+  sum_rows(_target, _hidden.size(), _queued.data(), _queued_n);
   _queued_n = 0;
+}
+
+const float* semantic_classifier::token_vector(std::string_view token, uint32_t word_hash) noexcept {
+  const size_t dim = _hidden.size();
+  const bool cacheable = _cached && token.size() <= k_cached_token_max;
+  // Two ways a set: the most recent entry in way 0.
+  // Fibonacci hashing: FNV's low bits alone fill the sets unevenly.
+  const size_t set = (static_cast<size_t>((word_hash * 0x9E3779B1u) >> 8) & _cache_mask) & ~_way_mask;
+  if (cacheable) {
+    for (size_t w = 0; w <= _way_mask; ++w) {
+      const token_slot& s = _slots[set + w];
+      if (s.len == token.size() && same_bytes(s.bytes, token.data(), token.size())) {
+        ++_token_hits;
+        _rows += s.rows;
+        return _vectors.data() + (set + w) * dim;
+      }
+    }
+    ++_token_misses;
+    if (_way_mask != 0 && _slots[set].len != 0) {
+      _slots[set + 1] = _slots[set];
+      std::memcpy(_vectors.data() + (set + 1) * dim, _vectors.data() + set * dim, dim * sizeof(float));
+    }
+  }
+  // Not cacheable: summed in the scratch row after the cache's.
+  const size_t i = cacheable ? set : _slots.size();
+  float* v = _vectors.data() + i * dim;
+  // Summed from zero, in fastText's order within the token: the word's
+  // row, then its n-grams ("</s>", the end of a line, has none).
+  std::fill(v, v + dim, 0.0f);
+  _target = v;
+  const uint64_t before = _rows;
+  if (const int32_t wid = find_word(token, word_hash); wid >= 0) add_row(wid);
+  if (token != "</s>") add_subwords(token);
+  flush_rows();
+  _target = _hidden.data();
+  if (!cacheable) return v;
+  token_slot& slot = _slots[set];
+  const uint64_t rows = _rows - before;
+  const bool keep = rows <= UINT8_MAX;  // a model_file with long n-grams: more rows
+  slot.len = keep ? static_cast<uint8_t>(token.size()) : 0;
+  if (keep) std::memcpy(slot.bytes, token.data(), token.size());
+  slot.rows = static_cast<uint8_t>(keep ? rows : 0);
+  return v;
 }
 
 // fastText's computeSubwords over "<token>": every run of minn..maxn UTF-8
@@ -149,6 +212,8 @@ int32_t semantic_classifier::infer(std::string_view text) noexcept {
   std::fill(_output.begin(), _output.end(), 0.0f);
   _rows = 0;
   _queued_n = 0;
+  _target = _hidden.data();
+  const size_t dim = _hidden.size();
   size_t tokens = 0;
   size_t i = 0;
   while (i < text.size()) {
@@ -162,15 +227,13 @@ int32_t semantic_classifier::infer(std::string_view text) noexcept {
     if (i == start) break;
     const std::string_view token = text.substr(start, i - start);
     if (token.size() + 2 > _word.size() || tokens == _hashes.size()) break;  // beyond the scratch: not read
-    const uint32_t h = config::fasttext_hash(token);
-    const int32_t wid = find_word(token, h);
     // A token spelled like a label is a label, never a word (getLine).
     if (token.substr(0, k_label_prefix.size()) == k_label_prefix) continue;
-    // In the vocabulary: the word's row, then its n-grams; "</s>" (the end
-    // of a line, a word of every model) has no n-grams and ends the line.
-    if (wid >= 0) add_row(wid);
-    if (token != "</s>") add_subwords(token);
+    const uint32_t h = config::fasttext_hash(token);
+    const float* v = token_vector(token, h);
+    sum_rows(_hidden.data(), dim, &v, 1);
     _hashes[tokens++] = h;
+    // "</s>" (the end of a line, a word of every model) ends the line.
     if (token == "</s>") break;
   }
   // Word n-grams: fastText keeps the hashes as int32_t and widens them to
@@ -187,7 +250,6 @@ int32_t semantic_classifier::infer(std::string_view text) noexcept {
   if (_rows == 0) return -1;
   const auto scale = static_cast<float>(1.0 / static_cast<double>(_rows));
   for (float& x : _hidden) x *= scale;
-  const size_t dim = _hidden.size();
   for (size_t l = 0; l < _output.size(); ++l) {
     const float* r = m.output.data() + l * dim;
     float d = 0.0f;

@@ -162,6 +162,7 @@ struct router_config {
   std::string model_file;                    // a fastText supervised model (.bin); "" = train from examples
   uint32_t semantic_bytes = 2048;            // leading bytes of the text the classifier reads (cut at UTF-8)
   bool include_system = false;               // the system prompt is read too (before the user message)
+  uint32_t token_cache = 4096;               // tokens' summed vectors kept per shard (a power of two; 0 = none)
   bool group_header = false;                 // x-sluice-group response header on routed answers
   // semantic = "embeddings": the group whose backends serve /v1/embeddings
   // (its index resolved at load), each call's timeout, the per-shard cache.

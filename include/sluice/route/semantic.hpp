@@ -28,7 +28,10 @@ namespace sluice::route {
 class semantic_classifier {
  public:
   // Cold path. `text_bytes_max`: the most input bytes classify() reads.
-  semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max);
+  // `token_cache`: tokens whose summed rows are kept (a power of two, 0 =
+  // none): entries x (dim x 4 + 16) bytes.
+  semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max,
+                      uint32_t token_cache = 4096);
   semantic_classifier(const semantic_classifier&) = delete;
   semantic_classifier& operator=(const semantic_classifier&) = delete;
 
@@ -46,12 +49,18 @@ class semantic_classifier {
   std::span<const float> probabilities() const noexcept { return {_output.data(), _output.size()}; }
   const config::semantic_model& model() const noexcept { return *_model; }
   size_t text_capacity() const noexcept { return _text.size(); }
+  // Tokens found in / added to the token cache since construction.
+  uint64_t token_hits() const noexcept { return _token_hits; }
+  uint64_t token_misses() const noexcept { return _token_misses; }
 
  private:
   int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
   void add_row(int64_t row) noexcept;       // queued (prefetched), summed by flush_rows()
   void flush_rows() noexcept;               // sums the queued rows onto _hidden, in order
   void add_subwords(std::string_view token) noexcept;
+  // The sum of `token`'s word row and character n-gram rows, from the
+  // token cache or computed into it; adds their count to _rows.
+  const float* token_vector(std::string_view token, uint32_t word_hash) noexcept;
 
   std::shared_ptr<const config::semantic_model> _model;
   uint32_t _text_bytes_max;
@@ -59,6 +68,25 @@ class semantic_classifier {
   std::vector<char> _word;         // "<" token ">"
   std::vector<uint32_t> _hashes;   // the tokens' hashes, for word n-grams
   std::vector<float> _hidden;      // dim
+  float* _target = nullptr;        // where flush_rows() sums: _hidden, or a token's vector
+  // The token cache: two-way set-associative by the token's fastText
+  // hash, the token kept whole and compared (so a hit is exact; longer
+  // tokens are not cached). A token's vector is the same computed or cached (its rows
+  // summed from zero in the same order), so a decision never depends on
+  // what a shard saw before.
+  static constexpr size_t k_cached_token_max = 26;
+  struct alignas(32) token_slot {
+    uint8_t len = 0;   // 0: empty (tokens are never empty)
+    uint8_t rows = 0;  // rows summed into the vector (a token of more is not kept)
+    char bytes[k_cached_token_max + 4] = {};
+  };
+  static_assert(sizeof(token_slot) == 32);
+  size_t _cache_mask = 0;
+  size_t _way_mask = 0;            // 1: two ways a set; 0: one slot (a cache of 1)
+  std::vector<token_slot> _slots;  // the cache's entries (none without a cache)
+  std::vector<float, config::cache_line_allocator<float>> _vectors;  // (slots + 1) x dim: + a scratch row
+  bool _cached = false;
+  uint64_t _token_hits = 0, _token_misses = 0;
   std::vector<float> _output;      // nlabels
   uint64_t _rows = 0;              // rows added to _hidden
   static constexpr size_t k_row_block = 64;     // rows queued before a sum (their prefetches fit L1)

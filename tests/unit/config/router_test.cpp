@@ -100,6 +100,9 @@ TEST_SUITE("config::router") {
                     "the embeddings group") == 0);
     CHECK(error_of("[router]\nembeddings_cache = 1000\n" + std::string(k_groups)) ==
           "test.toml:2: router.embeddings_cache = 1000 is not a power of two (or 0: no cache)");
+    CHECK(error_of("[router]\ntoken_cache = 3000\n" + std::string(k_groups)) ==
+          "test.toml:2: router.token_cache = 3000 is not a power of two (or 0: no cache)");
+    CHECK(cfg::load("[router]\ntoken_cache = 0\n" + std::string(k_groups), "test.toml", {})->router.token_cache == 0);
     CHECK(error_of("[router]\nembeddings_timeout_ms = 0\n" + std::string(k_groups)).find(
               "test.toml:2: router.embeddings_timeout_ms = 0 is out of range") == 0);
     CHECK(error_of("[router]\nsemantic = \"bert\"\n" + std::string(k_groups)) ==
@@ -128,6 +131,7 @@ TEST_SUITE("config::router") {
     CHECK(c->router.embeddings_group_index == 2);
     CHECK(c->router.embeddings_timeout_ms == 250);
     CHECK(c->router.embeddings_cache == 4096);
+    CHECK(c->router.token_cache == 4096);
     REQUIRE(c->router.centroids != nullptr);
     CHECK(c->router.centroids->get() == nullptr);  // the control thread computes them
     REQUIRE(c->router.model != nullptr);

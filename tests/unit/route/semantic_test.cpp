@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -121,6 +122,43 @@ TEST_SUITE("route::semantic") {
       }
     }
     CHECK(compared >= 400);
+  }
+
+  TEST_CASE("the token cache changes nothing: cached, evicted or uncached, every probability is the same bits") {
+    auto ft = cfg::train_semantic_fasttext(k_groups, training_set());
+    auto model = cfg::semantic_model_from(*ft, k_groups, "test");
+    semantic_classifier none(model, 4096, 0);
+    semantic_classifier big(model, 4096, 4096);
+    semantic_classifier tiny(model, 4096, 8);  // evictions and slot collisions all the time
+    std::vector<std::string> texts = probe_texts();
+    texts.emplace_back("averyveryverylongtokenthatisnotcachedbecauseitislong and short ones");
+    uint64_t seen = 0;
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass: every short token of `big` is a hit
+      for (const std::string& text : texts) {
+        CAPTURE(text);
+        const int32_t a = none.classify({}, text);
+        const int32_t b = big.classify({}, text);
+        const int32_t c = tiny.classify({}, text);
+        REQUIRE(a == b);
+        REQUIRE(a == c);
+        if (a < 0) continue;
+        for (size_t l = 0; l < none.probabilities().size(); ++l) {
+          CHECK(std::memcmp(&none.probabilities()[l], &big.probabilities()[l], sizeof(float)) == 0);
+          CHECK(std::memcmp(&none.probabilities()[l], &tiny.probabilities()[l], sizeof(float)) == 0);
+        }
+      }
+      if (pass == 0) seen = big.token_misses();
+    }
+    CHECK(none.token_hits() == 0);
+    CHECK(none.token_misses() == 0);
+    // The second pass misses only where more distinct tokens met in a set
+    // than it has ways.
+    const uint64_t again = big.token_misses() - seen;
+    CHECK(again * 5 < seen);
+    CHECK(big.token_hits() > big.token_misses());
+    CHECK(tiny.token_misses() > big.token_misses());
+    MESSAGE("token cache over the evaluation set: first pass ", seen, " misses, second pass ", again, " misses; ",
+            big.token_hits(), " hits in all");
   }
 
   TEST_CASE("training is deterministic: the same examples give the same matrices") {
