@@ -306,7 +306,7 @@ print_c() {
     for s in sluice sluice-base sluice-lean; do
         havex "$f" "$l" c "$s" || continue
         echo
-        for o in nginx haproxy direct; do
+        for o in nginx haproxy relay direct; do
             havex "$f" "$l" c "$o" || continue
             line="- $s ÷ $o: events/s $(ratio "$(colx "$f" "$l" c "$s" 5)" "$(colx "$f" "$l" c "$o" 5)")"
             line+=", gap p99 $(ratio "$(colx "$f" "$l" c "$s" 14)" "$(colx "$f" "$l" c "$o" 14)")"
@@ -366,7 +366,7 @@ print_e() {
     for s in sluice sluice-base sluice-lean; do
         havex "$f" "$l" e "$s" || continue
         echo
-        for o in nginx haproxy direct; do
+        for o in nginx haproxy relay direct; do
             havex "$f" "$l" e "$o" || continue
             line="- $s ÷ $o: mean $(ratio "$(colx "$f" "$l" e "$s" 6)" "$(colx "$f" "$l" e "$o" 6)")"
             if [[ $o != direct ]]; then

@@ -276,6 +276,15 @@ auto_router_toml() {
     done
 }
 
+# start_relay PORT BACKEND_PORT THREADS PIN...: bench-relay (bench/relay),
+# the plain L4 relay on io_uring that parses nothing: the floor.
+start_relay() {
+    local port=$1 backend=$2 threads=$3; shift 3
+    local bin
+    bin=$(built bench-relay) || { log "bench-relay is not built in $BUILD_DIR"; return 1; }
+    start_bg "relay-$port" "$port" "$@" "$bin" --listen "$port" --backend "127.0.0.1:$backend" --threads "$threads"
+}
+
 # start_redis PORT PIN...: a redis-server for [cluster] (no persistence);
 # sets STARTED_PID.
 start_redis() {
