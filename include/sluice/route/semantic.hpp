@@ -29,7 +29,7 @@ class semantic_classifier {
  public:
   // Cold path. `text_bytes_max`: the most input bytes classify() reads.
   // `token_cache`: tokens whose summed rows are kept (a power of two, 0 =
-  // none): entries x (dim x 4 + 16) bytes.
+  // none): entries x (32 + dim x 4) bytes.
   semantic_classifier(std::shared_ptr<const config::semantic_model> model, uint32_t text_bytes_max,
                       uint32_t token_cache = 4096);
   semantic_classifier(const semantic_classifier&) = delete;
