@@ -147,6 +147,36 @@ TEST_SUITE("http::sse_scanner") {
     CHECK(seen.data[2] == "tail");
   }
 
+  TEST_CASE("a CR or LF anywhere in a one-piece event takes it off the fast path: the same events as byte by byte") {
+    // The fast path's line-end check reads 64 bytes a turn and then the last
+    // 64 again: every size around those blocks, every offset, CR and LF.
+    for (size_t n : {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 191, 192, 193, 250}) {
+      for (size_t at = 0; at < n; ++at) {
+        for (char eol : {'\n', '\r'}) {
+          std::string value(n, 'v');
+          value[at] = eol;
+          const std::string in = "data: " + value + "\n\n";
+          CAPTURE(n);
+          CAPTURE(at);
+          recorder whole, bytes;
+          sse_scanner a(recorder::on_event, &whole), b(recorder::on_event, &bytes);
+          a.feed(in.data(), in.size());
+          for (char ch : in) b.feed(&ch, 1);
+          REQUIRE(whole.events == bytes.events);
+          CHECK(a.events() == b.events());
+        }
+      }
+      // And with no line end: one event, in place, the value whole.
+      const std::string value(n, 'v');
+      const std::string in = "data: " + value + "\n\n";
+      recorder r;
+      sse_scanner s(recorder::on_event, &r);
+      s.feed(in.data(), in.size());
+      REQUIRE(r.events.size() == 1);
+      CHECK(r.events[0] == value);
+    }
+  }
+
   TEST_CASE("an event that fills the buffer exactly is not truncated") {
     const std::string full(sse_scanner::k_event_bytes_max, 'y');
     const std::string in = "data: " + full + "\n\n";
