@@ -59,7 +59,6 @@ semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_
   _hashes.resize(text / 2 + 1);
   _hidden.resize(static_cast<size_t>(_model->dim));
   _output.resize(static_cast<size_t>(_model->nlabels));
-  _cached = token_cache != 0;
   const size_t slots = token_cache;
   _cache_mask = slots == 0 ? 0 : slots - 1;
   _way_mask = slots >= 2 ? 1 : 0;
@@ -141,7 +140,7 @@ void semantic_classifier::flush_rows() noexcept {
 
 const float* semantic_classifier::token_vector(std::string_view token, uint32_t word_hash) noexcept {
   const size_t dim = _hidden.size();
-  const bool cacheable = _cached && token.size() <= k_cached_token_max;
+  const bool cacheable = !_slots.empty() && token.size() <= k_cached_token_max;
   // Two ways a set: the most recent entry in way 0.
   // Fibonacci hashing: FNV's low bits alone fill the sets unevenly.
   const size_t set = (static_cast<size_t>((word_hash * 0x9E3779B1u) >> 8) & _cache_mask) & ~_way_mask;

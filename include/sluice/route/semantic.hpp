@@ -10,10 +10,12 @@
 // [router] semantic_bytes.
 //
 // What it computes is fastText's predictLine on the normalised text
-// (config::semantic_normalize), bit for bit up to exp()'s rounding (a unit
+// (config::semantic_normalize), to a few units in the last place (a unit
 // test holds the two side by side): the tokens' word rows and character
 // n-gram buckets (FNV-1a with fastText's signed-char quirk), the word-bigram
-// buckets, averaged; times the output matrix; softmax.
+// buckets, averaged; times the output matrix; softmax. The one difference
+// is the order of the average's sum: each token's rows are summed first,
+// so that a per-shard token cache can keep them.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -71,9 +73,9 @@ class semantic_classifier {
   float* _target = nullptr;        // where flush_rows() sums: _hidden, or a token's vector
   // The token cache: two-way set-associative by the token's fastText
   // hash, the token kept whole and compared (so a hit is exact; longer
-  // tokens are not cached). A token's vector is the same computed or cached (its rows
-  // summed from zero in the same order), so a decision never depends on
-  // what a shard saw before.
+  // tokens are not cached). A token's vector is the same computed or
+  // cached (its rows summed from zero in the same order), so a decision
+  // never depends on what a shard saw before.
   static constexpr size_t k_cached_token_max = 26;
   struct alignas(32) token_slot {
     uint8_t len = 0;   // 0: empty (tokens are never empty)
@@ -85,7 +87,6 @@ class semantic_classifier {
   size_t _way_mask = 0;            // 1: two ways a set; 0: one slot (a cache of 1)
   std::vector<token_slot> _slots;  // the cache's entries (none without a cache)
   std::vector<float, config::cache_line_allocator<float>> _vectors;  // (slots + 1) x dim: + a scratch row
-  bool _cached = false;
   uint64_t _token_hits = 0, _token_misses = 0;
   std::vector<float> _output;      // nlabels
   uint64_t _rows = 0;              // rows added to _hidden
