@@ -8,8 +8,35 @@
 #include <cstring>
 
 #include "head_scan.hpp"
+#include "sluice/http/sse.hpp"
 
 namespace sluice::http {
+
+namespace {
+
+// Whether the n bytes at a and b are equal: for the few bytes of a skipped
+// chunk's head and tail, the first and the last word of the widest size
+// that fits (overlapping), in place of a call to memcmp.
+template <class W>
+inline bool same_ends(const char* a, const char* b, size_t n) noexcept {
+  W x, y, u, v;
+  std::memcpy(&x, a, sizeof x);
+  std::memcpy(&y, b, sizeof y);
+  std::memcpy(&u, a + n - sizeof u, sizeof u);
+  std::memcpy(&v, b + n - sizeof v, sizeof v);
+  return ((x ^ y) | (u ^ v)) == 0;
+}
+
+inline bool same_bytes(const char* a, const char* b, size_t n) noexcept {
+  if (n >= 16 && n <= 32) {
+    return same_ends<uint64_t>(a, b, 16) && same_ends<uint64_t>(a + n - 16, b + n - 16, 16);
+  }
+  if (n >= 8 && n < 16) return same_ends<uint64_t>(a, b, n);
+  if (n >= 4 && n < 8) return same_ends<uint32_t>(a, b, n);
+  return std::memcmp(a, b, n) == 0;
+}
+
+}  // namespace
 
 namespace {
 
@@ -196,10 +223,36 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
   if (_chunked) {
     // The chunk walker, not llhttp: one pass over the framing, the payload
     // handed on in spans, no callback per chunk.
+    // A run of skipped chunks: counted here, told once (before the next
+    // call, which may depend on what they were, and at the end).
+    uint32_t skipped = 0;
+    size_t skipped_end = 0;
+    const auto flush = [&]() noexcept {
+      if (skipped == 0) return;
+      sink.on_skipped(sink.ctx, skipped, data + skipped_end);
+      skipped = 0;
+    };
+    const size_t head_n = sink.skip_head.size(), tail_n = sink.skip_tail.size();
     const chunk_step st = _chunk.walk(
-        data, len, [&](size_t at, size_t n) noexcept { if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n); },
-        [&](size_t at) noexcept { if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + at); },
+        data, len,
+        [&](size_t at, size_t n) noexcept {
+          flush();
+          if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n);
+        },
+        [&](size_t at) noexcept {
+          flush();
+          if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + at);
+        },
         [&](size_t at, size_t n, size_t end) noexcept {
+          if (sink.skip_ok != nullptr && *sink.skip_ok && n >= head_n + tail_n &&
+              same_bytes(data + at, sink.skip_head.data(), head_n) &&
+              same_bytes(data + at + n - tail_n, sink.skip_tail.data(), tail_n) &&
+              !has_line_end(data + at + head_n, n - head_n - 2)) {
+            ++skipped;
+            skipped_end = end;
+            return;
+          }
+          flush();
           if (sink.on_chunk != nullptr) {
             sink.on_chunk(sink.ctx, data + at, n, data + end);
             return;
@@ -207,6 +260,7 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
           if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n);
           if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + end);
         });
+    flush();
     if (st.error != chunk_error::none) {
       _failed = true;
       return body_status{errc::upstream_protocol, st.consumed, false, st.chunk_end};

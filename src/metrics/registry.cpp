@@ -251,6 +251,9 @@ constexpr stat_row k_stat_rows[] = {
      "Usage chunks sluice asked for and removed from client streams."},
     {stat::usage_cut_failed, "sluice_usage_cut_failed_total", "counter", "",
      "Usage chunks sluice asked for that it could not remove from a client stream (should stay 0)."},
+    {stat::sse_chunks_skipped, "sluice_sse_chunks_skipped_total", "counter", "",
+     "Event-stream chunks of one plain content event each, counted at their boundaries without scanning their bytes "
+     "(upstream.sse_scan = \"boundaries\")."},
     {stat::upstream_bad_replies, "sluice_upstream_bad_replies_total", "counter", "",
      "Backend replies or stream events of a translated protocol (Anthropic, gRPC) that sluice could not read."},
     {stat::shed_connections, "sluice_shed_connections_total", "counter", "",

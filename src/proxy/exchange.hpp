@@ -101,6 +101,11 @@ struct relay_state {
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
+  // The skip of an event stream's plain chunks (body_sink::skip_ok): this
+  // stream may skip them (upstream.sse_scan), and the scan stands where it
+  // may (between two events, past the first).
+  bool skip_allowed = false;
+  bool skip_ok = false;
   stream_facts facts;
 };
 

@@ -136,6 +136,8 @@ class openai_http final : public backend_adapter {
   static void on_sse_event(void* ctx, const http::sse_event& ev);
   static void on_chunk_end(void* ctx, const char* at);
   static void on_sse_chunk(void* ctx, const char* data, size_t len, const char* end);
+  static void on_skipped_chunks(void* ctx, uint32_t chunks, const char* end);
+  static void chunk_scanned(exchange& x, const char* end) noexcept;
 
   shard_context& _s;
   shard_server& _x;

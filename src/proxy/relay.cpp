@@ -51,6 +51,9 @@ void openai_http::on_response_head(exchange& x) noexcept {
     start(x);
     return;
   }
+  // The skip (chunk_scanned) starts off for every response: never the
+  // first chunk, which the scan reads whole (the role chunk).
+  x.rsp.skip_allowed = x.rsp.skip_ok = false;
   if (x.rsp.dialect == reply_dialect::anthropic) {
     on_anthropic_head(x);
     return;
@@ -66,6 +69,8 @@ void openai_http::on_response_head(exchange& x) noexcept {
     }
     if (x.mem->sse) x.mem->sse->reset();
   }
+  x.rsp.skip_allowed = rh.event_stream && rh.chunked && x.mem->sse &&
+                       g.upstream.sse_scan == config::sse_scan_mode::boundaries;
   x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
 
   // A backend's error answer is held and answered in OpenAI's shape
@@ -104,8 +109,18 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
   upstream_conn* u = x.up;
   relay_state& r = x.rsp;
   const bool sse_chunked = r.head.event_stream && r.head.chunked;
+  // The plain content event of vLLM's stream (on_sse_event's fast path),
+  // one per chunk: what the skip counts without the scan's calls.
+  static constexpr std::string_view k_plain_head = "data: {";
+  static constexpr std::string_view k_plain_chunk_tail = "\"finish_reason\":null}]}\n\n";
   http::body_sink sink{&openai_http::on_body_data, &x, sse_chunked ? &openai_http::on_chunk_end : nullptr,
                        sse_chunked ? &openai_http::on_sse_chunk : nullptr};
+  if (sse_chunked && r.skip_allowed) {
+    sink.skip_ok = &r.skip_ok;
+    sink.skip_head = k_plain_head;
+    sink.skip_tail = k_plain_chunk_tail;
+    sink.on_skipped = &openai_http::on_skipped_chunks;
+  }
   http::body_status bs{};
   if (with_head) r.usage_in_batch = r.usage_covered = false;
   r.usage_event_at = nullptr;

@@ -56,18 +56,40 @@ void openai_http::on_sse_chunk(void* ctx, const char* data, size_t len, const ch
   exchange& x = *static_cast<exchange*>(ctx);
   if (!x.mem->sse) return;
   x.mem->sse->feed(data, len);
-  if (x.mem->sse->between_events()) {
-    x.rsp.aligned_at = end;
-    x.rsp.usage_covered = x.rsp.usage_in_batch;
-  }
+  chunk_scanned(x, end);
 }
 
 void openai_http::on_chunk_end(void* ctx, const char* at) {
   exchange& x = *static_cast<exchange*>(ctx);
-  if (x.mem->sse && x.mem->sse->between_events()) {
-    x.rsp.aligned_at = at;
-    x.rsp.usage_covered = x.rsp.usage_in_batch;
+  if (x.mem->sse) chunk_scanned(x, at);
+}
+
+void openai_http::chunk_scanned(exchange& x, const char* end) noexcept {
+  // A chunk of an event stream ended, its bytes scanned: cut here, no event
+  // is split. And the next whole chunk may be counted without the scan
+  // (body_sink::skip_ok) once the scan stands between two events and the
+  // first event (the role chunk, read whole) is behind.
+  relay_state& r = x.rsp;
+  const bool between = x.mem->sse->between_events();
+  if (between) {
+    r.aligned_at = end;
+    r.usage_covered = r.usage_in_batch;
   }
+  r.skip_ok = r.skip_allowed && between && r.facts.events > 0;
+}
+
+void openai_http::on_skipped_chunks(void* ctx, uint32_t chunks, const char* end) {
+  // `chunks` whole chunks, each one plain content event (one data line,
+  // vLLM's content tail): the facts the scan and on_sse_event's fast path
+  // would have counted for them.
+  exchange& x = *static_cast<exchange*>(ctx);
+  relay_state& r = x.rsp;
+  r.facts.events += chunks;
+  r.facts.content_events += chunks;
+  if (x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
+  r.aligned_at = end;
+  r.usage_covered = r.usage_in_batch;
+  x.up->adapter->_metrics.at(metrics::stat::sse_chunks_skipped).add(chunks);
 }
 
 void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {

@@ -87,6 +87,11 @@ struct server_config {
   uint32_t h2_memory_max_bytes = 4u << 20;          // per connection: nghttp2's state, tables, queued frames
 };
 
+// How an event stream's chunks are read (upstream.sse_scan): "boundaries"
+// (a whole chunk of one plain content event is counted inside the chunk
+// walk, README "The SSE scan") or "full" (every chunk through the scan).
+enum class sse_scan_mode : uint8_t { boundaries, full };
+
 struct upstream_config {
   uint32_t connect_timeout_ms = 2000;
   uint32_t first_byte_timeout_ms = 120000;
@@ -95,6 +100,7 @@ struct upstream_config {
   uint32_t max_retries = 1;               // only before any response byte reached the client
   uint32_t pool_idle_max = 256;           // idle keep-alive connections per backend per shard (an HTTP/2 client brings up to 100 streams per connection)
   uint32_t connections_max = 1024;        // open connections per backend per shard; beyond: 503
+  sse_scan_mode sse_scan = sse_scan_mode::boundaries;
 };
 
 struct quota_config {

@@ -46,6 +46,17 @@ struct body_sink {
   // With on_chunk_end: a chunk whole in one call, its data and its end in
   // one call (the common case of an event stream). Optional.
   void (*on_chunk)(void* ctx, const char* data, size_t len, const char* end) = nullptr;
+  // Chunks that need no scan of their own (an event stream whose backend
+  // writes one event per chunk): while *skip_ok, a chunk whole in one call
+  // whose payload starts with skip_head, ends with skip_tail (its last two
+  // bytes the line ends that end the event) and holds no other CR or LF --
+  // one event of one data line -- is only counted, and each run of such
+  // chunks goes to on_skipped(ctx, chunks, end of the last) before any other
+  // call and at the end of the walk. The sink's callbacks keep *skip_ok.
+  // Optional (null: every chunk is handed on).
+  const bool* skip_ok = nullptr;
+  std::string_view skip_head, skip_tail;
+  void (*on_skipped)(void* ctx, uint32_t chunks, const char* end) = nullptr;
 };
 
 struct body_status {

@@ -12,6 +12,13 @@
 
 namespace sluice::http {
 
+// Whether [p, p + n) holds a CR or an LF (a line end of the event stream).
+// AVX2 where the CPU has it (found at start), else SSE2.
+bool has_line_end(const char* p, size_t n) noexcept;
+namespace detail {
+bool line_end_sse2(const char* p, size_t n) noexcept;  // the SSE2 one, for the tests
+}
+
 struct sse_event {
   std::string_view data;   // the `data:` field value(s) of one event, lines joined by '\n'
   bool truncated = false;

@@ -86,6 +86,7 @@ enum class stat : uint8_t {
   upstream_own_buffers,      // backend receives that found the shard's buffer ring empty
   usage_chunks_cut,          // injected usage chunks removed from client streams
   usage_cut_failed,          // injected usage chunks that reached the client (a shape not cut): must stay 0
+  sse_chunks_skipped,        // event-stream chunks counted at their boundaries, their bytes not scanned
   upstream_bad_replies,      // translated protocols: a backend reply or event sluice could not read (502 / stream ended)
   shed_connections,          // over server.connections_max
   shed_requests,             // over server.inflight_max (503)

@@ -443,4 +443,153 @@ TEST_SUITE("http::response_parser") {
     CHECK(p.feed_body(b.data() + h.head_bytes, 1, col.sink()).complete);
     CHECK(col.data == "okx");
   }
+
+  // The skip of plain chunks (body_sink::skip_ok): what is counted, what is
+  // handed on, and in which order.
+  struct skip_log {
+    std::vector<std::string> calls;  // "chunk:<payload>", "data:<bytes>", "end", "skip:<n>@<offset>"
+    bool ok = true;
+    bool stop_after_chunk = false;   // on_chunk turns the skip off (as chunk_scanned does for an odd chunk)
+    const char* base = nullptr;
+    body_sink sink() {
+      body_sink s{[](void* ctx, const char* d, size_t n) {
+                    static_cast<skip_log*>(ctx)->calls.push_back("data:" + std::string(d, n));
+                  },
+                  this,
+                  [](void* ctx, const char*) { static_cast<skip_log*>(ctx)->calls.push_back("end"); },
+                  [](void* ctx, const char* d, size_t n, const char*) {
+                    auto* self = static_cast<skip_log*>(ctx);
+                    self->calls.push_back("chunk:" + std::string(d, n));
+                    if (self->stop_after_chunk) self->ok = false;
+                  }};
+      s.skip_ok = &ok;
+      s.skip_head = "data: {";
+      s.skip_tail = "null}\n\n";
+      s.on_skipped = [](void* ctx, uint32_t n, const char* end) {
+        auto* self = static_cast<skip_log*>(ctx);
+        self->calls.push_back("skip:" + std::to_string(n) + "@" + std::to_string(end - self->base));
+      };
+      return s;
+    }
+  };
+
+  TEST_CASE("skip: runs of whole one-event plain chunks are counted in one call, in order with the chunks handed on") {
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string a = chunk("data: {\"c\":\"a\",\"f\":null}\n\n");
+    const std::string odd = chunk("data: {\"f\":\"stop\"}\n\n");
+    const std::string spaced = chunk("data:{\"c\":\"b\",\"f\":null}\n\n");  // no space: not the head
+    // Head and tail right, but two events, or two lines: handed on.
+    const std::string two = chunk("data: {\"f\":null}\n\ndata: {\"f\":null}\n\n");
+    const std::string lines = chunk("data: {\"c\":1,\r\ndata: \"f\":null}\n\n");
+    const std::string body = a + a + odd + a + spaced + a + a + a + two + lines + a + "0\r\n\r\n";
+    response_parser p;
+    response_head h;
+    const std::string msg = head + body;
+    REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
+    skip_log log;
+    log.base = msg.data() + h.head_bytes;
+    const body_status st = p.feed_body(log.base, body.size(), log.sink());
+    CHECK(st.complete);
+    const size_t e2 = 2 * a.size(), e4 = e2 + odd.size() + a.size(), e8 = e4 + spaced.size() + 3 * a.size();
+    const std::vector<std::string> want = {
+        "skip:2@" + std::to_string(e2), "chunk:data: {\"f\":\"stop\"}\n\n", "skip:1@" + std::to_string(e4),
+        "chunk:data:{\"c\":\"b\",\"f\":null}\n\n", "skip:3@" + std::to_string(e8),
+        "chunk:data: {\"f\":null}\n\ndata: {\"f\":null}\n\n", "chunk:data: {\"c\":1,\r\ndata: \"f\":null}\n\n",
+        "skip:1@" + std::to_string(e8 + two.size() + lines.size() + a.size())};
+    CHECK(log.calls == want);
+  }
+
+  TEST_CASE("skip: off while *skip_ok is false, read per chunk; a chunk cut by the read is always handed on") {
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string a = chunk("data: {\"f\":null}\n\n");
+    const std::string odd = chunk("data: [DONE]\n\n");
+    {
+      // The callback of the odd chunk turns the skip off: the plain chunks
+      // after it are handed on.
+      const std::string body = a + odd + a + a;
+      const std::string msg = head + body;
+      response_parser p;
+      response_head h;
+      REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
+      skip_log log;
+      log.base = msg.data() + h.head_bytes;
+      log.stop_after_chunk = true;
+      (void)p.feed_body(log.base, body.size(), log.sink());
+      const std::vector<std::string> want = {"skip:1@" + std::to_string(a.size()), "chunk:data: [DONE]\n\n",
+                                             "chunk:data: {\"f\":null}\n\n", "chunk:data: {\"f\":null}\n\n"};
+      CHECK(log.calls == want);
+    }
+    {
+      // Every split of two plain chunks: a chunk whole in a feed is counted,
+      // one cut by it goes to on_data + on_chunk_end, and the count of
+      // chunks (skipped or ended) is always two.
+      const std::string body = a + a;
+      const std::string msg = head + body;
+      for (size_t cut = 1; cut < body.size(); ++cut) {
+        CAPTURE(cut);
+        response_parser p;
+        response_head h;
+        REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
+        skip_log log;
+        const char* b = msg.data() + h.head_bytes;
+        log.base = b;
+        const body_status s1 = p.feed_body(b, cut, log.sink());
+        REQUIRE(s1.error == errc::ok);
+        log.base = b + s1.consumed;
+        const body_status s2 = p.feed_body(b + s1.consumed, body.size() - s1.consumed, log.sink());
+        REQUIRE(s2.error == errc::ok);
+        size_t skipped = 0, ended = 0;
+        std::string data;
+        for (const std::string& c : log.calls) {
+          if (c.rfind("skip:", 0) == 0) skipped += static_cast<size_t>(c[5] - '0');
+          if (c == "end") ++ended;
+          if (c.rfind("data:", 0) == 0) data += c.substr(5);
+        }
+        CHECK(skipped + ended == 2);
+        // The chunk the read cut is handed on, never skipped; cut between
+        // the two, both are whole in their feeds.
+        if (cut == a.size()) {
+          CHECK(ended == 0);
+        } else {
+          CHECK(ended >= 1);
+        }
+        // What was handed on is the payload of the chunks that ended so, whole and in order.
+        std::string want;
+        for (size_t i = 0; i < ended; ++i) want += "data: {\"f\":null}\n\n";
+        CHECK(data == want);
+      }
+    }
+  }
+
+  TEST_CASE("skip: a head or tail that differs in any one byte is handed on (vLLM's 25-byte tail, heads of 1..32 bytes)") {
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string tail = "\"finish_reason\":null}]}\n\n";
+    const std::string full_head = "data: {\"id\":\"chatcmpl-0123456789ab";  // 32 bytes
+    for (size_t hn = 1; hn <= full_head.size(); ++hn) {
+      const std::string h = full_head.substr(0, hn);
+      const std::string payload = full_head + "\"choices\":[{\"delta\":{\"content\":\"x\"}," + tail;
+      for (size_t flip = 0; flip <= payload.size(); ++flip) {
+        // flip == size: unchanged; else one byte changed (a head or tail
+        // byte matters, one between them does not -- unless it is a line end)
+        std::string p = payload;
+        if (flip < p.size()) p[flip] = p[flip] == 'Z' ? 'Y' : 'Z';
+        const std::string body = chunk(p);
+        const std::string msg = head + body;
+        response_parser rp;
+        response_head rh;
+        REQUIRE(rp.parse_head(msg.data(), msg.size(), rh).ok());
+        skip_log log;
+        log.base = msg.data() + rh.head_bytes;
+        body_sink sk = log.sink();
+        sk.skip_head = h;
+        sk.skip_tail = tail;
+        (void)rp.feed_body(log.base, body.size(), sk);
+        const bool in_head = flip < hn, in_tail = flip < p.size() && flip >= p.size() - tail.size();
+        CAPTURE(hn);
+        CAPTURE(flip);
+        REQUIRE(log.calls.size() == 1);
+        CHECK((log.calls[0].rfind("skip:1@", 0) == 0) == !(in_head || in_tail));
+      }
+    }
+  }
 }

@@ -242,6 +242,7 @@ TEST_SUITE("metrics::registry") {
         "sluice_upstream_connect_errors_total", "sluice_upstream_retries_total", "sluice_upstream_timeouts_total",
         "sluice_upstream_reset_after_send_total", "sluice_upstream_truncated_total", "sluice_downstream_aborts_total",
         "sluice_client_stalls_total", "sluice_upstream_buffer_fallbacks_total", "sluice_usage_chunks_cut_total", "sluice_usage_cut_failed_total",
+        "sluice_sse_chunks_skipped_total",
         "sluice_upstream_bad_replies_total",
         "sluice_shed_connections_total", "sluice_shed_requests_total", "sluice_audit_lines_total",
         "sluice_audit_write_errors_total", "sluice_audit_fsyncs_total",
