@@ -116,6 +116,7 @@ total_timeout_ms = 800
 max_retries = 3
 pool_idle_max = 5
 connections_max = 7
+sse_scan = "full"
 
 [quota]
 input_weight = 2
@@ -136,6 +137,7 @@ default_max_tokens = 50
 [group.upstream]
 max_retries = 0
 first_byte_timeout_ms = 9000
+sse_scan = "boundaries"
 
 [[group]]
 name = "other"
@@ -178,6 +180,7 @@ groups = ["qw*"]
     CHECK(c->upstream.max_retries == 3);
     CHECK(c->upstream.pool_idle_max == 5);
     CHECK(c->upstream.connections_max == 7);
+    CHECK(c->upstream.sse_scan == cfg::sse_scan_mode::full);
     CHECK(c->quota.input_weight == 2);
     CHECK(c->quota.output_weight == 3);
     CHECK(c->quota.default_max_tokens == 100);
@@ -195,6 +198,8 @@ groups = ["qw*"]
     CHECK(q.upstream.first_byte_timeout_ms == 9000);
     CHECK(q.upstream.connect_timeout_ms == 500);
     CHECK(c->groups[1].upstream.max_retries == 3);
+    CHECK(q.upstream.sse_scan == cfg::sse_scan_mode::boundaries);
+    CHECK(c->groups[1].upstream.sse_scan == cfg::sse_scan_mode::full);  // inherited
     CHECK(c->groups[1].models == std::vector<std::string>{"other"});
 
     // The two groups share one backend (written with and without '/'): it
@@ -281,6 +286,14 @@ key = "x"
     CHECK(c->backends[0].host_header == "127.0.0.1:8001");
     CHECK(c->backends[1].transport == cfg::backend_transport::http1);
     CHECK(cfg::to_string(cfg::backend_protocol::anthropic) == "anthropic");
+  }
+
+  TEST_CASE("upstream.sse_scan takes \"boundaries\" (the default) or \"full\", and says so for anything else") {
+    const std::string tail = "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:1\"]\n[[key]]\nid = \"k\"\nkey = \"x\"\n";
+    const std::string e = error_of("[upstream]\nsse_scan = \"skip\"\n" + tail);
+    CHECK(e.find("upstream.sse_scan = \"skip\": expected \"boundaries\" or \"full\"") != std::string::npos);
+    CHECK(error_of("[upstream]\nsse_scan = 1\n" + tail).find("upstream.sse_scan must be a string") != std::string::npos);
+    CHECK(cfg::upstream_config{}.sse_scan == cfg::sse_scan_mode::boundaries);
   }
 
   TEST_CASE("a protocol that does not fit its backends or its keys is refused, saying why") {
