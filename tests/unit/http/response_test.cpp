@@ -471,10 +471,21 @@ TEST_SUITE("http::response_parser") {
       };
       return s;
     }
+    // Parses a chunked event-stream head, then feeds `body` whole to `s`
+    // (this log's sink by default); `msg` keeps the bytes.
+    std::string msg;
+    body_status run(const std::string& body) { return run(body, sink()); }
+    body_status run(const std::string& body, const body_sink& s) {
+      msg = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + body;
+      response_parser p;
+      response_head h;
+      REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
+      base = msg.data() + h.head_bytes;
+      return p.feed_body(base, body.size(), s);
+    }
   };
 
   TEST_CASE("skip: runs of whole one-event plain chunks are counted in one call, in order with the chunks handed on") {
-    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
     const std::string a = chunk("data: {\"c\":\"a\",\"f\":null}\n\n");
     const std::string odd = chunk("data: {\"f\":\"stop\"}\n\n");
     const std::string spaced = chunk("data:{\"c\":\"b\",\"f\":null}\n\n");  // no space: not the head
@@ -482,14 +493,8 @@ TEST_SUITE("http::response_parser") {
     const std::string two = chunk("data: {\"f\":null}\n\ndata: {\"f\":null}\n\n");
     const std::string lines = chunk("data: {\"c\":1,\r\ndata: \"f\":null}\n\n");
     const std::string body = a + a + odd + a + spaced + a + a + a + two + lines + a + "0\r\n\r\n";
-    response_parser p;
-    response_head h;
-    const std::string msg = head + body;
-    REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
     skip_log log;
-    log.base = msg.data() + h.head_bytes;
-    const body_status st = p.feed_body(log.base, body.size(), log.sink());
-    CHECK(st.complete);
+    CHECK(log.run(body).complete);
     const size_t e2 = 2 * a.size(), e4 = e2 + odd.size() + a.size(), e8 = e4 + spaced.size() + 3 * a.size();
     const std::vector<std::string> want = {
         "skip:2@" + std::to_string(e2), "chunk:data: {\"f\":\"stop\"}\n\n", "skip:1@" + std::to_string(e4),
@@ -506,15 +511,9 @@ TEST_SUITE("http::response_parser") {
     {
       // The callback of the odd chunk turns the skip off: the plain chunks
       // after it are handed on.
-      const std::string body = a + odd + a + a;
-      const std::string msg = head + body;
-      response_parser p;
-      response_head h;
-      REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
       skip_log log;
-      log.base = msg.data() + h.head_bytes;
       log.stop_after_chunk = true;
-      (void)p.feed_body(log.base, body.size(), log.sink());
+      (void)log.run(a + odd + a + a);
       const std::vector<std::string> want = {"skip:1@" + std::to_string(a.size()), "chunk:data: [DONE]\n\n",
                                              "chunk:data: {\"f\":null}\n\n", "chunk:data: {\"f\":null}\n\n"};
       CHECK(log.calls == want);
@@ -562,7 +561,6 @@ TEST_SUITE("http::response_parser") {
   }
 
   TEST_CASE("skip: a head or tail that differs in any one byte is handed on (vLLM's 25-byte tail, heads of 1..32 bytes)") {
-    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
     const std::string tail = "\"finish_reason\":null}]}\n\n";
     const std::string full_head = "data: {\"id\":\"chatcmpl-0123456789ab";  // 32 bytes
     for (size_t hn = 1; hn <= full_head.size(); ++hn) {
@@ -573,17 +571,11 @@ TEST_SUITE("http::response_parser") {
         // byte matters, one between them does not -- unless it is a line end)
         std::string p = payload;
         if (flip < p.size()) p[flip] = p[flip] == 'Z' ? 'Y' : 'Z';
-        const std::string body = chunk(p);
-        const std::string msg = head + body;
-        response_parser rp;
-        response_head rh;
-        REQUIRE(rp.parse_head(msg.data(), msg.size(), rh).ok());
         skip_log log;
-        log.base = msg.data() + rh.head_bytes;
         body_sink sk = log.sink();
         sk.skip_head = h;
         sk.skip_tail = tail;
-        (void)rp.feed_body(log.base, body.size(), sk);
+        (void)log.run(chunk(p), sk);
         const bool in_head = flip < hn, in_tail = flip < p.size() && flip >= p.size() - tail.size();
         CAPTURE(hn);
         CAPTURE(flip);
