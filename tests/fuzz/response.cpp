@@ -5,7 +5,9 @@
 // per call and in random reads, and the three runs must agree on the end of
 // the message, the payload and the events. The SSE scanner is also checked
 // on the raw input against a plain reference of the WHATWG event-stream
-// rules.
+// rules, and an event stream is fed again with the skip of plain chunks on
+// (body_sink::skip_ok): what it skips and what it still reports must add up
+// to the full scan's events.
 #include <cctype>
 #include <memory>
 #include <string>
@@ -269,6 +271,75 @@ void same(const body_run& a, const body_run& b) {
   }
 }
 
+// A run with the skip on (body_sink::skip_ok, as the relay keeps it:
+// between two events, past the first): what it skips plus what its scanner
+// reports must be what the full scan reports.
+constexpr std::string_view k_skip_head = "data: {";
+constexpr std::string_view k_skip_tail = "\"finish_reason\":null}]}\n\n";
+struct skip_run {
+  event_log events;
+  std::unique_ptr<sse_scanner> scanner = std::make_unique<sse_scanner>(event_log::on_event, &events);
+  uint64_t skipped = 0;
+  bool ok = false;
+  void keep() noexcept { ok = scanner->between_events() && scanner->events() + skipped > 0; }
+  static void on_data(void* ctx, const char* data, size_t len) {
+    auto* self = static_cast<skip_run*>(ctx);
+    self->scanner->feed(data, len);
+  }
+  static void on_chunk_end(void* ctx, const char*) { static_cast<skip_run*>(ctx)->keep(); }
+  static void on_skipped(void* ctx, uint32_t chunks, const char*) {
+    SLUICE_FUZZ_CHECK(chunks > 0);
+    static_cast<skip_run*>(ctx)->skipped += chunks;
+  }
+};
+
+// The events of the full scan that a skip may stand for: one data line that
+// the skip's head and tail frame.
+bool plain(const event_copy& e) {
+  constexpr std::string_view tail = k_skip_tail.substr(0, k_skip_tail.size() - 2);
+  return !e.truncated && e.data.size() >= 1 + tail.size() && e.data[0] == '{' &&
+         std::string_view(e.data).substr(e.data.size() - tail.size()) == tail &&
+         e.data.find_first_of("\r\n") == std::string::npos;
+}
+
+template <typename Piece>
+void check_skip(const char* head, size_t head_len, const char* body, size_t body_len, const body_run& full, Piece piece) {
+  response_parser p;
+  response_head h;
+  SLUICE_FUZZ_CHECK(p.parse_head(head, head_len, h).ok());
+  skip_run run;
+  body_sink sink{skip_run::on_data, &run, skip_run::on_chunk_end, nullptr};
+  sink.skip_ok = &run.ok;
+  sink.skip_head = k_skip_head;
+  sink.skip_tail = k_skip_tail;
+  sink.on_skipped = skip_run::on_skipped;
+  size_t consumed = 0, avail = 0;
+  while (avail < body_len) {
+    avail += piece(body_len - avail);
+    const body_status st = p.feed_body(body + consumed, avail - consumed, sink);
+    if (st.error != errc::ok || st.complete) break;
+    consumed += st.consumed;
+  }
+  if (full.error != errc::ok) return;  // up to the error the runs may differ in where they stopped
+  // Every event is either reported or skipped, and only plain ones are skipped:
+  // the others, in order, are the same.
+  SLUICE_FUZZ_CHECK(run.events.events.size() + run.skipped == full.events.events.size());
+  std::vector<event_copy> full_rest, skip_rest;
+  size_t full_plain = 0;
+  for (const event_copy& e : full.events.events) {
+    if (plain(e)) {
+      ++full_plain;
+    } else {
+      full_rest.push_back(e);
+    }
+  }
+  for (const event_copy& e : run.events.events) {
+    if (!plain(e)) skip_rest.push_back(e);
+  }
+  SLUICE_FUZZ_CHECK(run.skipped <= full_plain);
+  SLUICE_FUZZ_CHECK(full_rest == skip_rest);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
@@ -324,6 +395,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   feed_all(bytewise, body, body_len, bytes1, [](size_t left) { return left < 1 ? left : size_t{1}; });
   same(one, pieces);
   same(one, bytes1);
+  if (h.chunked && h.event_stream && !head_request) {
+    check_skip(data, h.head_bytes, body, body_len, one, [](size_t left) { return left; });
+    check_skip(data, h.head_bytes, body, body_len, one, [&rng](size_t left) { return rng.piece(left); });
+  }
   if (one.complete && h.has_content_length && !head_request && h.status != 204 &&
       h.status != 304) {
     SLUICE_FUZZ_CHECK(one.consumed == h.content_length);
