@@ -15,6 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 
 import { poll, read_audit, samples, scrape } from './lib/gateway.mjs';
+import { post_h2 } from './lib/h2_gateway.mjs';
 import { bound_ms, sluice_config, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { chat_stream_events, chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 
@@ -193,8 +194,44 @@ describe('the SSE skip against the full scan, over recorded streams', () => {
         if (skips_of[name] === 'some') assert.ok(did > 0, 'no chunk was skipped: the path under test did not run');
         if (skips_of[name] === 'none') assert.equal(did, 0, 'a chunk of another shape was skipped');
       }
+      // And an HTTP/2 client (the chunks' data as DATA frames, read from
+      // the backend's buffer): the same bytes from both.
+      if (!r.cut) {
+        const body = { model: 'skip-model', stream: true, messages: [{ role: 'user', content: 'hi' }] };
+        const a = await post_h2(full.url, body);
+        const b = await post_h2(skip.url, body);
+        assert.equal(a.status, 200);
+        assert.equal(b.text, a.text, 'the HTTP/2 client bytes differ');
+      }
     });
   }
+
+  // An HTTP/1.0 client has no chunked coding: it gets the payload, ended by
+  // the close, cut at the same event boundaries whichever way they were found.
+  it('an HTTP/1.0 client gets the same de-chunked bytes from both', async () => {
+    const raw10 = async (gw) => {
+      const body = JSON.stringify({ model: 'skip-model', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+      const socket = net.connect(gw.port, '127.0.0.1');
+      const parts = [];
+      socket.on('data', (d) => parts.push(d));
+      await new Promise((resolve, reject) => { socket.once('connect', resolve); socket.once('error', reject); });
+      socket.write(`POST /v1/chat/completions HTTP/1.0\r\nhost: x\r\nauthorization: Bearer ${test_key}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      await new Promise((resolve) => socket.once('close', resolve));
+      const raw = Buffer.concat(parts).toString('utf8');
+      return raw.slice(raw.indexOf('\r\n\r\n') + 4);
+    };
+    for (const name of ['vLLM (mock-vllm), one write per chunk', 'vLLM (mock-vllm), the whole stream in one write']) {
+      playing = name;
+      const before_skip = await skipped(skip);
+      const a = await raw10(full);
+      const b = await raw10(skip);
+      assert.ok(a.endsWith('data: [DONE]\n\n'), a.slice(-60));
+      assert.ok(!a.includes('"usage"'), 'the usage chunk sluice asked for reached the client');
+      assert.equal(b, a, name);
+      assert.ok((await skipped(skip)) > before_skip, 'no chunk was skipped');
+    }
+  });
 
   it('the stock SDK\'s choices[0] loop sees the same tokens through both', async () => {
     playing = 'scripted vLLM stream, a read per event';

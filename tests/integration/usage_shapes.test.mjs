@@ -7,34 +7,15 @@
 // meet an empty `choices`, and the audit line must still have the
 // backend's exact token counts.
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
-import http2 from 'node:http2';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
 import { poll, read_audit, samples, scrape } from './lib/gateway.mjs';
+import { post_h2 } from './lib/h2_gateway.mjs';
 import { bound_ms, sluice_config, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { start_scripted_backend } from './lib/scripted_backend.mjs';
-
-// One request over HTTP/2 (h2c prior knowledge): {status, text}.
-async function post_h2(base_url, body) {
-  const session = http2.connect(base_url);
-  session.on('error', () => {});
-  try {
-    const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', authorization: `Bearer ${test_key}`,
-      'content-type': 'application/json' });
-    req.end(JSON.stringify(body));
-    const [headers] = await once(req, 'response');
-    const parts = [];
-    req.on('data', (d) => parts.push(d));
-    await once(req, 'end');
-    return { status: headers[':status'], text: Buffer.concat(parts).toString('utf8') };
-  } finally {
-    session.close();
-  }
-}
 
 const head = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n';
 

@@ -4,12 +4,14 @@
 // h2c), curl / h2load / openssl runs with bounds, sluice's RSS, the audit
 // file.
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs';
+import http2 from 'node:http2';
 import net from 'node:net';
 import path from 'node:path';
 
 import { poll, read_audit } from './gateway.mjs';
-import { bound_ms, sluice_config, start_sluice } from './harness.mjs';
+import { bound_ms, sluice_config, start_sluice, test_key } from './harness.mjs';
 
 // A port free right now on 127.0.0.1 (bound, read, closed). The TLS
 // listener is configured on it: sluice's plaintext `listening` line is the
@@ -111,4 +113,22 @@ export async function curl_post(url, body, { args = [], headers = [], timeout_ms
   const last = r.stderr.trim().split('\n').at(-1);
   const [status, http_version, ...ct] = last.split(' ');
   return { status: Number(status), http_version, content_type: ct.join(' '), body: r.stdout, stderr: r.stderr };
+}
+
+// One request over HTTP/2 (h2c prior knowledge): {status, text}.
+export async function post_h2(base_url, body, key = test_key) {
+  const session = http2.connect(base_url);
+  session.on('error', () => {});
+  try {
+    const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', authorization: `Bearer ${key}`,
+      'content-type': 'application/json' });
+    req.end(JSON.stringify(body));
+    const [headers] = await once(req, 'response');
+    const parts = [];
+    req.on('data', (d) => parts.push(d));
+    await once(req, 'end');
+    return { status: headers[':status'], text: Buffer.concat(parts).toString('utf8') };
+  } finally {
+    session.close();
+  }
 }
