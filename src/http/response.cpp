@@ -36,10 +36,6 @@ inline bool same_bytes(const char* a, const char* b, size_t n) noexcept {
   return std::memcmp(a, b, n) == 0;
 }
 
-}  // namespace
-
-namespace {
-
 using detail::iequals;
 
 constexpr uint32_t k_head_bytes_max = 64u << 10;

@@ -137,6 +137,11 @@ class openai_http final : public backend_adapter {
   static void on_chunk_end(void* ctx, const char* at);
   static void on_sse_chunk(void* ctx, const char* data, size_t len, const char* end);
   static void on_skipped_chunks(void* ctx, uint32_t chunks, const char* end);
+  // The end of vLLM's plain content event (`"finish_reason":null}]}`) and
+  // of its chunk: what on_sse_event counts without a parse, and what the
+  // skip counts without the scan.
+  static constexpr std::string_view k_plain_chunk_tail = "\"finish_reason\":null}]}\n\n";
+  static constexpr std::string_view k_plain_tail = k_plain_chunk_tail.substr(0, k_plain_chunk_tail.size() - 2);
   static void chunk_scanned(exchange& x, const char* end) noexcept;
 
   shard_context& _s;

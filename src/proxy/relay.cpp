@@ -112,10 +112,9 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
   // The plain content event of vLLM's stream (on_sse_event's fast path),
   // one per chunk: what the skip counts without the scan's calls.
   static constexpr std::string_view k_plain_head = "data: {";
-  static constexpr std::string_view k_plain_chunk_tail = "\"finish_reason\":null}]}\n\n";
   http::body_sink sink{&openai_http::on_body_data, &x, sse_chunked ? &openai_http::on_chunk_end : nullptr,
                        sse_chunked ? &openai_http::on_sse_chunk : nullptr};
-  if (sse_chunked && r.skip_allowed) {
+  if (r.skip_allowed) {  // an event stream, chunked (on_response_head)
     sink.skip_ok = &r.skip_ok;
     sink.skip_head = k_plain_head;
     sink.skip_tail = k_plain_chunk_tail;

@@ -105,7 +105,6 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   // compare). The first event (the role chunk) and any other shape -- a
   // finish, usage or error chunk, other backends' layouts -- get the full
   // scan. vLLM writes compact JSON, so the tail is exact.
-  constexpr std::string_view k_plain_tail = "\"finish_reason\":null}]}";
   std::string_view p = ev.data;
   while (!p.empty() && (p.back() == ' ' || p.back() == '\n' || p.back() == '\r')) p.remove_suffix(1);
   if (s.events > 0 && !ev.truncated && p.size() > k_plain_tail.size() &&
