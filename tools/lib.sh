@@ -10,6 +10,7 @@ sluice_packages=(
   libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp protobuf-compiler
   libhiredis-dev redis-server libfasttext-dev libnuma-dev
   wrk  # a load generator of its own in the binary-upgrade test (tests/integration/upgrade.test.mjs)
+  nghttp2-client  # h2load: 100 streams on one connection (tests/integration/h2.test.mjs)
   nodejs npm curl python3
   chromium  # the status page's browser test (tests/integration/status_page_browser.test.mjs)
 )
