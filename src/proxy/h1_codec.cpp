@@ -255,7 +255,9 @@ void h1_codec::begin_drain(bool handover) noexcept {
   while (d != nullptr) {
     downstream_conn* next = d->all_hook.next;
     if (d->h2) {
-      if (d->state != conn_state::closing) _h2->drain(d);  // GOAWAY: streams in flight finish
+      if (d->state != conn_state::closing && d->state != conn_state::lingering) {
+        _h2->drain(d);  // GOAWAY: streams in flight finish
+      }
     } else if (d->state == conn_state::idle && d->in.len == d->req_start) {
       if (!handover) {
         close_downstream(d);
@@ -353,7 +355,7 @@ void h1_codec::on_recv_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept
     const char* src = _bufs->buffer(bid);
     bool ok = true;
     const bool tls_bytes = d->tls && d->state != conn_state::lingering;
-    if ((tls_bytes || d->h2) && d->state != conn_state::closing) {
+    if ((tls_bytes || d->h2) && d->state != conn_state::closing && d->state != conn_state::lingering) {
       // Ciphertext goes to the TLS session (the plaintext on from there);
       // HTTP/2 plaintext to its session, read where it lies.
       ++d->ops;
@@ -686,11 +688,21 @@ void h1_codec::start_h2(downstream_conn* d) noexcept {
 
 void h1_codec::h2_close(downstream_conn* d, bool peer_gone) noexcept {
   if (peer_gone) d->peer_eof = true;
+  if (!d->peer_eof && d->state != conn_state::closing && d->state != conn_state::lingering) {
+    // The session is done (its GOAWAY is on the socket) but the client may
+    // still be sending -- WINDOW_UPDATEs for what it was reading, frames
+    // it wrote before the GOAWAY came. A close with those unread would be
+    // an RST, which can overtake the GOAWAY: its streams end first, then
+    // the connection lingers as an HTTP/1.1 one does after an error answer.
+    _h2->on_close(d);
+    linger(d);
+    return;
+  }
   close_downstream(d);
 }
 
 void h1_codec::h2_deadline(downstream_conn* d, bool sending, bool idle) noexcept {
-  if (d->state == conn_state::closing) return;
+  if (d->state == conn_state::closing || d->state == conn_state::lingering) return;
   if (sending) {
     set_deadline(d, deadline_kind::send, _cfg->server.idle_timeout_ms);
   } else if (idle) {

@@ -437,7 +437,7 @@ void h2_codec::flush(h2_link& l, bool may_free) noexcept {
 
 void h2_codec::submit_output(h2_link& l) noexcept {
   downstream_conn* d = l.d;
-  if (d->send_busy || d->state == conn_state::closing) return;
+  if (d->send_busy || d->state == conn_state::closing || d->state == conn_state::lingering) return;
   if (l.session.has_output()) {
     const std::span<const char> out = l.session.pending_output();
     d->send_iov[0] = {const_cast<char*>(out.data()), out.size()};

@@ -12,6 +12,7 @@
 //   a stream id going backwards                    -> GOAWAY PROTOCOL_ERROR (0x1), closed
 //   a stream id reused                             -> GOAWAY 0x1 (or STREAM_CLOSED 0x5), closed
 //   DATA on a half-closed (remote) stream          -> STREAM_CLOSED (0x5): RST_STREAM or GOAWAY
+//   ... with the client writing on after it        -> the GOAWAY, then sluice's FIN: no reset
 //   DATA on a closed stream                        -> 0x5, or ignored with the connection serving
 //   a header list over 32 KiB                      -> :status 431 or RST_STREAM; the connection serves on
 //   101 streams at once (limit 100)                -> the 101st: GOAWAY 0x1 or RST_STREAM REFUSED_STREAM (0x7)
@@ -32,7 +33,7 @@ import { audit_of, start_sluice_edge } from './lib/h2_gateway.mjs';
 import { bound_ms, chat_body, http_post, start_mock_vllm, stop_all, test_key } from './lib/harness.mjs';
 import {
   continuation_frame, data_frame, error_code, error_name, frame_type, h2_connection, headers_frame, hpack_encode,
-  hpack_indexed, hpack_literal, ping_frame, rst_stream_frame, setting, settings_frame,
+  hpack_indexed, hpack_literal, ping_frame, rst_stream_frame, setting, settings_frame, window_update_frame,
 } from './lib/raw_h2.mjs';
 
 const stream_idle_timeout_ms = 1000;
@@ -117,6 +118,14 @@ describe('hostile HTTP/2 on the h2c port', () => {
     const c = await h2_connection.connect({ port: sluice.port, ...options });
     await c.handshake({ settings: options.settings ?? [] });
     return c;
+  }
+
+  // A long SSE answer on a new stream, its first bytes already here: the
+  // stream is half-closed (remote) and busy when the attack comes.
+  async function streaming(c, request_id) {
+    const id = c.request({ method: 'POST', path: '/v1/chat/completions', headers: chat_headers([['x-request-id', request_id]]), body: chat({ stream: true, max_tokens: 2000 }) });
+    await c.wait_frame((f) => f.type === frame_type.DATA && f.stream_id === id && f.length > 0, { what: 'the first SSE bytes' });
+    return id;
   }
 
   // Client-originated requests that reached mock-vllm (the afterEach
@@ -287,8 +296,7 @@ describe('hostile HTTP/2 on the h2c port', () => {
   it('a stream id reused while its answer still streams -> GOAWAY PROTOCOL_ERROR or STREAM_CLOSED, closed', async () => {
     const c = await connect();
     try {
-      const id = c.request({ method: 'POST', path: '/v1/chat/completions', headers: chat_headers([['x-request-id', 'reuse-open']]), body: chat({ stream: true, max_tokens: 2000 }) });
-      await c.wait_frame((f) => f.type === frame_type.DATA && f.stream_id === id && f.length > 0, { what: 'the first SSE bytes' });
+      const id = await streaming(c, 'reuse-open');
       await c.send(headers_frame(id, chat_block(c), { end_stream: true }));
       await expect_goaway(c, [error_code.PROTOCOL_ERROR, error_code.STREAM_CLOSED], 'stream id reused while open');
       assert.equal((await reached()).length, 1);
@@ -300,11 +308,44 @@ describe('hostile HTTP/2 on the h2c port', () => {
   it('DATA on a half-closed (remote) stream -> STREAM_CLOSED (0x5) as RST_STREAM or GOAWAY; nothing more forwarded', async () => {
     const c = await connect();
     try {
-      const id = c.request({ method: 'POST', path: '/v1/chat/completions', headers: chat_headers([['x-request-id', 'data-half-closed']]), body: chat({ stream: true, max_tokens: 2000 }) });
-      await c.wait_frame((f) => f.type === frame_type.DATA && f.stream_id === id && f.length > 0, { what: 'the first SSE bytes' });
+      const id = await streaming(c, 'data-half-closed');
       await c.send(data_frame(id, 'more body after END_STREAM'));
       const f = await c.wait_frame((x) => x.type === frame_type.GOAWAY || (x.type === frame_type.RST_STREAM && x.stream_id === id), { what: 'RST_STREAM or GOAWAY' });
       assert.equal(f.error_code, error_code.STREAM_CLOSED, c.summary());
+      assert.equal((await reached()).length, 1);
+    } finally {
+      c.destroy();
+    }
+  });
+
+  it('a connection error while the client still writes: the GOAWAY, then an orderly close (FIN), never a reset', async () => {
+    // The client goes on writing (as any does: WINDOW_UPDATEs for what it
+    // reads) after the frame that ends the connection. A close with those
+    // bytes unread is an RST, which destroys the GOAWAY in flight or the
+    // client's read of it; sluice shuts its side and drops what comes
+    // until the client's own close.
+    const c = await connect();
+    try {
+      const id = await streaming(c, 'goaway-then-fin');
+      const burst = Buffer.concat(Array.from({ length: 100 }, () => window_update_frame(0, 1)));
+      let writes = 0;
+      const writing = (async () => {
+        await c.send(data_frame(id, 'more body after END_STREAM'));
+        // Bounded, and yielding to the event loop so the client reads too.
+        while (!c.ended && !c.closed && writes < 4000) {
+          if (!await c.write(burst)) break;
+          ++writes;
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      })();
+      const closed = await c.wait_closed({ timeout_ms: bound_ms(10000) });
+      await writing;
+      assert.ok(closed, `the connection closed; ${c.summary()}`);
+      const g = c.goaways();
+      assert.equal(g.length, 1, c.summary());
+      assert.equal(g[0].error_code, error_code.STREAM_CLOSED, c.summary());
+      assert.equal(c.error, null, `no reset (${c.error?.code}) after ${writes} bursts; ${c.summary()}`);
+      assert.ok(c.ended, `the server's FIN came; ${c.summary()}`);
       assert.equal((await reached()).length, 1);
     } finally {
       c.destroy();

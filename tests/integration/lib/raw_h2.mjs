@@ -479,12 +479,14 @@ export class h2_connection {
     this.closed = false;
     this.closed_at_ms = null;
     this.error = null;         // the socket's error (ECONNRESET, EPIPE), if any
+    this.ended = false;        // the server's FIN came (an orderly close, not a reset)
     this.bytes_received = 0;
     this._buf = Buffer.alloc(0);
     this._pending_block = null;  // {stream_id, parts, end_stream} across CONTINUATIONs
     this._waiters = new Set();
     socket.on('data', (d) => this._on_data(d));
     socket.on('error', (err) => { this.error = err; });
+    socket.on('end', () => { this.ended = true; });
     socket.on('close', () => {
       this.closed = true;
       this.closed_at_ms = performance.now();
