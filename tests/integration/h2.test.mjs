@@ -27,7 +27,7 @@ import { fileURLToPath } from 'node:url';
 
 import { audit_of, curl_post, run_program, start_sluice_edge } from './lib/h2_gateway.mjs';
 import { bound_ms, chat_body, http_post, sse_events, start_mock_vllm, stop_all, test_key } from './lib/harness.mjs';
-import { error_code, field, frame_type, h2_connection, rst_stream_frame } from './lib/raw_h2.mjs';
+import { data_frame, error_code, field, frame_type, h2_connection, rst_stream_frame, window_update_frame } from './lib/raw_h2.mjs';
 import { make_test_ca } from './lib/test_ca.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -299,6 +299,30 @@ describe('HTTP/2 and TLS at the edge', () => {
         const s = await c.response(next);
         assert.equal(s.status, 200, c.summary());
         assert.equal(c.goaways().length, 0);
+      } finally {
+        c.destroy();
+      }
+    });
+
+    it('a connection error over TLS while the client still writes: the GOAWAY, then an orderly close, no reset', async () => {
+      // What h2_hostile checks on h2c, through the TLS session: the
+      // ciphertext the client sends after the GOAWAY is read and dropped
+      // until its close, so no RST destroys the GOAWAY.
+      const sluice = await tls_sluice();
+      const c = await h2_connection.connect({ port: sluice.tls_port, tls: { ca: ca.ca_pem } });
+      try {
+        await c.handshake();
+        const sid = c.request({ method: 'POST', path: '/v1/chat/completions', scheme: 'https', headers: [['content-type', 'application/json'],
+          ['authorization', `Bearer ${test_key}`]], body: chat_body({ stream: true, max_tokens: 2000 }) });
+        await c.wait_frame((f) => f.type === frame_type.DATA && f.stream_id === sid && f.length > 0, { what: 'the first SSE bytes' });
+        const burst = Buffer.concat(Array.from({ length: 100 }, () => window_update_frame(0, 1)));
+        const writing = c.send(data_frame(sid, 'after END_STREAM')).then(() => c.write_while_open(burst));
+        const closed = await c.wait_closed({ timeout_ms: bound_ms(10000) });
+        const writes = await writing;
+        assert.ok(closed, c.summary());
+        assert.deepEqual(c.goaways().map((g) => g.error_code), [error_code.STREAM_CLOSED], c.summary());
+        assert.equal(c.error, null, `no reset (${c.error?.code}) after ${writes} writes; ${c.summary()}`);
+        assert.ok(c.ended, `the server's FIN came; ${c.summary()}`);
       } finally {
         c.destroy();
       }

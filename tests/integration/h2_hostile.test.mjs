@@ -328,18 +328,9 @@ describe('hostile HTTP/2 on the h2c port', () => {
     try {
       const id = await streaming(c, 'goaway-then-fin');
       const burst = Buffer.concat(Array.from({ length: 100 }, () => window_update_frame(0, 1)));
-      let writes = 0;
-      const writing = (async () => {
-        await c.send(data_frame(id, 'more body after END_STREAM'));
-        // Bounded, and yielding to the event loop so the client reads too.
-        while (!c.ended && !c.closed && writes < 4000) {
-          if (!await c.write(burst)) break;
-          ++writes;
-          await new Promise((resolve) => setImmediate(resolve));
-        }
-      })();
+      const writing = c.send(data_frame(id, 'more body after END_STREAM')).then(() => c.write_while_open(burst));
       const closed = await c.wait_closed({ timeout_ms: bound_ms(10000) });
-      await writing;
+      const writes = await writing;
       assert.ok(closed, `the connection closed; ${c.summary()}`);
       const g = c.goaways();
       assert.equal(g.length, 1, c.summary());

@@ -612,6 +612,19 @@ export class h2_connection {
     });
   }
 
+  // Writes `bytes` again and again, yielding to the event loop between
+  // writes (so the client reads meanwhile), until the server's FIN, the
+  // close, a failed write or `max` writes. Resolves with the count.
+  async write_while_open(bytes, { max = 4000 } = {}) {
+    let writes = 0;
+    while (!this.ended && !this.closed && writes < max) {
+      if (!await this.write(bytes)) break;
+      ++writes;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return writes;
+  }
+
   send(...buffers) {
     return this.write(Buffer.concat(buffers.flat()));
   }
