@@ -345,6 +345,18 @@ bool server_session::done() const noexcept {
   return nghttp2_session_want_read(_session) == 0 && nghttp2_session_want_write(_session) == 0;
 }
 
+bool unique_per_response(std::string_view name) noexcept {
+  // Indexed, each such value would take a slot of the 4 KiB encoder table
+  // and push out the fields that do repeat (content-type, server), which
+  // then go as literals and are indexed again: churn with no hit.
+  switch (name.size()) {
+    case 12: return name == "x-request-id";
+    case 20: return name == "openai-processing-ms";
+    default:
+      return name.starts_with("x-ratelimit-remaining-") || name.starts_with("x-ratelimit-reset-");
+  }
+}
+
 bool server_session::submit_response(int32_t stream_id, uint16_t status, std::span<const field> fields,
                                      bool end_stream) {
   stream_state* st = find(stream_id);
@@ -354,7 +366,10 @@ bool server_session::submit_response(int32_t stream_id, uint16_t status, std::sp
                          static_cast<char>('0' + status % 10)};
   nghttp2_nv nva[k_response_fields_max];
   nva[0] = make_nv(":status", {status_text, 3});
-  for (size_t i = 0; i < fields.size(); ++i) nva[i + 1] = make_nv(fields[i].name, fields[i].value);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    nva[i + 1] = make_nv(fields[i].name, fields[i].value);
+    if (unique_per_response(fields[i].name)) nva[i + 1].flags = NGHTTP2_NV_FLAG_NO_INDEX;
+  }
   const nghttp2_data_provider body = detail::body_provider(st);
   if (nghttp2_submit_response(_session, stream_id, nva, fields.size() + 1, end_stream ? nullptr : &body) != 0)
     return false;

@@ -166,6 +166,12 @@ enum class close_cause : uint8_t {
 // the size line at p[i] (hex digits, extensions, CRLF), moves i past it.
 // Returns: the chunk's size.
 size_t chunk_size_line(const char* p, size_t n, size_t& i) noexcept;
+
+// Whether a response field's value is one no later response repeats (the
+// request id, openai-processing-ms, the key's remaining quota and its
+// reset): submit_response() sends those as literals never indexed, so the
+// HPACK encoder's table keeps the fields that do repeat. `name` lower case.
+bool unique_per_response(std::string_view name) noexcept;
 // Returns: the data bytes of the whole chunks in p[0, n), up to a terminal
 // chunk; reads the size lines alone (jumps over the data).
 size_t chunked_payload_bytes(const char* p, size_t n) noexcept;
@@ -214,7 +220,8 @@ class server_session {
 
   // A response head for a stream whose head was reported. `end_stream`: no
   // body (HEADERS with END_STREAM); else the body follows with send_body().
-  // nghttp2 copies the fields. Returns: false when the stream is gone, was
+  // nghttp2 copies the fields; unique_per_response() ones are never
+  // indexed. Returns: false when the stream is gone, was
   // already answered, or out of memory.
   bool submit_response(int32_t stream_id, uint16_t status, std::span<const field> fields, bool end_stream);
   // Queues body pieces read from the caller's buffers, which must stay until

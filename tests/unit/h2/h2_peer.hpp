@@ -94,6 +94,7 @@ struct recording_owner : h2::session_owner {
 struct client_stream {
   int status = 0;
   std::vector<std::pair<std::string, std::string>> headers;
+  std::vector<std::string> never_indexed;  // names the server sent as "never indexed" literals
   std::string body;
   std::vector<size_t> data_frames;  // DATA payload sizes, in order
   bool end_stream = false;
@@ -179,9 +180,10 @@ class client {
  private:
   static client& self(void* p) { return *static_cast<client*>(p); }
   static int on_header(nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl, const uint8_t* v,
-                       size_t vl, uint8_t, void* ud) {
+                       size_t vl, uint8_t flags, void* ud) {
     client_stream& s = self(ud).streams[f->hd.stream_id];
     std::string name(reinterpret_cast<const char*>(n), nl), value(reinterpret_cast<const char*>(v), vl);
+    if ((flags & NGHTTP2_NV_FLAG_NO_INDEX) != 0) s.never_indexed.push_back(name);
     if (name == ":status") s.status = std::stoi(value);
     else s.headers.emplace_back(name, value);
     return 0;

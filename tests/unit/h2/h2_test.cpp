@@ -64,6 +64,47 @@ TEST_CASE("a GET is reported with its pseudo-headers and as an HTTP/1-like head,
   CHECK_FALSE(s.done());
 }
 
+TEST_CASE("fields no later response repeats go never indexed; the encoder's table keeps the ones that repeat") {
+  CHECK(h2::unique_per_response("x-request-id"));
+  CHECK(h2::unique_per_response("openai-processing-ms"));
+  CHECK(h2::unique_per_response("x-ratelimit-remaining-tokens"));
+  CHECK(h2::unique_per_response("x-ratelimit-reset-requests"));
+  CHECK_FALSE(h2::unique_per_response("x-ratelimit-limit-tokens"));
+  CHECK_FALSE(h2::unique_per_response("content-type"));
+  CHECK_FALSE(h2::unique_per_response("server"));
+
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  int answered = 0;
+  o.answer = [&o, &answered](const h2::request& r) {
+    // As the HTTP/2 codec answers: a fresh request id and time per response.
+    const std::string id = "req-" + std::to_string(1000000 + answered), ms = std::to_string(answered++);
+    const h2::field f[] = {{"x-request-id", id},
+                           {"content-type", "text/event-stream; charset=utf-8"},
+                           {"server", "uvicorn"},
+                           {"openai-processing-ms", ms}};
+    REQUIRE(o.session->submit_response(r.stream_id, 200, f, true));
+  };
+  client c;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 60; ++i) {
+    ids.push_back(c.request("GET", "/v1/models", {}));
+    pump(c, s);
+  }
+  REQUIRE(answered == 60);
+  for (const int32_t id : ids) {
+    const client_stream& cs = c.streams[id];
+    CHECK(cs.status == 200);
+    CHECK(cs.headers.size() == 4);
+    CHECK(cs.never_indexed == std::vector<std::string>{"x-request-id", "openai-processing-ms"});
+  }
+  // 60 request ids indexed would fill the 4 KiB table (~70 bytes each);
+  // the client's decoder holds the two fields that repeat and nothing else:
+  // (12 + 32 + 32) + (6 + 7 + 32).
+  CHECK(nghttp2_session_get_hd_inflate_dynamic_table_size(c.native()) == 121);
+}
+
 TEST_CASE("a POST body split over DATA frames arrives whole, and its window opens as the owner consumes it") {
   recording_owner o;
   h2::server_session s(o, {});
