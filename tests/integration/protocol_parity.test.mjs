@@ -194,7 +194,10 @@ describe('a client that goes away, through every protocol', () => {
       } catch (err) {
         assert.ok(err instanceof OpenAI.APIUserAbortError || err.name === 'AbortError', String(err));
       }
-      assert.equal(n, 2);
+      // Chunks the SDK had already read when the abort came may still be
+      // handed out (several arrive in one read on a loaded machine); the
+      // stream still stops far short of its 4000 tokens.
+      assert.ok(n >= 2 && n < 100, `${protocol}: ${n} content chunks after the abort at 2`);
       await aborted;
     }
   });
