@@ -301,7 +301,6 @@ void shard_server::settle_quota(exchange& x, uint64_t prompt, uint64_t completio
 }
 
 void shard_server::pump_mesh(uint64_t now) noexcept {
-  take_mesh_messages(now);
   if (now - _last_quota_tick_ms >= 100) {
     _last_quota_tick_ms = now;
     _quota.tick(to_ns(now));
@@ -424,17 +423,19 @@ void shard_server::send_quota_messages() noexcept {
   }
 }
 
-void shard_server::send_load_reports(uint64_t now) noexcept {
+void shard_server::send_load_reports(uint64_t now, bool idle) noexcept {
   const uint32_t me = _index;
   const uint32_t n = _mesh.count;
   // Load reports: changed in-flight counts, without a wake-up (the peer
   // reads them at its next iteration; they are advice). Every 10 ms while
-  // the shard is busy; at once when it has gone idle, so that no peer keeps
-  // a load that has ended and spills a session off its backend for it
-  // until this shard's next tick. Idle comes rarely under load (requests
-  // overlap), and at low load a report per request is cheap.
+  // the shard is busy; at once when it goes idle, so that no peer keeps a
+  // load that has ended and spills a session off its backend for it until
+  // this shard's next tick. Idle comes rarely under load (requests
+  // overlap), and at low load a report per request is cheap. end_request
+  // sends the idle report before the request leaves sluice_inflight_requests:
+  // a client that saw sluice idle, then sent, reaches a peer that has it.
   const bool changed = _routes->local_version() != _reported_version;
-  if (changed && (now - _last_report_ms >= 10 || _metrics.at(metrics::stat::requests_inflight).get() == 0)) {
+  if (changed && (idle || now - _last_report_ms >= 10 || _metrics.at(metrics::stat::requests_inflight).get() == 0)) {
     _reported_version = _routes->local_version();
     _last_report_ms = now;
     for (uint32_t b = 0; b < _reported.size(); ++b) {

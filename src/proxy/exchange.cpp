@@ -37,8 +37,9 @@ void shard_server::open_request(exchange& x) noexcept {
 void shard_server::end_request(exchange& x) noexcept {
   if (!x.request_open) return;
   x.request_open = false;
-  _metrics.inflight_sub();
   const uint64_t now = now_ms();
+  if (_metrics.inflight() == 1) send_load_reports(now, true);  // the last one: see send_load_reports
+  _metrics.inflight_sub();
   // Tokens: the backend's usage when it sent one; for a stream cut short
   // without it, the content events seen (one token each, as vLLM streams).
   uint64_t prompt = 0, completion = 0;

@@ -61,6 +61,8 @@ struct loop_ctx {
   shard::reactor* r;
 };
 
+void before_completions(void* p, uint64_t now_ms) { static_cast<loop_ctx*>(p)->srv->before_completions(now_ms); }
+
 void on_iteration(void* p, uint64_t now_ms) {
   auto* c = static_cast<loop_ctx*>(p);
   control_message m;
@@ -102,6 +104,7 @@ void run_shard(shard_link& link) noexcept {
   loop_ctx ctx{&link, &srv, &rx};
   shard::reactor::hooks h;
   h.ctx = &ctx;
+  h.before_completions = &before_completions;
   h.on_iteration = &on_iteration;
   rx.run(h);
   publish_reactor(link, nullptr);

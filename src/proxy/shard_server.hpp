@@ -81,6 +81,10 @@ class shard_server {
 
   bool init() noexcept;
   void on_iteration(uint64_t now_ms) noexcept;
+  // Before each iteration's completions: the peers' messages (see
+  // reactor::hooks::before_completions), so a request is routed with every
+  // load report pushed before it arrived.
+  void before_completions(uint64_t now_ms) noexcept { take_mesh_messages(now_ms); }
   // `handover`: the listeners live on in another process (SIGUSR2); see
   // h1_codec::begin_drain.
   void begin_drain(uint64_t deadline_ms, bool handover = false) noexcept;
@@ -162,8 +166,9 @@ class shard_server {
   exchange* detach_waiters() noexcept;
   // The walk's next waiter, taken off the detached chain (see unpark).
   exchange* take_walked(exchange* w) noexcept;
-  // Once per loop turn: the peers' messages (load reports, quota), the
-  // quota tick, parked requests whose time came, and this shard's messages.
+  // Once per loop turn, after its completions: the quota tick, parked
+  // requests whose time came, and this shard's messages (the peers' were
+  // taken in before the completions).
   void pump_mesh(uint64_t now_ms) noexcept;
   void take_mesh_messages(uint64_t now_ms) noexcept;
   // A quota message from a peer or the lender; a completed borrow round
@@ -171,7 +176,8 @@ class shard_server {
   void apply_quota_message(const quota::message& q, uint64_t now_ms) noexcept;
   void retry_waiters(uint64_t now_ms) noexcept;
   void send_quota_messages() noexcept;
-  void send_load_reports(uint64_t now_ms) noexcept;
+  // `idle`: the shard's last request is ending; its reports go now.
+  void send_load_reports(uint64_t now_ms, bool idle = false) noexcept;
 
   shard_context _ctx;
   // Aliases of the context's members, by the names the code reads.

@@ -190,9 +190,13 @@ unsigned reactor::run_once(uint32_t wait_ms) noexcept {
   const uint64_t now_ns = monotonic_ns();
   _now_ms = now_ns / 1'000'000u;
   if (poll && wait_start_ns != 0 && !ready) _poll.on_wait(now_ns - wait_start_ns);
+  // The batch is what is posted now; the hook runs before any of it.
+  const unsigned batch = io_uring_cq_ready(&_ring);
+  if (_hooks != nullptr && _hooks->before_completions != nullptr) _hooks->before_completions(_hooks->ctx, _now_ms);
   unsigned head;
   unsigned seen = 0;
   io_uring_for_each_cqe(&_ring, head, cqe) {
+    if (seen == batch) break;
     ++seen;
     auto* c = static_cast<completion*>(io_uring_cqe_get_data(cqe));
     if (c != nullptr) c->fn(c, cqe);
@@ -204,10 +208,12 @@ unsigned reactor::run_once(uint32_t wait_ms) noexcept {
 }
 
 void reactor::run(const hooks& h) noexcept {
+  _hooks = &h;
   while (!_stopping) {
     run_once(_tick_ms);
     if (h.on_iteration != nullptr) h.on_iteration(h.ctx, _now_ms);
   }
+  _hooks = nullptr;
   io_uring_submit(&_ring);
 }
 

@@ -168,6 +168,7 @@ class shard_metrics {
   const counter& at(stat s) const noexcept { return _stats[static_cast<size_t>(s)]; }
   void inflight_add() noexcept { _inflight->add(); }
   void inflight_sub() noexcept { _inflight->sub(); }
+  uint64_t inflight() const noexcept { return _inflight->get(); }  // this shard's share of sluice_inflight_requests
   void observe_ttft_us(uint32_t group, uint64_t us) noexcept { observe(_ttft, group, us); }
   void observe_duration_us(uint32_t group, uint64_t us) noexcept { observe(_duration, group, us); }
   // From the reactor, once per loop iteration (or less often).

@@ -39,6 +39,12 @@ class reactor {
   };
 
   struct hooks {
+    // Called once per loop iteration, after the wait and before the
+    // iteration's CQEs, which are exactly those posted before the call (one
+    // posted during it waits for the next iteration). So what it takes in
+    // -- a peer's message pushed before the event that a CQE of this batch
+    // completes -- is there when that CQE's handler runs.
+    void (*before_completions)(void* ctx, uint64_t now_ms) = nullptr;
     // Called once per loop iteration, after the CQEs of that iteration, with
     // the iteration's clock reading.
     void (*on_iteration)(void* ctx, uint64_t now_ms) = nullptr;
@@ -113,6 +119,7 @@ class reactor {
   bool _ring_ready = false;
   bool _taskrun_flag = false;  // the kernel flags pending task work in the SQ ring
   bool _poll_allowed = false;
+  const hooks* _hooks = nullptr;  // run()'s, while it runs
   poll_window _poll;
   poll_stats _poll_stats;
 };

@@ -75,6 +75,53 @@ TEST_SUITE("shard::reactor") {
     CHECK(r->stopping());
   }
 
+  TEST_CASE("before_completions runs before the iteration's CQEs, and one posted during it waits for the next iteration") {
+    // Plain flags: a NOP submitted in the hook completes inside the submit,
+    // so its CQE is in the ring while the iteration's batch is handled.
+    reactor::options o;
+    o.single_issuer = false;
+    o.defer_taskrun = false;
+    auto r = reactor::create(o);
+    REQUIRE(r != nullptr);
+    struct probe : completion {
+      int* hooks_run;
+      int hooks_at_handler = -1;  // how many hooks had run when the handler ran
+      explicit probe(int* h) : hooks_run(h) {
+        fn = [](completion* c, const io_uring_cqe*) {
+          auto* self = static_cast<probe*>(c);
+          self->hooks_at_handler = *self->hooks_run;
+        };
+      }
+    };
+    struct ctx_t {
+      reactor* r;
+      int hooks_run = 0;
+      unsigned ready_after_submit = 0;
+      probe first{&hooks_run};
+      probe second{&hooks_run};
+    } ctx{r.get()};
+    reactor::hooks h;
+    h.ctx = &ctx;
+    h.before_completions = [](void* p, uint64_t) {
+      auto* c = static_cast<ctx_t*>(p);
+      ++c->hooks_run;
+      if (c->hooks_run == 1) {
+        io_uring_prep_nop(c->r->sqe(&c->second));
+        io_uring_submit(c->r->ring());
+        c->ready_after_submit = io_uring_cq_ready(c->r->ring());
+      }
+    };
+    h.on_iteration = [](void* p, uint64_t) {
+      auto* c = static_cast<ctx_t*>(p);
+      if (c->second.hooks_at_handler != -1 || c->hooks_run > 50) c->r->stop();
+    };
+    io_uring_prep_nop(r->sqe(&ctx.first));
+    r->run(h);
+    REQUIRE(ctx.ready_after_submit == 2);  // both CQEs were there in the first iteration
+    CHECK(ctx.first.hooks_at_handler == 1);   // the first iteration's hook ran before it
+    CHECK(ctx.second.hooks_at_handler == 2);  // handled after the second hook, not in the first batch
+  }
+
   TEST_CASE("the ring falls back to plain flags when asked not to use the newer ones") {
     reactor::options o;
     o.single_issuer = false;
