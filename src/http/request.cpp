@@ -2,7 +2,10 @@
 // head: the pre-scan (head_scan.cpp) finds its end while enforcing the limits
 // and the line grammar llhttp 8.1 is lenient about, then llhttp (strict)
 // parses the one complete head and pauses at headers-complete so no body
-// byte is touched. Chunked bodies use a hand-written decoder: it must be
+// byte is touched. A head whose every part is one llhttp is known to take
+// the same way (a common method, token names, no Upgrade, Connection absent
+// or one plain option) skips llhttp: its facts are read from the lines the
+// pre-scan found, and anything else, errors included, is llhttp's. Chunked bodies use a hand-written decoder: it must be
 // resumable at any byte, stricter than llhttp about bare LF, and it writes
 // the payload in place.
 #include "sluice/http/request.hpp"
@@ -76,6 +79,33 @@ void clear_head(request_head& h) noexcept {
   h.field_lines = {};
 }
 
+// The methods a head may have without asking llhttp: llhttp knows each (so
+// it would not answer 501), and none has a form of its own (CONNECT's
+// authority target). Any other method goes through llhttp.
+method known_method(std::string_view m) noexcept {
+  switch (m.size()) {
+    case 3:
+      if (m == "GET") return method::get;
+      if (m == "PUT") return method::put;
+      break;
+    case 4:
+      if (m == "POST") return method::post;
+      if (m == "HEAD") return method::head;
+      break;
+    case 5:
+      if (m == "PATCH") return method::patch;
+      break;
+    case 6:
+      if (m == "DELETE") return method::delete_;
+      break;
+    case 7:
+      if (m == "OPTIONS") return method::options;
+      break;
+    default: break;
+  }
+  return method::other;
+}
+
 // One well-known field: remembers the first value, rejects a second.
 bool take_once(std::string_view& slot, bool& seen, std::string_view value) noexcept {
   if (seen) return false;
@@ -145,8 +175,12 @@ const llhttp_settings_t* request_parser::settings() noexcept {
 }
 
 void request_parser::reset() noexcept {
-  llhttp_init(&_parser, HTTP_REQUEST, settings());
-  _parser.data = this;
+  // A head read without llhttp leaves its state as init left it.
+  if (_llhttp_used) {
+    llhttp_init(&_parser, HTTP_REQUEST, settings());
+    _parser.data = this;
+    _llhttp_used = false;
+  }
   _scan = detail::head_scan_state{};
   _head = nullptr;
   _pending = parse_status{errc::need_more, 0, {}};
@@ -195,7 +229,7 @@ parse_status request_parser::parse_request_line(const char* data) noexcept {
   return parse_status{};
 }
 
-parse_status request_parser::check_fields() noexcept {
+parse_status request_parser::check_fields(own_facts* own) noexcept {
   request_head& h = *_head;
   bool seen_host = false, seen_auth = false, seen_cl = false, seen_te = false;
   bool seen_sid = false, seen_rid = false, seen_ctype = false;
@@ -222,10 +256,16 @@ parse_status request_parser::check_fields() noexcept {
         }
         break;
       case 7:
-        if (iequals(n, "upgrade") && h.upgrade.data() == nullptr) h.upgrade = v;
+        if (iequals(n, "upgrade")) {
+          if (h.upgrade.data() == nullptr) h.upgrade = v;
+          if (own != nullptr) own->ask_llhttp = true;
+        }
         break;
       case 10:
-        if (iequals(n, "connection") && h.connection.data() == nullptr) h.connection = v;
+        if (iequals(n, "connection")) {
+          if (h.connection.data() == nullptr) h.connection = v;
+          if (own != nullptr) ++own->connections;
+        }
         break;
       case 12:
         if (iequals(n, "content-type")) {
@@ -256,6 +296,10 @@ parse_status request_parser::check_fields() noexcept {
           }
           h.has_content_length = true;
         }
+        break;
+      case 16:
+        // llhttp reads Proxy-Connection as it reads Connection.
+        if (own != nullptr && iequals(n, "proxy-connection")) own->ask_llhttp = true;
         break;
       case 17:
         if (iequals(n, "transfer-encoding")) {
@@ -293,16 +337,41 @@ parse_status request_parser::check_fields() noexcept {
     h.chunked = true;
   }
   // llhttp framed the message the same way, or something is off.
-  if (h.chunked != ((_parser.flags & F_CHUNKED) != 0)) {
+  if (own == nullptr && h.chunked != ((_parser.flags & F_CHUNKED) != 0)) {
     return error_status(400, "ambiguous message framing");
   }
   if (!http10 && !seen_host) return error_status(400, "missing Host header");
   if (h.has_content_length && h.content_length > _limits.body_bytes_max) {
     return error_status(413, "request body too large");
   }
-  h.meth = method_of(llhttp_get_method(&_parser));
-  h.keep_alive = llhttp_should_keep_alive(&_parser) != 0;
+  if (own == nullptr) {
+    h.meth = method_of(llhttp_get_method(&_parser));
+    h.keep_alive = llhttp_should_keep_alive(&_parser) != 0;
+    return parse_status{};
+  }
+  // What llhttp_should_keep_alive() says for a request, where Connection is
+  // one field of exactly one of the two options: HTTP/1.1 stays open unless
+  // it says close, HTTP/1.0 closes unless it says keep-alive. A list, an
+  // unknown option or a second field: llhttp's reading.
+  bool close = false, keep = false;
+  if (own->connections == 1) {
+    close = iequals(h.connection, "close");
+    keep = iequals(h.connection, "keep-alive");
+    if (!close && !keep) own->ask_llhttp = true;
+  } else if (own->connections > 1) {
+    own->ask_llhttp = true;
+  }
+  h.keep_alive = http10 ? keep : !close;
   return parse_status{};
+}
+
+void request_parser::start_head(const char* data, request_head& out) noexcept {
+  _head = &out;
+  clear_head(out);
+  out.head_bytes = _scan.head_bytes;
+  out.header_count = _scan.fields;
+  // The field lines: after the request line's CRLF, up to the empty line.
+  out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
 }
 
 parse_status request_parser::parse_head(const char* data, size_t len, request_head& out) noexcept {
@@ -314,15 +383,30 @@ parse_status request_parser::parse_head(const char* data, size_t len, request_he
     case detail::scan_state::failed: return _pending = scan_failure(detail::error_of(_scan));
     case detail::scan_state::complete: break;
   }
-  _head = &out;
-  clear_head(out);
-  out.head_bytes = _scan.head_bytes;
-  out.header_count = _scan.fields;
-  // The field lines: after the request line's CRLF, up to the empty line.
-  out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
+  start_head(data, out);
   if (parse_status s = parse_request_line(data); !s.ok()) return _pending = s;
 
+  // Without llhttp where it is known to agree: every byte the pre-scan let
+  // through is one llhttp's strict mode takes in a value and a target, so
+  // what is left to it is the method, the names' token bytes and the
+  // Connection flags (tests/unit/http/request_test.cpp holds the two
+  // readings side by side). An error here, or anything outside those, goes
+  // to llhttp from the start, so the answer is always the one it gives.
+  if (!_llhttp_only && !_scan.name_not_token) {
+    const method m = known_method(out.method_name);
+    if (m != method::other) {
+      own_facts own;
+      if (check_fields(&own).ok() && !own.ask_llhttp) {
+        out.meth = m;
+        return _pending = parse_status{};
+      }
+      start_head(data, out);
+      (void)parse_request_line(data);  // it passed above
+    }
+  }
+
   // llhttp sees exactly the head, from the request line on.
+  _llhttp_used = true;
   const char* begin = data + _scan.start_begin;
   const llhttp_errno_t e = llhttp_execute(&_parser, begin, _scan.head_bytes - _scan.start_begin);
   if (e == HPE_PAUSED && _pending.ok()) return _pending;

@@ -1,6 +1,7 @@
 #pragma once
-// http: downstream request parsing. llhttp in strict mode (no lenient flags)
-// plus the checks llhttp 8.1 leaves out: space before the colon, obs-fold
+// http: downstream request parsing. llhttp in strict mode (no lenient flags;
+// a common head whose facts it is known to read the same way is read
+// without it, see request.cpp) plus the checks llhttp 8.1 leaves out: space before the colon, obs-fold
 // continuation lines, bare CR / bare LF, NUL and CTL bytes in values, a Host
 // that is no `host[:port]`, first bytes that cannot begin a request line
 // (refused as they arrive: a TLS ClientHello on the plaintext port), and
@@ -116,6 +117,7 @@ struct head_scan_state {
   uint32_t head_bytes = 0;   // set when complete
   uint16_t fields = 0;
   bool have_start_line = false;
+  bool name_not_token = false;  // a field name holds a byte that is no tchar
   uint8_t error = 0;         // a detail::scan_error
 };
 }  // namespace detail
@@ -128,6 +130,12 @@ class request_parser {
   request_parser& operator=(const request_parser&) = delete;
 
   void reset() noexcept;
+
+  // Tests: every head through llhttp, as when the fast reading does not
+  // apply (the default reads the common heads without it, the same facts).
+  void set_llhttp_only(bool on) noexcept { _llhttp_only = on; }
+  // Whether llhttp parsed the head since the last reset() (tests).
+  bool llhttp_ran() const noexcept { return _llhttp_used; }
 
   // `data`/`len`: every byte buffered so far for this request, starting at
   // its first byte. Returns need_more until the head is complete (and checks
@@ -158,8 +166,16 @@ class request_parser {
  private:
   static const llhttp_settings_t* settings() noexcept;
   static int on_headers_complete(llhttp_t*);
+  // What check_fields() notes when llhttp has not parsed the head.
+  struct own_facts {
+    uint16_t connections = 0;  // Connection fields
+    bool ask_llhttp = false;   // Upgrade, Proxy-Connection, or a Connection not read here
+  };
+  void start_head(const char* data, request_head& out) noexcept;
   parse_status parse_request_line(const char* data) noexcept;
-  parse_status check_fields() noexcept;
+  // own: null after llhttp parsed the head (its flags are read); else the
+  // head's facts are read without it and `own` says whether that was enough.
+  parse_status check_fields(own_facts* own = nullptr) noexcept;
   parse_status chunk_fail(uint16_t status, std::string_view message) noexcept;
 
   limits _limits;
@@ -169,6 +185,8 @@ class request_parser {
   parse_status _pending{errc::need_more, 0, {}};    // sticky once ok or failed
   chunk_walker _chunk;            // the chunked body (decode_chunked)
   parse_status _body_status{errc::need_more, 0, {}};
+  bool _llhttp_only = false;
+  bool _llhttp_used = true;       // since its last init: reset() inits it again
 };
 
 }  // namespace sluice::http

@@ -234,9 +234,127 @@ void check_accepted(const head_case& c, const request_head& h, std::string_view 
   CHECK(seen == h.header_count);
 }
 
+// Both readings of one head: the default (common heads without llhttp) and
+// llhttp's, which must agree on the answer and on every fact. Returns
+// whether the default skipped llhttp.
+bool same_in_both_readings(std::string_view input) {
+  request_parser fast(k_limits), slow(k_limits);
+  slow.set_llhttp_only(true);
+  request_head a, b;
+  const parse_status sa = fast.parse_head(input.data(), input.size(), a);
+  const parse_status sb = slow.parse_head(input.data(), input.size(), b);
+  CHECK(sa.error == sb.error);
+  CHECK(sa.status == sb.status);
+  CHECK(sa.message == sb.message);
+  if (sa.ok() && sb.ok()) {
+    CHECK(a.meth == b.meth);
+    CHECK(a.method_name == b.method_name);
+    CHECK(a.target == b.target);
+    CHECK(a.path == b.path);
+    CHECK(a.version_major == b.version_major);
+    CHECK(a.version_minor == b.version_minor);
+    CHECK(a.keep_alive == b.keep_alive);
+    CHECK(a.chunked == b.chunked);
+    CHECK(a.has_content_length == b.has_content_length);
+    CHECK(a.content_length == b.content_length);
+    CHECK(a.expect_continue == b.expect_continue);
+    CHECK(a.head_bytes == b.head_bytes);
+    CHECK(a.authorization == b.authorization);
+    CHECK(a.host == b.host);
+    CHECK(a.session_id == b.session_id);
+    CHECK(a.request_id == b.request_id);
+    CHECK(a.content_type == b.content_type);
+    CHECK(a.connection == b.connection);
+    CHECK(a.upgrade == b.upgrade);
+    CHECK(a.header_count == b.header_count);
+    CHECK(a.field_lines == b.field_lines);
+  }
+  return sa.ok() && !fast.llhttp_ran();
+}
+
 }  // namespace
 
 TEST_SUITE("http::request_parser") {
+  TEST_CASE("a head read without llhttp has the answer and the facts llhttp gives it") {
+    // The spec rows, then every byte in each part of a head, then the
+    // methods and the Connection forms the fast reading must hand over.
+    size_t fast = 0, total = 0;
+    const auto both = [&](std::string_view in) {
+      CAPTURE(in);
+      ++total;
+      if (same_in_both_readings(in)) ++fast;
+    };
+    for (const head_case& c : cases()) both(c.input);
+    for (int b = 0; b < 256; ++b) {
+      const std::string c(1, static_cast<char>(b));
+      both("GET /a" + c + "b HTTP/1.1\r\nHost: a\r\n\r\n");
+      both("POST /v1/chat/completions?q=" + c + " HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n");
+      both("GET / HTTP/1.1\r\nX" + c + "y: 1\r\nHost: a\r\n\r\n");
+      both("GET / HTTP/1.1\r\n" + c + "X: 1\r\nHost: a\r\n\r\n");
+      both("GET / HTTP/1.1\r\nX: a" + c + "b\r\nHost: a\r\n\r\n");
+      both("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k" + c + "\r\n\r\n");
+      both("G" + c + "T / HTTP/1.1\r\nHost: a\r\n\r\n");
+      both("GET / HTTP/1." + c + "\r\nHost: a\r\n\r\n");
+    }
+    for (std::string_view m : {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+                               "PURGE", "MKCOL", "PROPFIND", "M-SEARCH", "QUERY", "get", "Post", "FOO", "GETS"}) {
+      both(std::string(m) + " / HTTP/1.1\r\nHost: a\r\n\r\n");
+      both(std::string(m) + " / HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    }
+    for (std::string_view v : {"close", "keep-alive", "Keep-Alive", "CLOSE", "upgrade", "close, keep-alive",
+                               "keep-alive , close", "keep-alive,upgrade", "foo", "closed", "keep-alivex",
+                               "te, close", "", ",", "close,"}) {
+      for (std::string_view ver : {"1.0", "1.1"}) {
+        const std::string line = "Connection: " + std::string(v) + "\r\n";
+        const std::string head = "GET / HTTP/" + std::string(ver) + "\r\nHost: a\r\n";
+        both(head + line + "\r\n");
+        both(head + line + line + "\r\n");
+        both(head + line + "Connection: close\r\n\r\n");
+        both(head + "Proxy-" + line + "\r\n");
+        both(head + line + "Upgrade: websocket\r\n\r\n");
+      }
+    }
+    // Framing and the well-known fields, with the fast reading's errors.
+    for (std::string_view f : {"Content-Length: 5", "Content-Length: 05", "Content-Length: 5, 5",
+                               "Content-Length: -1", "Content-Length: 99999999999999999999",
+                               "Transfer-Encoding: chunked", "Transfer-Encoding: gzip, chunked",
+                               "Transfer-Encoding: chunked, gzip", "Transfer-Encoding: identity",
+                               "Transfer-Encoding: chunked\r\nContent-Length: 5",
+                               "Content-Length: 5\r\nContent-Length: 5", "Expect: 100-continue",
+                               "Expect: nothing", "Host: b", "X-Session-ID: s\r\nX-Session-ID: t",
+                               "Content-Type: a\r\nContent-Type: b", "Content-Length: 2000"}) {
+      both("POST / HTTP/1.1\r\nHost: a\r\n" + std::string(f) + "\r\n\r\n");
+      both("POST / HTTP/1.0\r\n" + std::string(f) + "\r\n\r\n");
+    }
+    // The common heads do skip llhttp, or this test proves nothing.
+    CHECK(same_in_both_readings("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\n"
+                                "Authorization: Bearer k\r\nContent-Type: application/json\r\n"
+                                "Connection: keep-alive\r\nContent-Length: 5\r\n\r\n"));
+    CHECK(same_in_both_readings("GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n"));
+    CHECK(fast > total / 4);
+    CHECK(fast < total);
+  }
+
+  TEST_CASE("after a head read without llhttp, the next head on the connection may need it") {
+    request_parser p(k_limits);
+    request_head h;
+    const std::string first = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    REQUIRE(parse_whole(p, first, h).ok());
+    CHECK(!p.llhttp_ran());
+    p.reset();
+    const std::string second = "PURGE / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    const parse_status s = parse_whole(p, second, h);
+    REQUIRE(s.ok());
+    CHECK(p.llhttp_ran());
+    CHECK(h.meth == method::other);
+    CHECK(!h.keep_alive);
+    p.reset();
+    REQUIRE(parse_whole(p, first, h).ok());
+    CHECK(!p.llhttp_ran());
+    CHECK(h.meth == method::get);
+    CHECK(h.keep_alive);
+  }
+
   TEST_CASE("every spec row gets its status and fields when fed whole") {
     for (const head_case& c : cases()) {
       CAPTURE(c.name);
