@@ -1,8 +1,11 @@
 // Upstream response heads and body framing. The head goes through the same
-// pre-scan as a request head (head_scan.cpp), then llhttp in response mode.
-// The body is fed to llhttp as it arrives: it strips the chunk framing for
-// the sink and pauses at the end of the message, so bytes after it (there
-// should be none on a backend connection) are never taken as this body.
+// pre-scan as a request head (head_scan.cpp), then llhttp in response mode,
+// except for a plain head whose facts llhttp is known to read the same way
+// (as in request.cpp). A chunked body goes through the chunk walker; any
+// other body is fed to llhttp as it arrives (or, after a head read without
+// it, counted here), which pauses at the end of the message, so bytes
+// after it (there should be none on a backend connection) are never taken
+// as this body.
 #include "sluice/http/response.hpp"
 
 #include <cstring>
@@ -72,8 +75,14 @@ const llhttp_settings_t* response_parser::settings() noexcept {
 }
 
 void response_parser::reset(bool head_request) noexcept {
-  llhttp_init(&_parser, HTTP_RESPONSE, settings());
-  _parser.data = this;
+  // A head read without llhttp leaves its state as init left it.
+  if (_llhttp_used) {
+    llhttp_init(&_parser, HTTP_RESPONSE, settings());
+    _parser.data = this;
+    _llhttp_used = false;
+  }
+  _own_framing = false;
+  _remaining = 0;
   _scan = detail::head_scan_state{};
   _head = nullptr;
   _sink = nullptr;
@@ -122,13 +131,37 @@ int response_parser::on_message_complete(llhttp_t* p) {
   return HPE_PAUSED;
 }
 
-parse_status response_parser::check_fields() noexcept {
+bool response_parser::read_status_line(const char* data) noexcept {
   response_head& h = *_head;
-  h.status = static_cast<uint16_t>(llhttp_get_status_code(&_parser));
-  h.version_minor = llhttp_get_http_minor(&_parser);
-  if (llhttp_get_http_major(&_parser) != 1 || h.version_minor > 1) {
-    return upstream_error("backend answered with an unsupported HTTP version");
+  // "HTTP/1.x DDD" and the end, or a space and a reason that does not start
+  // with whitespace: the forms whose reading by llhttp is known. The
+  // pre-scan let through no byte of the reason that llhttp refuses.
+  const std::string_view line(data + _scan.start_begin, _scan.start_end - _scan.start_begin);
+  if (line.size() < 12 || !line.starts_with("HTTP/1.") || (line[7] != '0' && line[7] != '1') ||
+      line[8] != ' ') {
+    return false;
   }
+  if (line[9] < '2' || line[9] > '5' || line[10] < '0' || line[10] > '9' || line[11] < '0' || line[11] > '9') {
+    return false;
+  }
+  if (line.size() > 12 && (line.size() == 13 || line[12] != ' ' || line[13] == ' ' || line[13] == '\t')) {
+    return false;
+  }
+  h.version_minor = static_cast<uint8_t>(line[7] - '0');
+  h.status = static_cast<uint16_t>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
+  if (line.size() > 12) h.reason = line.substr(13);
+  return true;
+}
+
+parse_status response_parser::check_fields(own_facts* own) noexcept {
+  response_head& h = *_head;
+  if (own == nullptr) {
+    h.status = static_cast<uint16_t>(llhttp_get_status_code(&_parser));
+    h.version_minor = llhttp_get_http_minor(&_parser);
+    if (llhttp_get_http_major(&_parser) != 1 || h.version_minor > 1) {
+      return upstream_error("backend answered with an unsupported HTTP version");
+    }
+  }  // else read_status_line() set both, HTTP/1.0 or 1.1
   // sluice never sends Expect or Upgrade upstream: an interim answer is a
   // protocol error here, not something to skip.
   if (h.status < 200) return upstream_error("backend sent a 1xx interim response");
@@ -138,6 +171,16 @@ parse_status response_parser::check_fields() noexcept {
   for (header_fields it = h.fields(); it.next(f);) {
     const std::string_view n = f.name, v = f.value;
     switch (n.size()) {
+      case 7:
+        if (own != nullptr && iequals(n, "upgrade")) own->ask_llhttp = true;
+        break;
+      case 10:
+        if (own != nullptr && iequals(n, "connection") && own->connections++ == 0) own->connection = v;
+        break;
+      case 16:
+        // llhttp reads Proxy-Connection as it reads Connection.
+        if (own != nullptr && iequals(n, "proxy-connection")) own->ask_llhttp = true;
+        break;
       case 12:
         if (iequals(n, "content-type") && h.content_type.data() == nullptr) h.content_type = v;
         break;
@@ -166,7 +209,7 @@ parse_status response_parser::check_fields() noexcept {
   if (h.chunked && h.has_content_length) {
     return upstream_error("backend response has both Content-Length and Transfer-Encoding");
   }
-  if (h.chunked != ((_parser.flags & F_CHUNKED) != 0)) {
+  if (own == nullptr && h.chunked != ((_parser.flags & F_CHUNKED) != 0)) {
     return upstream_error("ambiguous backend response framing");
   }
   h.event_stream = detail::istarts_with(h.content_type, "text/event-stream");
@@ -176,8 +219,20 @@ parse_status response_parser::check_fields() noexcept {
   // Reusable when the version and Connection say so and the body has an
   // end other than the close.
   const bool http11 = h.version_minor == 1;
-  const bool by_fields = http11 ? (_parser.flags & F_CONNECTION_CLOSE) == 0
-                                : (_parser.flags & F_CONNECTION_KEEP_ALIVE) != 0;
+  bool close = false, keep = false;
+  if (own == nullptr) {
+    close = (_parser.flags & F_CONNECTION_CLOSE) != 0;
+    keep = (_parser.flags & F_CONNECTION_KEEP_ALIVE) != 0;
+  } else if (own->connections == 1) {
+    // One field of exactly one option, as llhttp would flag it; a list, an
+    // unknown option or a second field is llhttp's to read.
+    close = iequals(own->connection, "close");
+    keep = iequals(own->connection, "keep-alive");
+    if (!close && !keep) own->ask_llhttp = true;
+  } else if (own->connections > 1) {
+    own->ask_llhttp = true;
+  }
+  const bool by_fields = http11 ? !close : keep;
   h.keep_alive = by_fields && !_until_close;
   return parse_status{};
 }
@@ -194,12 +249,28 @@ parse_status response_parser::parse_head(const char* data, size_t len, response_
       return _pending = upstream_error(detail::scan_message(detail::error_of(_scan)));
     case detail::scan_state::complete: break;
   }
-  _head = &out;
-  out = response_head{};
-  out.head_bytes = _scan.head_bytes;
-  out.header_count = _scan.fields;
-  // The field lines: after the status line's CRLF, up to the empty line.
-  out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
+  start_head(data, out);
+  // Without llhttp where it is known to agree (as for a request head, see
+  // request.cpp): a plain status line, token names, no Upgrade, Connection
+  // absent or one plain option. The body is then framed here too (a
+  // Content-Length count, or the close); anything else, errors included,
+  // is llhttp's from the start.
+  if (!_llhttp_only && !_scan.name_not_token && read_status_line(data)) {
+    own_facts own;
+    if (check_fields(&own).ok() && !own.ask_llhttp) {
+      _own_framing = true;
+      _head_done = true;
+      if (_head_request || out.status == 204 || out.status == 304 ||
+          (out.has_content_length && out.content_length == 0)) {
+        _message_done = true;
+      } else if (!_chunked && !_until_close) {
+        _remaining = out.content_length;
+      }
+      return _pending = parse_status{};
+    }
+    start_head(data, out);
+  }
+  _llhttp_used = true;
   const char* begin = data + _scan.start_begin;
   const llhttp_errno_t e = llhttp_execute(&_parser, begin, _scan.head_bytes - _scan.start_begin);
   if (e == HPE_PAUSED && _pending.ok()) {
@@ -267,6 +338,19 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     }
     return body_status{errc::ok, len, false, st.chunk_end};
   }
+  if (_own_framing) {
+    // Content-Length: the count; else the body runs to the close.
+    if (_until_close) {
+      if (len != 0 && sink.on_data != nullptr) sink.on_data(sink.ctx, data, len);
+      return body_status{errc::ok, len, false};
+    }
+    const size_t n = len < _remaining ? len : static_cast<size_t>(_remaining);
+    if (n != 0 && sink.on_data != nullptr) sink.on_data(sink.ctx, data, n);
+    _remaining -= n;
+    if (_remaining != 0) return body_status{errc::ok, len, false};
+    _message_done = true;
+    return body_status{errc::ok, n, true, n};
+  }
   if (_paused_at_head) {
     llhttp_resume(&_parser);
     _paused_at_head = false;
@@ -279,6 +363,15 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
   if (e == HPE_PAUSED && _message_done) return body_status{errc::ok, at, true, at};
   _failed = true;
   return body_status{errc::upstream_protocol, at, false};
+}
+
+void response_parser::start_head(const char* data, response_head& out) noexcept {
+  _head = &out;
+  out = response_head{};
+  out.head_bytes = _scan.head_bytes;
+  out.header_count = _scan.fields;
+  // The field lines: after the status line's CRLF, up to the empty line.
+  out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
 }
 
 bool response_parser::finish_at_eof() noexcept {

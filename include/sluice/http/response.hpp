@@ -1,5 +1,6 @@
 #pragma once
-// http: upstream (backend) response parsing with llhttp in response mode.
+// http: upstream (backend) response parsing with llhttp in response mode
+// (a plain head it is known to read the same way is read without it).
 // The proxy forwards the backend's body bytes unchanged (chunk framing
 // included); this parser only finds where the head ends, where the message
 // ends, and hands the de-chunked payload to a sink for scanning (SSE events,
@@ -79,6 +80,12 @@ class response_parser {
   // `head_request`: the request was HEAD (no body follows).
   void reset(bool head_request = false) noexcept;
 
+  // Tests: every head through llhttp (the default reads the plain ones
+  // without it, the same facts).
+  void set_llhttp_only(bool on) noexcept { _llhttp_only = on; }
+  // Whether llhttp parsed the head since the last reset() (tests).
+  bool llhttp_ran() const noexcept { return _llhttp_used; }
+
   // Like request_parser::parse_head, for a status line + headers; 1xx
   // interim responses are an error here (sluice never sends Expect upstream).
   // Errors carry errc::upstream_protocol. Limit: 64 KiB head, 64 headers.
@@ -104,7 +111,18 @@ class response_parser {
   static int on_headers_complete(llhttp_t*);
   static int on_body(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
-  parse_status check_fields() noexcept;
+  // What check_fields() notes when llhttp has not parsed the head.
+  struct own_facts {
+    uint16_t connections = 0;     // Connection fields
+    std::string_view connection;  // the first one's value
+    bool ask_llhttp = false;      // Upgrade, Proxy-Connection, or a Connection not read here
+  };
+  void start_head(const char* data, response_head& out) noexcept;
+  // The status line in a form llhttp is known to read the same way: sets
+  // the status, version and reason; false: llhttp's to read.
+  bool read_status_line(const char* data) noexcept;
+  // own: null after llhttp parsed the head (its status and flags are read).
+  parse_status check_fields(own_facts* own = nullptr) noexcept;
 
   llhttp_t _parser;
   detail::head_scan_state _scan;
@@ -119,6 +137,10 @@ class response_parser {
   bool _chunked = false;
   bool _until_close = false;       // body delimited by the connection close
   chunk_walker _chunk;             // chunked bodies: walked here, not by llhttp
+  bool _llhttp_only = false;
+  bool _llhttp_used = true;        // since its last init: reset() inits it again
+  bool _own_framing = false;       // the head was read without llhttp: so is the body
+  uint64_t _remaining = 0;         // _own_framing, Content-Length: body bytes still to come
 };
 
 }  // namespace sluice::http

@@ -146,9 +146,112 @@ body_status feed(response_parser& p, const std::string& body, size_t step, colle
   return st;
 }
 
+// One response (head, then its body bytes fed in pieces of `step`) in both
+// readings: the default (a plain head without llhttp, its body counted
+// here) and llhttp's. They must agree on the answer, every fact of the
+// head, what the sink saw and where the message ended. Returns whether the
+// default skipped llhttp.
+bool same_in_both_readings(std::string_view head, const std::string& body, size_t step, bool head_request) {
+  response_parser fast, slow;
+  slow.set_llhttp_only(true);
+  fast.reset(head_request);
+  slow.reset(head_request);
+  response_head a, b;
+  const parse_status sa = fast.parse_head(head.data(), head.size(), a);
+  const parse_status sb = slow.parse_head(head.data(), head.size(), b);
+  CHECK(sa.error == sb.error);
+  CHECK(sa.status == sb.status);
+  CHECK(sa.message == sb.message);
+  if (!sa.ok() || !sb.ok()) return false;
+  CHECK(a.status == b.status);
+  CHECK(a.version_minor == b.version_minor);
+  CHECK(a.keep_alive == b.keep_alive);
+  CHECK(a.chunked == b.chunked);
+  CHECK(a.has_content_length == b.has_content_length);
+  CHECK(a.content_length == b.content_length);
+  CHECK(a.event_stream == b.event_stream);
+  CHECK(a.head_bytes == b.head_bytes);
+  CHECK(a.reason == b.reason);
+  CHECK(a.content_type == b.content_type);
+  CHECK(a.header_count == b.header_count);
+  CHECK(a.field_lines == b.field_lines);
+  collector ca, cb;
+  size_t na = 0, nb = 0;
+  const body_status ba = feed(fast, body, step, ca, na);
+  const body_status bb = feed(slow, body, step, cb, nb);
+  CHECK(ba.error == bb.error);
+  CHECK(ba.complete == bb.complete);
+  CHECK(ba.consumed == bb.consumed);
+  CHECK(ba.chunk_end == bb.chunk_end);
+  CHECK(na == nb);
+  CHECK(ca.data == cb.data);
+  CHECK(fast.finish_at_eof() == slow.finish_at_eof());
+  return !fast.llhttp_ran();
+}
+
 }  // namespace
 
 TEST_SUITE("http::response_parser") {
+  TEST_CASE("a head read without llhttp has the answer, the facts and the body framing llhttp gives it") {
+    size_t fast = 0, total = 0;
+    const auto both = [&](std::string_view head, const std::string& body, bool head_request = false) {
+      for (size_t step : {size_t{1}, size_t{3}, body.size() + 1}) {
+        CAPTURE(head);
+        CAPTURE(step);
+        ++total;
+        if (same_in_both_readings(head, body, step, head_request)) ++fast;
+      }
+    };
+    for (const head_case& c : head_cases()) both(c.input, "abcdefgh");
+    for (const body_case& c : body_cases()) both(c.head, c.message + std::string(c.extra), c.head_request);
+    for (int b = 0; b < 256; ++b) {
+      const std::string c(1, static_cast<char>(b));
+      both("HTTP/1.1 200 O" + c + "K\r\nContent-Length: 2\r\n\r\n", "okXX");
+      both("HTTP/1.1 200 OK\r\nX" + c + "y: 1\r\nContent-Length: 2\r\n\r\n", "ok");
+      both("HTTP/1.1 200 OK\r\nX: a" + c + "b\r\nContent-Length: 2\r\n\r\n", "ok");
+      both("HTTP/1." + c + " 200 OK\r\nContent-Length: 2\r\n\r\n", "ok");
+      both("HTTP/1.1 2" + c + "0 OK\r\nContent-Length: 2\r\n\r\n", "ok");
+    }
+    for (std::string_view line : {"HTTP/1.1 200", "HTTP/1.1 200 ", "HTTP/1.1 200  OK", "HTTP/1.1 200 \tOK",
+                                  "HTTP/1.1  200 OK", "HTTP/1.0 200 OK", "HTTP/1.1 404 Not Found",
+                                  "HTTP/1.1 599 x", "HTTP/1.1 199 x", "HTTP/1.1 600 x", "HTTP/1.1 20 OK",
+                                  "HTTP/1.1 2000 OK", "HTTP/2.0 200 OK", "HTTP/1.2 200 OK", "http/1.1 200 OK"}) {
+      for (std::string_view framing : {"Content-Length: 3\r\n", "Transfer-Encoding: chunked\r\n", ""}) {
+        both(std::string(line) + "\r\n" + std::string(framing) + "\r\n", "3\r\nabc\r\n0\r\n\r\nrest");
+      }
+    }
+    for (std::string_view v : {"close", "keep-alive", "Keep-Alive", "CLOSE", "upgrade", "close, keep-alive",
+                               "keep-alive , close", "foo", "closed", "", ","}) {
+      for (std::string_view ver : {"1.0", "1.1"}) {
+        const std::string line = "Connection: " + std::string(v) + "\r\n";
+        const std::string head = "HTTP/" + std::string(ver) + " 200 OK\r\nContent-Length: 2\r\n";
+        both(head + line + "\r\n", "okXY");
+        both(head + line + line + "\r\n", "ok");
+        both(head + line + "Connection: close\r\n\r\n", "ok");
+        both(head + "Proxy-" + line + "\r\n", "ok");
+        both(head + line + "Upgrade: h2c\r\n\r\n", "ok");
+        both("HTTP/" + std::string(ver) + " 200 OK\r\n" + line + "\r\n", "until the close");
+      }
+    }
+    // Bodies: lengths around the pieces' sizes, no-body answers, the close.
+    for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, size_t{1000}}) {
+      const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(n) + "\r\n\r\n";
+      both(head, std::string(n, 'b') + "after");
+      both(head, std::string(n - 1, 'b'));
+      both(head, std::string(n, 'b'), true);
+    }
+    for (std::string_view head : {"HTTP/1.1 204 No Content\r\n\r\n", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+                                  "HTTP/1.1 200 OK\r\n\r\n", "HTTP/1.0 200 OK\r\n\r\n"}) {
+      both(head, "body bytes");
+      both(head, "");
+    }
+    // The common heads do skip llhttp, or this test proves nothing.
+    CHECK(same_in_both_readings("HTTP/1.1 200 OK\r\ndate: x\r\nserver: uvicorn\r\ncontent-length: 2\r\n"
+                                "content-type: application/json\r\n\r\n", "{}", 1, false));
+    CHECK(fast > total / 4);
+    CHECK(fast < total);
+  }
+
   TEST_CASE("every head row is accepted with its fields or rejected as upstream_protocol") {
     for (const head_case& c : head_cases()) {
       CAPTURE(c.name);
