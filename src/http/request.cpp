@@ -135,6 +135,11 @@ void request_head::rebase(const char* old_base, const char* new_base) noexcept {
 }
 
 bool header_fields::next(header& out) noexcept {
+  std::string_view line;
+  return next(out, line);
+}
+
+bool header_fields::next(header& out, std::string_view& whole) noexcept {
   if (_rest.empty()) return false;
   const char* p = _rest.data();
   const auto* lf = static_cast<const char*>(std::memchr(p, '\n', _rest.size()));
@@ -144,7 +149,8 @@ bool header_fields::next(header& out) noexcept {
   if (colon == nullptr) return false;
   out.name = std::string_view(p, static_cast<size_t>(colon - p));
   out.value = detail::trim_ows(std::string_view(colon + 1, static_cast<size_t>(p + line - colon - 1)));
-  _rest.remove_prefix(static_cast<size_t>(lf + 1 - p));
+  whole = std::string_view(p, static_cast<size_t>(lf + 1 - p));
+  _rest.remove_prefix(whole.size());
   return true;
 }
 

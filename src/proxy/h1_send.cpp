@@ -242,14 +242,14 @@ bool h1_codec::stage_response_head(exchange& x, const http::response_head& rh, b
   append(o, rh.reason.size() < 64 ? rh.reason : std::string_view("Unknown"));
   append(o, "\r\n");
   http::header hd;
-  for (http::header_fields it = rh.fields(); it.next(hd);) {
+  std::string_view raw;
+  line_runs kept;
+  for (http::header_fields it = rh.fields(); it.next(hd, raw);) {
     if (drop_response_header(hd.name)) continue;
     if (dechunked && iequals(hd.name, "transfer-encoding")) continue;
-    append(o, hd.name);
-    append(o, ": ");
-    append(o, hd.value);
-    append(o, "\r\n");
+    kept.keep(o, raw);
   }
+  kept.flush(o);
   // sluice's own fields: the request id, the key's rate-limit state and
   // the time sluice and the backend took to the head (as OpenAI sends).
   char rate[1024];

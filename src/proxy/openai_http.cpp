@@ -191,15 +191,15 @@ bool openai_http::build_upstream_request(exchange& x, const openai::request_fiel
   append(o, "\r\n");
   std::string_view xff_prior;
   http::header hd;
-  for (http::header_fields it = h.fields(); it.next(hd);) {
+  std::string_view raw;
+  line_runs kept;
+  for (http::header_fields it = h.fields(); it.next(hd, raw);) {
     if (iequals(hd.name, "x-forwarded-for")) xff_prior = hd.value;
     if (drop_request_header(hd.name)) continue;
     if (!h.connection.empty() && named_in_connection(h.connection, hd.name)) continue;
-    append(o, hd.name);
-    append(o, ": ");
-    append(o, hd.value);
-    append(o, "\r\n");
+    kept.keep(o, raw);
   }
+  kept.flush(o);
   char line[256];
   text_writer w(line, sizeof line);
   w.put("content-length: ");

@@ -53,6 +53,33 @@ inline void append(byte_buf& b, std::string_view s) noexcept {
   b.len += static_cast<uint32_t>(s.size());
 }
 
+// Field lines copied as they came (name through CRLF; the pre-scan proved
+// each one `name:value` CRLF): a run of adjacent kept lines is one copy,
+// not four per field. keep() each line that goes on, flush() before
+// anything else is appended; `b` has room for every kept line.
+class line_runs {
+ public:
+  void keep(byte_buf& b, std::string_view line) noexcept {
+    if (_len != 0 && _begin + _len == line.data()) {
+      _len += line.size();
+      return;
+    }
+    flush(b);
+    _begin = line.data();
+    _len = line.size();
+  }
+  void flush(byte_buf& b) noexcept {
+    if (_len == 0) return;
+    __builtin_memcpy(b.data + b.len, _begin, _len);
+    b.len += static_cast<uint32_t>(_len);
+    _len = 0;
+  }
+
+ private:
+  const char* _begin = nullptr;
+  size_t _len = 0;
+};
+
 // Drops the first `sent` bytes from an iovec array in place (after a short
 // send). Returns: whether bytes remain to be sent.
 inline bool advance_iov(iovec* iov, uint8_t& count, size_t sent) noexcept {

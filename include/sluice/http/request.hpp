@@ -50,6 +50,8 @@ class header_fields {
   explicit header_fields(std::string_view lines) noexcept : _rest(lines) {}
   // Returns: false past the last field; else the next field in `out`.
   bool next(header& out) noexcept;
+  // The same, and the field's whole line as it came, name through CRLF.
+  bool next(header& out, std::string_view& line) noexcept;
 
  private:
   std::string_view _rest;
