@@ -106,6 +106,14 @@ method known_method(std::string_view m) noexcept {
   return method::other;
 }
 
+// llhttp reads Connection, Content-Length and Transfer-Encoding with small
+// parsers of their own, which skip spaces around the value but take an
+// HTAB as part of it (refused in a length, no flag for "chunked<HTAB>" or
+// "close<HTAB>"): such a line is llhttp's to read.
+bool own_parse_differs(std::string_view line) noexcept {
+  return std::memchr(line.data(), '\t', line.size()) != nullptr;
+}
+
 // One well-known field: remembers the first value, rejects a second.
 bool take_once(std::string_view& slot, bool& seen, std::string_view value) noexcept {
   if (seen) return false;
@@ -242,7 +250,8 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
   bool http10 = h.version_minor == 0;
   std::string_view te;
   header f;
-  for (header_fields it = h.fields(); it.next(f);) {
+  std::string_view raw;
+  for (header_fields it = h.fields(); it.next(f, raw);) {
     const std::string_view n = f.name, v = f.value;
     // Dispatch on the length first: most fields are not well-known.
     switch (n.size()) {
@@ -270,7 +279,10 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
       case 10:
         if (iequals(n, "connection")) {
           if (h.connection.data() == nullptr) h.connection = v;
-          if (own != nullptr) ++own->connections;
+          if (own != nullptr) {
+            ++own->connections;
+            own->ask_llhttp |= own_parse_differs(raw);
+          }
         }
         break;
       case 12:
@@ -295,6 +307,7 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
         break;
       case 14:
         if (iequals(n, "content-length")) {
+          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
           if (seen_cl) return error_status(400, "duplicate Content-Length header");
           seen_cl = true;
           if (!detail::parse_content_length(v, h.content_length)) {
@@ -309,6 +322,7 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
         break;
       case 17:
         if (iequals(n, "transfer-encoding")) {
+          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
           if (seen_te) return error_status(400, "duplicate Transfer-Encoding header");
           seen_te = true;
           te = v;

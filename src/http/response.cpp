@@ -43,6 +43,13 @@ using detail::iequals;
 
 constexpr uint32_t k_head_bytes_max = 64u << 10;
 
+// llhttp reads Connection, Content-Length and Transfer-Encoding with small
+// parsers of their own, which skip spaces around the value but take an
+// HTAB as part of it: such a line is llhttp's to read (as in request.cpp).
+bool own_parse_differs(std::string_view line) noexcept {
+  return std::memchr(line.data(), '\t', line.size()) != nullptr;
+}
+
 parse_status upstream_error(std::string_view message) noexcept {
   return parse_status{errc::upstream_protocol, 502, message};
 }
@@ -168,14 +175,18 @@ parse_status response_parser::check_fields(own_facts* own) noexcept {
   if (h.status > 599) return upstream_error("backend sent an invalid status code");
   bool seen_cl = false, seen_te = false;
   header f;
-  for (header_fields it = h.fields(); it.next(f);) {
+  std::string_view raw;
+  for (header_fields it = h.fields(); it.next(f, raw);) {
     const std::string_view n = f.name, v = f.value;
     switch (n.size()) {
       case 7:
         if (own != nullptr && iequals(n, "upgrade")) own->ask_llhttp = true;
         break;
       case 10:
-        if (own != nullptr && iequals(n, "connection") && own->connections++ == 0) own->connection = v;
+        if (own != nullptr && iequals(n, "connection")) {
+          if (own->connections++ == 0) own->connection = v;
+          own->ask_llhttp |= own_parse_differs(raw);
+        }
         break;
       case 16:
         // llhttp reads Proxy-Connection as it reads Connection.
@@ -186,6 +197,7 @@ parse_status response_parser::check_fields(own_facts* own) noexcept {
         break;
       case 14:
         if (iequals(n, "content-length")) {
+          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
           if (seen_cl) return upstream_error("duplicate Content-Length in backend response");
           seen_cl = true;
           if (!detail::parse_content_length(v, h.content_length)) {
@@ -196,6 +208,7 @@ parse_status response_parser::check_fields(own_facts* own) noexcept {
         break;
       case 17:
         if (iequals(n, "transfer-encoding")) {
+          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
           if (seen_te || !iequals(v, "chunked")) {
             return upstream_error("unsupported Transfer-Encoding in backend response");
           }

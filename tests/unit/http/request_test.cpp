@@ -295,6 +295,20 @@ TEST_SUITE("http::request_parser") {
       both("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k" + c + "\r\n\r\n");
       both("G" + c + "T / HTTP/1.1\r\nHost: a\r\n\r\n");
       both("GET / HTTP/1." + c + "\r\nHost: a\r\n\r\n");
+      // The fields llhttp reads with parsers of their own: each byte
+      // before and after the value.
+      for (std::string_view f : {"Transfer-Encoding: chunked", "Content-Length: 5", "Connection: close",
+                                 "Connection: keep-alive"}) {
+        const std::string field(f), name = field.substr(0, field.find(':') + 1);
+        const std::string value = field.substr(field.find(':') + 2);
+        for (std::string_view ver : {"1.0", "1.1"}) {
+          const std::string head = "POST / HTTP/" + std::string(ver) + "\r\nHost: a\r\n";
+          both(head + field + c + "\r\n\r\n");
+          both(head + name + " " + c + value + "\r\n\r\n");
+          both(head + name + c + value + "\r\n\r\n");
+          both(head + field + " " + c + "\r\n\r\n");
+        }
+      }
     }
     for (std::string_view m : {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE",
                                "PURGE", "MKCOL", "PROPFIND", "M-SEARCH", "QUERY", "get", "Post", "FOO", "GETS"}) {
@@ -331,7 +345,7 @@ TEST_SUITE("http::request_parser") {
                                 "Authorization: Bearer k\r\nContent-Type: application/json\r\n"
                                 "Connection: keep-alive\r\nContent-Length: 5\r\n\r\n"));
     CHECK(same_in_both_readings("GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n"));
-    CHECK(fast > total / 4);
+    CHECK(fast > total / 16);  // a share of the sweep is read without llhttp
     CHECK(fast < total);
   }
 
