@@ -88,6 +88,15 @@ bool valid_host(std::string_view v) noexcept;
 // Returns: whether `s` is such a value; `out` is set when it is.
 bool parse_content_length(std::string_view s, uint64_t& out) noexcept;
 
+// llhttp reads Connection, Content-Length and Transfer-Encoding with small
+// parsers of their own, which skip spaces around the value but take an
+// HTAB as part of it (refused in a length, no flag for "chunked<HTAB>" or
+// "close<HTAB>"). `line`: such a field's whole line. Returns: whether a
+// head holding it must be read by llhttp.
+inline bool llhttp_reads_value_apart(std::string_view line) noexcept {
+  return line.find('\t') != std::string_view::npos;
+}
+
 // llhttp hands a span over in one or more pieces that are adjacent in the
 // caller's buffer: this joins them.
 inline std::string_view extend_span(std::string_view s, const char* at, size_t len) noexcept {

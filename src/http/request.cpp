@@ -106,14 +106,6 @@ method known_method(std::string_view m) noexcept {
   return method::other;
 }
 
-// llhttp reads Connection, Content-Length and Transfer-Encoding with small
-// parsers of their own, which skip spaces around the value but take an
-// HTAB as part of it (refused in a length, no flag for "chunked<HTAB>" or
-// "close<HTAB>"): such a line is llhttp's to read.
-bool own_parse_differs(std::string_view line) noexcept {
-  return std::memchr(line.data(), '\t', line.size()) != nullptr;
-}
-
 // One well-known field: remembers the first value, rejects a second.
 bool take_once(std::string_view& slot, bool& seen, std::string_view value) noexcept {
   if (seen) return false;
@@ -281,7 +273,7 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
           if (h.connection.data() == nullptr) h.connection = v;
           if (own != nullptr) {
             ++own->connections;
-            own->ask_llhttp |= own_parse_differs(raw);
+            own->ask_llhttp |= detail::llhttp_reads_value_apart(raw);
           }
         }
         break;
@@ -307,7 +299,7 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
         break;
       case 14:
         if (iequals(n, "content-length")) {
-          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
+          if (own != nullptr) own->ask_llhttp |= detail::llhttp_reads_value_apart(raw);
           if (seen_cl) return error_status(400, "duplicate Content-Length header");
           seen_cl = true;
           if (!detail::parse_content_length(v, h.content_length)) {
@@ -322,7 +314,7 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
         break;
       case 17:
         if (iequals(n, "transfer-encoding")) {
-          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
+          if (own != nullptr) own->ask_llhttp |= detail::llhttp_reads_value_apart(raw);
           if (seen_te) return error_status(400, "duplicate Transfer-Encoding header");
           seen_te = true;
           te = v;

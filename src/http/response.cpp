@@ -43,13 +43,6 @@ using detail::iequals;
 
 constexpr uint32_t k_head_bytes_max = 64u << 10;
 
-// llhttp reads Connection, Content-Length and Transfer-Encoding with small
-// parsers of their own, which skip spaces around the value but take an
-// HTAB as part of it: such a line is llhttp's to read (as in request.cpp).
-bool own_parse_differs(std::string_view line) noexcept {
-  return std::memchr(line.data(), '\t', line.size()) != nullptr;
-}
-
 parse_status upstream_error(std::string_view message) noexcept {
   return parse_status{errc::upstream_protocol, 502, message};
 }
@@ -185,7 +178,7 @@ parse_status response_parser::check_fields(own_facts* own) noexcept {
       case 10:
         if (own != nullptr && iequals(n, "connection")) {
           if (own->connections++ == 0) own->connection = v;
-          own->ask_llhttp |= own_parse_differs(raw);
+          own->ask_llhttp |= detail::llhttp_reads_value_apart(raw);
         }
         break;
       case 16:
@@ -197,7 +190,7 @@ parse_status response_parser::check_fields(own_facts* own) noexcept {
         break;
       case 14:
         if (iequals(n, "content-length")) {
-          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
+          if (own != nullptr) own->ask_llhttp |= detail::llhttp_reads_value_apart(raw);
           if (seen_cl) return upstream_error("duplicate Content-Length in backend response");
           seen_cl = true;
           if (!detail::parse_content_length(v, h.content_length)) {
@@ -208,7 +201,7 @@ parse_status response_parser::check_fields(own_facts* own) noexcept {
         break;
       case 17:
         if (iequals(n, "transfer-encoding")) {
-          if (own != nullptr) own->ask_llhttp |= own_parse_differs(raw);
+          if (own != nullptr) own->ask_llhttp |= detail::llhttp_reads_value_apart(raw);
           if (seen_te || !iequals(v, "chunked")) {
             return upstream_error("unsupported Transfer-Encoding in backend response");
           }
