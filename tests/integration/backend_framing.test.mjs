@@ -42,7 +42,11 @@ describe('the injected usage chunk is cut wherever a read ends in it', () => {
       await go;
       socket.write(Buffer.concat([usage.subarray(cut), chunk(events.at(-1)), Buffer.from('0\r\n\r\n')]));
     });
-    sluice = await start_sluice({ config: sluice_config({ backends: [backend.url] }) });
+    // Probes every 50 ms: several land while an answer is held; the
+    // scripted backend answers them itself and the held answer stays held
+    // for its own request.
+    sluice = await start_sluice({ config: sluice_config({ backends: [backend.url], health: { interval_ms: 50 } }) });
+    await poll(() => backend.probes.length >= 2, { what: 'two health probes answered' });
   });
   after(() => stop_all(sluice, backend));
 

@@ -280,13 +280,14 @@ export async function start_mock_triton({
 
 // A complete TOML config for tests: one group "default" accepting any model
 // on the given backends, key `test-key`. `server` adds [server] entries.
-export function sluice_config({ backends, server = {}, upstream = {}, quota = {}, audit_path = 'sluice-audit.jsonl' }) {
+export function sluice_config({ backends, server = {}, upstream = {}, quota = {}, health = {}, audit_path = 'sluice-audit.jsonl' }) {
   const value = (v) => (typeof v === 'string' ? JSON.stringify(v) : String(v));
   const table = (obj) => Object.entries(obj).map(([k, v]) => `${k} = ${value(v)}`).join('\n');
   return [
     '[server]', table(server), '',
     '[upstream]', table(upstream), '',
     '[quota]', table(quota), '',
+    '[health]', table(health), '',
     '[audit]', `path = ${JSON.stringify(audit_path)}`, '',
     '[[group]]', 'name = "default"', 'models = ["*"]', 'balance = "round-robin"',
     `backends = [${backends.map((b) => JSON.stringify(b)).join(', ')}]`, '',

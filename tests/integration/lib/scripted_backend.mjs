@@ -2,14 +2,22 @@
 // steps it controls: for framing mock-vllm never produces (a read that ends
 // between an event's blank line and its chunk's CRLF, a chunked 204, a body
 // of several MiB). Requests on one connection are answered in order.
+//
+// sluice's own health probes (GET /health, user-agent sluice-health, every
+// [health] interval_ms) are answered here with a bodiless 200 and counted in
+// `probes`, never handed to `answer` nor kept in `requests`: a script that
+// holds its answer until the client has seen part of it must not have that
+// hold taken over by a probe arriving meanwhile, and a count of the
+// requests clients caused must not move with the probe clock.
 import net from 'node:net';
 
 // `answer(socket, request)`: writes the reply (async; the next request on
 // the connection waits for it). request: {head (text), body (parsed JSON or
-// null)}. Resolves {url, port, requests, stop()}.
+// null)}. Resolves {url, port, requests, probes, stop()}.
 export async function start_scripted_backend(answer) {
   const sockets = new Set();
   const requests = [];
+  const probes = [];
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
@@ -28,6 +36,11 @@ export async function start_scripted_backend(answer) {
         const text = buf.subarray(end + 4, end + 4 + length).toString('utf8');
         buf = buf.subarray(end + 4 + length);
         const request = { head, body: text.length > 0 ? JSON.parse(text) : null };
+        if (/^GET \/health HTTP\/1\.1\r\n/.test(head) && /\r\nuser-agent: sluice-health\r\n/i.test(`${head}\r\n`)) {
+          probes.push(request);
+          socket.end('HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+          return;
+        }
         requests.push(request);
         busy = true;
         try {
@@ -50,6 +63,7 @@ export async function start_scripted_backend(answer) {
     url: `http://127.0.0.1:${port}`,
     port,
     requests,
+    probes,
     async stop() {
       for (const s of sockets) s.destroy();
       await new Promise((resolve) => server.close(() => resolve()));
