@@ -90,6 +90,9 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
       const tls::io_result r = t.read(std::span<char>(plain, sizeof plain));
       if (r.st == tls::status::ok) {
         if (!take_plaintext(d, plain, r.bytes)) return;
+        // The record was the last of what came in (nearly always): no
+        // second call only to hear want_read.
+        if (!t.may_read_more()) break;
         continue;
       }
       if (r.st == tls::status::want_read) break;

@@ -19,6 +19,18 @@ namespace sluice::tls {
 
 namespace {
 
+// OpenSSL's I/O calls want the thread's error queue empty (SSL_get_error
+// reads it). Every failure path here drains what it queued, so the queue
+// is empty on entry nearly always: peeking is a load, clearing rewrites all
+// sixteen slots of the queue, and both run for every record.
+inline void empty_error_queue() noexcept {
+  if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
+}  // namespace
+
+namespace {
+
 // Space a record adds to its plaintext with the suites the context allows
 // (all AEAD): TLS 1.2 5 header + 8 explicit nonce + 16 tag; TLS 1.3 5 + 1
 // inner type + 16 tag. Rounded up. Used to stop before OpenSSL would build a
@@ -158,7 +170,7 @@ size_t session::input_space() const noexcept {
 status session::handshake() {
   if (_failed || _ssl == nullptr) return status::error;
   if (SSL_is_init_finished(_ssl)) return status::ok;
-  ERR_clear_error();
+  empty_error_queue();
   int rc = SSL_do_handshake(_ssl);
   if (rc == 1) return status::ok;
   return fail_openssl(rc, "handshake");
@@ -166,10 +178,17 @@ status session::handshake() {
 
 bool session::handshake_done() const noexcept { return _ssl != nullptr && SSL_is_init_finished(_ssl); }
 
+bool session::may_read_more() const noexcept {
+  // SSL_has_pending: a record (or its plaintext) already inside OpenSSL;
+  // else the ciphertext fed and not yet taken. Without either, read()
+  // could only answer want_read.
+  return _ssl != nullptr && (SSL_has_pending(_ssl) == 1 || BIO_ctrl_pending(SSL_get_rbio(_ssl)) != 0);
+}
+
 io_result session::read(std::span<char> out) {
   if (_failed || _ssl == nullptr) return {status::error, 0};
   if (out.empty()) return {status::ok, 0};
-  ERR_clear_error();
+  empty_error_queue();
   size_t n = 0;
   int rc = SSL_read_ex(_ssl, out.data(), out.size(), &n);
   if (_renegotiation_refused) return {fail("client renegotiation attempt (refused)"), 0};
@@ -186,7 +205,7 @@ io_result session::write(std::span<const char> in) {
     size_t space = BIO_ctrl_get_write_guarantee(SSL_get_wbio(_ssl));
     if (space <= k_record_overhead_max) return {status::want_write, done};
     size_t chunk = std::min({in.size() - done, k_record_plaintext_max, space - k_record_overhead_max});
-    ERR_clear_error();
+    empty_error_queue();
     size_t n = 0;
     int rc = SSL_write_ex(_ssl, in.data() + done, chunk, &n);
     if (rc != 1) return {fail_openssl(rc, "write"), done};
@@ -197,7 +216,7 @@ io_result session::write(std::span<const char> in) {
 
 status session::shutdown() {
   if (_failed || _ssl == nullptr || !SSL_is_init_finished(_ssl)) return status::closed;
-  ERR_clear_error();
+  empty_error_queue();
   int rc = SSL_shutdown(_ssl);
   // 0: close_notify sent, the peer's not seen (nor waited for: the codec
   // closes after sending). 1: both seen.

@@ -173,6 +173,9 @@ class session {
   // garbage, or a renegotiation attempt (refused with a no_renegotiation
   // alert, then treated as fatal here).
   io_result read(std::span<char> out);
+  // Whether read() may give more than want_read now: some of what was fed
+  // is not read yet. False: it would only say want_read (feed first).
+  bool may_read_more() const noexcept;
 
   // Encrypts as much of `in` as the output ring takes, one record at a time.
   // Returns: {ok, in.size()}; {want_write, n < in.size()} when the ring is

@@ -1,9 +1,11 @@
 // tls::context and tls::session against an in-process OpenSSL client
 // (tls_peer.hpp).
 #include <doctest/doctest.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -216,6 +218,77 @@ TEST_SUITE("tls::session") {
     CHECK(client_to_server(c, s, up) == up);
     // And once more the other way: the session keeps going after a full ring.
     CHECK(server_to_client(c, s, "done", nullptr) == "done");
+  }
+
+  TEST_CASE("may_read_more: true while fed records are unread, false exactly when read() would want input") {
+    auto ctx = tls::context::load(test_pki().options());
+    int v = 0;
+    SUBCASE("1.2") { v = TLS1_2_VERSION; }
+    SUBCASE("1.3") { v = TLS1_3_VERSION; }
+    client c({.max_version = v});
+    tls::session s(*ctx);
+    connected(c, s);
+    transfer(c, s);  // TLS 1.3 tickets out of the way
+    char buf[16384];
+    // Nothing fed: nothing to read.
+    CHECK_FALSE(s.may_read_more());
+    CHECK(s.read(buf).st == status::want_read);
+    // Three records in one feed, as one receive may bring them.
+    for (const char* m : {"one", "two", "three"}) {
+      size_t n = 0;
+      REQUIRE(SSL_write_ex(c.ssl, m, std::strlen(m), &n) == 1);
+    }
+    transfer(c, s);
+    std::string got;
+    int reads = 0;
+    while (s.may_read_more()) {
+      const auto r = s.read(buf);
+      REQUIRE(r.st == status::ok);
+      got.append(buf, r.bytes);
+      ++reads;
+    }
+    CHECK(got == "onetwothree");
+    CHECK(reads == 3);
+    CHECK(s.read(buf).st == status::want_read);
+    // A record cut short: fed bytes are left, read() says want_read, and
+    // the rest of the record completes it.
+    size_t n = 0;
+    REQUIRE(SSL_write_ex(c.ssl, "four", 4, &n) == 1);
+    char* p = nullptr;
+    const int whole = BIO_nread0(c.net, &p);
+    REQUIRE(whole > 10);
+    REQUIRE(s.feed(std::span<const char>(p, 10)) == status::ok);
+    REQUIRE(BIO_nread(c.net, &p, 10) == 10);
+    CHECK(s.may_read_more());
+    CHECK(s.read(buf).st == status::want_read);
+    transfer(c, s);
+    REQUIRE(s.may_read_more());
+    const auto r = s.read(buf);
+    REQUIRE(r.st == status::ok);
+    CHECK(std::string(buf, r.bytes) == "four");
+    CHECK_FALSE(s.may_read_more());
+  }
+
+  TEST_CASE("an error another caller left in the thread's queue fails no session") {
+    auto ctx = tls::context::load(test_pki().options());
+    client c;
+    tls::session s(*ctx);
+    connected(c, s);
+    transfer(c, s);
+    // As if some other OpenSSL call on this thread had failed and left its
+    // error queued: SSL_get_error would read it as this session's.
+    ERR_raise(ERR_LIB_USER, 1);
+    REQUIRE(ERR_peek_error() != 0);
+    char buf[64];
+    CHECK(s.read(buf).st == status::want_read);
+    CHECK_FALSE(s.failed());
+    ERR_raise(ERR_LIB_USER, 1);
+    CHECK(s.write(std::string_view("hello")).st == status::ok);
+    CHECK_FALSE(s.failed());
+    transfer(c, s);
+    std::string got;
+    REQUIRE(c.read_all(got));
+    CHECK(got == "hello");
   }
 
   TEST_CASE("a tiny output cap still completes the handshake, through want_write") {
