@@ -52,6 +52,12 @@ struct text_writer {
   }
   template <class Int>
   void put_int(Int v) noexcept {
+    // Straight into the output when any value fits (no copy, no memcpy
+    // call for a few digits); else through a buffer, cut as put() cuts.
+    if (static_cast<size_t>(end - p) >= 24) {
+      p = std::to_chars(p, end, v).ptr;
+      return;
+    }
     char tmp[24];
     const auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
     put(std::string_view(tmp, static_cast<size_t>(r.ptr - tmp)));
