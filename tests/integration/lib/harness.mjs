@@ -287,7 +287,8 @@ export function sluice_config({ backends, server = {}, upstream = {}, quota = {}
     '[server]', table(server), '',
     '[upstream]', table(upstream), '',
     '[quota]', table(quota), '',
-    '[health]', table(health), '',
+    // [health] only when asked for: callers may append their own table.
+    ...(Object.keys(health).length > 0 ? ['[health]', table(health), ''] : []),
     '[audit]', `path = ${JSON.stringify(audit_path)}`, '',
     '[[group]]', 'name = "default"', 'models = ["*"]', 'balance = "round-robin"',
     `backends = [${backends.map((b) => JSON.stringify(b)).join(', ')}]`, '',
