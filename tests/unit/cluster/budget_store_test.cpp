@@ -36,6 +36,13 @@ int64_t at(int32_t y, uint32_t m, uint32_t d, int64_t hh = 0, int64_t mm = 0, in
   return days_from_civil({y, m, d}) * 86'400'000 + ((hh * 60 + mm) * 60 + ss) * 1000 + ms;
 }
 
+// The tests' calendar year. Redis expires a window's hash by its own
+// wall clock (PEXPIREAT: the window's end + k_expiry_margin_ms), so the
+// windows written here must lie ahead of the real date: a window of last
+// week would be dropped as soon as it is written, and a test that passes
+// today would fail three days after the dates it names.
+constexpr int32_t k_year = 2098;
+
 constexpr std::string_view k_config = R"(
 [quota]
 budget_state_file = ""
@@ -229,7 +236,7 @@ TEST_SUITE("cluster::budget script") {
 
 TEST_SUITE("cluster::redis_budget_store") {
   TEST_CASE("two instances sharing one redis see each other's usage; the budget is refused on both") {
-    int64_t t = at(2026, 12, 1, 12);
+    int64_t t = at(k_year, 12, 1, 12);
     two_instances two(t);
     redis_server& s = two.s;
     loop& l = two.l;
@@ -293,7 +300,7 @@ TEST_SUITE("cluster::redis_budget_store") {
     redis_server s;
     REQUIRE(s.start());
     loop l;
-    const int64_t t = at(2026, 12, 1, 12);
+    const int64_t t = at(k_year, 12, 1, 12);
     earlier_process(s, l, "inst-a:1", t, 60);
     // The next process: a new instance id, loaded before its shards run.
     instance a2(s, "inst-a:2", t + 1000);
@@ -309,7 +316,7 @@ TEST_SUITE("cluster::redis_budget_store") {
   }
 
   TEST_CASE("the first of a month: day and month start at 0 on every instance; the old hashes stay as they were") {
-    const int64_t t0 = at(2026, 11, 30, 23, 59, 59, 800);
+    const int64_t t0 = at(k_year, 11, 30, 23, 59, 59, 800);
     two_instances two(t0);
     redis_server& s = two.s;
     instance& a = two.a;
@@ -318,7 +325,7 @@ TEST_SUITE("cluster::redis_budget_store") {
     REQUIRE(a.sync(t0));
     REQUIRE(b.sync(t0 + 100));
     CHECK(b.alice(monthly, t0 + 100) == 40);
-    const int64_t t1 = at(2026, 12, 1, 0, 0, 0, 100);
+    const int64_t t1 = at(k_year, 12, 1, 0, 0, 0, 100);
     REQUIRE(b.sync(t1));
     CHECK(b.alice(daily, t1) == 0);
     CHECK(b.alice(monthly, t1) == 0);
@@ -335,7 +342,7 @@ TEST_SUITE("cluster::redis_budget_store") {
   }
 
   TEST_CASE("a new day within the month: daily usage starts at 0 on every instance, monthly keeps counting") {
-    const int64_t t0 = at(2026, 12, 14, 23, 59, 59, 900);
+    const int64_t t0 = at(k_year, 12, 14, 23, 59, 59, 900);
     two_instances two(t0);
     instance& a = two.a;
     instance& b = two.b;
@@ -343,7 +350,7 @@ TEST_SUITE("cluster::redis_budget_store") {
     REQUIRE(a.sync(t0));
     REQUIRE(b.sync(t0 + 50));
     CHECK(b.board->key_exhausted(0) == 1);
-    const int64_t t1 = at(2026, 12, 15, 0, 0, 0, 50);
+    const int64_t t1 = at(k_year, 12, 15, 0, 0, 0, 50);
     REQUIRE(b.sync(t1));
     CHECK(b.board->key_exhausted(0) == 0);
     CHECK(b.alice(daily, t1) == 0);
@@ -357,7 +364,7 @@ TEST_SUITE("cluster::redis_budget_store") {
   }
 
   TEST_CASE("redis down: each instance enforces what it knew plus its own; back: nothing lost or counted twice") {
-    int64_t t = at(2026, 12, 1, 12);
+    int64_t t = at(k_year, 12, 1, 12);
     two_instances two(t);
     redis_server& s = two.s;
     loop& l = two.l;
@@ -410,7 +417,7 @@ TEST_SUITE("cluster::redis_budget_store") {
     redis_server s;
     REQUIRE(s.start());
     loop l;
-    const int64_t t = at(2026, 12, 1, 12);
+    const int64_t t = at(k_year, 12, 1, 12);
     earlier_process(s, l, "inst-a", t, 60);
     s.pause();
     const uint64_t started = sluice::monotonic_ms();
@@ -429,7 +436,7 @@ TEST_SUITE("cluster::redis_budget_store") {
     redis_server s;
     REQUIRE(s.start());
     loop l;
-    int64_t t = at(2026, 12, 1, 12);
+    int64_t t = at(k_year, 12, 1, 12);
     instance a(s, "inst-a", t);
     a.attach(l);
     redisReply* r = s.command({"SET", day_key(t), "not a hash"});
@@ -450,7 +457,7 @@ TEST_SUITE("cluster::redis_budget_store") {
     redis_server s;
     REQUIRE(s.start());
     loop l;
-    const int64_t t = at(2026, 12, 1, 12);
+    const int64_t t = at(k_year, 12, 1, 12);
     instance a(s, "inst-a", t, "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:9\"]\n[[key]]\nid = \"plain\"\nkey = \"sk-p\"\n");
     a.attach(l);
     a.board->count(0, 0, 0, 10, 0);
