@@ -3,7 +3,7 @@
 # bench/compare-floor.sh: ratios within rounds, and issue 20's table (sluice
 # against the floor, bench-relay, and against nginx for h2c SSE). Sourced by
 # bench/compare (it reads compare's globals: RESULTS, RESULTS_C, RESULTS_H,
-# layouts, want_workloads); not run on its own. bench/chart.test.mjs
+# layouts, want_workloads); not run on its own. bench/floor.test.mjs
 # sources it with results files of its own.
 
 # round_ratios_in FILE LAYOUT WORKLOAD A B COLUMN: A ÷ B within each round
