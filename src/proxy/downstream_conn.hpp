@@ -13,6 +13,7 @@
 #include "receive_gate.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/sse.hpp"
+#include "sluice/shard/reactor.hpp"
 #include "sluice/shard/timer_wheel.hpp"
 #include "sluice/tls/tls.hpp"
 
@@ -69,6 +70,7 @@ enum class conn_state : uint8_t {
 struct downstream_conn {
   h1_codec* codec = nullptr;
   int fd = -1;
+  shard::file_slot slot;  // fd in the ring's registered-file table: the receive and sends use it
   int ops = 0;
   conn_state state = conn_state::idle;
   receive_gate recv;

@@ -89,6 +89,7 @@ h1_codec::~h1_codec() {
     downstream_conn* d = _conns;
     _conns = d->all_hook.next;
     _timers.cancel(d->timer);
+    _r.unregister_file(d->slot);
     if (d->fd >= 0) ::close(d->fd);
     delete d;
   }
@@ -220,6 +221,7 @@ void h1_codec::accept_connection(int fd, bool tls_port) noexcept {
   _metrics.at(metrics::stat::connections_open).add();
   d->state = conn_state::idle;
   set_deadline(d, deadline_kind::header, _cfg->server.header_timeout_ms);
+  d->slot = _r.register_file(fd);
   submit_recv(d);
 }
 
@@ -332,6 +334,7 @@ void h1_codec::request_bytes_free(exchange& x) noexcept { next_request(x.conn); 
 void h1_codec::submit_recv(downstream_conn* d) noexcept {
   io_uring_sqe* s = _r.sqe(&d->recv_op);
   io_uring_prep_recv_multishot(s, d->fd, nullptr, 0, 0);
+  shard::aim(s, d->slot);
   s->flags |= IOSQE_BUFFER_SELECT;
   s->buf_group = _bufs->group_id();
   d->recv.on_armed();
@@ -654,6 +657,7 @@ void h1_codec::maybe_free(downstream_conn* d) noexcept {
   SLUICE_VERIFY(!d->tls_out_busy);
   SLUICE_VERIFY(!d->timer.armed());
   if (d->h2) _h2->on_free(d);
+  _r.unregister_file(d->slot);  // no operation is left on it (ops is 0)
   ::close(d->fd);
   d->fd = -1;
   if (d->all_hook.prev != nullptr) {

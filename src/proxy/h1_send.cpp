@@ -109,7 +109,9 @@ void h1_codec::submit_send(downstream_conn* d) noexcept {
     return;
   }
   // One piece (an SSE batch, an answer with its body in `out`) is a plain send.
-  prep_send_iov(_r.sqe(&d->send_op), d->fd, d->send_iov, d->send_iov_count, d->down_msg);
+  io_uring_sqe* s = _r.sqe(&d->send_op);
+  prep_send_iov(s, d->fd, d->send_iov, d->send_iov_count, d->down_msg);
+  shard::aim(s, d->slot);
   ++d->ops;
 }
 

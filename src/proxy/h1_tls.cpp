@@ -165,6 +165,7 @@ void h1_codec::submit_tls_send(downstream_conn* d) noexcept {
   const std::span<const char> out = d->tls->pending_output();
   io_uring_sqe* s = _r.sqe(&d->tls_send_op);
   io_uring_prep_send(s, d->fd, out.data(), out.size(), MSG_NOSIGNAL);
+  shard::aim(s, d->slot);
   d->tls_out_busy = true;
   ++d->ops;
 }

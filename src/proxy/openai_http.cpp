@@ -51,6 +51,7 @@ openai_http::~openai_http() {
       // buffer after it is freed); the ring goes right after.
       if (u->fd >= 0) {
         ::shutdown(u->fd, SHUT_RDWR);
+        _r.unregister_file(u->slot);
         ::close(u->fd);
       }
       drop_upstream_buffer(u);
@@ -333,6 +334,7 @@ upstream_conn* openai_http::acquire_upstream(uint32_t backend, uint32_t open_max
     return nullptr;
   }
   account_connection_memory(sizeof(upstream_conn));
+  u->slot = _r.register_file(u->fd);
   u->peer = b.address.storage;
   u->peer_len = b.address.length;
   ++bs.open;
@@ -387,6 +389,7 @@ void openai_http::submit_recv(upstream_conn* u, bool poll_first) noexcept {
   } else {
     io_uring_prep_recv(s, u->fd, u->buf.data + u->buf.len, u->buf.cap - u->buf.len, 0);
   }
+  shard::aim(s, u->slot);
   // A response not yet asked for (pooled) or just asked for cannot be
   // there yet: wait for readiness without a receive attempt that would
   // only find the socket empty (IORING_RECVSEND_POLL_FIRST, Linux 5.19).
@@ -431,6 +434,7 @@ void openai_http::maybe_free(upstream_conn* u) noexcept {
   if (!u->closing || u->ops > 0) return;
   SLUICE_VERIFY(u->send_for == nullptr && !u->buf_pinned && !u->recv_armed);
   drop_upstream_buffer(u);
+  _r.unregister_file(u->slot);  // no operation is left on it (ops is 0)
   ::close(u->fd);
   --_backends[u->backend].open;
   account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
@@ -486,7 +490,9 @@ void openai_http::on_up_connect_cqe(upstream_conn* u, int res) noexcept {
 void openai_http::submit_upstream_send(exchange& x) noexcept {
   upstream_conn* u = x.up;
   SLUICE_VERIFY(!x.up_send_inflight && u->send_for == nullptr);
-  prep_send_iov(_r.sqe(&u->send_op), u->fd, x.up_msg_iov, x.up_msg_iov_count, x.up_msg);
+  io_uring_sqe* s = _r.sqe(&u->send_op);
+  prep_send_iov(s, u->fd, x.up_msg_iov, x.up_msg_iov_count, x.up_msg);
+  shard::aim(s, u->slot);
   // The send uses u's socket and reads the exchange's bytes: it holds both.
   ++u->ops;
   x.codec->lend_request_bytes(x);

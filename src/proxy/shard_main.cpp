@@ -95,7 +95,8 @@ void run_shard(shard_link& link) noexcept {
     report_failed_start(link);
     return;
   }
-  log::debug("shard {} on cpu {}: io_uring {}", link.index, link.cpu, rx.setup_mode());
+  log::debug("shard {} on cpu {}: io_uring {}, {} registered-file slots", link.index, link.cpu, rx.setup_mode(),
+             rx.file_slots());
   link.reactor = &rx;
   publish_reactor(link, &rx);
   link.ready = true;

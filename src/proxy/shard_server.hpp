@@ -215,8 +215,10 @@ class shard_server {
   h1_codec _h1;
   h2_codec _h2;                 // HTTP/2 streams on _h1's connections
   // The loop polls before sleeping (server.idle_poll_us) only while at most
-  // this many requests are open on the shard.
+  // this many requests are open on the shard, over at most this many client
+  // connections.
   static constexpr uint64_t k_poll_open_max = 2;
+  static constexpr uint32_t k_poll_connections_max = 2;
 };
 
 }  // namespace sluice::proxy

@@ -83,6 +83,7 @@ triton_grpc::~triton_grpc() {
       // Shut down first: an armed receive completes, no byte lands after the free.
       if (c->fd >= 0) {
         ::shutdown(c->fd, SHUT_RDWR);
+        _r.unregister_file(c->slot);
         ::close(c->fd);
       }
       if (c->session != nullptr) nghttp2_session_del(c->session);
@@ -151,6 +152,7 @@ h2_conn* triton_grpc::open_conn(uint32_t backend) noexcept {
     return nullptr;
   }
   account_connection_memory(sizeof(h2_conn));
+  c->slot = _r.register_file(c->fd);
   c->adapter = this;
   c->backend = backend;
   c->peer = b.address.storage;
@@ -186,6 +188,7 @@ void triton_grpc::submit_recv(h2_conn* c) noexcept {
   if (c->recv_armed || c->closing) return;
   io_uring_sqe* s = _r.sqe(&c->recv_op);
   io_uring_prep_recv(s, c->fd, c->in.data, c->in.cap, 0);
+  shard::aim(s, c->slot);
   c->recv_armed = true;
   ++c->ops;
 }
@@ -217,6 +220,7 @@ void triton_grpc::flush(h2_conn* c) noexcept {
   c->send_busy = true;
   io_uring_sqe* s = _r.sqe(&c->send_op);
   io_uring_prep_send(s, c->fd, c->out.data, c->out.len, MSG_NOSIGNAL);
+  shard::aim(s, c->slot);
   ++c->ops;
 }
 
@@ -240,6 +244,7 @@ void triton_grpc::maybe_free(h2_conn* c) noexcept {
   }
   if (c->hook.next != nullptr) c->hook.next->hook.prev = c->hook.prev;
   --bc.open;
+  _r.unregister_file(c->slot);  // no operation is left on it (ops is 0)
   if (c->fd >= 0) ::close(c->fd);
   nghttp2_session_del(c->session);
   account_connection_memory(-static_cast<int64_t>(sizeof(h2_conn)));
@@ -326,6 +331,7 @@ void triton_grpc::on_send_cqe(h2_conn* c, int res) noexcept {
     c->send_busy = true;
     io_uring_sqe* s = _r.sqe(&c->send_op);
     io_uring_prep_send(s, c->fd, c->out.data + c->out_sent, c->out.len - c->out_sent, MSG_NOSIGNAL);
+    shard::aim(s, c->slot);
     ++c->ops;
     return;
   }

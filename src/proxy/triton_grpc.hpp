@@ -44,6 +44,7 @@ class triton_grpc;
 struct h2_conn {
   triton_grpc* adapter = nullptr;
   int fd = -1;
+  shard::file_slot slot;  // fd in the ring's registered-file table: the receive and sends use it
   uint32_t backend = 0;
   int ops = 0;                 // SQEs in flight that name it
   bool connected = false;

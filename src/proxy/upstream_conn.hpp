@@ -7,6 +7,7 @@
 
 #include "conn_memory.hpp"
 #include "sluice/config/config.hpp"
+#include "sluice/shard/reactor.hpp"
 
 namespace sluice::proxy {
 
@@ -25,6 +26,7 @@ struct exchange;
 struct upstream_conn : buffer_lender {
   openai_http* adapter = nullptr;
   int fd = -1;
+  shard::file_slot slot;  // fd in the ring's registered-file table: the receive and sends use it
   uint32_t backend = 0;
   int ops = 0;
   bool connected = false;

@@ -1,12 +1,14 @@
 #include "sluice/shard/reactor.hpp"
 
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "sluice/core/clock.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 
 namespace sluice::shard {
@@ -72,6 +74,21 @@ std::unique_ptr<reactor> reactor::create(const options& o) {
     log::error("io_uring lacks IORING_FEAT_EXT_ARG (Linux 5.11): kernel too old");
     return nullptr;
   }
+  // The registered-file table, empty (Linux 5.19; optional: without it every
+  // operation takes the plain fd). It may not be larger than RLIMIT_NOFILE.
+  unsigned slots = o.file_slots;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < slots) slots = static_cast<unsigned>(rl.rlim_cur);
+  if (slots != 0 && io_uring_register_files_sparse(&r->_ring, slots) == 0) {
+    r->_file_slots = slots;
+    r->_file_fds = std::make_unique<int[]>(slots);
+    r->_file_next_free = std::make_unique<int32_t[]>(slots);
+    for (unsigned i = 0; i < slots; ++i) {
+      r->_file_fds[i] = -1;
+      r->_file_next_free[i] = i + 1 < slots ? static_cast<int32_t>(i + 1) : file_slot::none;
+    }
+    r->_file_free = 0;
+    r->_files_failed.fn = &reactor::on_files_update;
+  }
   r->_event_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (r->_event_fd < 0) {
     log::error("eventfd failed: {}", std::strerror(errno));
@@ -100,6 +117,47 @@ io_uring_sqe* reactor::sqe(completion* c) noexcept {
 }
 
 io_uring_sqe* reactor::sqe_untracked() noexcept { return sqe(nullptr); }
+
+file_slot reactor::register_file(int fd) noexcept {
+  SLUICE_ASSERT(fd >= 0);
+  if (_file_free == file_slot::none) return file_slot{};
+  const int32_t i = _file_free;
+  _file_free = _file_next_free[i];
+  _file_next_free[i] = file_slot::none;
+  _file_fds[i] = fd;
+  ++_file_count;
+  queue_files_update(i, &_file_fds[i]);
+  return file_slot{i};
+}
+
+void reactor::unregister_file(file_slot& slot) noexcept {
+  if (!slot.valid()) return;
+  const int32_t i = slot.index;
+  SLUICE_ASSERT(static_cast<unsigned>(i) < _file_slots && _file_fds[i] >= 0);
+  static constexpr int k_empty = -1;
+  queue_files_update(i, &k_empty);
+  _file_fds[i] = -1;
+  _file_next_free[i] = _file_free;
+  _file_free = i;
+  --_file_count;
+  slot = file_slot{};
+}
+
+void reactor::queue_files_update(int32_t slot, const int* fd) noexcept {
+  // The kernel reads *fd when this SQE is submitted, before any SQE queued
+  // after it: an operation aimed at the slot finds the file there. A slot
+  // given back and taken again before the submission is updated twice, in
+  // order; the last update wins. On success there is no CQE.
+  io_uring_sqe* s = sqe(&_files_failed);
+  io_uring_prep_files_update(s, const_cast<int*>(fd), 1, slot);
+  s->flags |= IOSQE_CQE_SKIP_SUCCESS;
+}
+
+void reactor::on_files_update(completion*, const io_uring_cqe* cqe) {
+  // The file was not installed: operations aimed at the slot fail (EBADF)
+  // and their connection closes as on any socket error.
+  log::warn("io_uring: registering a file failed: {}", std::strerror(-cqe->res));
+}
 
 void reactor::arm_wake() noexcept {
   io_uring_sqe* s = sqe(&_wake_completion);

@@ -4,7 +4,9 @@
 // /metrics that parses strictly as Prometheus text with counters equal to
 // the requests sent.
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -536,6 +538,45 @@ describe('idle polling (server.idle_poll_us)', () => {
       }
     } finally {
       await stop_all(sluice, slow);
+    }
+  });
+
+  it('a shard with 3 quiet client connections open never polls, though one request at a time is open', async () => {
+    // Three clients connected and quiet, a fourth sending one request after
+    // another, each on a new connection (so at least 3 are open between
+    // them): with many clients a wake-up serves several, so the shard
+    // sleeps rather than polls. The same requests alone poll (above).
+    const sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { idle_poll_us: 1000 } },
+        groups: [{ name: 'g', models: ['m'], backends: [backend.url] }],
+        keys: [{ id: 'alice', key: alice, groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],  // one shard: all three connections are its
+    });
+    const quiet = [];
+    try {
+      const { port } = new URL(sluice.url);
+      for (let i = 0; i < 3; ++i) {
+        const c = net.connect(Number(port), '127.0.0.1');
+        c.on('error', () => {});
+        quiet.push(c);
+        await once(c, 'connect');
+      }
+      const gauge = async () => sum((await scrape(sluice.admin_url)).parsed, 'sluice_connections_open');
+      await poll(async () => (await gauge()) === 3, { timeout_ms: bound_ms(5000), what: 'the 3 quiet connections accepted' });
+      const polls = async () => sum((await scrape(sluice.admin_url)).parsed, 'sluice_loop_polls_total');
+      const before = await polls();
+      for (let i = 0; i < 10; ++i) {
+        const r = await post_fresh(sluice.url, chat_body({ model: 'm', content: `quiet ${i}`, max_tokens: 4 }), { key: alice });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(JSON.parse(r.text).usage.completion_tokens, 4);
+      }
+      assert.equal(await gauge(), 3, 'the quiet connections stayed open throughout');
+      assert.equal(await polls(), before, 'no poll while 3 or more client connections were open');
+    } finally {
+      for (const c of quiet) c.destroy();
+      await sluice.stop();
     }
   });
 

@@ -19,6 +19,23 @@ struct completion {
   void (*fn)(completion* self, const io_uring_cqe* cqe) = nullptr;
 };
 
+// A slot of a reactor's registered-file table, or none. Whoever holds one
+// aims its socket's operations at it (aim) and gives it back before closing
+// the plain fd.
+struct file_slot {
+  static constexpr int32_t none = -1;
+  int32_t index = none;
+  bool valid() const noexcept { return index != none; }
+};
+
+// Points a prepared SQE at the registered file in `slot` instead of the
+// plain fd it was prepared with (no slot: leaves the fd).
+inline void aim(io_uring_sqe* s, file_slot slot) noexcept {
+  if (!slot.valid()) return;
+  s->fd = slot.index;
+  s->flags |= IOSQE_FIXED_FILE;
+}
+
 // Shard-local. Lives as long as its thread's loop.
 class reactor {
  public:
@@ -30,6 +47,8 @@ class reactor {
     // The most the loop polls for a completion before it sleeps, while its
     // owner allows it (allow_poll): see poll_window. 0: never poll.
     uint32_t idle_poll_us = 0;
+    // Slots of the registered-file table (see register_file). 0: none.
+    unsigned file_slots = 8192;
   };
 
   struct poll_stats {
@@ -88,6 +107,24 @@ class reactor {
   void stop() noexcept { _stopping = true; }
   bool stopping() const noexcept { return _stopping; }
 
+  // Registered files (a sparse table, Linux 5.19): an operation on a slot
+  // (IOSQE_FIXED_FILE) skips the fd-table lookup and the file's reference
+  // count that every operation on a plain fd pays when it is issued. A slot
+  // holds a reference to the file of its own: the owner keeps its plain fd
+  // for everything else (setsockopt, shutdown, TLS) and gives the slot back
+  // before it closes that fd, so the close is the last reference.
+  //
+  // The table is updated by an SQE (IORING_OP_FILES_UPDATE, no CQE unless it
+  // fails) issued in order with the operations after it: no system call.
+  // Returns: the slot, or file_slot::none when there is no table (an older
+  // kernel) or it is full; the fd then serves as before.
+  file_slot register_file(int fd) noexcept;
+  // Gives `slot` back (none: nothing to do). Its operations must all have
+  // completed: the owner's op count says so.
+  void unregister_file(file_slot& slot) noexcept;
+  unsigned files_registered() const noexcept { return _file_count; }
+  unsigned file_slots() const noexcept { return _file_slots; }
+
   // Any thread: wakes the loop (eventfd write). Cheap enough per message batch.
   void wake() noexcept;
 
@@ -103,7 +140,19 @@ class reactor {
   // one is ready; `now_ns` is the clock at the end.
   bool poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept;
 
+  static void on_files_update(completion* c, const io_uring_cqe* cqe);
+  void queue_files_update(int32_t slot, const int* fd) noexcept;
+
   io_uring _ring{};
+  // Registered-file table: the fd each slot was given (the update SQE reads
+  // it when it is submitted, so it lives here, not on a caller's stack) and
+  // a free list through the slots not in use.
+  std::unique_ptr<int[]> _file_fds;
+  std::unique_ptr<int32_t[]> _file_next_free;
+  unsigned _file_slots = 0;
+  unsigned _file_count = 0;
+  int32_t _file_free = -1;
+  completion _files_failed{};
   int _event_fd = -1;
   uint64_t _event_value = 0;
   struct wake_completion : completion {
