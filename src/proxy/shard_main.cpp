@@ -82,6 +82,9 @@ void run_shard(shard_link& link) noexcept {
   name_and_pin(link);
   shard::reactor::options ro;
   ro.idle_poll_us = link.cfg->server.idle_poll_us;
+  // Every client and backend socket of the shard takes a slot while one is
+  // free (the rest are served by their plain fd).
+  ro.file_slots = 8192;
   link.owned_reactor = shard::reactor::create(ro);
   if (!link.owned_reactor) {
     report_failed_start(link);

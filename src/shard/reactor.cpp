@@ -2,6 +2,7 @@
 
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -74,9 +75,10 @@ std::unique_ptr<reactor> reactor::create(const options& o) {
     log::error("io_uring lacks IORING_FEAT_EXT_ARG (Linux 5.11): kernel too old");
     return nullptr;
   }
-  // The registered-file table, empty (Linux 5.19; optional: without it every
-  // operation takes the plain fd). It may not be larger than RLIMIT_NOFILE.
+  // The registered-file table, empty (optional: without it every operation
+  // takes the plain fd). It may not be larger than RLIMIT_NOFILE.
   unsigned slots = o.file_slots;
+  if (utsname u{}; slots != 0 && (::uname(&u) != 0 || !file_table_frees_promptly(u.release))) slots = 0;
   if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < slots) slots = static_cast<unsigned>(rl.rlim_cur);
   if (slots != 0 && io_uring_register_files_sparse(&r->_ring, slots) == 0) {
     r->_file_slots = slots;
@@ -117,6 +119,25 @@ io_uring_sqe* reactor::sqe(completion* c) noexcept {
 }
 
 io_uring_sqe* reactor::sqe_untracked() noexcept { return sqe(nullptr); }
+
+bool file_table_frees_promptly(std::string_view release) noexcept {
+  // "MAJOR.MINOR[.PATCH][-extra]"; anything else: no.
+  unsigned part[2] = {0, 0};
+  size_t i = 0;
+  for (unsigned& v : part) {
+    const size_t start = i;
+    while (i < release.size() && release[i] >= '0' && release[i] <= '9' && i - start < 4) {
+      v = v * 10 + static_cast<unsigned>(release[i] - '0');
+      ++i;
+    }
+    if (i == start) return false;
+    if (&v == &part[0]) {
+      if (i >= release.size() || release[i] != '.') return false;
+      ++i;
+    }
+  }
+  return part[0] > 6 || (part[0] == 6 && part[1] >= 13);
+}
 
 file_slot reactor::register_file(int fd) noexcept {
   SLUICE_ASSERT(fd >= 0);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "sluice/core/result.hpp"
 #include "sluice/shard/poll_window.hpp"
@@ -27,6 +28,14 @@ struct file_slot {
   int32_t index = none;
   bool valid() const noexcept { return index != none; }
 };
+
+// Whether a kernel of this release (uname -r) drops a file given back to
+// the registered-file table when that slot's own operations are done
+// (Linux 6.13). Before, a removal waited for every operation issued on
+// the table before it, so one long-lived receive (a keep-alive client's
+// multishot) kept every socket closed after it open: the table is made
+// only where that cannot happen.
+bool file_table_frees_promptly(std::string_view release) noexcept;
 
 // Points a prepared SQE at the registered file in `slot` instead of the
 // plain fd it was prepared with (no slot: leaves the fd).
@@ -48,7 +57,7 @@ class reactor {
     // owner allows it (allow_poll): see poll_window. 0: never poll.
     uint32_t idle_poll_us = 0;
     // Slots of the registered-file table (see register_file). 0: none.
-    unsigned file_slots = 8192;
+    unsigned file_slots = 0;
   };
 
   struct poll_stats {
@@ -107,7 +116,8 @@ class reactor {
   void stop() noexcept { _stopping = true; }
   bool stopping() const noexcept { return _stopping; }
 
-  // Registered files (a sparse table, Linux 5.19): an operation on a slot
+  // Registered files (a sparse table; made on Linux 6.13 and later, see
+  // file_table_frees_promptly): an operation on a slot
   // (IOSQE_FIXED_FILE) skips the fd-table lookup and the file's reference
   // count that every operation on a plain fd pays when it is issued. A slot
   // holds a reference to the file of its own: the owner keeps its plain fd
@@ -116,8 +126,8 @@ class reactor {
   //
   // The table is updated by an SQE (IORING_OP_FILES_UPDATE, no CQE unless it
   // fails) issued in order with the operations after it: no system call.
-  // Returns: the slot, or file_slot::none when there is no table (an older
-  // kernel) or it is full; the fd then serves as before.
+  // Returns: the slot, or file_slot::none when there is no table (none
+  // asked for, an older kernel) or it is full; the fd then serves as before.
   file_slot register_file(int fd) noexcept;
   // Gives `slot` back (none: nothing to do). Its operations must all have
   // completed: the owner's op count says so.
