@@ -72,6 +72,12 @@ template <class Fn>
 size_t timer_wheel::expire(uint64_t now_ms, Fn&& fn) noexcept {
   const uint64_t now_tick = now_ms / k_slot_ms;
   if (now_tick < _cursor_tick) return 0;
+  if (_size == 0) {
+    // Nothing armed (an HTTP/2 wheel with no streams, say: every loop
+    // iteration calls this): the walk would find every slot empty.
+    _cursor_tick = now_tick;
+    return 0;
+  }
   // After a long stall, one turn covers every slot.
   const uint64_t first = now_tick - _cursor_tick >= k_slots ? now_tick - (k_slots - 1) : _cursor_tick;
   // Set first: a timer armed during the walk for a time already past goes

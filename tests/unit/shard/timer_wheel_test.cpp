@@ -114,6 +114,28 @@ TEST_SUITE("shard::timer_wheel") {
     CHECK(w.size() == 0);
   }
 
+  TEST_CASE("an empty wheel's expire still moves on: timers armed after it fire on time") {
+    timer_wheel w(0);
+    item a, b;
+    a.t.owner = &a;
+    a.id = 1;
+    b.t.owner = &b;
+    b.id = 2;
+    // Idle for more than a turn: the expire walks nothing but moves the cursor.
+    CHECK(fire(w, 10 * timer_wheel::k_slots * timer_wheel::k_slot_ms).empty());
+    const uint64_t now = 10 * timer_wheel::k_slots * timer_wheel::k_slot_ms;
+    w.arm(a.t, now + 3 * timer_wheel::k_slot_ms);  // a few slots ahead
+    w.arm(b.t, now - 50);                          // already past: the next expire
+    CHECK(fire(w, now) == std::vector<int>{2});
+    CHECK(fire(w, now + 3 * timer_wheel::k_slot_ms - 1).empty());
+    CHECK(fire(w, now + 3 * timer_wheel::k_slot_ms) == std::vector<int>{1});
+    // An expire for an earlier time than the last one does nothing.
+    w.arm(a.t, now + 100);
+    CHECK(fire(w, now).empty());
+    CHECK(fire(w, now + 100) == std::vector<int>{1});
+    CHECK(w.size() == 0);
+  }
+
   TEST_CASE("differential: the same timers fire as with a sorted reference, in time") {
     // Random arms, moves and cancels over simulated time; each expire's
     // fired set must equal the reference's set of deadlines <= now.
