@@ -1,5 +1,7 @@
 #include "sluice/quota/estimate.hpp"
 
+#include "sluice/core/assert.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -119,19 +121,22 @@ class_masks masks_of(const unsigned char* p, size_t n) noexcept {  // n <= 64
   return m;
 }
 
-inline uint64_t bits(uint64_t x) noexcept {
-#if defined(__POPCNT__)
-  return static_cast<uint64_t>(__builtin_popcountll(x));
-#else
-  // Without the instruction (baseline x86-64), inline SWAR beats libgcc's call.
-  x -= (x >> 1) & 0x5555555555555555ull;
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-  return (x * 0x0101010101010101ull) >> 56;
-#endif
+// Set bits in x: the POPCNT instruction where the function it is inlined
+// into may use it; else SWAR (inline, it beats libgcc's call).
+template <bool Popcnt>
+[[gnu::always_inline]] inline uint64_t bits(uint64_t x) noexcept {
+  if constexpr (Popcnt) {
+    return static_cast<uint64_t>(__builtin_popcountll(x));
+  } else {
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (x * 0x0101010101010101ull) >> 56;
+  }
 }
 
-uint64_t ascii_cost(const unsigned char* p, size_t n) noexcept {
+template <bool Popcnt>
+[[gnu::always_inline]] inline uint64_t ascii_cost(const unsigned char* p, size_t n) noexcept {
   int64_t cost = 0;
   class_masks prev;  // the block before (none: all zero)
   class_masks cur = masks_of(p, n < 64 ? n : 64);
@@ -149,24 +154,49 @@ uint64_t ascii_cost(const unsigned char* p, size_t n) noexcept {
     const uint64_t letter_starts = l & ~before(l, prev.letter, 1);
     const uint64_t sixth_on = l & before(l, prev.letter, 1) & before(l, prev.letter, 2) & before(l, prev.letter, 3) &
                               before(l, prev.letter, 4) & before(l, prev.letter, 5);
-    cost += static_cast<int64_t>(k_word * bits(letter_starts) + k_letter_beyond_5 * bits(sixth_on));
-    cost += static_cast<int64_t>(k_digit * bits(cur.digit));
+    cost += static_cast<int64_t>(k_word * bits<Popcnt>(letter_starts) + k_letter_beyond_5 * bits<Popcnt>(sixth_on));
+    cost += static_cast<int64_t>(k_digit * bits<Popcnt>(cur.digit));
 
     const uint64_t punct_starts = punct & ~before(punct, punct_prev, 1);
-    cost += static_cast<int64_t>(k_punct_run * bits(punct_starts) + k_punct_extra * (bits(punct) - bits(punct_starts)));
+    cost += static_cast<int64_t>(k_punct_run * bits<Popcnt>(punct_starts) + k_punct_extra * (bits<Popcnt>(punct) - bits<Popcnt>(punct_starts)));
     const uint64_t before_letter = punct & after(cur.letter, next.letter);
-    cost -= static_cast<int64_t>(k_punct_run * bits(before_letter & punct_starts) +
-                                 k_punct_extra * bits(before_letter & ~punct_starts));
+    cost -= static_cast<int64_t>(k_punct_run * bits<Popcnt>(before_letter & punct_starts) +
+                                 k_punct_extra * bits<Popcnt>(before_letter & ~punct_starts));
 
     const uint64_t ws_starts = ws & ~before(ws, ws_prev, 1);
     const uint64_t last_byte = rest == 0 ? uint64_t{1} << (n - at - 1) : 0;
     const uint64_t lone_space = cur.space & ~before(ws, ws_prev, 1) & ~after(ws, ws_next) & ~last_byte;
-    cost += static_cast<int64_t>(k_whitespace_run * (bits(ws_starts) - bits(lone_space)));
+    cost += static_cast<int64_t>(k_whitespace_run * (bits<Popcnt>(ws_starts) - bits<Popcnt>(lone_space)));
     prev = cur;
     cur = next;
   }
   return static_cast<uint64_t>(cost);
 }
+
+// ~12 bit counts per 64 bytes: with POPCNT the ASCII path of a ~600-byte
+// chat body costs ~115 ns instead of ~170. The build targets baseline
+// x86-64, so the instruction is chosen at run time (every x86-64 CPU since
+// 2008 has it), unless the build's -march already allows it.
+uint64_t ascii_cost_portable(const unsigned char* p, size_t n) noexcept { return ascii_cost<false>(p, n); }
+
+#if defined(__x86_64__) && !defined(__POPCNT__)
+[[gnu::target("popcnt")]] uint64_t ascii_cost_popcnt(const unsigned char* p, size_t n) noexcept {
+  return ascii_cost<true>(p, n);
+}
+const bool k_popcnt = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("popcnt") != 0;
+}();
+#else
+uint64_t ascii_cost_popcnt(const unsigned char* p, size_t n) noexcept {
+#if defined(__POPCNT__) || !defined(__x86_64__)
+  return ascii_cost<true>(p, n);
+#else
+  return ascii_cost<false>(p, n);
+#endif
+}
+constexpr bool k_popcnt = true;
+#endif
 
 bool is_ascii(const unsigned char* p, size_t n) noexcept {
   uint64_t acc = 0;
@@ -185,7 +215,10 @@ bool is_ascii(const unsigned char* p, size_t n) noexcept {
 uint64_t estimate_input_tokens(std::string_view text) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   if (text.empty()) return 0;
-  if (is_ascii(p, text.size())) return std::max<uint64_t>(1, ascii_cost(p, text.size()) / 64);
+  if (is_ascii(p, text.size())) {
+    const uint64_t cost = k_popcnt ? ascii_cost_popcnt(p, text.size()) : ascii_cost_portable(p, text.size());
+    return std::max<uint64_t>(1, cost / 64);
+  }
   const auto* const end = p + text.size();
   uint64_t cost = 0;
   kind run = kind::none;  // class of the current run (space and newline form one whitespace run)
@@ -256,6 +289,20 @@ uint64_t estimate_input_tokens(std::string_view text) noexcept {
   if (text.empty()) return 0;
   return std::max<uint64_t>(1, cost / 64);
 }
+
+namespace detail {
+
+uint64_t ascii_estimate(std::string_view text, bool popcnt) noexcept {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  if (text.empty()) return 0;
+  SLUICE_ASSERT(is_ascii(p, text.size()));
+  const uint64_t cost = popcnt ? ascii_cost_popcnt(p, text.size()) : ascii_cost_portable(p, text.size());
+  return std::max<uint64_t>(1, cost / 64);
+}
+
+bool has_popcnt() noexcept { return k_popcnt; }
+
+}  // namespace detail
 
 uint64_t admission_cost(uint64_t input_tokens, uint64_t max_output_tokens, uint32_t input_weight,
                         uint32_t output_weight) noexcept {

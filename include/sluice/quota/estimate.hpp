@@ -36,6 +36,14 @@ namespace sluice::quota {
 // Returns: estimated Qwen2.5 tokens in `text` (0 only for empty text).
 uint64_t estimate_input_tokens(std::string_view text) noexcept;
 
+namespace detail {
+// The ASCII path of estimate_input_tokens in either build: with the POPCNT
+// instruction (what runs where the CPU has it) or without. For the tests,
+// which hold both to the same rules. `text` must be ASCII.
+uint64_t ascii_estimate(std::string_view text, bool popcnt) noexcept;
+bool has_popcnt() noexcept;
+}  // namespace detail
+
 // Returns: estimated input tokens of a request from its text (not its raw
 // body: JSON syntax and an image's base64 are not text the model reads):
 // each piece estimated as above, plus a few tokens per message for the chat

@@ -91,6 +91,9 @@ TEST_SUITE("quota::estimate") {
       for (char& c : t) c = (rng() & 7) == 0 ? static_cast<char>(rng() % 128) : pool[rng() % pool.size()];
       CAPTURE(t);
       REQUIRE(estimate_input_tokens(t) == plain(t));
+      // Both builds of the fast path, whichever one this CPU runs.
+      REQUIRE(sluice::quota::detail::ascii_estimate(t, false) == plain(t));
+      if (sluice::quota::detail::has_popcnt()) REQUIRE(sluice::quota::detail::ascii_estimate(t, true) == plain(t));
     }
   }
 
