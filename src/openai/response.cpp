@@ -234,7 +234,9 @@ usage scan_usage_in_tail(std::string_view tail) noexcept {
   return found;
 }
 
-usage scan_response_usage(std::string_view body) noexcept {
+namespace detail {
+
+usage scan_response_usage_parsed(std::string_view body) noexcept {
   response_scratch& s = scratch();
   if (!s.pad(body)) return usage{};
   simdjson::ondemand::document doc;
@@ -258,6 +260,195 @@ usage scan_response_usage(std::string_view body) noexcept {
     if (!read_usage_ondemand(uo, found)) return usage{};
   }
   return found;
+}
+
+}  // namespace detail
+
+namespace {
+
+// The tail-first read of a non-stream body. A body is an object whose
+// "usage" member comes last or nearly (vLLM, SGLang, OpenAI: after
+// "choices", which holds the content): walking back from the closing brace
+// to that member reads ~150 bytes of a reply of any length, where a parse
+// would index all of it (and copy it, for the padding). The walk is exact
+// for valid JSON: outside a string, a `"` closes one, and the string opens
+// at the previous `"` that an even number of backslashes precedes (inside a
+// string a quote is always escaped). Anything it does not expect answers
+// `unsure`, and the whole body is parsed instead.
+enum class tail_read : uint8_t { found, absent, unsure };
+
+constexpr bool json_ws(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// Returns: the index of the quote that opens the string closed at `close`,
+// or npos.
+size_t string_open(std::string_view b, size_t close) noexcept {
+  size_t at = close;
+  while (at > 0) {
+    const void* q = ::memrchr(b.data(), '"', at);
+    if (q == nullptr) return std::string_view::npos;
+    at = static_cast<size_t>(static_cast<const char*>(q) - b.data());
+    size_t slashes = 0;
+    while (slashes < at && b[at - 1 - slashes] == '\\') ++slashes;
+    if (slashes % 2 == 0) return at;
+  }
+  return std::string_view::npos;
+}
+
+// Returns: the index just past the string opening at `open` (b[open] is
+// '"'), or npos.
+size_t string_end(std::string_view b, size_t open) noexcept {
+  for (size_t at = open + 1; at < b.size();) {
+    const void* q = std::memchr(b.data() + at, '"', b.size() - at);
+    if (q == nullptr) return std::string_view::npos;
+    const size_t quote = static_cast<size_t>(static_cast<const char*>(q) - b.data());
+    size_t slashes = 0;
+    while (quote - slashes > open + 1 && b[quote - 1 - slashes] == '\\') ++slashes;
+    if (slashes % 2 == 0) return quote + 1;
+    at = quote + 1;
+  }
+  return std::string_view::npos;
+}
+
+// Returns: the index just past the value starting at `at`, or npos. Only
+// its extent: a string, a nested object or array (brackets counted outside
+// strings), or a scalar up to its delimiter.
+size_t value_end(std::string_view b, size_t at) noexcept {
+  if (at >= b.size()) return std::string_view::npos;
+  if (b[at] == '"') return string_end(b, at);
+  if (b[at] == '{' || b[at] == '[') {
+    size_t depth = 0;
+    for (size_t i = at; i < b.size(); ++i) {
+      const char c = b[i];
+      if (c == '"') {
+        const size_t e = string_end(b, i);
+        if (e == std::string_view::npos) return e;
+        i = e - 1;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        return i + 1;
+      }
+    }
+    return std::string_view::npos;
+  }
+  size_t i = at;
+  while (i < b.size() && b[i] != ',' && b[i] != '}' && b[i] != ']' && !json_ws(b[i])) ++i;
+  return i == at ? std::string_view::npos : i;
+}
+
+// A JSON integer exactly filling [from, to), as simdjson's get_int64 takes
+// it: an optional minus, no leading zero, in range. Returns: false if not.
+bool json_int(std::string_view b, size_t from, size_t to, int64_t& out) noexcept {
+  size_t i = from;
+  const bool negative = i < to && b[i] == '-';
+  if (negative) ++i;
+  if (i == to || (b[i] == '0' && to - i > 1)) return false;
+  uint64_t v = 0;
+  for (; i < to; ++i) {
+    const auto d = static_cast<unsigned>(b[i] - '0');
+    if (d > 9) return false;
+    if (v > (uint64_t{1} << 63) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (v > (negative ? uint64_t{1} << 63 : uint64_t{INT64_MAX})) return false;
+  out = negative ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
+  return true;
+}
+
+// Reads the usage object whose '{' is at `at` (the three counts; other
+// members are skipped, an integer that is not one is left at -1).
+tail_read read_usage_object(std::string_view b, size_t at, usage& u) noexcept {
+  const auto skip_ws = [&](size_t i) noexcept {
+    while (i < b.size() && json_ws(b[i])) ++i;
+    return i;
+  };
+  usage found;
+  size_t i = skip_ws(at + 1);
+  if (i < b.size() && b[i] == '}') {
+    u = found;
+    return tail_read::found;
+  }
+  for (;;) {
+    if (i >= b.size() || b[i] != '"') return tail_read::unsure;
+    const size_t key_end = string_end(b, i);
+    if (key_end == std::string_view::npos) return tail_read::unsure;
+    const std::string_view key = b.substr(i + 1, key_end - i - 2);
+    i = skip_ws(key_end);
+    if (i >= b.size() || b[i] != ':') return tail_read::unsure;
+    const size_t v = skip_ws(i + 1);
+    const size_t v_end = value_end(b, v);
+    if (v_end == std::string_view::npos) return tail_read::unsure;
+    int64_t* slot = key == "prompt_tokens"       ? &found.prompt_tokens
+                    : key == "completion_tokens" ? &found.completion_tokens
+                    : key == "total_tokens"      ? &found.total_tokens
+                                                 : nullptr;
+    int64_t n = 0;
+    if (slot != nullptr && json_int(b, v, v_end, n)) *slot = n;
+    i = skip_ws(v_end);
+    if (i >= b.size()) return tail_read::unsure;
+    if (b[i] == '}') break;
+    if (b[i] != ',') return tail_read::unsure;
+    i = skip_ws(i + 1);
+  }
+  u = found;
+  return tail_read::found;
+}
+
+tail_read read_usage_from_end(std::string_view b, usage& u) noexcept {
+  size_t end = b.size();
+  while (end > 0 && json_ws(b[end - 1])) --end;
+  if (end == 0 || b[end - 1] != '}') return tail_read::unsure;
+  // Walk back from the last byte inside the top-level object; `depth` counts
+  // the brackets closed since (1: a member of the top level).
+  size_t depth = 1;
+  for (size_t i = end - 1; i-- > 0;) {
+    const char c = b[i];
+    if (c == '"') {
+      const size_t open = string_open(b, i);
+      if (open == std::string_view::npos) return tail_read::unsure;
+      if (depth == 1) {
+        size_t after = i + 1;
+        while (after < end && json_ws(b[after])) ++after;
+        if (after < end && b[after] == ':' && b.substr(open + 1, i - open - 1) == "usage") {
+          // The top level's last "usage" member.
+          size_t v = after + 1;
+          while (v < end && json_ws(b[v])) ++v;
+          if (v < end && b[v] == '{') return read_usage_object(b.substr(0, end), v, u);
+          if (b.substr(v, 4) == "null") return tail_read::absent;
+          return tail_read::unsure;
+        }
+      }
+      i = open;
+    } else if (c == '}' || c == ']') {
+      ++depth;
+    } else if (c == '{' || c == '[') {
+      if (--depth == 0) {
+        // The top level's opening brace: no "usage" member in it.
+        for (size_t j = 0; j < i; ++j) {
+          if (!json_ws(b[j])) return tail_read::unsure;
+        }
+        return tail_read::absent;
+      }
+    }
+  }
+  return tail_read::unsure;
+}
+
+}  // namespace
+
+bool detail::scan_response_usage_from_end(std::string_view body, usage& u) noexcept {
+  switch (read_usage_from_end(body, u)) {
+    case tail_read::found: return true;
+    case tail_read::absent: u = usage{}; return true;
+    case tail_read::unsure: break;
+  }
+  return false;
+}
+
+usage scan_response_usage(std::string_view body) noexcept {
+  usage u;
+  if (detail::scan_response_usage_from_end(body, u)) return u;
+  return detail::scan_response_usage_parsed(body);
 }
 
 }  // namespace sluice::openai

@@ -177,13 +177,25 @@ struct stream_event_info {
 // delta.tool_calls: any generated output, for time-to-first-token.
 stream_event_info scan_stream_event(std::string_view payload) noexcept;
 
-// Usage from a non-stream response body (any JSON object with a "usage").
+// Usage from a non-stream response body (any JSON object with a "usage"):
+// its three counts, each -1 where absent or not an integer. Read from the
+// end, where "usage" lies in every backend's reply (only the bytes after it
+// are touched); a body that walk cannot vouch for is parsed whole instead.
 struct usage {
   int64_t prompt_tokens = -1;
   int64_t completion_tokens = -1;
   int64_t total_tokens = -1;
 };
 usage scan_response_usage(std::string_view body) noexcept;
+
+namespace detail {
+// The same facts from a full parse (simdjson On-Demand): the fallback of
+// scan_response_usage, and the reference its tests compare it with.
+usage scan_response_usage_parsed(std::string_view body) noexcept;
+// The walk back from the end alone. Returns: false where it cannot vouch
+// for the answer (the body is then parsed whole).
+bool scan_response_usage_from_end(std::string_view body, usage& u) noexcept;
+}  // namespace detail
 
 // Usage from the last bytes of a body too large to keep whole (vLLM writes
 // "usage" after "choices", which logprobs or many choices can grow past

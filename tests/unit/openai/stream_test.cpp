@@ -2,6 +2,9 @@
 // OpenAI server writes it) in, what billing and framing see out.
 #include <doctest/doctest.h>
 
+#include <functional>
+#include <random>
+
 #include <string>
 #include <string_view>
 
@@ -174,7 +177,128 @@ TEST_SUITE("openai::scan_response_usage") {
         {"truncated", R"({"usage":{"prompt_tokens":1,)", -1, -1, -1},
     };
     check_usage_rows(rows, [](const char* text) { return scan_response_usage(text); });
+    check_usage_rows(rows, [](const char* text) { return sluice::openai::detail::scan_response_usage_parsed(text); });
   }
+
+  TEST_CASE("read from the end: the shapes other backends write, and the traps of a backward walk") {
+    const usage_row rows[] = {
+        {"SGLang: pretty-printed, CRLF, usage with details",
+         "{\r\n  \"id\": \"a\",\r\n  \"choices\": [ { \"message\": { \"content\": \"hi\" } } ],\r\n  \"usage\": {\r\n"
+         "    \"prompt_tokens\": 7,\r\n    \"prompt_tokens_details\": { \"cached_tokens\": 3 },\r\n"
+         "    \"completion_tokens\": 2,\r\n    \"total_tokens\": 9\r\n  }\r\n}\r\n",
+         7, 2, 9},
+        {"a usage member nested in a choice is not the top level's",
+         R"({"choices":[{"usage":{"prompt_tokens":99,"completion_tokens":99,"total_tokens":99}}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})",
+         1, 2, 3},
+        {"only a nested usage: none at the top level",
+         R"({"choices":[{"usage":{"prompt_tokens":99,"completion_tokens":99,"total_tokens":99}}]})", -1, -1, -1},
+        {"content ending in a backslash, then a quoted key-like string",
+         R"({"choices":[{"content":"a\\","x":"\"usage\":{\"prompt_tokens\":5}"}],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}})",
+         4, 1, 5},
+        {"a string value \"usage\" followed by a colon inside a later string",
+         R"({"a":"usage","b":":","usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}})", 2, 2, 4},
+        {"numbers that are not integers are left out",
+         R"({"usage":{"prompt_tokens":5.0,"completion_tokens":1e2,"total_tokens":99999999999999999999}})", -1, -1, -1},
+        {"negative and zero", R"({"usage":{"prompt_tokens":-3,"completion_tokens":0,"total_tokens":-0}})", -3, 0, 0},
+        {"an empty usage object", R"({"usage":{}})", -1, -1, -1},
+        {"a usage that is a string", R"({"usage":"12"})", -1, -1, -1},
+        {"trailing garbage", R"({"usage":{"prompt_tokens":1}} x)", -1, -1, -1},
+        {"an unterminated string", R"({"usage":{"prompt_tokens":1},"x":"abc})", -1, -1, -1},
+        {"only a closing brace", "}", -1, -1, -1},
+        {"an array at the top level", R"([{"usage":{"prompt_tokens":1}}])", -1, -1, -1},
+    };
+    check_usage_rows(rows, [](const char* text) { return scan_response_usage(text); });
+  }
+
+  TEST_CASE("differential: the backward walk gives what a full parse gives, over generated bodies") {
+    // Random JSON objects in the shapes backends write (and odder ones):
+    // whitespace of every kind between tokens, strings with escapes and
+    // backslashes at their ends, "usage" as a string value and as a nested
+    // key, usage objects with extra members, null or absent usage, numbers
+    // of every form. Bodies with two top-level "usage" keys are not valid
+    // replies and are not generated.
+    std::mt19937_64 rng(2026);
+    const auto pick = [&](auto const& v) { return v[rng() % std::size(v)]; };
+    const char* const spaces[] = {"", "", "", " ", "\n", "\r\n", "\t ", "  "};
+    const char* const strings[] = {R"("")", R"("usage")", R"("a\\")", R"("\\\\")", R"("\"usage\":{\"prompt_tokens\":7}")",
+                                   R"("}{][")", R"("x\\\"y")", R"("caf\u00e9")", R"(":")"};
+    const char* const numbers[] = {"0", "5", "-12", "1.5", "2e3", "123456789012", "99999999999999999999", "-0"};
+    const auto ws = [&] { return std::string_view(pick(spaces)); };
+    // Joins pieces (operator+ chains trip GCC 12's -Wrestrict).
+    const auto cat = [](std::initializer_list<std::string_view> parts) {
+      std::string out;
+      for (const std::string_view p : parts) out.append(p);
+      return out;
+    };
+    std::function<std::string(int)> value = [&](int depth) -> std::string {
+      switch (rng() % (depth > 2 ? 4 : 7)) {
+        case 0: return pick(strings);
+        case 1: return pick(numbers);
+        case 2: return (rng() & 1) ? "null" : "true";
+        case 3: return pick(strings);
+        case 4: {
+          std::string a = cat({"[", ws()});
+          const int n = static_cast<int>(rng() % 3);
+          for (int i = 0; i < n; ++i) a += cat({i ? "," : "", i ? ws() : "", value(depth + 1), ws()});
+          return a + "]";
+        }
+        default: {
+          std::string o = cat({"{", ws()});
+          const int n = static_cast<int>(rng() % 3);
+          for (int i = 0; i < n; ++i) {
+            const char* const keys[] = {R"("usage")", R"("k")", R"("prompt_tokens")", R"("u\"sage")"};
+            o += cat({i ? "," : "", i ? ws() : "", pick(keys), ws(), ":", ws(), value(depth + 1), ws()});
+          }
+          return o + "}";
+        }
+      }
+    };
+    const auto usage_value = [&]() -> std::string {
+      if (rng() % 8 == 0) return "null";
+      std::string o = cat({"{", ws()});
+      const char* const keys[] = {R"("prompt_tokens")", R"("completion_tokens")", R"("total_tokens")",
+                                  R"("prompt_tokens_details")", R"("other")"};
+      const int n = static_cast<int>(rng() % 5);
+      for (int i = 0; i < n; ++i) {
+        const std::string v = rng() % 4 == 0 ? value(2) : std::string(pick(numbers));
+        o += cat({i ? "," : "", i ? ws() : "", pick(keys), ws(), ":", ws(), v, ws()});
+      }
+      return o + "}";
+    };
+    size_t with_usage = 0, walked = 0, found = 0;
+    for (int round = 0; round < 20000; ++round) {
+      std::string body = cat({ws(), "{", ws()});
+      const int members = static_cast<int>(rng() % 6);
+      const int usage_at = rng() % 5 == 0 ? -1 : static_cast<int>(rng() % (members + 1));
+      for (int i = 0; i <= members; ++i) {
+        if (i != 0) body += cat({",", ws()});
+        if (i == usage_at) {
+          body += cat({R"("usage")", ws(), ":", ws(), usage_value(), ws()});
+          ++with_usage;
+        } else {
+          const char* const keys[] = {R"("choices")", R"("id")", R"("x")", R"("usag")", R"("\"usage")"};
+          body += cat({pick(keys), ws(), ":", ws(), value(0), ws()});
+        }
+      }
+      body += cat({"}", ws()});
+      CAPTURE(body);
+      sluice::openai::usage fast;
+      // The walk answers for (nearly) every valid body; the fallback is
+      // compared too.
+      walked += sluice::openai::detail::scan_response_usage_from_end(body, fast) ? 1 : 0;
+      const sluice::openai::usage parsed = sluice::openai::detail::scan_response_usage_parsed(body);
+      for (const sluice::openai::usage& u : {fast, scan_response_usage(body)}) {
+        REQUIRE(u.prompt_tokens == parsed.prompt_tokens);
+        REQUIRE(u.completion_tokens == parsed.completion_tokens);
+        REQUIRE(u.total_tokens == parsed.total_tokens);
+      }
+      found += parsed.prompt_tokens != -1 ? 1 : 0;
+    }
+    CHECK(with_usage > 10000);
+    CHECK(walked == 20000);
+    CHECK(found > 2000);
+  }
+
   TEST_CASE("usage is read from the last bytes of a body too large to keep whole") {
     const usage_row rows[] = {
         {"vLLM's tail, cut inside the choices",
