@@ -30,7 +30,7 @@ namespace sluice::proxy {
 void shard_server::open_request(exchange& x) noexcept {
   if (x.request_open) return;
   x.request_open = true;
-  x.start_wall_ms = realtime_ms();
+  x.start_wall_ms = _r.wall_ms();
   _metrics.inflight_add();
 }
 

@@ -100,7 +100,13 @@ std::unique_ptr<reactor> reactor::create(const options& o) {
   r->_wake_completion.owner = r.get();
   r->arm_wake();
   r->_now_ms = monotonic_ms();
+  r->sync_wall(r->_now_ms);
   return r;
+}
+
+void reactor::sync_wall(uint64_t now_ms) noexcept {
+  _wall_offset_ms = static_cast<int64_t>(realtime_ms()) - static_cast<int64_t>(now_ms);
+  _wall_synced_ms = now_ms;
 }
 
 reactor::~reactor() {
@@ -268,6 +274,7 @@ unsigned reactor::run_once(uint32_t wait_ms) noexcept {
   }
   const uint64_t now_ns = monotonic_ns();
   _now_ms = now_ns / 1'000'000u;
+  if (_now_ms - _wall_synced_ms >= 1000) sync_wall(_now_ms);
   if (poll && wait_start_ns != 0 && !ready) _poll.on_wait(now_ns - wait_start_ns);
   // The batch is what is posted now; the hook runs before any of it.
   const unsigned batch = io_uring_cq_ready(&_ring);

@@ -139,6 +139,10 @@ class reactor {
   void wake() noexcept;
 
   uint64_t now_ms() const noexcept { return _now_ms; }
+  // The wall clock (Unix ms) of the same instant as now_ms(): the monotonic
+  // clock plus an offset read again once a second, so a request costs no
+  // clock read of its own (a step of the system clock shows within 1 s).
+  uint64_t wall_ms() const noexcept { return _now_ms + static_cast<uint64_t>(_wall_offset_ms); }
   uint64_t iterations() const noexcept { return _iterations; }
   uint64_t cqes() const noexcept { return _cqes; }
 
@@ -172,6 +176,9 @@ class reactor {
   const char* _setup_mode = "";
   uint32_t _tick_ms = 20;
   uint64_t _now_ms = 0;
+  int64_t _wall_offset_ms = 0;  // realtime - monotonic, in ms
+  uint64_t _wall_synced_ms = 0;  // now_ms when it was read
+  void sync_wall(uint64_t now_ms) noexcept;
   uint64_t _iterations = 0;
   uint64_t _cqes = 0;
   bool _stopping = false;

@@ -10,6 +10,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "sluice/core/clock.hpp"
 #include "sluice/shard/reactor.hpp"
 
 using sluice::shard::completion;
@@ -170,6 +171,25 @@ TEST_SUITE("shard::reactor") {
     for (int i = 0; i < 50 && p.calls == 0; ++i) r->run_once(100);
     CHECK(p.calls == 1);
     CHECK(p.res == 0);
+  }
+
+  TEST_CASE("wall_ms is the wall clock of the iteration's instant, from its start and after a second of waits") {
+    auto r = reactor::create(reactor::options{});
+    REQUIRE(r != nullptr);
+    const auto bracket = [&] {
+      const uint64_t before = sluice::realtime_ms();
+      nop_probe p;
+      io_uring_prep_nop(r->sqe(&p));
+      while (p.calls == 0) r->run_once(100);
+      const uint64_t after = sluice::realtime_ms();
+      // Both clocks are read to the millisecond: one of rounding either way.
+      CHECK(r->wall_ms() + 1 >= before);
+      CHECK(r->wall_ms() <= after + 1);
+    };
+    bracket();
+    const uint64_t start = r->now_ms();
+    while (r->now_ms() - start < 1200) r->run_once(100);  // idle: each waits its timeout
+    bracket();
   }
 
   TEST_CASE("another thread's wake() ends a loop that waits with nothing to do") {
