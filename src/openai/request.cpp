@@ -27,6 +27,14 @@ namespace {
 using simdjson::dom::element;
 using simdjson::dom::element_type;
 
+// A member name (or a short value) against a literal: the length first,
+// then a memcmp of a known size, which the compiler inlines (string_view's
+// operator== calls compare() and memcmp out of line, ~25 times a request).
+template <size_t N>
+inline bool is(std::string_view s, const char (&literal)[N]) noexcept {
+  return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
+}
+
 constexpr uint32_t depth_max = 64;                // DESIGN.md §9
 constexpr size_t initial_capacity = 64 * 1024;    // a typical chat body fits
 constexpr size_t pairwise_keys_max = 16;          // above: sort, then compare neighbours
@@ -412,16 +420,16 @@ void read_content(const element& content, uint64_t& bytes, std::string_view& fir
     std::string_view text;
     bool has_text = false;
     for (auto kv : simdjson::dom::object(part)) {
-      if (kv.key == "type" && kv.value.is_string()) {
+      if (is(kv.key, "type") && kv.value.is_string()) {
         type = std::string_view(kv.value);
-      } else if (kv.key == "text" && kv.value.is_string()) {
+      } else if (is(kv.key, "text") && kv.value.is_string()) {
         text = std::string_view(kv.value);
         has_text = true;
       }
     }
-    if (type == "image_url" || type == "input_image" || type == "image") {
+    if (is(type, "image_url") || is(type, "input_image") || is(type, "image")) {
       ++text_out.images;
-    } else if (has_text && (type == "text" || type == "input_text")) {
+    } else if (has_text && (is(type, "text") || is(type, "input_text"))) {
       bytes += text.size();
       text_out.add(text);
       if (!have_first) first = text, have_first = true;
@@ -568,7 +576,7 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
   for (auto kv : simdjson::dom::object(root)) {
     const std::string_view key = kv.key;
     const element& v = kv.value;
-    if (key == "model") {
+    if (is(key, "model")) {
       if (!v.is_string()) {
         return fail(err, "Invalid type for 'model': expected a non-empty string.", "model");
       }
@@ -577,17 +585,17 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
         return fail(err, "Invalid 'model': empty string. Expected a non-empty string.", "model");
       }
       has_model = true;
-    } else if (key == "stream") {
+    } else if (is(key, "stream")) {
       if (v.is_bool()) {
         out.stream = bool(v);
       } else if (!v.is_null()) {
         return fail(err, "Invalid type for 'stream': expected a boolean.", "stream");
       }
-    } else if (key == "stream_options") {
+    } else if (is(key, "stream_options")) {
       if (v.is_object()) {
         out.stream_options_object = true;
         for (auto so : simdjson::dom::object(v)) {
-          if (so.key != "include_usage") continue;
+          if (!is(so.key, "include_usage")) continue;
           out.has_include_usage = true;
           if (so.value.is_bool()) {
             out.include_usage = bool(so.value);
@@ -602,55 +610,55 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
                     "stream_options");
       }
       out.has_stream_options = true;
-    } else if (key == "max_tokens") {
+    } else if (is(key, "max_tokens")) {
       if (!read_token_cap(v, "max_tokens", max_tokens_cap, max_tokens, _scratch, sizeof(_scratch),
                           err)) {
         return false;
       }
-    } else if (key == "max_completion_tokens") {
+    } else if (is(key, "max_completion_tokens")) {
       if (!read_token_cap(v, "max_completion_tokens", max_tokens_cap, max_completion_tokens,
                           _scratch, sizeof(_scratch), err)) {
         return false;
       }
-    } else if (key == "n") {
+    } else if (is(key, "n")) {
       if (!read_choices(v, "n", choices, _scratch, sizeof(_scratch), err)) return false;
-    } else if (key == "best_of") {
+    } else if (is(key, "best_of")) {
       if (!read_choices(v, "best_of", best_of, _scratch, sizeof(_scratch), err)) return false;
-    } else if (key == "messages") {
+    } else if (is(key, "messages")) {
       messages = v;
       has_messages = true;
-    } else if (key == "prompt") {
+    } else if (is(key, "prompt")) {
       prompt = v;
       has_prompt = true;
-    } else if (key == "input") {
+    } else if (is(key, "input")) {
       input = v;
       has_input = true;
-    } else if (key == "tools" || key == "functions") {
+    } else if (is(key, "tools") || is(key, "functions")) {
       if (v.is_array() && simdjson::dom::array(v).size() > 0) out.has_tools = true;
     } else {
       // Recorded, not read: a position per member the loop visits anyway.
       request_fields::member* m = nullptr;
-      if (key == "temperature") {
+      if (is(key, "temperature")) {
         m = &out.temperature;
-      } else if (key == "top_p") {
+      } else if (is(key, "top_p")) {
         m = &out.top_p;
-      } else if (key == "stop") {
+      } else if (is(key, "stop")) {
         m = &out.stop;
-      } else if (key == "seed") {
+      } else if (is(key, "seed")) {
         m = &out.seed;
-      } else if (key == "presence_penalty") {
+      } else if (is(key, "presence_penalty")) {
         m = &out.presence_penalty;
-      } else if (key == "frequency_penalty") {
+      } else if (is(key, "frequency_penalty")) {
         m = &out.frequency_penalty;
-      } else if (key == "tool_choice") {
+      } else if (is(key, "tool_choice")) {
         m = &out.tool_choice;
-      } else if (key == "function_call") {
+      } else if (is(key, "function_call")) {
         m = &out.function_call;
-      } else if (key == "response_format") {
+      } else if (is(key, "response_format")) {
         m = &out.response_format;
-      } else if (key == "logprobs") {
+      } else if (is(key, "logprobs")) {
         m = &out.logprobs;
-      } else if (key == "top_logprobs") {
+      } else if (is(key, "top_logprobs")) {
         m = &out.top_logprobs;
       }
       if (m != nullptr && !v.is_null()) *m = {v, true};
@@ -681,9 +689,9 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
         element content;
         bool has_content = false;
         for (auto kv : simdjson::dom::object(m)) {
-          if (kv.key == "role" && kv.value.is_string()) {
+          if (is(kv.key, "role") && kv.value.is_string()) {
             role = std::string_view(kv.value);
-          } else if (kv.key == "content") {
+          } else if (is(kv.key, "content")) {
             content = kv.value;
             has_content = true;
           }
@@ -691,11 +699,11 @@ bool request_reader::read(endpoint ep, const char* body, size_t len, int64_t max
         std::string_view text;
         if (has_content) read_content(content, out.input_bytes, text, _text);
         if (index < request_fields::k_leading_messages_max) out.leading_messages[index] = text;
-        if (role == "user") out.last_user_message = text;
-        if (!seen_system && (role == "system" || role == "developer")) {
+        if (is(role, "user")) out.last_user_message = text;
+        if (!seen_system && (is(role, "system") || is(role, "developer"))) {
           seen_system = true;
           out.system_prompt = text;
-        } else if (!seen_user && role == "user") {
+        } else if (!seen_user && is(role, "user")) {
           seen_user = true;
           out.first_user_message = text;
         }
