@@ -237,6 +237,7 @@ usage scan_usage_in_tail(std::string_view tail) noexcept {
 namespace detail {
 
 usage scan_response_usage_parsed(std::string_view body) noexcept {
+  if (body.empty()) return usage{};
   response_scratch& s = scratch();
   if (!s.pad(body)) return usage{};
   simdjson::ondemand::document doc;

@@ -7,7 +7,8 @@
 // on the raw input against a plain reference of the WHATWG event-stream
 // rules, and an event stream is fed again with the skip of plain chunks on
 // (body_sink::skip_ok): what it skips and what it still reports must add up
-// to the full scan's events.
+// to the full scan's events. A non-stream body's usage read from its end
+// must match a full parse of it.
 #include <cctype>
 #include <memory>
 #include <string>
@@ -42,6 +43,29 @@ void check_event_info(std::string_view payload) {
   SLUICE_FUZZ_CHECK(a.completion_tokens == b.completion_tokens);
   SLUICE_FUZZ_CHECK(a.malformed == b.malformed && a.finish_reason == b.finish_reason);
   SLUICE_FUZZ_CHECK(!(a.usage_only && !a.has_usage));
+}
+
+// A non-stream body's usage, read walking back from its end, is what a full
+// parse reads wherever the body is a JSON object (the DOM says) with at most
+// one top-level "usage" member; on any other bytes it only must not fault.
+void check_usage(std::string_view payload) {
+  openai::usage walked;
+  const bool answered = openai::detail::scan_response_usage_from_end(payload, walked);
+  const openai::usage u = openai::scan_response_usage(payload);
+  if (answered) {
+    SLUICE_FUZZ_CHECK(u.prompt_tokens == walked.prompt_tokens && u.completion_tokens == walked.completion_tokens &&
+                      u.total_tokens == walked.total_tokens);
+  }
+  if (payload.empty()) return;
+  static simdjson::dom::parser dom;
+  simdjson::dom::object root;
+  if (dom.parse(payload.data(), payload.size()).get(root) != simdjson::SUCCESS) return;
+  size_t usages = 0;
+  for (auto kv : root) usages += kv.key == "usage" ? 1 : 0;
+  if (usages > 1) return;
+  const openai::usage parsed = openai::detail::scan_response_usage_parsed(payload);
+  SLUICE_FUZZ_CHECK(u.prompt_tokens == parsed.prompt_tokens && u.completion_tokens == parsed.completion_tokens &&
+                    u.total_tokens == parsed.total_tokens);
 }
 
 // Collects the events of one scanner and scans each as a vLLM chunk.
@@ -349,6 +373,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   const size_t len = stream.size();
 
   check_scanner_alone(stream, rng);
+  check_usage(std::string_view(data, len));
 
   const bool head_request = (rng.next() & 7) == 0;
   static response_head whole_head, split_head, byte_head;
@@ -399,6 +424,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     check_skip(data, h.head_bytes, body, body_len, one, [](size_t left) { return left; });
     check_skip(data, h.head_bytes, body, body_len, one, [&rng](size_t left) { return rng.piece(left); });
   }
+  if (!h.event_stream) check_usage(one.body.payload);
   if (one.complete && h.has_content_length && !head_request && h.status != 204 &&
       h.status != 304) {
     SLUICE_FUZZ_CHECK(one.consumed == h.content_length);

@@ -206,6 +206,8 @@ TEST_SUITE("openai::scan_response_usage") {
         {"an unterminated string", R"({"usage":{"prompt_tokens":1},"x":"abc})", -1, -1, -1},
         {"only a closing brace", "}", -1, -1, -1},
         {"an array at the top level", R"([{"usage":{"prompt_tokens":1}}])", -1, -1, -1},
+        {"empty", "", -1, -1, -1},
+        {"only whitespace", " \r\n", -1, -1, -1},
     };
     check_usage_rows(rows, [](const char* text) { return scan_response_usage(text); });
   }
