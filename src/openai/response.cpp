@@ -278,8 +278,6 @@ namespace {
 // `unsure`, and the whole body is parsed instead.
 enum class tail_read : uint8_t { found, absent, unsure };
 
-constexpr bool json_ws(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
 // Returns: the index of the quote that opens the string closed at `close`,
 // or npos.
 size_t string_open(std::string_view b, size_t close) noexcept {
@@ -333,7 +331,7 @@ size_t value_end(std::string_view b, size_t at) noexcept {
     return std::string_view::npos;
   }
   size_t i = at;
-  while (i < b.size() && b[i] != ',' && b[i] != '}' && b[i] != ']' && !json_ws(b[i])) ++i;
+  while (i < b.size() && b[i] != ',' && b[i] != '}' && b[i] != ']' && !is_ws(b[i])) ++i;
   return i == at ? std::string_view::npos : i;
 }
 
@@ -360,7 +358,7 @@ bool json_int(std::string_view b, size_t from, size_t to, int64_t& out) noexcept
 // members are skipped, an integer that is not one is left at -1).
 tail_read read_usage_object(std::string_view b, size_t at, usage& u) noexcept {
   const auto skip_ws = [&](size_t i) noexcept {
-    while (i < b.size() && json_ws(b[i])) ++i;
+    while (i < b.size() && is_ws(b[i])) ++i;
     return i;
   };
   usage found;
@@ -397,7 +395,7 @@ tail_read read_usage_object(std::string_view b, size_t at, usage& u) noexcept {
 
 tail_read read_usage_from_end(std::string_view b, usage& u) noexcept {
   size_t end = b.size();
-  while (end > 0 && json_ws(b[end - 1])) --end;
+  while (end > 0 && is_ws(b[end - 1])) --end;
   if (end == 0 || b[end - 1] != '}') return tail_read::unsure;
   // Walk back from the last byte inside the top-level object; `depth` counts
   // the brackets closed since (1: a member of the top level).
@@ -409,11 +407,11 @@ tail_read read_usage_from_end(std::string_view b, usage& u) noexcept {
       if (open == std::string_view::npos) return tail_read::unsure;
       if (depth == 1) {
         size_t after = i + 1;
-        while (after < end && json_ws(b[after])) ++after;
+        while (after < end && is_ws(b[after])) ++after;
         if (after < end && b[after] == ':' && b.substr(open + 1, i - open - 1) == "usage") {
           // The top level's last "usage" member.
           size_t v = after + 1;
-          while (v < end && json_ws(b[v])) ++v;
+          while (v < end && is_ws(b[v])) ++v;
           if (v < end && b[v] == '{') return read_usage_object(b.substr(0, end), v, u);
           if (b.substr(v, 4) == "null") return tail_read::absent;
           return tail_read::unsure;
@@ -426,7 +424,7 @@ tail_read read_usage_from_end(std::string_view b, usage& u) noexcept {
       if (--depth == 0) {
         // The top level's opening brace: no "usage" member in it.
         for (size_t j = 0; j < i; ++j) {
-          if (!json_ws(b[j])) return tail_read::unsure;
+          if (!is_ws(b[j])) return tail_read::unsure;
         }
         return tail_read::absent;
       }

@@ -188,13 +188,7 @@ const bool k_popcnt = [] {
   return __builtin_cpu_supports("popcnt") != 0;
 }();
 #else
-uint64_t ascii_cost_popcnt(const unsigned char* p, size_t n) noexcept {
-#if defined(__POPCNT__) || !defined(__x86_64__)
-  return ascii_cost<true>(p, n);
-#else
-  return ascii_cost<false>(p, n);
-#endif
-}
+uint64_t ascii_cost_popcnt(const unsigned char* p, size_t n) noexcept { return ascii_cost<true>(p, n); }
 constexpr bool k_popcnt = true;
 #endif
 
@@ -215,10 +209,7 @@ bool is_ascii(const unsigned char* p, size_t n) noexcept {
 uint64_t estimate_input_tokens(std::string_view text) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   if (text.empty()) return 0;
-  if (is_ascii(p, text.size())) {
-    const uint64_t cost = k_popcnt ? ascii_cost_popcnt(p, text.size()) : ascii_cost_portable(p, text.size());
-    return std::max<uint64_t>(1, cost / 64);
-  }
+  if (is_ascii(p, text.size())) return detail::ascii_estimate(text, k_popcnt);
   const auto* const end = p + text.size();
   uint64_t cost = 0;
   kind run = kind::none;  // class of the current run (space and newline form one whitespace run)

@@ -154,6 +154,8 @@ class reactor {
   // one is ready; `now_ns` is the clock at the end.
   bool poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept;
 
+  // Reads the wall clock's offset from the monotonic one again (wall_ms).
+  void sync_wall(uint64_t now_ms) noexcept;
   static void on_files_update(completion* c, const io_uring_cqe* cqe);
   void queue_files_update(int32_t slot, const int* fd) noexcept;
 
@@ -178,7 +180,6 @@ class reactor {
   uint64_t _now_ms = 0;
   int64_t _wall_offset_ms = 0;  // realtime - monotonic, in ms
   uint64_t _wall_synced_ms = 0;  // now_ms when it was read
-  void sync_wall(uint64_t now_ms) noexcept;
   uint64_t _iterations = 0;
   uint64_t _cqes = 0;
   bool _stopping = false;
