@@ -23,6 +23,7 @@ bool same_server(const server_config& a, const server_config& b) {
          a.drain_timeout_ms == b.drain_timeout_ms && a.connections_max == b.connections_max &&
          a.inflight_max == b.inflight_max && a.memory_max_bytes == b.memory_max_bytes && a.splice == b.splice &&
          a.upstream_buffers == b.upstream_buffers && a.idle_poll_us == b.idle_poll_us &&
+         a.batch_wait_us == b.batch_wait_us &&
          a.admin_token == b.admin_token && a.h2c == b.h2c && a.listen_tls.text == b.listen_tls.text &&
          a.tls_h2 == b.tls_h2 && a.h2_max_concurrent_streams == b.h2_max_concurrent_streams &&
          a.h2_stream_window_bytes == b.h2_stream_window_bytes &&

@@ -82,7 +82,7 @@ registry::registry(size_t shard_count, names n, room extra)
   const size_t decisions = g * router_how_count;
   const size_t key_usage = k * shard_metrics::key_usage_width;
   const size_t backend_load = b * 2;
-  size_t total = requests + tokens + rejected + decisions + key_usage + backend_load + 2 * hist + 1 + 5 + stat_count;
+  size_t total = requests + tokens + rejected + decisions + key_usage + backend_load + 2 * hist + 1 + shard_metrics::loop_width + stat_count;
   total = (total + line_counters - 1) / line_counters * line_counters;  // whole cache lines
 
   _shards.resize(shard_count);
@@ -115,7 +115,7 @@ registry::registry(size_t shard_count, names n, room extra)
     m._inflight = p;
     p += 1;
     m._loop = p;
-    p += 5;
+    p += shard_metrics::loop_width;
     m._stats = p;
   }
   _backend_up.reset(new counter[_backend_rows + 1]);
@@ -536,6 +536,11 @@ void registry::render(std::string& out) const {
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_poll_seconds_total{{shard=\"{}\"}} {:.6f}\n", s,
                    static_cast<double>(_shards[s]._loop[4].get()) / 1e9);
+  }
+  put_family(out, "sluice_loop_batched_waits_total", "counter",
+             "Waits that asked for a batch of completions while many requests were open (server.batch_wait_us).");
+  for (size_t s = 0; s < _shards.size(); ++s) {
+    fmt::format_to(it, "sluice_loop_batched_waits_total{{shard=\"{}\"}} {}\n", s, _shards[s]._loop[5].get());
   }
 }
 

@@ -82,6 +82,7 @@ void run_shard(shard_link& link) noexcept {
   name_and_pin(link);
   shard::reactor::options ro;
   ro.idle_poll_us = link.cfg->server.idle_poll_us;
+  ro.batch_wait_us = link.cfg->server.batch_wait_us;
   // Every client and backend socket of the shard takes a slot while one is
   // free (the rest are served by their plain fd).
   ro.file_slots = 8192;

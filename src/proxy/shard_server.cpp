@@ -131,10 +131,17 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   // back all the time, each wake-up serves several of them, and the polls
   // in the dips cost more than the wake-ups they save (32 connections of
   // (a) pinned: ~1.2% of the shard's CPU in polls, half of them missed).
-  _r.allow_poll(_metrics.at(metrics::stat::requests_inflight).get() <= k_poll_open_max &&
-                _h1.connection_count() <= k_poll_connections_max);
+  const uint64_t open = _metrics.at(metrics::stat::requests_inflight).get();
+  _r.allow_poll(open <= k_poll_open_max && _h1.connection_count() <= k_poll_connections_max);
+  // The other end (server.batch_wait_us, off by default): with many
+  // requests open, a wait that holds out for as many completions as there
+  // are open requests (or that long, whichever ends first) can serve them
+  // in one wake-up instead of one each. It pays on a saturated core of the
+  // shard's own, not on shared cores or with slow streams (README
+  // "Batched waits", bench/RESULTS.md); the reactor ignores it when off.
+  _r.batch(open >= k_batch_open_min ? static_cast<unsigned>(std::min<uint64_t>(open, k_batch_max)) : 1);
   const shard::reactor::poll_stats& ps = _r.polls();
-  _metrics.set_loop(_r.iterations(), _r.cqes(), ps.caught, ps.missed, ps.ns);
+  _metrics.set_loop(_r.iterations(), _r.cqes(), ps.caught, ps.missed, ps.ns, _r.batched_waits());
   _metrics.at(metrics::stat::memory_bytes).set(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)));
   _openai.on_iteration();
   _h1.on_iteration(now);

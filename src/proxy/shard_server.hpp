@@ -219,6 +219,11 @@ class shard_server {
   // connections.
   static constexpr uint64_t k_poll_open_max = 2;
   static constexpr uint32_t k_poll_connections_max = 2;
+  // The loop's waits hold out for a batch of completions
+  // (server.batch_wait_us) while at least this many requests are open, for
+  // as many completions as there are open requests, at most k_batch_max.
+  static constexpr uint64_t k_batch_open_min = 8;
+  static constexpr uint64_t k_batch_max = 64;
 };
 
 }  // namespace sluice::proxy

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -441,6 +442,61 @@ describe('/metrics', () => {
   });
 });
 
+const sum_of = (m, name, labels) => samples(m, name, labels).reduce((a, x) => a + x.value, 0);
+
+// `n` streams open at once on one shard, tokens 0.5 ms apart for 1.5 s.
+// Returns the loop counters over 10+ iterations while all are open, and
+// whether each stream ended whole.
+async function open_streams(n, server_table) {
+  const slow = await start_mock_vllm({ model: 'slow', reply_tokens: 3000, tokens_per_sec: 2000 });
+  const sluice = await start_sluice({
+    config: gateway_config({
+      tables: server_table ? { server: server_table } : {},
+      groups: [{ name: 'g', models: ['m'], backends: [slow.url] }],
+      keys: [{ id: 'alice', key: alice, groups: ['*'] }],
+    }),
+    extra_args: ['--cpus', '0'],  // one shard: every request is its
+  });
+  try {
+    const loop = async () => {
+      const m = (await scrape(sluice.admin_url)).parsed;
+      return {
+        iterations: sum_of(m, 'sluice_loop_iterations_total'),
+        polls: sum_of(m, 'sluice_loop_polls_total'),
+        batched: sum_of(m, 'sluice_loop_batched_waits_total'),
+      };
+    };
+    const streams = Array.from({ length: n }, (_, i) => {
+      let first;
+      const started = new Promise((resolve) => { first = resolve; });
+      const result = post_fresh(sluice.url, chat_body({ model: 'm', stream: true, content: `open ${i}`, max_tokens: 3000 }),
+        { key: alice, on_data: () => first() });
+      const x = { started, result, ended: false };
+      result.then(() => { x.ended = true; first(); });
+      return x;
+    });
+    await Promise.all(streams.map((x) => x.started));
+    // The loop reads the open count once per iteration: two more, and
+    // what it did before the last request opened is published.
+    const opened = await loop();
+    let before;
+    await poll(async () => (before = await loop()).iterations >= opened.iterations + 2,
+      { timeout_ms: bound_ms(5000), what: '2 loop iterations' });
+    let after;
+    await poll(async () => (after = await loop()).iterations >= before.iterations + 10,
+      { timeout_ms: bound_ms(5000), what: `10 loop iterations with ${n} streams open` });
+    const all_open = streams.every((x) => !x.ended);
+    const whole = [];
+    for (const x of streams) {
+      const r = await x.result;
+      whole.push(r.status === 200 && r.text.endsWith('data: [DONE]\n\n'));
+    }
+    return { before, after, all_open, whole };
+  } finally {
+    await stop_all(sluice, slow);
+  }
+}
+
 describe('idle polling (server.idle_poll_us)', () => {
   let backend;
   before(async () => { backend = await start_mock_vllm({ model: 'backend-0', reply_tokens }); });
@@ -495,50 +551,11 @@ describe('idle polling (server.idle_poll_us)', () => {
   it('a shard with 3 requests open never polls: over 10+ loop iterations the poll counters stand still', async () => {
     // Tokens 0.5 ms apart for 1.5 s: waits a 1 ms window would catch, so a
     // shard allowed to poll would poll on most iterations.
-    const slow = await start_mock_vllm({ model: 'slow', reply_tokens: 3000, tokens_per_sec: 2000 });
-    const sluice = await start_sluice({
-      config: gateway_config({
-        tables: { server: { idle_poll_us: 1000 } },
-        groups: [{ name: 'g', models: ['m'], backends: [slow.url] }],
-        keys: [{ id: 'alice', key: alice, groups: ['*'] }],
-      }),
-      extra_args: ['--cpus', '0'],  // one shard: all three requests are its
-    });
-    try {
-      const loop = async () => {
-        const m = (await scrape(sluice.admin_url)).parsed;
-        return { iterations: sum(m, 'sluice_loop_iterations_total'), polls: sum(m, 'sluice_loop_polls_total') };
-      };
-      const streams = [0, 1, 2].map((i) => {
-        let first;
-        const started = new Promise((resolve) => { first = resolve; });
-        const result = post_fresh(sluice.url, chat_body({ model: 'm', stream: true, content: `open ${i}`, max_tokens: 3000 }),
-          { key: alice, on_data: () => first() });
-        const x = { started, result, ended: false };
-        result.then(() => { x.ended = true; first(); });
-        return x;
-      });
-      await Promise.all(streams.map((x) => x.started));
-      // The loop reads the open count once per iteration: two more, and
-      // what it polled before the third request opened is published.
-      const opened = await loop();
-      let before;
-      await poll(async () => (before = await loop()).iterations >= opened.iterations + 2,
-        { timeout_ms: bound_ms(5000), what: '2 loop iterations' });
-      let after;
-      await poll(async () => (after = await loop()).iterations >= before.iterations + 10,
-        { timeout_ms: bound_ms(5000), what: '10 loop iterations with 3 streams open' });
-      // What is measured holds only while all three are open (1.5 s each).
-      assert.deepEqual(streams.map((x) => x.ended), [false, false, false], 'the streams were still open when the counters were read');
-      assert.equal(after.polls, before.polls, `polls over ${after.iterations - before.iterations} iterations`);
-      for (const x of streams) {
-        const r = await x.result;
-        assert.equal(r.status, 200);
-        assert.ok(r.text.endsWith('data: [DONE]\n\n'), 'each stream ends whole');
-      }
-    } finally {
-      await stop_all(sluice, slow);
-    }
+    const { before, after, all_open, whole } = await open_streams(3, { idle_poll_us: 1000 });
+    // What is measured holds only while all three are open (1.5 s each).
+    assert.ok(all_open, 'the streams were still open when the counters were read');
+    assert.equal(after.polls, before.polls, `polls over ${after.iterations - before.iterations} iterations`);
+    assert.deepEqual(whole, [true, true, true], 'each stream ends whole');
   });
 
   it('a shard with 3 quiet client connections open never polls, though one request at a time is open', async () => {
@@ -586,6 +603,32 @@ describe('idle polling (server.idle_poll_us)', () => {
     assert.equal(sum(m, 'sluice_loop_polls_total'), 0);
     assert.equal(sum(m, 'sluice_loop_poll_seconds_total'), 0);
     assert.ok(samples(m, 'sluice_loop_polls_total').length > 0, 'the family is there, at 0');
+  });
+});
+
+describe('batched waits (server.batch_wait_us)', () => {
+  it('batch_wait_us = 50 with 10 streams open: the shard asks for batches, and every stream ends whole', async () => {
+    const { before, after, all_open, whole } = await open_streams(10, { batch_wait_us: 50 });
+    assert.ok(all_open, 'the streams were still open when the counters were read');
+    assert.deepEqual(whole, Array(10).fill(true));
+    // Linux 6.12 has the batched wait; an older kernel waits as before.
+    const [major, minor] = os.release().split('.').map(Number);
+    if (major > 6 || (major === 6 && minor >= 12)) {
+      assert.ok(after.batched > before.batched, `batched waits over ${after.iterations - before.iterations} iterations: ${after.batched - before.batched}`);
+    } else {
+      assert.equal(after.batched, 0);
+    }
+  });
+
+  it('by default (off), or with only 3 streams open, no wait asks for a batch', async () => {
+    const few = await open_streams(3, { batch_wait_us: 50 });
+    assert.ok(few.all_open);
+    assert.deepEqual(few.whole, Array(3).fill(true));
+    assert.equal(few.after.batched, 0);
+    const off = await open_streams(10, null);
+    assert.ok(off.all_open);
+    assert.deepEqual(off.whole, Array(10).fill(true));
+    assert.equal(off.after.batched, 0);
   });
 });
 

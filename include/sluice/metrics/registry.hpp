@@ -173,12 +173,13 @@ class shard_metrics {
   void observe_duration_us(uint32_t group, uint64_t us) noexcept { observe(_duration, group, us); }
   // From the reactor, once per loop iteration (or less often).
   void set_loop(uint64_t iterations, uint64_t cqes, uint64_t polls_caught = 0, uint64_t polls_missed = 0,
-                uint64_t poll_ns = 0) noexcept {
+                uint64_t poll_ns = 0, uint64_t batched_waits = 0) noexcept {
     _loop[0].set(iterations);
     _loop[1].set(cqes);
     _loop[2].set(polls_caught);
     _loop[3].set(polls_missed);
     _loop[4].set(poll_ns);
+    _loop[5].set(batched_waits);
   }
 
  private:
@@ -211,7 +212,8 @@ class shard_metrics {
   counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
   counter* _duration = nullptr;   // [(groups+1) × histogram_width]
   counter* _inflight = nullptr;
-  counter* _loop = nullptr;       // [iterations, cqes, polls caught, polls missed, poll ns]
+  static constexpr size_t loop_width = 6;
+  counter* _loop = nullptr;       // [iterations, cqes, polls caught, polls missed, poll ns, batched waits]
   counter* _stats = nullptr;      // [stat_count]
 };
 

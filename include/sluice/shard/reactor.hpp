@@ -58,6 +58,11 @@ class reactor {
     uint32_t idle_poll_us = 0;
     // Slots of the registered-file table (see register_file). 0: none.
     unsigned file_slots = 0;
+    // Batched waits (see batch): while the owner asks for more than one
+    // completion, a wait ends when that many have come or, once this long
+    // has passed, when at least one has (IORING_FEAT_MIN_TIMEOUT, Linux
+    // 6.12). 0: never batch; every wait ends at the first completion.
+    uint32_t batch_wait_us = 0;
   };
 
   struct poll_stats {
@@ -112,6 +117,18 @@ class reactor {
   // and a poll would only fill the gaps between them).
   void allow_poll(bool yes) noexcept { _poll_allowed = yes; }
   const poll_stats& polls() const noexcept { return _poll_stats; }
+  // The owner's say, per iteration: how many completions the next wait may
+  // hold out for, up to options::batch_wait_us (a shard asks for several
+  // while many requests are open: each wake-up then serves a batch, at the
+  // cost of up to that long for a completion that comes alone). 0 or 1: the
+  // first completion ends the wait. Ignored while a poll runs, where the
+  // kernel has no batched wait (batch_waits() false), and when completions
+  // are already there.
+  void batch(unsigned completions) noexcept { _batch = completions; }
+  bool batch_waits() const noexcept { return _batch_wait_us != 0; }
+  // Waits that asked the kernel for a batch (those that found completions
+  // already there are not counted).
+  uint64_t batched_waits() const noexcept { return _batched_waits; }
   uint64_t poll_window_ns() const noexcept { return _poll.ns(); }
   void stop() noexcept { _stopping = true; }
   bool stopping() const noexcept { return _stopping; }
@@ -153,6 +170,10 @@ class reactor {
   // Spins until a completion is ready or `window_ns` passed. Returns: whether
   // one is ready; `now_ns` is the clock at the end.
   bool poll_for_completion(uint64_t window_ns, uint64_t& now_ns) noexcept;
+  // Submits what is queued and waits for `nr` completions, or for at least
+  // one once _batch_wait_us has passed, or until `ts`. Returns: as
+  // io_uring_enter.
+  int submit_and_wait_batch(unsigned nr, const __kernel_timespec& ts) noexcept;
 
   // Reads the wall clock's offset from the monotonic one again (wall_ms).
   void sync_wall(uint64_t now_ms) noexcept;
@@ -186,6 +207,10 @@ class reactor {
   bool _ring_ready = false;
   bool _taskrun_flag = false;  // the kernel flags pending task work in the SQ ring
   bool _poll_allowed = false;
+  bool _ring_fd_registered = false;  // io_uring_register_ring_fd took it
+  uint32_t _batch_wait_us = 0;  // 0: the kernel has no batched wait, or none was asked for
+  unsigned _batch = 0;
+  uint64_t _batched_waits = 0;
   const hooks* _hooks = nullptr;  // run()'s, while it runs
   poll_window _poll;
   poll_stats _poll_stats;

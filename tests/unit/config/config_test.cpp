@@ -66,6 +66,7 @@ TEST_SUITE("config::load") {
     CHECK_FALSE(c->server.splice);  // the copy path wins the trickle workload (bench/RESULTS.md)
     CHECK(c->server.upstream_buffers == 64);
     CHECK(c->server.idle_poll_us == 50);
+    CHECK(c->server.batch_wait_us == 0);  // off: it costs CPU on shared cores and trickles (bench/RESULTS.md)
     CHECK(c->upstream.first_byte_timeout_ms == 120000);
     CHECK(c->audit.path == "sluice-audit.jsonl");
     CHECK(c->audit.fsync_interval_ms == 1000);
@@ -106,6 +107,7 @@ memory_max_bytes = 0
 splice = true
 upstream_buffers = 8
 idle_poll_us = 0
+batch_wait_us = 200
 reuseport_steering = true
 
 [upstream]
@@ -172,6 +174,7 @@ groups = ["qw*"]
     CHECK(s.splice);
     CHECK(s.upstream_buffers == 8);
     CHECK(s.idle_poll_us == 0);
+    CHECK(s.batch_wait_us == 200);
     CHECK(s.reuseport_steering);
     CHECK(c->upstream.connect_timeout_ms == 500);
     CHECK(c->upstream.first_byte_timeout_ms == 600);
@@ -353,6 +356,7 @@ TEST_SUITE("config::errors") {
       {"upstream buffers not a power of two", "[server]\nupstream_buffers = 48\n", 2, "is not a power of two"},
       {"no upstream buffers", "[server]\nupstream_buffers = 0\n", 2, "upstream_buffers = 0 is out of range"},
       {"poll window too long", "[server]\nidle_poll_us = 1001\n", 2, "server.idle_poll_us = 1001 is out of range"},
+      {"batch wait too long", "[server]\nbatch_wait_us = 1001\n", 2, "server.batch_wait_us = 1001 is out of range"},
       {"line larger than head", "[server]\nmax_head_bytes = 2048\nmax_line_bytes = 4096\n", 3, "larger than server.max_head_bytes"},
       {"bad listen address", "[server]\nlisten = \"localhost:80\"\n", 2, "server.listen: bad address \"localhost:80\""},
       {"listen without port", "[server]\nlisten = \"127.0.0.1\"\n", 2, "missing \":port\""},

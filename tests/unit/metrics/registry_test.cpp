@@ -256,7 +256,7 @@ TEST_SUITE("metrics::registry") {
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_backend_inflight",
         "sluice_backend_failures_total", "sluice_ttft_seconds",
         "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
-        "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total"};
+        "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total", "sluice_loop_batched_waits_total"};
     CHECK(x.family_order == expected);
     CHECK(x.types.at("sluice_router_decisions_total") == "counter");
     CHECK(x.types.at("sluice_ttft_seconds") == "histogram");
@@ -270,6 +270,7 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, "sluice_loop_cqes_total{shard=\"2\"}") == 0);
     CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 0);
     CHECK(sample(x, R"(sluice_loop_poll_seconds_total{shard="0"})") == 0);
+    CHECK(sample(x, R"(sluice_loop_batched_waits_total{shard="1"})") == 0);
   }
 
   TEST_CASE("counters written on several shards are summed at scrape time") {
@@ -282,7 +283,7 @@ TEST_SUITE("metrics::registry") {
       m.quota_rejected(1, reject_reason::tokens);
       m.router_decision(1, 1);  // classifier
       m.inflight_add();
-      m.set_loop(1000 + s, 2000 + s, 30 + s, 40 + s, 1'500'000'000 * (s + 1));
+      m.set_loop(1000 + s, 2000 + s, 30 + s, 40 + s, 1'500'000'000 * (s + 1), 70 + s);
     }
     r.shard(0).quota_rejected(0, reject_reason::too_large);
     r.shard(1).router_decision(0, 3);  // sticky
@@ -305,6 +306,7 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, R"(sluice_loop_polls_total{shard="1",result="caught"})") == 31);
     CHECK(sample(x, R"(sluice_loop_polls_total{shard="2",result="missed"})") == 42);
     CHECK(sample(x, R"(sluice_loop_poll_seconds_total{shard="1"})") == doctest::Approx(3.0));
+    CHECK(sample(x, R"(sluice_loop_batched_waits_total{shard="2"})") == 72);
     // Zero series of the sparse families are left out.
     CHECK(x.samples.count(R"(sluice_requests_total{group="g0",backend="http://b0:8000",protocol="openai",code="200"})") == 0);
     CHECK(x.samples.count(R"(sluice_quota_rejected_total{key="alice",reason="tokens"})") == 0);

@@ -4,7 +4,11 @@
 #include <atomic>
 #include <memory>
 #include <cerrno>
+#include <cstdio>
+#include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <sys/socket.h>
 #include <sys/utsname.h>
@@ -68,6 +72,58 @@ std::unique_ptr<reactor> reactor_with_files(unsigned slots) {
   REQUIRE(r != nullptr);
   return r;
 }
+
+// Whether this machine's kernel has batched waits (IORING_FEAT_MIN_TIMEOUT,
+// Linux 6.12): read from the release, apart from the ring's feature bits
+// the reactor reads, so a kernel that has them and a reactor that misses
+// them is a failure, not a silent fallback.
+bool kernel_has_batched_waits() {
+  utsname u{};
+  REQUIRE(::uname(&u) == 0);
+  unsigned major = 0, minor = 0;
+  REQUIRE(std::sscanf(u.release, "%u.%u", &major, &minor) == 2);
+  return major > 6 || (major == 6 && minor >= 12);
+}
+
+// A reactor whose waits may hold out `batch_us` for a batch.
+std::unique_ptr<reactor> batching_reactor(uint32_t batch_us) {
+  reactor::options o;
+  o.batch_wait_us = batch_us;
+  o.tick_ms = 60000;
+  auto r = reactor::create(o);
+  REQUIRE(r != nullptr);
+  CHECK(r->batch_waits() == (batch_us != 0 && kernel_has_batched_waits()));
+  return r;
+}
+
+// A receive of one byte on `fd`: its completion comes when a byte does.
+// (Not a timeout: the kernel ends any wait when one of those fires.)
+struct byte_recv : nop_probe {
+  char byte = 0;
+  void queue(reactor& r, int fd) { io_uring_prep_recv(r.sqe(this), fd, &byte, 1, 0); }
+};
+
+// Writes one byte to each fd at its delay from the start, on a thread of
+// its own; joined at the end.
+class delayed_writes {
+ public:
+  explicit delayed_writes(std::vector<std::pair<int, int>> fd_at_ms) : _plan(std::move(fd_at_ms)) {
+    _t = std::thread([this] {
+      const auto start = std::chrono::steady_clock::now();
+      for (const auto& [fd, ms] : _plan) {
+        std::this_thread::sleep_until(start + std::chrono::milliseconds(ms));
+        REQUIRE(::write(fd, "x", 1) == 1);
+      }
+    });
+  }
+  ~delayed_writes() { _t.join(); }
+
+ private:
+  std::vector<std::pair<int, int>> _plan;
+  std::thread _t;
+};
+
+uint64_t elapsed_ms(uint64_t since_ns) { return (sluice::monotonic_ns() - since_ns) / 1'000'000u; }
 
 // Sends `text` on `fd` aimed at `slot` (none: the plain fd) and runs the
 // loop until the send completes. Returns: its result.
@@ -339,5 +395,80 @@ TEST_SUITE("shard::reactor") {
     CHECK(r0->run_once(1) == 0);
     CHECK(r->polls().caught + r->polls().missed + r0->polls().caught + r0->polls().missed == 0);
     CHECK(r->polls().ns + r0->polls().ns == 0);
+  }
+
+  TEST_CASE("batched waits: a wait that holds out for 3 completions handles the 3 in one iteration, submitting what was queued") {
+    auto r = batching_reactor(2'000'000);  // 2 s: the batch's size, not its time, ends this wait
+    if (!r->batch_waits()) return;  // an older kernel: checked above that it has none
+    socket_pair sp[3];
+    byte_recv p[3];
+    for (int i = 0; i < 3; ++i) p[i].queue(*r, sp[i].fd[0]);  // not yet submitted: the wait submits them
+    r->batch(3);
+    const uint64_t t0 = sluice::monotonic_ns();
+    delayed_writes w({{sp[0].fd[1], 5}, {sp[1].fd[1], 10}, {sp[2].fd[1], 15}});
+    CHECK(r->run_once(60000) == 3);
+    CHECK(elapsed_ms(t0) < 1000);
+    for (const byte_recv& x : p) CHECK((x.calls == 1 && x.res == 1 && x.byte == 'x'));
+    CHECK(r->batched_waits() == 1);
+  }
+
+  TEST_CASE("batched waits: a batch that does not fill ends at its time with what came, or at the first completion after it") {
+    struct row {
+      uint32_t batch_us;
+      int byte_at_ms;
+      uint64_t min_wait_ms;  // what the wait must have held out for
+    };
+    // A byte at 1 ms, 30 ms of batch time: held out past the byte for the
+    // batch. Nothing within 2 ms of batch time: the byte at 100 ms ends it.
+    for (const row& x : {row{30'000, 1, 29}, row{2'000, 100, 100}}) {
+      CAPTURE(x.batch_us);
+      auto r = batching_reactor(x.batch_us);
+      if (!r->batch_waits()) return;
+      socket_pair sp;
+      byte_recv p;
+      p.queue(*r, sp.fd[0]);
+      r->batch(8);
+      const uint64_t t0 = sluice::monotonic_ns();
+      delayed_writes w({{sp.fd[1], x.byte_at_ms}});
+      CHECK(r->run_once(60000) == 1);
+      const uint64_t waited = elapsed_ms(t0);
+      CHECK(waited >= x.min_wait_ms);
+      CHECK(waited < 10'000);  // not the 60 s timeout: the 8 were never coming
+      CHECK(p.calls == 1);
+    }
+  }
+
+  TEST_CASE("batched waits: none with batch(1), with batch_wait_us = 0, or with completions already there") {
+    for (const uint32_t us : {10'000'000u, 0u}) {
+      CAPTURE(us);
+      auto r = batching_reactor(us);  // 10 s when on: far from the ~1 ms of a wait it does not hold
+      socket_pair sp[2];
+      byte_recv first, late;
+      first.queue(*r, sp[0].fd[0]);
+      late.queue(*r, sp[1].fd[0]);  // no byte comes for it until the end
+      r->batch(us == 0 ? 8 : 1);    // off either way: by the option, or by the owner
+      const uint64_t t0 = sluice::monotonic_ns();
+      {
+        delayed_writes w({{sp[0].fd[1], 1}});
+        CHECK(r->run_once(60000) == 1);
+      }
+      CHECK(elapsed_ms(t0) < 5000);  // the first completion ended the wait
+      CHECK(first.calls == 1);
+      CHECK(r->batched_waits() == 0);
+      // A completion already in the ring is handled without a wait.
+      nop_probe now;
+      io_uring_prep_nop(r->sqe(&now));
+      io_uring_submit(r->ring());
+      r->batch(8);
+      const uint64_t t1 = sluice::monotonic_ns();
+      CHECK(r->run_once(60000) >= 1);
+      CHECK(elapsed_ms(t1) < 5000);
+      CHECK(now.calls == 1);
+      CHECK(r->batched_waits() == 0);
+      REQUIRE(::write(sp[1].fd[1], "x", 1) == 1);
+      r->batch(1);
+      for (int i = 0; i < 100 && late.calls == 0; ++i) r->run_once(100);
+      CHECK(late.calls == 1);
+    }
   }
 }
