@@ -2,6 +2,8 @@
 #include "sluice/control/cluster.hpp"
 
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include "sluice/auth/key_verifier.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/control/budgets.hpp"
@@ -35,6 +38,16 @@ struct admin_server::conn {
   bool settle_timer_armed = false;  // settle_op is the kernel's until its CQE
   std::optional<settle_wait> settling;  // a drain's answer waits for every shard
   bool to_page = false;  // a drain from the status page's form: answered 303 to /
+  // The whole request head must come by this time (a trickle of one byte
+  // every few seconds would pass every per-receive bound); the receive's
+  // own link timeout is cut to what is left of it (the kernel reads it at
+  // submission, so it lives here, not on a stack).
+  uint64_t head_deadline_ms = 0;
+  __kernel_timespec recv_timeout{};
+  bool reading = true;   // the head is still coming: this one may be evicted for a newer one
+  bool evicted = false;  // shut down for a newer connection; its receive's CQE closes it
+  conn* older = nullptr;  // the admin server's connections, oldest first
+  conn* newer = nullptr;
   admin_server* srv = nullptr;
   int fd = -1;
   uint32_t len = 0;
@@ -47,6 +60,12 @@ struct admin_server::conn {
 
 admin_server::admin_server(shard::reactor& r, const gateway& g, int listen_fd) noexcept
     : _r(r), _g(g), _listen_fd(listen_fd) {
+  sockaddr_storage a{};
+  socklen_t al = sizeof a;
+  if (listen_fd >= 0 && ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &al) == 0) {
+    if (a.ss_family == AF_INET) _port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+    if (a.ss_family == AF_INET6) _port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+  }
   _accept_op.self = this;
   _accept_op.fn = &admin_server::on_accept;
 }
@@ -72,9 +91,19 @@ void admin_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
   admin_server* self = static_cast<accept_op*>(c)->self;
   if ((cqe->flags & IORING_CQE_F_MORE) == 0 && self->_accepting && cqe->res != -ECANCELED) self->start();
   if (cqe->res < 0) return;
-  if (self->_open >= 64) {  // the admin port is for scrapes and probes, not load
-    ::close(cqe->res);
-    return;
+  if (self->_open - self->_evicting >= k_conns_max) {
+    // The admin port is for scrapes and probes, not load. Full: the oldest
+    // connection still sending its head makes room (a probe's request comes
+    // in one packet; a slow trickle is what waits), else this one goes.
+    conn* o = self->_oldest;
+    while (o != nullptr && (!o->reading || o->evicted)) o = o->newer;
+    if (o == nullptr) {
+      ::close(cqe->res);
+      return;
+    }
+    o->evicted = true;
+    ++self->_evicting;
+    ::shutdown(o->fd, SHUT_RDWR);  // its receive ends (0 or an error) and closes it
   }
   auto* k = new (std::nothrow) conn();
   if (k == nullptr) {
@@ -84,6 +113,11 @@ void admin_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
   ++self->_open;
   k->srv = self;
   k->fd = cqe->res;
+  k->head_deadline_ms = self->_r.now_ms() + k_head_timeout_ms;
+  k->older = self->_newest;
+  if (self->_newest != nullptr) self->_newest->newer = k;
+  self->_newest = k;
+  if (self->_oldest == nullptr) self->_oldest = k;
   k->recv_op.self = k->send_op.self = k->settle_op.self = k;
   k->recv_op.fn = &admin_server::on_recv;
   k->send_op.fn = &admin_server::on_send;
@@ -99,9 +133,9 @@ namespace {
 // SQE is submitted.
 constexpr __kernel_timespec k_admin_io_timeout{5, 0};
 
-void link_timeout(shard::reactor& r, io_uring_sqe* op) noexcept {
+void link_timeout(shard::reactor& r, io_uring_sqe* op, const __kernel_timespec* ts = &k_admin_io_timeout) noexcept {
   op->flags |= IOSQE_IO_LINK;
-  io_uring_prep_link_timeout(r.sqe_untracked(), const_cast<__kernel_timespec*>(&k_admin_io_timeout), 0);
+  io_uring_prep_link_timeout(r.sqe_untracked(), const_cast<__kernel_timespec*>(ts), 0);
 }
 
 // A drain's answer looks again this often whether every shard has taken it:
@@ -112,9 +146,19 @@ constexpr __kernel_timespec k_settle_step{0, 1'000'000};
 }  // namespace
 
 void admin_server::submit_recv(conn* c) noexcept {
+  const uint64_t now = _r.now_ms();
+  if (now >= c->head_deadline_ms) {
+    respond(c, 408, "application/json",
+            R"({"error":{"message":"The request head did not come in time.","type":"invalid_request_error","param":null,"code":null}})");
+    return;
+  }
+  const uint64_t left_ms = c->head_deadline_ms - now;
+  const uint64_t wait_ms = left_ms < 5000 ? left_ms : 5000;
+  c->recv_timeout.tv_sec = static_cast<int64_t>(wait_ms / 1000);
+  c->recv_timeout.tv_nsec = static_cast<long long>(wait_ms % 1000) * 1'000'000;
   io_uring_sqe* s = _r.sqe(&c->recv_op);
   io_uring_prep_recv(s, c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
-  link_timeout(_r, s);
+  link_timeout(_r, s, &c->recv_timeout);
 }
 
 void admin_server::submit_send(conn* c) noexcept {
@@ -127,6 +171,9 @@ void admin_server::close_conn(conn* c) noexcept {
   SLUICE_ASSERT(!c->settle_timer_armed);  // the kernel would complete into freed memory
   ::close(c->fd);
   --_open;
+  if (c->evicted) --_evicting;
+  (c->older != nullptr ? c->older->newer : _oldest) = c->newer;
+  (c->newer != nullptr ? c->newer->older : _newest) = c->older;
   delete c;
 }
 
@@ -137,8 +184,13 @@ void admin_server::on_recv(shard::completion* op, const io_uring_cqe* cqe) {
     self->close_conn(c);
     return;
   }
+  if (c->evicted) {  // a newer connection took its place
+    self->close_conn(c);
+    return;
+  }
   c->len += static_cast<uint32_t>(cqe->res);
   http::parse_status st = c->parser.parse_head(c->buf, c->len, c->head);
+  if (!st.need_more()) c->reading = false;
   if (st.need_more()) {
     if (c->len >= sizeof c->buf) {
       self->respond(c, 431, "application/json", R"({"error":{"message":"Request header too large.","type":"invalid_request_error","param":null,"code":null}})");
@@ -204,9 +256,11 @@ void admin_server::answer_when_settled(conn* c) noexcept {
 
 void admin_server::respond(conn* c, uint16_t status, const char* content_type, std::string_view body,
                            std::string_view extra_headers) noexcept {
+  c->reading = false;
   const char* reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
                                             : status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized"
                                             : status == 303 ? "See Other" : status == 403 ? "Forbidden"
+                                            : status == 421 ? "Misdirected Request" : status == 408 ? "Request Timeout"
                                                                                     : "Bad Request";
   c->reply = fmt::format("HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}connection: close\r\n\r\n",
                          status, reason, content_type, body.size(), extra_headers);
@@ -258,6 +312,49 @@ bool same_origin(const http::request_head& h) noexcept {
   return true;
 }
 
+}  // namespace
+
+// Whether `host` (the request's Host, `name[:port]`) names this listener
+// in a way DNS rebinding cannot: an IP literal (v4, or v6 in brackets) or
+// localhost, with no port or the listener's own. A rebinding page reaches
+// the listener under the attacker's name (evil.example:9090), which a
+// browser sends as Host and Origin alike, so comparing the two proves
+// nothing; refusing every name but localhost does.
+bool own_host(std::string_view host, uint16_t port) noexcept {
+  std::string_view name = host;
+  std::string_view port_text;
+  if (!name.empty() && name.front() == '[') {
+    const size_t close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    port_text = name.substr(close + 1);
+    name = name.substr(1, close - 1);
+    if (!port_text.empty() && port_text.front() != ':') return false;
+    if (!port_text.empty()) port_text.remove_prefix(1);
+    in6_addr a6{};
+    const std::string n(name);
+    if (::inet_pton(AF_INET6, n.c_str(), &a6) != 1) return false;
+  } else {
+    const size_t colon = name.rfind(':');
+    if (colon != std::string_view::npos) {
+      port_text = name.substr(colon + 1);
+      name = name.substr(0, colon);
+    }
+    in_addr a4{};
+    const std::string n(name);
+    if (!iequals(name, "localhost") && ::inet_pton(AF_INET, n.c_str(), &a4) != 1) return false;
+  }
+  if (port_text.empty()) return true;
+  if (port_text.size() > 5) return false;
+  uint32_t p = 0;
+  for (const char ch : port_text) {
+    if (ch < '0' || ch > '9') return false;
+    p = p * 10 + static_cast<uint32_t>(ch - '0');
+  }
+  return p == port;
+}
+
+namespace {
+
 // The page's own headers: it loads nothing from anywhere, posts only to
 // this listener and is never framed (its drain buttons cannot be
 // clickjacked).
@@ -283,6 +380,15 @@ void admin_server::handle(conn* c) noexcept {
   // The status page's document is served without it, but its data only
   // with it (the page then asks for the token and fetches /status.json).
   const std::string& token = _token;
+  // With no token, the Host check is what keeps a page that rebinds its
+  // name to this address out (docs/operations.md, "The admin listener").
+  // /healthz tells nothing and changes nothing: probes keep their names.
+  if (token.empty() && path != "/healthz" && !own_host(c->head.host, _port)) {
+    respond(c, 421, "application/json",
+            admin_error("Reach this admin listener by its IP address or localhost, or set server.admin_token_env "
+                        "to use a name."));
+    return;
+  }
   bool authorized = true;
   if (!token.empty() && path != "/healthz") {
     const std::string_view given = auth::bearer_token(c->head.authorization);

@@ -9,6 +9,8 @@
 #include <new>
 
 #include "stream_state.hpp"
+#include "sluice/core/assert.hpp"
+#include "sluice/http/chunked.hpp"
 
 namespace sluice::h2 {
 
@@ -433,11 +435,15 @@ struct server_session::callbacks {
       const iovec& piece = st->pieces[slot];
       const char* base = static_cast<const char*>(piece.iov_base);
       size_t take = st->payloads[slot] - st->payload_off;
-      if ((st->chunked_slots >> slot & 1u) != 0) {
-        if (st->chunk_left == 0) st->chunk_left = chunk_size_line(base, piece.iov_len, st->piece_off);
-        SLUICE_ASSERT(st->chunk_left != 0 && st->piece_off + st->chunk_left <= piece.iov_len);
-        take = st->chunk_left;
+      if ((st->chunked_slots >> slot & 1u) != 0 && st->chunk_left == 0) {
+        // send_body counted this piece's whole chunks with the same reader
+        // (scan_whole_chunks), so each size line read here is one it read.
+        uint64_t size = 0;
+        const bool line = http::read_chunk_size_line(base, piece.iov_len, st->piece_off, size);
+        SLUICE_VERIFY(line && size != 0 && size <= piece.iov_len - st->piece_off);
+        st->chunk_left = static_cast<size_t>(size);
       }
+      if ((st->chunked_slots >> slot & 1u) != 0) take = st->chunk_left;
       if (take > n - done) take = n - done;
       const char* from = base + st->piece_off;
       if (out != nullptr) {

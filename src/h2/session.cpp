@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "sluice/core/assert.hpp"
+#include "sluice/http/chunked.hpp"
 #include "stream_state.hpp"
 
 namespace sluice::h2 {
@@ -388,37 +389,8 @@ bool server_session::submit_continue(int32_t stream_id) {
   return true;
 }
 
-namespace {
-
-// Hex digit values by byte; -1 for the rest.
-constexpr auto k_hex = [] {
-  std::array<int8_t, 256> t{};
-  for (auto& v : t) v = -1;
-  for (int c = '0'; c <= '9'; ++c) t[static_cast<size_t>(c)] = static_cast<int8_t>(c - '0');
-  for (int c = 'a'; c <= 'f'; ++c) t[static_cast<size_t>(c)] = static_cast<int8_t>(c - 'a' + 10);
-  for (int c = 'A'; c <= 'F'; ++c) t[static_cast<size_t>(c)] = static_cast<int8_t>(c - 'A' + 10);
-  return t;
-}();
-
-}  // namespace
-
-size_t chunk_size_line(const char* p, size_t n, size_t& i) noexcept {
-  size_t size = 0;
-  for (int8_t v; i < n && (v = k_hex[static_cast<uint8_t>(p[i])]) >= 0; ++i) size = size << 4 | static_cast<size_t>(v);
-  while (i < n && p[i] != '\n') ++i;  // extensions, CR
-  ++i;
-  return size;
-}
-
 size_t chunked_payload_bytes(const char* p, size_t n) noexcept {
-  size_t i = 0, total = 0;
-  while (i < n) {
-    const size_t size = chunk_size_line(p, n, i);
-    if (size == 0 || i + size > n) break;  // the terminal chunk (or a cut one: not whole chunks)
-    total += size;
-    i += size + 2;  // the data's CRLF
-  }
-  return total;
+  return static_cast<size_t>(http::scan_whole_chunks(p, n).payload);
 }
 
 bool server_session::send_body(int32_t stream_id, std::span<const iovec> pieces, bool end_stream, uint8_t chunked,
@@ -429,8 +401,15 @@ bool server_session::send_body(int32_t stream_id, std::span<const iovec> pieces,
   size_t nonempty = 0;
   for (size_t i = 0; i < pieces.size() && i < 8; ++i) {
     const iovec& v = pieces[i];
-    payload[i] = (chunked >> i & 1u) != 0 ? chunked_payload_bytes(static_cast<const char*>(v.iov_base), v.iov_len)
-                                          : v.iov_len;
+    if ((chunked >> i & 1u) != 0) {
+      // Whole chunks or nothing: a piece that starts or ends inside a chunk
+      // would have take_pieces read a size line out of payload bytes.
+      const http::whole_chunks w = http::scan_whole_chunks(static_cast<const char*>(v.iov_base), v.iov_len);
+      if (!w.last && w.end != v.iov_len) return false;
+      payload[i] = static_cast<size_t>(w.payload);
+    } else {
+      payload[i] = v.iov_len;
+    }
     nonempty += payload[i] != 0 ? 1 : 0;
   }
   if (pieces.size() > 8 || st->piece_count + nonempty > k_pieces_max) return false;

@@ -53,6 +53,40 @@ std::string_view chunk_message(chunk_error e) noexcept {
   return "malformed chunked body";
 }
 
+bool read_chunk_size_line(const char* p, size_t n, size_t& i, uint64_t& size) noexcept {
+  size_t j = i;
+  uint64_t v = 0;
+  while (j < n && j - i < 17 && detail::k_hex_value[static_cast<unsigned char>(p[j])] < 16) {
+    v = v << 4 | detail::k_hex_value[static_cast<unsigned char>(p[j])];
+    ++j;
+  }
+  if (j == i || j - i > 16) return false;
+  while (j < n && p[j] != '\n') ++j;
+  if (j == n) return false;
+  i = j + 1;
+  size = v;
+  return true;
+}
+
+whole_chunks scan_whole_chunks(const char* p, size_t n) noexcept {
+  whole_chunks w;
+  size_t i = 0;
+  uint64_t size = 0;
+  while (i < n && read_chunk_size_line(p, n, i, size)) {
+    if (size == 0) {
+      w.last = true;
+      w.end = i;
+      break;
+    }
+    // The data and its CRLF must lie whole before n.
+    if (size > n - i || n - i - size < 2 || p[i + size] != '\r' || p[i + size + 1] != '\n') break;
+    i += static_cast<size_t>(size) + 2;
+    w.payload += size;
+    w.end = i;
+  }
+  return w;
+}
+
 void chunk_walker::reset() noexcept {
   _state = state::size_first;
   _error = chunk_error::none;

@@ -117,8 +117,18 @@ triton_stream_result triton_stream::feed(const grpc::stream_response& r, char* o
     role_event(sink);
     if (!text.empty()) {
       if (_text != nullptr) {
-        // Caller's buffer: grows only past its largest reply so far.
-        _text->append(text.data(), text.size());
+        // Caller's buffer: grows only past its largest reply so far, and
+        // never past the bound (nor throws out of this noexcept function).
+        if (text.size() > k_reply_text_bytes_max - _text->size()) {
+          _state = saved;
+          return {status::too_large, 0, 0};
+        }
+        try {
+          _text->append(text.data(), text.size());
+        } catch (...) {
+          _state = saved;
+          return {status::too_large, 0, 0};
+        }
       } else {
         writer w(sink);
         detail::text_chunk(w, _ctx, text, ending ? finish : std::string_view{});

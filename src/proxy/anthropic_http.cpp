@@ -7,6 +7,7 @@
 
 #include "client_codec.hpp"
 #include "wire.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/core/text.hpp"
 
 namespace sluice::proxy {
@@ -51,8 +52,9 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   append(o, "POST /v1/messages HTTP/1.1\r\nhost: ");
   x.host_offset = o.len;  // the attempt's backend goes here (openai_http::start)
   x.host_len = 0;
-  char line[192];
-  text_writer w(line, sizeof line);
+  // Written in place: the 512 bytes reserved past the body, key and peer
+  // hold the fixed text, a 20-digit length and a 63-byte request id.
+  text_writer w(o.data + o.len, o.cap - o.len);
   w.put("\r\ncontent-type: application/json\r\naccept: application/json\r\nanthropic-version: ");
   w.put(k_version);
   w.put("\r\ncontent-length: ");
@@ -60,9 +62,10 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   w.put("\r\nx-request-id: ");
   w.put(std::string_view(x.request_id, x.request_id_len));
   w.put("\r\nx-forwarded-for: ");
-  append(o, std::string_view(line, static_cast<size_t>(w.p - line)));
-  append(o, peer_ip);
-  append(o, "\r\n");
+  w.put(peer_ip);
+  w.put("\r\n");
+  SLUICE_VERIFY(w.ok);
+  o.len = static_cast<uint32_t>(w.p - o.data);
   if (!g.api_key.empty()) {
     // The group's own credential (api_key_env); the client's key never leaves.
     append(o, "x-api-key: ");

@@ -19,6 +19,7 @@
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/http/chunked.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
 
@@ -159,6 +160,7 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
   }
   uint32_t send_end = parsed_end;
   bool end_client = false;  // sluice ends the client's response here (after [DONE])
+  bool aligned = bs.complete;  // send_end lies at a chunk end (or the body's end)
   if (!bs.complete && (r.cut_usage || (sse_chunked && r.facts.done))) {
     // While the usage event may still have to be cut, and once [DONE] was
     // seen: only up to the last chunk end that falls between two events, so
@@ -166,17 +168,29 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     // rest waits at the front of the buffer.
     send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
     end_client = r.facts.done && r.aligned_at != nullptr;
+    aligned = true;
     if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
       // Held bytes fill the largest buffer without an event boundary: pass
-      // them on uncut (counted: it must stay 0).
-      _metrics.at(metrics::stat::usage_cut_failed).add();
+      // them on uncut (counted: it must stay 0). A client that takes the
+      // chunks as they came may get them cut anywhere; a codec that takes
+      // the framing off gets whole chunks only (fwd_from is a chunk start),
+      // never a batch that begins inside a chunk's data.
+      if (r.cut_usage) _metrics.at(metrics::stat::usage_cut_failed).add();
       r.cut_usage = false;
       send_end = parsed_end;
+      if (r.dechunk) {
+        send_end = r.fwd_from + static_cast<uint32_t>(
+                                    http::scan_whole_chunks(u->buf.data + r.fwd_from, parsed_end - r.fwd_from).end);
+        if (send_end == r.fwd_from) {
+          upstream_failed(x, errc::upstream_protocol);  // one chunk over the largest buffer
+          return;
+        }
+      }
     }
   }
   if (r.dechunk) {
     // Whole chunks only (an SSE stream: to an event boundary, as above).
-    if (!bs.complete && !r.cut_usage && !(sse_chunked && r.facts.done)) {
+    if (!aligned) {
       send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : r.fwd_from;
       if (sse_chunked) send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
       if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {

@@ -26,10 +26,16 @@ namespace {
 constexpr uint32_t k_recv_bytes = 64u << 10;
 constexpr std::string_view k_path = "/inference.GRPCInferenceService/ModelStreamInfer";
 
-nghttp2_nv header(std::string_view name, std::string_view value) noexcept {
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
-          NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
+// A request field for nghttp2_submit_request. Names are string literals
+// (NO_COPY_NAME: they outlive the session); values are copied at submit:
+// the HEADERS frame is encoded later, in mem_send, after the stack buffer
+// of a grpc-timeout is gone, and after a SIGHUP may have freed the config
+// snapshot an :authority lies in.
+template <size_t N>
+nghttp2_nv header(const char (&name)[N], std::string_view value) noexcept {
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), N - 1, value.size(),
+          NGHTTP2_NV_FLAG_NO_COPY_NAME};
 }
 
 // grpc-timeout: at most 8 digits and a unit (PROTOCOL-HTTP2.md).

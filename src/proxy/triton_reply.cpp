@@ -191,6 +191,10 @@ void triton_grpc::advance(exchange& x) noexcept {
       conclude_error(x, 502, std::string_view(msg, ml), false);
       return;
     }
+    if (res.status == openai::triton_stream_status::too_large) {
+      conclude_error(x, 502, "The backend's reply is over 4 MiB of text.", false);
+      return;
+    }
     if (res.status == openai::triton_stream_status::ok) f.len += static_cast<uint32_t>(res.written);
   }
   if (a.parsed != 0) {

@@ -7,18 +7,11 @@
 #include <cstring>
 
 #include "sluice/core/text.hpp"
+#include "sluice/http/chunked.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
 
 namespace sluice::proxy {
-
-namespace {
-int detail_hex(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  const char l = static_cast<char>(c | 0x20);
-  return l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
-}
-}  // namespace
 
 bool drop_request_header(std::string_view name) noexcept {
   static constexpr std::string_view k_drop[] = {
@@ -77,18 +70,15 @@ bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_
   for (size_t u = next(from); u != std::string_view::npos; u = next(u + 1)) {
     const size_t ev = all.rfind("data:", u);
     if (ev == std::string_view::npos || ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
-    size_t h = ev - 2;  // the size line ends here
-    while (h > 0 && std::isxdigit(static_cast<unsigned char>(all[h - 1])) != 0) --h;
+    size_t h = ev - 2;  // the size line ends here: at most 16 digits before it
+    while (h > 0 && ev - 2 - h < 17 && std::isxdigit(static_cast<unsigned char>(all[h - 1])) != 0) --h;
     if (h == ev - 2 || (h != 0 && all[h - 1] != '\n')) continue;
     const size_t ev_end = all.find("\n\n", u);
     if (ev_end == std::string_view::npos || ev_end + 4 > n || all.substr(ev_end + 2, 2) != "\r\n") continue;
     const size_t payload = ev_end + 2 - ev;
-    size_t size = 0;
-    for (size_t i = h; i < ev - 2; ++i) {
-      const char c = all[i];
-      size = size * 16 + static_cast<size_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    if (size != payload) continue;
+    size_t line = h;
+    uint64_t size = 0;
+    if (!http::read_chunk_size_line(p, n, line, size) || line != ev || size != payload) continue;
     if (all.substr(ev, ev_end - ev).find("\"choices\":[]") == std::string_view::npos) continue;
     begin = h;
     end = ev_end + 4;
@@ -99,21 +89,22 @@ bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_
 
 size_t dechunk(const char* p, size_t n, char* out, bool& last) noexcept {
   last = false;
-  size_t i = 0, w = 0;
-  while (i < n) {
-    uint64_t size = 0;
-    while (i < n && detail_hex(p[i]) >= 0) size = size << 4 | static_cast<uint64_t>(detail_hex(p[i++]));
-    // Extensions and the CRLF: to the LF that ends the size line.
-    while (i < n && p[i] != '\n') ++i;
-    ++i;
+  // The size-line reader the h2 session counts with: bounded whatever the
+  // bytes are (a malformed line ends the copy; a cut chunk gives its data
+  // so far).
+  size_t w = 0;
+  size_t i = 0;
+  uint64_t size = 0;
+  while (i < n && http::read_chunk_size_line(p, n, i, size)) {
     if (size == 0) {
       last = true;
       break;
     }
-    if (i + size > n) size = n - i;  // cannot happen for whole chunks; bounded anyway
-    std::memcpy(out + w, p + i, size);
-    w += size;
-    i += size + 2;  // the data's CRLF
+    if (size > n - i) size = n - i;  // a cut chunk: its data so far (n - i never wraps)
+    std::memcpy(out + w, p + i, static_cast<size_t>(size));
+    w += static_cast<size_t>(size);
+    if (n - i - size < 2) break;
+    i += static_cast<size_t>(size) + 2;  // the data's CRLF
   }
   return w;
 }

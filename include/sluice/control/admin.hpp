@@ -6,6 +6,7 @@
 // request per connection; never on a shard's core path.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "sluice/control/gateway.hpp"
 #include "sluice/shard/reactor.hpp"
@@ -16,6 +17,11 @@ class health_checker;
 class budget_keeper;
 class cluster_keeper;
 class status_sampler;
+
+// Whether a request's Host (`name[:port]`) names the admin listener in a
+// way DNS rebinding cannot forge: an IP literal or localhost, with no port
+// or `port`. Used when no admin token is set.
+bool own_host(std::string_view host, uint16_t port) noexcept;
 
 class admin_server {
  public:
@@ -79,10 +85,16 @@ class admin_server {
   const std::shared_ptr<const config::config>* _cfg = nullptr;
   std::string _token;
   int _listen_fd;
+  uint16_t _port = 0;  // the listener's own port, for the Host check (own_host)
   accept_op _accept_op;
   bool _draining = false;
   bool _accepting = false;
   uint32_t _open = 0;
+  uint32_t _evicting = 0;  // of _open: shut down for newer ones, their last CQE still to come
+  conn* _oldest = nullptr;
+  conn* _newest = nullptr;
+  static constexpr uint32_t k_conns_max = 64;
+  static constexpr uint64_t k_head_timeout_ms = 5000;  // the whole head, from accept
 };
 
 }  // namespace sluice::control

@@ -3,7 +3,10 @@
 // (HTTP field names and tokens: the one the tree uses), and a bounded text
 // writer (heads, ids, audit lines): no allocation, no format-string
 // parsing. Every put checks room; after the first miss `ok` stays false and
-// nothing more is written.
+// nothing more is written. [begin, p) is always exactly what was written:
+// a put that does not fit leaves `p` where it was, so a caller that sends
+// `p - begin` bytes without reading `ok` sends a short text, never bytes
+// nobody wrote.
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +36,7 @@ struct text_writer {
   text_writer(char* begin, size_t cap) noexcept : p(begin), end(begin + cap) {}
 
   void put(char c) noexcept {
-    if (p == end) {
+    if (!ok || p == end) {
       ok = false;
       return;
     }
@@ -41,10 +44,9 @@ struct text_writer {
   }
   void put(std::string_view s) noexcept {
     // An empty view may have a null data(), which memcpy must not get.
-    if (s.empty()) return;
+    if (s.empty() || !ok) return;
     if (static_cast<size_t>(end - p) < s.size()) {
       ok = false;
-      p = end;
       return;
     }
     std::memcpy(p, s.data(), s.size());
@@ -54,6 +56,7 @@ struct text_writer {
   void put_int(Int v) noexcept {
     // Straight into the output when any value fits (no copy, no memcpy
     // call for a few digits); else through a buffer, cut as put() cuts.
+    if (!ok) return;
     if (static_cast<size_t>(end - p) >= 24) {
       p = std::to_chars(p, end, v).ptr;
       return;

@@ -162,18 +162,14 @@ enum class close_cause : uint8_t {
   connection_closed, // the connection ended (GOAWAY, fatal error) with the stream open
 };
 
-// HTTP/1.1 chunked framing, as send_body's chunked pieces hold it. Reads
-// the size line at p[i] (hex digits, extensions, CRLF), moves i past it.
-// Returns: the chunk's size.
-size_t chunk_size_line(const char* p, size_t n, size_t& i) noexcept;
-
 // Whether a response field's value is one no later response repeats (the
 // request id, openai-processing-ms, the key's remaining quota and its
 // reset): submit_response() sends those as literals never indexed, so the
 // HPACK encoder's table keeps the fields that do repeat. `name` lower case.
 bool unique_per_response(std::string_view name) noexcept;
 // Returns: the data bytes of the whole chunks in p[0, n), up to a terminal
-// chunk; reads the size lines alone (jumps over the data).
+// chunk or the first thing that is not a whole chunk (http::scan_whole_chunks:
+// bounded, whatever the bytes).
 size_t chunked_payload_bytes(const char* p, size_t n) noexcept;
 
 // The events of one connection. Implemented by the client codec.

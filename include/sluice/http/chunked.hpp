@@ -73,6 +73,29 @@ inline constexpr auto k_hex_value = [] {
 }();
 }  // namespace detail
 
+// Chunk framing read again where the walker has already been over it (a
+// relay's batch of whole chunks, handed on to a codec that takes the
+// framing off). Bounded as the walker is, so bytes it never vouched for
+// (a batch cut in the middle of a chunk) cannot make them loop, wrap or
+// read past `n`: at most 16 hex digits (a uint64_t cannot wrap), the size
+// compared with what is left (`size > n - i`, never `i + size > n`).
+//
+// Reads the size line at p[i, n): its digits, then anything to its LF
+// (extensions, the CR). Returns: false, `i` and `size` unchanged, when
+// there is no such line there (no digit, over 16, or no LF before `n`);
+// else the chunk's size, `i` just past the LF.
+bool read_chunk_size_line(const char* p, size_t n, size_t& i, uint64_t& size) noexcept;
+
+struct whole_chunks {
+  uint64_t payload = 0;  // the data bytes of the whole chunks counted
+  size_t end = 0;        // just past the last one (past the terminal chunk's line when `last`)
+  bool last = false;     // the terminal chunk (size 0) ended the walk
+};
+// Walks the whole chunks at the front of p[0, n), to the terminal chunk or
+// to the first thing that is not a whole chunk (a cut chunk, a malformed
+// line). Returns: their payload and where they end.
+whole_chunks scan_whole_chunks(const char* p, size_t n) noexcept;
+
 class chunk_walker {
  public:
   explicit chunk_walker(const chunk_limits& l = {}) noexcept : _limits(l) {}

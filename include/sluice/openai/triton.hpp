@@ -110,7 +110,13 @@ enum class triton_stream_status : uint8_t {
   need_space,  // nothing written, state unchanged: call again with cap >= `needed`
   failed,      // accumulate mode: the backend sent an error_message; answer with triton_error_body
   ended,       // the reply is complete; the response is ignored
+  too_large,   // accumulate mode: the text would pass k_reply_text_bytes_max (or could not grow)
 };
+
+// Accumulate mode's bound on a reply's text: a backend (or a model that
+// ignores max_tokens) must not grow a non-stream reply without limit.
+// 32768 tokens of the longest UTF-8 pieces fit many times over.
+inline constexpr size_t k_reply_text_bytes_max = 4u << 20;
 
 struct triton_stream_result {
   triton_stream_status status = triton_stream_status::ok;

@@ -305,6 +305,31 @@ TEST_CASE("chunked pieces: only the chunks' data goes out, whatever the windows 
   CHECK(c.streams[id].end_stream);
 }
 
+TEST_CASE("a chunked piece that is not whole chunks is refused, whatever its sizes say") {
+  // What a relay that lost the chunk alignment would hand on: the middle of
+  // a chunk's data, shaped as size lines that wrap a 64-bit sum. Counting
+  // it once looped for ever; now send_body refuses it and queues nothing.
+  recording_owner o;
+  h2::server_session s(o, {});
+  o.session = &s;
+  client c;
+  const int32_t id = c.request("POST", "/v1/chat/completions");
+  pump(c, s);
+  REQUIRE(s.submit_response(id, 200, {}, false));
+  std::string mid = "1\nX\r\nFFFFFFFFFFFFFFED\n";
+  mid.append(4096, 'A');
+  const iovec v = iov(mid);
+  CHECK_FALSE(s.send_body(id, {&v, 1}, false, 1));
+  const std::string cut = "5\r\nhello\r\n9\r\nwor";  // whole, then a chunk cut short
+  const iovec w = iov(cut);
+  CHECK_FALSE(s.send_body(id, {&w, 1}, false, 1));
+  const std::string whole = "5\r\nhello\r\n";
+  const iovec ok = iov(whole);
+  CHECK(s.send_body(id, {&ok, 1}, true, 1));
+  pump(c, s);
+  CHECK(c.streams[id].body == "hello");
+}
+
 TEST_CASE("a client RST_STREAM mid-response is reported as a cancel") {
   recording_owner o;
   h2::server_session s(o, {});

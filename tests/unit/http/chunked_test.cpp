@@ -9,10 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/http/chunked.hpp"
 #include "sluice/http/request.hpp"
 
 using namespace std::literals;
 using sluice::errc;
+namespace http = sluice::http;
 using sluice::http::limits;
 using sluice::http::parse_status;
 using sluice::http::request_head;
@@ -220,5 +222,65 @@ TEST_SUITE("http::request_parser::decode_chunked") {
     std::string c = "2\r\nok\r\n0\r\n\r\n";
     CHECK(p.decode_chunked(c.data(), c.size(), c.data(), used, produced).ok());
     CHECK(std::string_view(c.data(), produced) == "ok");
+  }
+}
+
+TEST_SUITE("http::read_chunk_size_line and scan_whole_chunks (bytes read again)") {
+  TEST_CASE("a size line: its digits, extensions and CRLF, at most 16 digits") {
+    const std::string s = "1a;ext=1\r\nrest";
+    size_t i = 0;
+    uint64_t size = 0;
+    REQUIRE(http::read_chunk_size_line(s.data(), s.size(), i, size));
+    CHECK(size == 0x1a);
+    CHECK(i == 10);
+    SUBCASE("16 digits fill a uint64_t") {
+      const std::string m = "FFFFFFFFFFFFFFFF\r\n";
+      i = 0;
+      REQUIRE(http::read_chunk_size_line(m.data(), m.size(), i, size));
+      CHECK(size == UINT64_MAX);
+    }
+    SUBCASE("17 digits, no digit, or no LF: no line, nothing moved") {
+      for (const std::string bad : {"1FFFFFFFFFFFFFFFF\r\n", "00000000000000001\r\n", "\r\n", "x\r\n", "12\r"}) {
+        CAPTURE(bad);
+        i = 0;
+        size = 7;
+        CHECK_FALSE(http::read_chunk_size_line(bad.data(), bad.size(), i, size));
+        CHECK(i == 0);
+        CHECK(size == 7);
+      }
+    }
+  }
+
+  TEST_CASE("whole chunks up to the terminal chunk or the first thing that is not one") {
+    const std::string s = "3\r\nabc\r\n2;x\r\nde\r\n0\r\n\r\n";
+    http::whole_chunks w = http::scan_whole_chunks(s.data(), s.size());
+    CHECK(w.payload == 5);
+    CHECK(w.last);
+    CHECK(w.end == s.size() - 2);
+    const std::string cut = "3\r\nabc\r\n5\r\nab";
+    w = http::scan_whole_chunks(cut.data(), cut.size());
+    CHECK(w.payload == 3);
+    CHECK_FALSE(w.last);
+    CHECK(w.end == 8);
+    const std::string no_crlf = "3\r\nabcXY";
+    CHECK(http::scan_whole_chunks(no_crlf.data(), no_crlf.size()).end == 0);
+  }
+
+  TEST_CASE("sizes that would wrap a 64-bit sum end the walk (a batch cut mid-chunk by a hostile backend)") {
+    // "1\nX\r\n" then a size that wraps i + size back to the same place:
+    // the unbounded reader looped here for ever.
+    std::string s = "1\nX\r\nFFFFFFFFFFFFFFED\n";
+    s.append(1000, 'A');
+    http::whole_chunks w = http::scan_whole_chunks(s.data(), s.size());
+    CHECK(w.payload == 1);
+    CHECK(w.end == 5);
+    std::string huge = "FFFFFFFFFFFFFFFF\n";
+    huge.append(64, 'B');
+    w = http::scan_whole_chunks(huge.data(), huge.size());
+    CHECK(w.payload == 0);
+    CHECK(w.end == 0);
+    // 17 digits of zeros then a 1: refused, not read as 1.
+    const std::string padded = "00000000000000001\r\nX\r\n";
+    CHECK(http::scan_whole_chunks(padded.data(), padded.size()).payload == 0);
   }
 }

@@ -566,6 +566,25 @@ TEST_SUITE("openai::triton_stream") {
     CHECK(body == expected);
   }
 
+  TEST_CASE("a non-stream reply's text is bounded: past k_reply_text_bytes_max it is too_large, state kept") {
+    // A backend that never says final and keeps sending text (review F4):
+    // once grew the text without bound, and a bad_alloc escaped noexcept.
+    std::string acc;
+    triton_stream s;
+    s.reset(chat_ctx, &acc);
+    const std::string piece(64u << 10, 'x');
+    stream_response r = text(piece, 1);
+    char out[64];
+    size_t fed = 0;
+    triton_stream_result res;
+    while ((res = s.feed(r, out, sizeof out)).status == triton_stream_status::ok) fed += piece.size();
+    CHECK(res.status == triton_stream_status::too_large);
+    CHECK(fed == k_reply_text_bytes_max);
+    CHECK(acc.size() == k_reply_text_bytes_max);
+    CHECK_FALSE(s.done());
+    CHECK(s.feed(r, out, sizeof out).status == triton_stream_status::too_large);
+  }
+
   TEST_CASE("a non-stream completions body is vLLM's, byte for byte, also when ended by length") {
     std::string acc;
     triton_stream s;

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "downstream_conn.hpp"
@@ -118,6 +120,39 @@ TEST_SUITE("proxy::wire re-framing") {
     const std::string no_end = "3\r\nabc\r\n";
     CHECK(dechunk(no_end.data(), no_end.size(), out, last) == 3);
     CHECK_FALSE(last);
+  }
+
+  TEST_CASE("dechunk is bounded by its input whatever the bytes: sizes that would wrap, 17 digits, no LF") {
+    // A batch that starts inside a chunk's data (what a hostile backend
+    // made the relay hand on): 2^64-1 once made memcpy copy past the end.
+    std::string in = "FFFFFFFFFFFFFFFF\n";
+    in.append(100, 'A');
+    std::vector<char> out(in.size());
+    bool last = true;
+    size_t n = dechunk(in.data(), in.size(), out.data(), last);
+    CHECK(n == 100);  // the cut chunk's data so far, and no more
+    CHECK_FALSE(last);
+    in = "1\nX\r\nFFFFFFFFFFFFFFED\n";
+    in.append(40, 'Z');
+    out.assign(in.size(), 0);
+    n = dechunk(in.data(), in.size(), out.data(), last);
+    CHECK(n == 1 + 40);
+    in = "100000000000000001\r\nabc";  // 18 digits: no size line
+    CHECK(dechunk(in.data(), in.size(), out.data(), last) == 0);
+    in = "3\r\nabc\r\n5";  // a size line without its LF
+    CHECK(dechunk(in.data(), in.size(), out.data(), last) == 3);
+  }
+
+  TEST_CASE("find_usage_chunk takes no size line of over 16 digits") {
+    const std::string ev = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n";
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx", ev.size());
+    size_t b = 0, e = 0;
+    std::string good = std::string(size) + "\r\n" + ev + "\r\n";
+    CHECK(find_usage_chunk(good.data(), good.size(), 0, b, e));
+    // The same value behind 16 zeros: 18 digits, which no walker passed.
+    std::string padded = std::string(16, '0') + size + "\r\n" + ev + "\r\n";
+    CHECK_FALSE(find_usage_chunk(padded.data(), padded.size(), 0, b, e));
   }
 
   TEST_CASE("drop_usage_events leaves out the usage-only event, whatever its spacing and line ends") {

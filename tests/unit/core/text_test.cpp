@@ -1,0 +1,57 @@
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string_view>
+
+#include "sluice/core/text.hpp"
+
+using sluice::text_writer;
+
+TEST_SUITE("core::text_writer") {
+  TEST_CASE("a put that does not fit writes nothing, moves nothing, and every later put is refused") {
+    char buf[16];
+    std::memset(buf, '#', sizeof buf);
+    text_writer w(buf, 10);
+    w.put("abcdef");
+    CHECK(w.ok);
+    w.put("ghijk");  // 5 > the 4 left
+    CHECK_FALSE(w.ok);
+    CHECK(w.p == buf + 6);  // [buf, p) is what was written, not the whole buffer
+    w.put("x");  // would fit, but the text already has a hole
+    w.put('y');
+    w.put_int(7);
+    w.put_hex_min(0xab);
+    CHECK(w.p == buf + 6);
+    CHECK(std::string_view(buf, static_cast<size_t>(w.p - buf)) == "abcdef");
+    CHECK(buf[6] == '#');
+  }
+
+  TEST_CASE("a head built of puts never carries bytes nobody wrote, whatever fits") {
+    // The shape of a backend request's head: fixed text, then an id of any
+    // length up to the writer's room and past it.
+    for (size_t id_len = 0; id_len < 80; ++id_len) {
+      CAPTURE(id_len);
+      char buf[64];
+      std::memset(buf, 0, sizeof buf);  // anything unwritten would show as NUL
+      text_writer w(buf, sizeof buf);
+      w.put("\r\nx-request-id: ");
+      w.put(std::string_view("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", id_len));
+      w.put("\r\nx-forwarded-for: ");
+      const std::string_view out(buf, static_cast<size_t>(w.p - buf));
+      CHECK(out.find('\0') == std::string_view::npos);
+      CHECK(w.ok == (16 + id_len + 19 <= sizeof buf));
+    }
+  }
+
+  TEST_CASE("integers fit or are refused whole") {
+    char buf[4];
+    text_writer w(buf, sizeof buf);
+    w.put_int(12345);
+    CHECK_FALSE(w.ok);
+    CHECK(w.p == buf);
+    text_writer v(buf, sizeof buf);
+    v.put_int(1234);
+    CHECK(v.ok);
+    CHECK(std::string_view(buf, 4) == "1234");
+  }
+}
