@@ -390,6 +390,7 @@ int main(int argc, char** argv) {
     h.ctx = &ctl;
     h.on_iteration = [](void* p, uint64_t) {
       auto* c = static_cast<control_state*>(p);
+      c->g->flush_control();
       c->health->on_iteration(c->r->now_ms());
       c->embeddings->on_iteration(c->r->now_ms());
       c->status->on_iteration(c->r->now_ms());

@@ -278,8 +278,19 @@ void read_health(const reader& r, const toml::table& t, std::string_view name, h
   }
 }
 
+// A secret goes into request heads (a backend's x-api-key, Redis AUTH):
+// a control character -- the trailing newline an EnvironmentFile line may
+// keep -- would split the head. Returns: whether `v` has none.
+bool secret_is_clean(std::string_view v) noexcept {
+  for (const char c : v) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
 // `key` names an environment variable holding a secret: its value is read
-// now (and never logged); named but unset or empty is an error.
+// now (and never logged); named but unset or empty is an error, and so is
+// one with a control character in it.
 void read_secret_env(const reader& r, const toml::table& t, std::string_view table_name, std::string_view key,
                      std::string& env_name, std::string& value_out) {
   const toml::node* n = r.read_string(t, table_name, key, env_name);
@@ -288,6 +299,10 @@ void read_secret_env(const reader& r, const toml::table& t, std::string_view tab
   if (!env_name.empty() && (value == nullptr || *value == '\0')) {
     r.fail(*n, fmt::format("{}.{}: the environment variable \"{}\" is unset or empty; set it, or remove {}", table_name,
                            key, env_name, key));
+  }
+  if (value != nullptr && !secret_is_clean(value)) {
+    r.fail(*n, fmt::format("{}.{}: the environment variable \"{}\" holds a control character (a trailing newline?); "
+                           "remove it", table_name, key, env_name));
   }
   value_out = value != nullptr ? value : "";
 }
@@ -548,8 +563,11 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
     if (value == nullptr || *value == '\0') {
       r.fail(*n, fmt::format("group.api_key_env: the environment variable \"{}\" is unset or empty; set it, or remove api_key_env",
                              g.api_key_env));
+    } else if (!secret_is_clean(value)) {
+      r.fail(*n, fmt::format("group.api_key_env: the environment variable \"{}\" holds a control character (a trailing "
+                             "newline?); remove it", g.api_key_env));
     }
-    g.api_key = value;
+    g.api_key = value != nullptr ? value : "";
   }
   g.health = health_defaults;
   if (const toml::table* h = r.table(t, "health", "group.health")) read_health(r, *h, "group.health", g.health);

@@ -66,8 +66,9 @@ admin_server::admin_server(shard::reactor& r, const gateway& g, int listen_fd) n
     if (a.ss_family == AF_INET) _port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
     if (a.ss_family == AF_INET6) _port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
   }
-  _accept_op.self = this;
+  _accept_op.self = _rearm_op.self = this;
   _accept_op.fn = &admin_server::on_accept;
+  _rearm_op.fn = &admin_server::on_rearm_timer;
 }
 
 admin_server::~admin_server() {
@@ -80,6 +81,12 @@ void admin_server::start() noexcept {
   _accepting = true;
 }
 
+void admin_server::on_rearm_timer(shard::completion* c, const io_uring_cqe*) {
+  admin_server* self = static_cast<accept_op*>(c)->self;
+  self->_rearm_armed = false;
+  if (self->_accepting) self->start();
+}
+
 void admin_server::stop_accepting() noexcept {
   if (!_accepting) return;
   _accepting = false;
@@ -89,7 +96,18 @@ void admin_server::stop_accepting() noexcept {
 
 void admin_server::on_accept(shard::completion* c, const io_uring_cqe* cqe) {
   admin_server* self = static_cast<accept_op*>(c)->self;
-  if ((cqe->flags & IORING_CQE_F_MORE) == 0 && self->_accepting && cqe->res != -ECANCELED) self->start();
+  if ((cqe->flags & IORING_CQE_F_MORE) == 0 && self->_accepting && cqe->res != -ECANCELED) {
+    if (cqe->res >= 0) {
+      self->start();
+    } else if (!self->_rearm_armed) {
+      // EMFILE, ENFILE, ENOMEM with a connection still queued: armed again
+      // at once it would fail at once, and the control thread would spin.
+      static constexpr __kernel_timespec k_rearm_pause{0, 50'000'000};
+      io_uring_sqe* s = self->_r.sqe(&self->_rearm_op);
+      io_uring_prep_timeout(s, const_cast<__kernel_timespec*>(&k_rearm_pause), 0, 0);
+      self->_rearm_armed = true;
+    }
+  }
   if (cqe->res < 0) return;
   if (self->_open - self->_evicting >= k_conns_max) {
     // The admin port is for scrapes and probes, not load. Full: the oldest

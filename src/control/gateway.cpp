@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
+#include <chrono>
+#include <deque>
 #include <string_view>
 #include <thread>
 
@@ -56,6 +58,12 @@ struct gateway::mesh_storage {
 struct gateway::shard_slot {
   shard_link link;
   std::thread thread;
+  // Control messages that found the shard's inbox full, in order: the
+  // control thread never waits for a shard (a stuck one would freeze the
+  // admin API, health probes and signals); flush_control() moves them on
+  // each loop turn. Nothing jumps ahead of them.
+  std::deque<control_message> backlog;
+  bool backlog_warned = false;
 };
 
 namespace {
@@ -157,30 +165,63 @@ bool held_elsewhere(const config::socket_address& la) {
   return la.port() != 0 && net::address_in_use(reinterpret_cast<const sockaddr*>(&la.storage), la.length);
 }
 
-// Queues `m` for the shard, waiting while its inbox is full (a full one
-// means the shard is far behind, and waiting for it is the right thing for
-// a control op), unless the shard has stopped: then it takes nothing more.
-// Returns: whether it was queued.
-bool push_control(shard_link& s, const control_message& m) noexcept {
-  for (;;) {
-    if (s.inbox.try_push(m)) {
-      ++s.posted;
-      return true;
-    }
-    if (s.stopped.load(std::memory_order_acquire)) return false;
-    std::this_thread::yield();
-  }
-}
-
-// push_control(), then a wake-up so that a shard asleep in its ring takes it
-// now. Returns: whether it was queued.
-bool send_control(shard_link& s, const control_message& m) noexcept {
-  if (!push_control(s, m)) return false;
-  if (s.reactor != nullptr) s.reactor->wake();
-  return true;
+// Frees what a control message owns (a reload's snapshot and context).
+void release_control(control_message& m) noexcept {
+  delete m.snapshot;
+  delete m.tls;
+  m.snapshot = nullptr;
+  m.tls = nullptr;
 }
 
 }  // namespace
+
+bool gateway::send_control(shard_slot& s, const control_message& m) noexcept {
+  shard_link& l = s.link;
+  if (l.stopped.load(std::memory_order_acquire)) return false;
+  if (s.backlog.empty() && l.inbox.try_push(m)) {
+    ++l.posted;
+    if (l.reactor != nullptr) l.reactor->wake();
+    return true;
+  }
+  // Full: the shard is far behind. Kept in order for flush_control(); a
+  // backlog this long means the shard takes nothing at all.
+  if (s.backlog.size() >= k_backlog_max) {
+    log::error("shard {}: takes no control messages ({} waiting); one is dropped", l.index, s.backlog.size());
+    return false;
+  }
+  if (!s.backlog_warned) log::warn("shard {}: its control inbox is full; messages wait for it", l.index);
+  s.backlog_warned = true;
+  try {
+    s.backlog.push_back(m);
+  } catch (...) {
+    return false;
+  }
+  if (l.reactor != nullptr) l.reactor->wake();
+  return true;
+}
+
+void gateway::flush_control() noexcept {
+  for (auto& s : _shards) {
+    if (s->backlog.empty()) continue;
+    shard_link& l = s->link;
+    if (l.stopped.load(std::memory_order_acquire)) {
+      for (control_message& m : s->backlog) release_control(m);
+      s->backlog.clear();
+      continue;
+    }
+    bool moved = false;
+    while (!s->backlog.empty() && l.inbox.try_push(s->backlog.front())) {
+      s->backlog.pop_front();
+      ++l.posted;
+      moved = true;
+    }
+    if (moved && l.reactor != nullptr) l.reactor->wake();
+    if (s->backlog.empty() && s->backlog_warned) {
+      log::info("shard {}: its control inbox takes messages again", l.index);
+      s->backlog_warned = false;
+    }
+  }
+}
 
 gateway::mesh_storage::mesh_storage(size_t n, size_t keys, bool lender)
     : count(n),
@@ -319,13 +360,13 @@ void gateway::launch() {
 gateway::~gateway() {
   drain(0);
   join();
-  // A reload that reached a shard's inbox as it stopped: its snapshot copy.
+  // A reload that reached a shard's inbox (or its backlog) as it stopped:
+  // its snapshot copy.
   for (auto& s : _shards) {
     control_message m;
-    while (s->link.inbox.try_pop(m)) {
-      delete m.snapshot;
-      delete m.tls;
-    }
+    while (s->link.inbox.try_pop(m)) release_control(m);
+    for (control_message& b : s->backlog) release_control(b);
+    s->backlog.clear();
   }
 }
 
@@ -336,14 +377,16 @@ void gateway::post(uint8_t kind, uint32_t drain_ms, const route::message* r) noe
     m.what = static_cast<control_message::kind>(kind);
     m.drain_ms = drain_ms;
     if (r != nullptr) m.r = *r;
-    send_control(s->link, m);
+    send_control(*s, m);
   }
 }
 
 gateway::settle_mark gateway::mark() const {
   settle_mark m;
   m.posted.reserve(_shards.size());
-  for (const auto& s : _shards) m.posted.push_back(s->link.posted);
+  // What waits in a backlog counts: the shard has taken the mark's messages
+  // only once those too are in and applied.
+  for (const auto& s : _shards) m.posted.push_back(s->link.posted + s->backlog.size());
   return m;
 }
 
@@ -418,10 +461,7 @@ void gateway::reload(std::shared_ptr<const config::config> next) {
     m.what = control_message::kind::reload;
     m.snapshot = new std::shared_ptr<const config::config>(next);
     if (_tls) m.tls = new std::shared_ptr<const tls::context>(_tls);
-    if (!send_control(s->link, m)) {
-      delete m.snapshot;
-      delete m.tls;
-    }
+    if (!send_control(*s, m)) release_control(m);
   }
 }
 
@@ -466,6 +506,12 @@ bool gateway::stopped() const noexcept {
 }
 
 void gateway::join() noexcept {
+  // A stop message may still wait in a backlog: moved on until each shard
+  // has left its loop (the control loop's own turns do it before this).
+  while (!stopped()) {
+    flush_control();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   for (auto& s : _shards) {
     if (s->thread.joinable()) s->thread.join();
   }

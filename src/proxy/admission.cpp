@@ -153,9 +153,10 @@ void shard_server::answer_rate_limited(exchange& x, const quota::decision& q) no
                             quota::retry_after_seconds(q.retry_after_ms), q.retry_after_ms,
                             q.too_large ? "x-should-retry: false\r\n" : "");
   const size_t ml = msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch;
+  // Before the answer: answer_error may end the connection that holds x.
+  x.error_code = "rate_limit_exceeded";
   x.codec->answer_error(x, 429, std::string_view(x.scratch, ml), kind, {}, "rate_limit_exceeded", false,
                std::string_view(extra, e.size < sizeof extra ? e.size : sizeof extra));
-  x.error_code = "rate_limit_exceeded";
 }
 
 void shard_server::answer_budget_exhausted(exchange& x, uint8_t key_out, uint8_t group_out) noexcept {
@@ -194,9 +195,9 @@ void shard_server::answer_budget_exhausted(exchange& x, uint8_t key_out, uint8_t
                            std::string_view(reset, rl));
   }
   const size_t ml = msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch;
+  x.error_code = "insufficient_quota";  // before the answer, which may end x's connection
   x.codec->answer_error(x, 429, std::string_view(x.scratch, ml), "insufficient_quota", {}, "insufficient_quota", false,
                         "x-should-retry: false\r\n");
-  x.error_code = "insufficient_quota";
 }
 
 size_t shard_server::write_budget_headers(const exchange& x, char* out, size_t cap) noexcept {

@@ -150,7 +150,7 @@ void openai_http::on_anthropic_event(exchange& x, const http::sse_event& ev) noe
     s.completion_tokens = o.completion_tokens;
     if (o.finish_reason == "error") s.error = true;
     const size_t n = o.finish_reason.size() < sizeof s.finish_reason ? o.finish_reason.size() : sizeof s.finish_reason;
-    std::memcpy(s.finish_reason, o.finish_reason.data(), n);
+    if (n != 0) std::memcpy(s.finish_reason, o.finish_reason.data(), n);  // an empty view may be null
     s.finish_reason_len = static_cast<uint8_t>(n);
   }
 }
@@ -214,7 +214,7 @@ void openai_http::answer_anthropic_reply(exchange& x) noexcept {
   s.prompt_tokens = o.prompt_tokens;
   s.completion_tokens = o.completion_tokens;
   const size_t n = o.finish_reason.size() < sizeof s.finish_reason ? o.finish_reason.size() : sizeof s.finish_reason;
-  std::memcpy(s.finish_reason, o.finish_reason.data(), n);
+  if (n != 0) std::memcpy(s.finish_reason, o.finish_reason.data(), n);
   s.finish_reason_len = static_cast<uint8_t>(n);
   x.mem->body.len = 0;  // not scanned again at the end: `facts` has the counts
   x.codec->answer(x, 200, _reply, false, {}, {});

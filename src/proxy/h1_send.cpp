@@ -70,7 +70,13 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
                             "x-request-id: {}\r\n{}{}{}\r\n",
                             status, reason_phrase(status), bl, std::string_view(d->x.request_id, d->x.request_id_len),
                             std::string_view(rate, rl), extra_headers, close ? "connection: close\r\n" : "");
-  std::memcpy(d->out.data + r.size, body.data(), bl);
+  // format_to_n reports the untruncated size: past the room the head was
+  // cut, and the size is no offset to write the body at.
+  if (r.size > k_head_room) {
+    close_downstream(d);
+    return;
+  }
+  if (bl != 0) std::memcpy(d->out.data + r.size, body.data(), bl);
   d->out.len = static_cast<uint32_t>(r.size + bl);
   d->x.status = status;
   d->close_after_send = close;

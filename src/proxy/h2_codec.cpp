@@ -3,6 +3,7 @@
 // connection's send (the transport is the HTTP/1.1 codec's: h1_codec.cpp).
 #include "h2_codec.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -240,6 +241,8 @@ void h2_codec::free_stream(h2_stream* st) noexcept {
   st->ready_next = nullptr;
   st->hook = {};
   st->link = nullptr;
+  l.body_bytes -= st->body_counted;
+  st->body_counted = 0;
   st->body.len = st->head.len = st->answer.len = 0;
   st->mem.body.len = st->mem.frame.len = st->mem.up_head.len = 0;
   if (st->body.cap > k_keep_buffer_bytes) st->body.release();
@@ -333,6 +336,27 @@ void h2_codec::on_request_data(h2_link& l, int32_t id, std::span<const char> byt
     return;
   }
   if (!bytes.empty()) {
+    // The bodies one connection holds share its memory cap (one body of
+    // max_body_bytes always fits), and the shard's cap is kept as they
+    // come, not only at dispatch: a connection of many slow streams must
+    // not commit what it is refused for later. Refused streams are reset
+    // once answered, so their windows stop with them.
+    const config::server_config& sc = _cfg->server;
+    const uint64_t link_max = std::max<uint64_t>(sc.h2_memory_max_bytes, sc.max_body_bytes);
+    const bool over_link = l.body_bytes + bytes.size() > link_max;
+    const bool over_shard = sc.memory_max_bytes != 0 &&
+                            connection_memory_bytes() + static_cast<int64_t>(bytes.size()) >
+                                static_cast<int64_t>(sc.memory_max_bytes);
+    if (over_link || over_shard) {
+      _metrics.at(metrics::stat::shed_memory).add();
+      st->reset_after_answer = !end_stream;
+      answer_error(x, 503, over_link ? "This connection's request bodies are over its memory cap. Please try again."
+                                     : "The server is overloaded. Please try again.",
+                   "server_error", {}, "overloaded", false, "retry-after: 1\r\n");
+      return;
+    }
+    l.body_bytes += bytes.size();
+    st->body_counted += static_cast<uint32_t>(bytes.size());
     if (!st->body.reserve(static_cast<size_t>(total) + simdjson::SIMDJSON_PADDING)) {
       fail(x);
       return;

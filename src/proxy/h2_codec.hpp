@@ -46,6 +46,7 @@ struct h2_stream {
   deadline_kind deadline = deadline_kind::none;
   shard::timer timer;               // in the codec's wheel while deadline != none
   int ops = 0;                      // upstream sends reading `body` (lent request bytes)
+  uint32_t body_counted = 0;        // of `body`: counted in the link's body_bytes until freed
   bool closed = false;              // the session closed the stream: its request views are gone
   bool finished = false;            // accounted (end_request); the exchange is over
   bool body_done = false;           // the request body ended (END_STREAM)
@@ -82,6 +83,7 @@ struct h2_link final : h2::session_owner {
   bool closed_pending = false;       // a closed stream waits to be freed
   bool goaway = false;               // no new streams: a GOAWAY went out or came in
   uint64_t counted_streams = 0;      // session counters already added to the shard's metrics
+  uint64_t body_bytes = 0;           // request body bytes its streams hold (body_counted, summed)
   h2::counters counted{};
 
   // --- h2::session_owner ---

@@ -339,11 +339,67 @@ bool budget_file_store::load(const config::config&, int64_t, budget_state& out, 
 }
 
 push_state budget_file_store::push(const budget_state&, const budget_state& whole, int64_t unix_ms) {
+  std::string text = format_state(whole, unix_ms);
+  std::unique_lock lock(_mu);
+  if (_busy) return push_state::failed;  // the last write is still out: this one waits for the next period
+  if (!_writer.joinable()) {
+    try {
+      _writer = std::thread([this] { run_writer(); });
+    } catch (...) {
+      lock.unlock();
+      return write_file(text);  // no thread to be had: written here, as before
+    }
+  }
+  _job = std::move(text);
+  _has_job = _busy = true;
+  lock.unlock();
+  _cv.notify_one();
+  return push_state::in_flight;
+}
+
+push_state budget_file_store::poll(budget_state&) {
+  const std::lock_guard lock(_mu);
+  return _busy ? push_state::in_flight : _result;
+}
+
+push_state budget_file_store::wait(budget_state&) {
+  // Shutdown: the last write finishes (a disk that never answers holds the
+  // exit, as any fsync would).
+  std::unique_lock lock(_mu);
+  _cv.wait(lock, [this] { return !_busy; });
+  return _result;
+}
+
+budget_file_store::~budget_file_store() {
+  {
+    const std::lock_guard lock(_mu);
+    _stopping = true;
+  }
+  _cv.notify_all();
+  if (_writer.joinable()) _writer.join();
+}
+
+void budget_file_store::run_writer() {
+  std::unique_lock lock(_mu);
+  for (;;) {
+    _cv.wait(lock, [this] { return _has_job || _stopping; });
+    if (!_has_job) return;
+    std::string text = std::move(_job);
+    _has_job = false;
+    lock.unlock();
+    const push_state st = write_file(text);
+    lock.lock();
+    _result = st;
+    _busy = false;
+    _cv.notify_all();
+  }
+}
+
+push_state budget_file_store::write_file(const std::string& text) {
   // The new state goes to a temp file next to the old one, reaches the disk,
   // and only then replaces it (rename is atomic within a directory); the
   // directory's fsync makes the rename itself survive a crash.
   const std::string tmp = _path + ".tmp";
-  const std::string text = format_state(whole, unix_ms);
   const size_t slash = _path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : _path.substr(0, slash);
   const char* step = "open";

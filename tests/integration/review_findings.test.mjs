@@ -355,3 +355,52 @@ describe('F6 and F7: the admin listener with no admin token', () => {
     assert.equal((await admin_raw(port, 'GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n')).status, 200);
   });
 });
+
+describe('F5: HTTP/2 request bodies count against the connection\'s cap as they come', () => {
+  let be, sluice;
+  before(async () => {
+    be = await start_scripted_backend(async (socket) => {
+      socket.write(sse_head + chat_stream_events({ tokens: 1 }).map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n');
+    });
+    sluice = await start_sluice({
+      config: gateway_config({
+        tables: { server: { cpus: '0' }, health: { interval_ms: 0 } },
+        groups: [{ name: 'g', models: ['*'], backends: [be.url] }],
+        keys: [{ id: 'test', key: test_key }],
+      }),
+    });
+  });
+  after(() => stop_all(sluice, be));
+
+  it('40 streams each holding 1 MiB of an unfinished body: all but what fits the cap are refused, memory stays bounded', async () => {
+    const client = http2.connect(sluice.url);
+    client.on('error', () => {});
+    const reqs = [];
+    for (let i = 0; i < 40; ++i) {
+      const req = client.request({ ':method': 'POST', ':path': '/v1/chat/completions', authorization: `Bearer ${test_key}`,
+                                   'content-type': 'application/json' });
+      req.on('error', () => {});
+      req.write(Buffer.alloc(1 << 20, 0x20));  // JSON whitespace: a body still coming
+      reqs.push(req);
+    }
+    const metric = async (re) => Number(re.exec(await (await fetch(`${sluice.admin_url}/metrics`)).text())?.[1] ?? NaN);
+    try {
+      // The connection's bodies may hold max(h2_memory_max_bytes, max_body_bytes) = 8 MiB: of 40
+      // bodies of 1 MiB, at most 8 arrive whole within it; every other one is refused (503, then
+      // RST_STREAM) at its first byte past it.
+      let shed = 0;
+      await poll(async () => (shed = await metric(/^sluice_shed_requests_total\{reason="memory"\} (\d+)/m)) >= 32,
+                 { what: 'the streams past the cap to be refused', timeout_ms: bound_ms(15000) });
+      const mem = await metric(/^sluice_connection_memory_bytes(?:\{[^}]*\})? (\d+)/m);
+      assert.ok(mem > 0 && mem < 24 * (1 << 20), `sluice_connection_memory_bytes ${mem} (${shed} refused)`);
+    } finally {
+      for (const r of reqs) r.close();
+      client.close();
+    }
+    // The shard still serves on a new connection.
+    const sdk = new OpenAI({ apiKey: test_key, baseURL: `${sluice.url}/v1`, maxRetries: 0, timeout: bound_ms(5000) });
+    let text = '';
+    for await (const c of await sdk.chat.completions.create({ model: 'm', messages, stream: true })) text += c.choices[0]?.delta?.content ?? '';
+    assert.equal(text, 'tok0');
+  });
+});

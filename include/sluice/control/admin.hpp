@@ -59,6 +59,7 @@ class admin_server {
     admin_server* self = nullptr;
   };
   static void on_accept(shard::completion* c, const io_uring_cqe* cqe);
+  static void on_rearm_timer(shard::completion* c, const io_uring_cqe* cqe);
   static void on_recv(shard::completion* c, const io_uring_cqe* cqe);
   static void on_send(shard::completion* c, const io_uring_cqe* cqe);
   static void on_settle_timer(shard::completion* c, const io_uring_cqe* cqe);
@@ -87,6 +88,8 @@ class admin_server {
   int _listen_fd;
   uint16_t _port = 0;  // the listener's own port, for the Host check (own_host)
   accept_op _accept_op;
+  accept_op _rearm_op;       // a failed accept is armed again after a pause, not at once
+  bool _rearm_armed = false;  // _rearm_op is the kernel's until its CQE
   bool _draining = false;
   bool _accepting = false;
   uint32_t _open = 0;

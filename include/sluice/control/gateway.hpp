@@ -20,6 +20,10 @@
 #include "sluice/shard/reactor.hpp"
 #include "sluice/tls/tls.hpp"
 
+namespace sluice::proxy {
+struct control_message;
+}  // namespace sluice::proxy
+
 namespace sluice::control {
 
 // Control-thread-local. One per process, from start-up until every shard
@@ -119,6 +123,9 @@ class gateway {
   void hand_over(uint32_t drain_ms) noexcept;
   // Returns: whether every shard thread has left its loop.
   bool stopped() const noexcept;
+  // Control thread, each loop turn: control messages that found a shard's
+  // inbox full go in now, in order, as far as it has room.
+  void flush_control() noexcept;
   void join() noexcept;
 
  private:
@@ -129,6 +136,12 @@ class gateway {
   // (after stopping the others) when one failed to start.
   void launch();
   void post(uint8_t kind, uint32_t drain_ms, const route::message* r = nullptr) noexcept;
+  struct shard_slot;
+  // Queues `m` for the shard (or its backlog when the inbox is full) and
+  // wakes it; never waits. Returns: false when the shard has stopped or
+  // its backlog is at k_backlog_max (the caller frees what m owns).
+  bool send_control(shard_slot& s, const proxy::control_message& m) noexcept;
+  static constexpr size_t k_backlog_max = 65536;
 
   std::unique_ptr<metrics::registry> _metrics;
   std::unique_ptr<quota::budget_board> _own_budgets;
@@ -137,8 +150,7 @@ class gateway {
   // wake-ups); defined in gateway.cpp. Outlives every shard thread.
   struct mesh_storage;
   std::unique_ptr<mesh_storage> _mesh;
-  // A shard's link and its thread; defined in gateway.cpp.
-  struct shard_slot;
+  // A shard's link, its thread and its control backlog; defined in gateway.cpp.
   std::vector<std::unique_ptr<shard_slot>> _shards;
   uint16_t _port = 0;
   uint16_t _tls_port = 0;

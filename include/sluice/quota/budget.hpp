@@ -35,6 +35,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <mutex>
+#include <condition_variable>
 #include <string_view>
 #include <vector>
 
@@ -260,18 +263,41 @@ class budget_store {
 // "nothing kept"; an unreadable, corrupt or foreign one is refused by
 // load() (the operator moves it away: usage is never silently reset). One
 // process's: the view it keeps includes what it loaded.
+//
+// The write, its fsyncs and the rename run on a helper thread of the
+// store's own (push() returns in_flight; poll() says how it went): a slow
+// or stalled disk never holds the control thread, which serves /healthz,
+// probes, lending and signals.
 class budget_file_store final : public budget_store {
  public:
   explicit budget_file_store(std::string path) : _path(std::move(path)) {}
+  ~budget_file_store() override;
+  budget_file_store(const budget_file_store&) = delete;
+  budget_file_store& operator=(const budget_file_store&) = delete;
   // The file's state (also --check-config's test of it).
   bool load(budget_state& out, std::string& error);
   bool load(const config::config& cfg, int64_t unix_ms, budget_state& out, std::string& error) override;
   push_state push(const budget_state& own, const budget_state& view, int64_t unix_ms) override;
+  push_state poll(budget_state& totals) override;
+  push_state wait(budget_state& totals) override;
   std::string_view describe() const override { return _path; }
 
+  // The write itself, on whatever thread calls it. Returns: kept or failed.
+  push_state write_file(const std::string& text);
+
  private:
+  void run_writer();
+
   std::string _path;
-  bool _warned = false;
+  bool _warned = false;  // the writer thread's
+  std::mutex _mu;
+  std::condition_variable _cv;
+  std::string _job;            // the next text to write (under _mu)
+  bool _has_job = false;       // under _mu
+  bool _stopping = false;      // under _mu
+  push_state _result = push_state::kept;  // under _mu: the last write's
+  bool _busy = false;          // under _mu: a job taken or waiting
+  std::thread _writer;         // started by the first push
 };
 
 // Control thread, from start to shutdown. Turns the board's cumulative

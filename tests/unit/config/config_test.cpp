@@ -426,6 +426,8 @@ TEST_SUITE("config::errors") {
 
   TEST_CASE("each kind of error names the file, the right line and what is allowed") {
     ::unsetenv("SLUICE_TEST_SURELY_UNSET");
+    ::setenv("SLUICE_TEST_KEY_WITH_LF", "sk-backend\n", 1);
+    ::setenv("SLUICE_TEST_TOKEN_WITH_CR", "tok\rx-evil: 1", 1);
     for (const auto& c : k_cases) {
       std::string what = c.what;
       CAPTURE(what);
@@ -721,6 +723,8 @@ key = "k"
       {"bounded load of 1", "[[group]]\nname = \"a\"\nbounded_load = 1.0\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "0 (off) or more than 1.0"},
       {"prefix_messages out of range", "[[group]]\nname = \"a\"\nprefix_messages = 9\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "allowed: 1-8"},
       {"unset api key variable", "[[group]]\nname = \"a\"\napi_key_env = \"SLUICE_TEST_SURELY_UNSET\"\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "\"SLUICE_TEST_SURELY_UNSET\" is unset"},
+      {"api key with a newline", "[[group]]\nname = \"a\"\napi_key_env = \"SLUICE_TEST_KEY_WITH_LF\"\nbackends = [\"http://127.0.0.1:1\"]\n", 3, "holds a control character"},
+      {"admin token with a CR", "[server]\nadmin_token_env = \"SLUICE_TEST_TOKEN_WITH_CR\"\n", 2, "holds a control character"},
       {"health backoff bounds", "[health]\nbackoff_ms = 5000\nbackoff_max_ms = 1000\n", 3, "smaller than health.backoff_ms"},
       {"health rise 0", "[health]\nrise = 0\n", 2, "health.rise = 0 is out of range"},
       {"group health unknown key", "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:1\"]\n[group.health]\nfalls = 1\n", 5, "did you mean \"fall\""},
@@ -728,6 +732,8 @@ key = "k"
 
   TEST_CASE("each routing error names the file, the right line and what is allowed") {
     ::unsetenv("SLUICE_TEST_SURELY_UNSET");
+    ::setenv("SLUICE_TEST_KEY_WITH_LF", "sk-backend\n", 1);
+    ::setenv("SLUICE_TEST_TOKEN_WITH_CR", "tok\rx-evil: 1", 1);
     for (const auto& c : k_cases) {
       std::string what = c.what;
       CAPTURE(what);

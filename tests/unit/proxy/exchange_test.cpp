@@ -85,7 +85,7 @@ struct fake_codec final : proxy::client_codec {
     answer_body = std::string(message);
     code = std::string(c);
     x.status = s;
-    x.error_code = "error";
+    x.error_code = c;  // as the codecs do
   }
   void fail(exchange&) noexcept override { calls.emplace_back("fail"); }
   void lend_request_bytes(exchange&) noexcept override { ++lent; }

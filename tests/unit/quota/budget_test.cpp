@@ -430,7 +430,12 @@ TEST_SUITE("quota::budget state file") {
     CHECK(error.find("move it away") != std::string::npos);
     budget_state whole;
     whole.keys["k"].add(windows_at(at(2026, 1, 1)), 1, 0);
-    CHECK(store.push({}, whole, at(2026, 1, 1)) == push_state::kept);
+    // Written on the store's own thread: push hands it over, wait (or
+    // poll, each period) says how it went.
+    CHECK(store.push({}, whole, at(2026, 1, 1)) == push_state::in_flight);
+    budget_state totals;
+    CHECK(store.wait(totals) == push_state::kept);
+    CHECK(store.poll(totals) == push_state::kept);
     CHECK(store.load(s, error));
     CHECK(s.keys.at("k").used[0] == 1);
     CHECK(::access((file + ".tmp").c_str(), F_OK) != 0);
