@@ -3,17 +3,25 @@
 
 sluice_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Debian packages the build, the tests and tools/run need.
-sluice_packages=(
+# Debian packages that building and running sluice and mock-vllm need
+# (tools/run installs these alone) ...
+sluice_run_packages=(
   build-essential g++ meson ninja-build pkg-config cmake
   liburing-dev libsimdjson-dev libmimalloc-dev libfmt-dev doctest-dev
-  libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp protobuf-compiler
-  libhiredis-dev redis-server libfasttext-dev libnuma-dev
+  libtomlplusplus-dev libxxhash-dev libssl-dev openssl libnghttp2-dev node-llhttp
+  libhiredis-dev libfasttext-dev libnuma-dev
+  nodejs npm curl
+)
+# ... and what the tests add (tools/test installs both lists).
+sluice_test_packages=(
+  protobuf-compiler
+  redis-server  # [cluster] and budgets in Redis (tests/integration/*redis*, cluster)
   wrk  # a load generator of its own in the binary-upgrade test (tests/integration/upgrade.test.mjs)
   nghttp2-client  # h2load: 100 streams on one connection (tests/integration/h2.test.mjs)
-  nodejs npm curl python3
+  python3
   chromium  # the status page's browser test (tests/integration/status_page_browser.test.mjs)
 )
+sluice_packages=("${sluice_run_packages[@]}" "${sluice_test_packages[@]}")
 
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -50,14 +58,26 @@ sluice_npm_ci() {
   fi
 }
 
-# Configures (once) and compiles a build folder: sluice_build DIR [meson setup args...]
+# Configures (once) and compiles a build folder:
+#   sluice_build DIR [meson setup args...] [-- TARGET...]
+# With targets after --, only those (and what they link) are compiled.
 sluice_build() {
   local dir=$1
   shift
+  local setup=() targets=()
+  while (($#)); do
+    if [[ $1 == -- ]]; then
+      shift
+      targets=("$@")
+      break
+    fi
+    setup+=("$1")
+    shift
+  done
   if [[ ! -f $sluice_root/$dir/build.ninja ]]; then
-    log "meson setup $dir $*"
-    meson setup "$sluice_root/$dir" "$sluice_root" "$@" || return 1
+    log "meson setup $dir ${setup[*]}"
+    meson setup "$sluice_root/$dir" "$sluice_root" ${setup[@]+"${setup[@]}"} || return 1
   fi
-  log "meson compile -C $dir"
-  meson compile -C "$sluice_root/$dir"
+  log "meson compile -C $dir ${targets[*]}"
+  meson compile -C "$sluice_root/$dir" ${targets[@]+"${targets[@]}"}
 }
