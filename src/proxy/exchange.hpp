@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "conn_memory.hpp"
+#include "wire.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/response.hpp"
 #include "sluice/grpc/kserve.hpp"
@@ -106,6 +107,12 @@ struct relay_state {
   // may (between two events, past the first).
   bool skip_allowed = false;
   bool skip_ok = false;
+  // Past the largest buffer with no event boundary to cut at: the rest of
+  // the body is de-chunked as it comes (cursor) and sent re-framed, through
+  // mem->usage_filter when the usage event is still to be cut.
+  bool reframe = false;
+  bool reframe_filter = false;
+  dechunk_cursor cursor;
   stream_facts facts;
 };
 
@@ -144,6 +151,9 @@ struct exchange_memory {
   openai::triton_stream triton;  // a gRPC reply's translation (small: no buffers of its own)
   grpc::decode_memo grpc_memo;   // the layout of the last gRPC response decoded here
   std::string triton_text;       // a non-stream gRPC reply's text, accumulated
+  // The usage cut past the largest buffer (relay_state::reframe): made on
+  // the connection's first such stream and kept (16 KiB: not on every one).
+  std::unique_ptr<usage_event_filter> usage_filter;
 };
 
 // Shard-local. One per request: from the first byte of its head until its

@@ -110,6 +110,11 @@ class openai_http final : public backend_adapter {
   void end_after_done(exchange& x) noexcept;
   // Returns: whether u->buf could double (own allocation, up to 1 MiB).
   bool grow_upstream_buffer(upstream_conn* u) noexcept;
+  // The rest of a body past the largest buffer, de-chunked and re-framed
+  // (relay_state::reframe); `filter`: through the usage event filter.
+  // Returns: false when the filter's memory cannot be had.
+  bool start_reframe(exchange& x, bool filter) noexcept;
+  void send_reframed(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept;
   // After [DONE] on a response the backend keeps open: how long its rest is
   // waited for before the connection is closed instead of pooled.
   static constexpr uint64_t k_after_done_wait_ms = 1000;

@@ -144,6 +144,10 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     send_translated(x, with_head, parsed_end, bs.complete);
     return;
   }
+  if (r.reframe && !r.hold_error && !r.client_done) {
+    send_reframed(x, with_head, parsed_end, bs.complete);
+    return;
+  }
   if (r.hold_error || r.hold_reply || r.client_done) {
     // A held error's body went to resp_body (on_body_data), and so does a
     // reply read whole to be translated; after [DONE] the client's response
@@ -170,11 +174,20 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     end_client = r.facts.done && r.aligned_at != nullptr;
     aligned = true;
     if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
-      // Held bytes fill the largest buffer without an event boundary: pass
-      // them on uncut (counted: it must stay 0). A client that takes the
-      // chunks as they came may get them cut anywhere; a codec that takes
-      // the framing off gets whole chunks only (fwd_from is a chunk start),
-      // never a batch that begins inside a chunk's data.
+      // Held bytes fill the largest buffer without an event boundary (an
+      // event over 1 MiB). While the usage event may still be cut, or for
+      // a codec that takes the framing off, fwd_from is a chunk start and
+      // an event's: the rest of the body is de-chunked as it comes and
+      // re-framed, the usage event dropped as it streams, whatever its size.
+      if ((r.cut_usage || r.dechunk) && start_reframe(x, r.cut_usage)) {
+        send_reframed(x, with_head, parsed_end, bs.complete);
+        return;
+      }
+      // Else (no memory for the filter; or a chunked client after [DONE])
+      // they pass on uncut (counted: it must stay 0). A client that takes
+      // the chunks as they came may get them cut anywhere; a codec that
+      // takes the framing off gets whole chunks only, never a batch that
+      // begins inside a chunk's data.
       if (r.cut_usage) _metrics.at(metrics::stat::usage_cut_failed).add();
       r.cut_usage = false;
       send_end = parsed_end;
@@ -194,7 +207,13 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
       send_end = bs.chunk_end != 0 ? parse_from + static_cast<uint32_t>(bs.chunk_end) : r.fwd_from;
       if (sse_chunked) send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
       if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
-        upstream_failed(x, errc::upstream_protocol);  // a chunk over 1 MiB to an HTTP/1.0 client
+        // A chunk (or an event) over 1 MiB to a client without chunked
+        // framing: its payload goes as it comes.
+        if (!start_reframe(x, false)) {
+          upstream_failed(x, errc::internal);
+          return;
+        }
+        send_reframed(x, with_head, parsed_end, bs.complete);
         return;
       }
     }
@@ -400,6 +419,63 @@ void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) n
   if (end_client) end_after_done(x);  // HTTP/1.0: no terminal chunk, the close ends it
   const iovec payload{x.mem->frame.data, n};
   send_batch(x, with_head, &payload, n != 0 ? 1 : 0, nullptr);
+}
+
+bool openai_http::start_reframe(exchange& x, bool filter) noexcept {
+  relay_state& r = x.rsp;
+  if (filter) {
+    if (!x.mem->usage_filter) {
+      x.mem->usage_filter.reset(new (std::nothrow) usage_event_filter());
+      if (!x.mem->usage_filter) return false;
+      account_connection_memory(static_cast<int64_t>(sizeof(usage_event_filter)));
+    }
+    x.mem->usage_filter->reset();
+  }
+  r.reframe = true;
+  r.reframe_filter = filter;
+  r.cut_usage = false;  // the filter cuts it now
+  r.cursor = dechunk_cursor{};
+  return true;
+}
+
+void openai_http::send_reframed(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept {
+  // [fwd_from, parsed_end): the walker's bytes, cut anywhere in a chunk;
+  // their payload (less the usage event) goes out framed anew, as a
+  // translated reply's does. Rare (an event over the largest buffer), so
+  // it copies: de-chunked into mem->body, filtered into mem->frame.
+  upstream_conn* u = x.up;
+  relay_state& r = x.rsp;
+  const size_t n = parsed_end - r.fwd_from;
+  byte_buf& f = x.mem->frame;
+  if (!f.reserve(k_batch_room + n + usage_event_filter::k_hold_bytes_max + 8) ||
+      (r.reframe_filter && !x.mem->body.reserve(n + 1))) {
+    upstream_failed(x, errc::internal);
+    return;
+  }
+  char* const payload = f.data + k_batch_room;
+  bool last = false;
+  size_t w = 0;
+  if (r.reframe_filter) {
+    const size_t plen = r.cursor.feed(u->buf.data + r.fwd_from, n, x.mem->body.data, last);
+    const uint32_t dropped = x.mem->usage_filter->dropped();
+    w = x.mem->usage_filter->feed(x.mem->body.data, plen, payload);
+    if (x.mem->usage_filter->dropped() != dropped) _metrics.at(metrics::stat::usage_chunks_cut).add();
+    x.mem->body.len = 0;
+  } else {
+    w = r.cursor.feed(u->buf.data + r.fwd_from, n, payload, last);
+  }
+  f.len = static_cast<uint32_t>(k_batch_room + w);
+  r.send_end = parsed_end;
+  // The client's response ends with the backend's, or at [DONE] (the
+  // backend's rest is then read and dropped a short while, as elsewhere).
+  const bool end_client = complete || r.facts.done;
+  if (end_client) r.client_done = true;
+  const iovec piece = frame_translated_batch(f, r.dechunk, end_client);
+  if (end_client && !complete) {
+    const uint64_t idle_ms = _cfg->groups[x.group].upstream.stream_idle_timeout_ms;
+    x.codec->stream_wait(x, idle_ms < k_after_done_wait_ms ? idle_ms : k_after_done_wait_ms);
+  }
+  send_batch(x, with_head, &piece, piece.iov_len != 0 ? 1 : 0, nullptr);
 }
 
 bool openai_http::grow_upstream_buffer(upstream_conn* u) noexcept {

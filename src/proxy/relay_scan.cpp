@@ -9,6 +9,7 @@
 
 #include "client_codec.hpp"
 #include "shard_server.hpp"
+#include "wire.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
@@ -92,6 +93,27 @@ void openai_http::on_skipped_chunks(void* ctx, uint32_t chunks, const char* end)
   x.up->adapter->_metrics.at(metrics::stat::sse_chunks_skipped).add(chunks);
 }
 
+namespace {
+
+// The facts of a usage event known by its prefix alone (see on_sse_event).
+openai::stream_event_info usage_only_from_prefix(std::string_view data) noexcept {
+  openai::stream_event_info info;
+  const std::string_view u = usage_object_in_prefix(data);
+  constexpr std::string_view k_open = "{\"choices\":[],\"usage\":";
+  char small[1024];
+  if (!u.empty() && u.size() + k_open.size() + 1 <= sizeof small) {
+    std::memcpy(small, k_open.data(), k_open.size());
+    std::memcpy(small + k_open.size(), u.data(), u.size());
+    small[k_open.size() + u.size()] = '}';
+    info = openai::scan_stream_event(std::string_view(small, k_open.size() + u.size() + 1));
+  }
+  info.malformed = false;
+  info.usage_only = true;
+  return info;
+}
+
+}  // namespace
+
 void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   exchange& x = *static_cast<exchange*>(ctx);
   if (x.rsp.dialect == reply_dialect::anthropic) {
@@ -114,7 +136,13 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
     if (x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
     return;
   }
-  const openai::stream_event_info info = openai::scan_stream_event(ev.data);
+  openai::stream_event_info info = openai::scan_stream_event(ev.data);
+  if (ev.truncated && info.malformed && classify_event_prefix(ev.data) == prefix_verdict::usage_only) {
+    // A usage event longer than the scan keeps (a large extra member): its
+    // start says what it is, and its counts are read when they lie whole
+    // in what was kept.
+    info = usage_only_from_prefix(ev.data);
+  }
   ++s.events;
   if (info.done) s.done = true;
   if (info.error) s.error = true;

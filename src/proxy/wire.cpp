@@ -160,6 +160,235 @@ size_t drop_usage_events(const char* p, size_t n, char* out, uint32_t& cut) noex
 }
 
 namespace {
+
+// The value of the top-level member `name` of the JSON object that `d`
+// begins (maybe cut short): walks members, skipping values structurally.
+// Returns: the offset of its value's first byte; npos when the object has
+// no such member; `cut` when the prefix ends before that is known.
+constexpr size_t k_cut = std::string_view::npos - 1;
+size_t find_top_member(std::string_view d, std::string_view name) noexcept {
+  size_t i = 0;
+  const size_t n = d.size();
+  auto ws = [&] {
+    while (i < n && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r')) ++i;
+  };
+  auto skip_string = [&]() -> bool {  // past the string whose quote is at i; false if cut
+    for (++i; i < n; ++i) {
+      if (d[i] == '\\') {
+        ++i;
+      } else if (d[i] == '"') {
+        ++i;
+        return true;
+      }
+    }
+    return false;
+  };
+  ws();
+  if (i == n) return k_cut;
+  if (d[i] != '{') return std::string_view::npos;
+  ++i;
+  for (;;) {
+    ws();
+    if (i == n) return k_cut;
+    if (d[i] != '"') return std::string_view::npos;  // '}' (no such member) or not JSON
+    const size_t key_at = i + 1;
+    if (!skip_string()) return k_cut;
+    const std::string_view key = d.substr(key_at, i - 1 - key_at);
+    ws();
+    if (i == n) return k_cut;
+    if (d[i] != ':') return std::string_view::npos;
+    ++i;
+    ws();
+    if (i == n) return k_cut;
+    if (key == name) return i;
+    uint32_t depth = 0;
+    for (;;) {
+      if (i == n) return k_cut;
+      const char c = d[i];
+      if (c == '"') {
+        if (!skip_string()) return k_cut;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) return std::string_view::npos;  // the object ended
+        --depth;
+      } else if (c == ',' && depth == 0) {
+        ++i;
+        break;
+      }
+      ++i;
+    }
+  }
+}
+
+}  // namespace
+
+prefix_verdict classify_event_prefix(std::string_view d) noexcept {
+  size_t i = find_top_member(d, "choices");
+  if (i == k_cut) return prefix_verdict::unknown;
+  if (i == std::string_view::npos || d[i] != '[') return prefix_verdict::other;
+  ++i;
+  while (i < d.size() && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r')) ++i;
+  if (i == d.size()) return prefix_verdict::unknown;
+  return d[i] == ']' ? prefix_verdict::usage_only : prefix_verdict::other;
+}
+
+std::string_view usage_object_in_prefix(std::string_view d) noexcept {
+  const size_t at = find_top_member(d, "usage");
+  if (at >= k_cut || d[at] != '{') return {};
+  // Its end: the brace that closes it, strings walked.
+  uint32_t depth = 0;
+  for (size_t i = at; i < d.size(); ++i) {
+    const char c = d[i];
+    if (c == '"') {
+      for (++i; i < d.size() && d[i] != '"'; ++i) {
+        if (d[i] == '\\') ++i;
+      }
+      continue;
+    }
+    if (c == '{' || c == '[') ++depth;
+    if ((c == '}' || c == ']') && --depth == 0) return d.substr(at, i + 1 - at);
+  }
+  return {};
+}
+
+size_t dechunk_cursor::feed(const char* p, size_t n, char* out, bool& last) noexcept {
+  size_t i = 0, w = 0;
+  last = _at == at::done;
+  while (i < n && _at != at::done) {
+    switch (_at) {
+      case at::size: {
+        const uint8_t v = http::detail::k_hex_value[static_cast<unsigned char>(p[i])];
+        if (v < 16 && _digits < 16) {
+          _size = _size << 4 | v;
+          ++_digits;
+          ++i;
+        } else {
+          _at = at::ext;  // extensions, the CR: to the LF
+        }
+        break;
+      }
+      case at::ext:
+        if (p[i++] == '\n') {
+          _digits = 0;
+          if (_size == 0) {
+            _at = at::done;
+            last = true;
+          } else {
+            _at = at::data;
+          }
+        }
+        break;
+      case at::data: {
+        const size_t k = _size < n - i ? static_cast<size_t>(_size) : n - i;
+        std::memcpy(out + w, p + i, k);
+        w += k;
+        i += k;
+        _size -= k;
+        if (_size == 0) {
+          _at = at::data_end;
+          _end_left = 2;
+        }
+        break;
+      }
+      case at::data_end:
+        ++i;
+        if (--_end_left == 0) _at = at::size;
+        break;
+      case at::done:
+        break;
+    }
+  }
+  return w;
+}
+
+size_t usage_event_filter::decide(char* out, bool ended) noexcept {
+  // The first data line's value, as far as it is held.
+  const std::string_view held(_hold, _held);
+  prefix_verdict v = prefix_verdict::unknown;
+  size_t at = 0;
+  while (at < held.size()) {
+    size_t e = at;
+    while (e < held.size() && held[e] != '\n' && held[e] != '\r') ++e;
+    const std::string_view line = held.substr(at, e - at);
+    if (line.starts_with("data:")) {
+      std::string_view value = line.substr(5);
+      if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+      v = classify_event_prefix(value);
+      // A value cut by its line's end is all there is of it.
+      if (v == prefix_verdict::unknown && e < held.size()) v = prefix_verdict::other;
+      break;
+    }
+    if (e == held.size()) break;
+    at = e + 1;
+  }
+  if (v == prefix_verdict::unknown && !ended && _held < k_hold_bytes_max) return 0;  // not yet
+  size_t w = 0;
+  if (v == prefix_verdict::usage_only) {
+    ++_dropped;
+    _mode = mode::drop;
+  } else {
+    std::memcpy(out, _hold, _held);
+    w = _held;
+    _mode = mode::keep;
+  }
+  _held = 0;
+  return w;
+}
+
+size_t usage_event_filter::feed(const char* p, size_t n, char* out) noexcept {
+  size_t w = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = p[i];
+    // Line ends are CR, LF or CRLF; a line end right after another (an
+    // empty line) ends the event.
+    const bool crlf_tail = c == '\n' && _after_cr;
+    if (_mode == mode::between) {
+      if (crlf_tail) {  // the LF of the CRLF that ended the last event: its byte
+        _after_cr = false;
+        if (_last_kept) out[w++] = c;
+        continue;
+      }
+      _mode = mode::holding;
+    }
+    bool event_end = false;
+    if (crlf_tail) {
+      _after_cr = false;
+    } else if (c == '\n' || c == '\r') {
+      event_end = _line_empty;
+      _line_empty = true;
+      _after_cr = c == '\r';
+    } else {
+      _line_empty = false;
+      _after_cr = false;
+    }
+    switch (_mode) {
+      case mode::holding:
+        _hold[_held++] = c;
+        // Looked at again at each line end and every 1 KiB (a decision
+        // needs the first data line's value up to "choices").
+        if (event_end || _held == k_hold_bytes_max || c == '\n' || c == '\r' || _held % 1024 == 0) {
+          w += decide(out + w, event_end);
+        }
+        break;
+      case mode::keep:
+        out[w++] = c;
+        break;
+      case mode::drop:
+      case mode::between:
+        break;
+    }
+    if (event_end) {
+      _last_kept = _mode == mode::keep;
+      _mode = mode::between;
+    }
+  }
+  return w;
+}
+
+namespace {
 constexpr std::string_view k_translated_stream_fields =
     "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n";
 }  // namespace

@@ -45,6 +45,74 @@ size_t dechunk(const char* p, size_t n, char* out, bool& last) noexcept;
 // as they are. Returns: the bytes written; `cut` counts the events left out.
 size_t drop_usage_events(const char* p, size_t n, char* out, uint32_t& cut) noexcept;
 
+// --- the usage event cut as it streams (relay: past the largest buffer) ----
+
+// What the start of an SSE event's data says of it: a usage-only chunk
+// (the top level's "choices" is an empty array: what sluice asked for with
+// include_usage), another event, or not yet known (the member is not in the
+// prefix). Structural: strings and nesting are walked, so "choices":[]
+// inside a string or a nested object does not count.
+enum class prefix_verdict : uint8_t { unknown, usage_only, other };
+prefix_verdict classify_event_prefix(std::string_view data) noexcept;
+// The top-level "usage" object of an event's data, when it lies whole in
+// this prefix (a usage event cut short by the scan's bound keeps its counts
+// where the large member comes after them). Returns: empty when not.
+std::string_view usage_object_in_prefix(std::string_view data) noexcept;
+
+// The payload of a chunked body read across batches that may begin and end
+// anywhere in a chunk (its framing already validated by the walker that
+// went over the same bytes). Shard-local; one per response that needs it.
+struct dechunk_cursor {
+  // Copies the payload of [p, p + n) to `out` (room: n bytes). Returns: the
+  // bytes written; `last` set once the terminal chunk's size line was read
+  // (nothing after it is payload).
+  size_t feed(const char* p, size_t n, char* out, bool& last) noexcept;
+
+ private:
+  enum class at : uint8_t { size, ext, data, data_end, done };
+  at _at = at::size;
+  uint8_t _digits = 0;
+  uint8_t _end_left = 0;  // of the CRLF after a chunk's data
+  uint64_t _size = 0;     // the size being read, then the data left in the chunk
+};
+
+// Copies an SSE payload event by event, leaving out every usage-only event
+// (classify_event_prefix on its first data line), whatever its size: an
+// event's first bytes are held until they tell, then it goes out as it
+// comes, or is dropped as it comes. Undecided after k_hold_bytes_max, an
+// event goes out. Shard-local; one per response that needs it, fed its
+// payload in order from an event boundary.
+class usage_event_filter {
+ public:
+  static constexpr size_t k_hold_bytes_max = 16u << 10;
+  // Room `out` needs for n input bytes: n + k_hold_bytes_max.
+  // Returns: the bytes written.
+  size_t feed(const char* p, size_t n, char* out) noexcept;
+  uint32_t dropped() const noexcept { return _dropped; }
+  // For the next response (from an event boundary).
+  void reset() noexcept {
+    _mode = mode::between;
+    _line_empty = true;
+    _after_cr = false;
+    _last_kept = true;
+    _dropped = 0;
+    _held = 0;
+  }
+
+ private:
+  enum class mode : uint8_t { between, holding, keep, drop };
+  // Decides the held event once its bytes tell (or its end or the bound
+  // came): returns the bytes of it written to out.
+  size_t decide(char* out, bool ended) noexcept;
+  mode _mode = mode::between;
+  bool _line_empty = true;  // nothing of the current line yet
+  bool _after_cr = false;   // the last byte was a CR (an LF next ends nothing more)
+  bool _last_kept = true;   // the last event went out (a CRLF's LF after it goes with it)
+  uint32_t _dropped = 0;
+  size_t _held = 0;
+  char _hold[k_hold_bytes_max];
+};
+
 // Appends `s` to `b` (the caller reserved the room). An empty view may
 // have a null data(), which memcpy must not get.
 inline void append(byte_buf& b, std::string_view s) noexcept {
