@@ -111,9 +111,9 @@ class openai_http final : public backend_adapter {
   // Returns: whether u->buf could double (own allocation, up to 1 MiB).
   bool grow_upstream_buffer(upstream_conn* u) noexcept;
   // The rest of a body past the largest buffer, de-chunked and re-framed
-  // (relay_state::reframe); `filter`: through the usage event filter.
+  // (relay_state::reframe); `drop_usage`: the usage event is left out.
   // Returns: false when the filter's memory cannot be had.
-  bool start_reframe(exchange& x, bool filter) noexcept;
+  bool start_reframe(exchange& x, bool drop_usage) noexcept;
   void send_reframed(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept;
   // After [DONE] on a response the backend keeps open: how long its rest is
   // waited for before the connection is closed instead of pooled.

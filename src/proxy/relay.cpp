@@ -421,15 +421,18 @@ void openai_http::send_dechunked(exchange& x, bool with_head, bool end_client) n
   send_batch(x, with_head, &payload, n != 0 ? 1 : 0, nullptr);
 }
 
-bool openai_http::start_reframe(exchange& x, bool filter) noexcept {
+bool openai_http::start_reframe(exchange& x, bool drop_usage) noexcept {
   relay_state& r = x.rsp;
+  // An event stream goes through the filter (the usage event left out when
+  // asked; nothing after [DONE]); any other chunked body as it comes.
+  const bool filter = r.head.event_stream;
   if (filter) {
     if (!x.mem->usage_filter) {
       x.mem->usage_filter.reset(new (std::nothrow) usage_event_filter());
       if (!x.mem->usage_filter) return false;
       account_connection_memory(static_cast<int64_t>(sizeof(usage_event_filter)));
     }
-    x.mem->usage_filter->reset();
+    x.mem->usage_filter->reset(drop_usage);
   }
   r.reframe = true;
   r.reframe_filter = filter;
@@ -468,7 +471,7 @@ void openai_http::send_reframed(exchange& x, bool with_head, uint32_t parsed_end
   r.send_end = parsed_end;
   // The client's response ends with the backend's, or at [DONE] (the
   // backend's rest is then read and dropped a short while, as elsewhere).
-  const bool end_client = complete || r.facts.done;
+  const bool end_client = complete || r.facts.done || (r.reframe_filter && x.mem->usage_filter->done());
   if (end_client) r.client_done = true;
   const iovec piece = frame_translated_batch(f, r.dechunk, end_client);
   if (end_client && !complete) {

@@ -316,9 +316,13 @@ size_t usage_event_filter::decide(char* out, bool ended) noexcept {
     if (line.starts_with("data:")) {
       std::string_view value = line.substr(5);
       if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+      const bool line_ended = e < held.size();
+      constexpr std::string_view k_done = "[DONE]";
       v = classify_event_prefix(value);
+      if (!line_ended && k_done.starts_with(value)) v = prefix_verdict::unknown;  // maybe [DONE]: wait
       // A value cut by its line's end is all there is of it.
-      if (v == prefix_verdict::unknown && e < held.size()) v = prefix_verdict::other;
+      if (v == prefix_verdict::unknown && line_ended) v = prefix_verdict::other;
+      _is_done = line_ended && value == k_done;
       break;
     }
     if (e == held.size()) break;
@@ -326,7 +330,7 @@ size_t usage_event_filter::decide(char* out, bool ended) noexcept {
   }
   if (v == prefix_verdict::unknown && !ended && _held < k_hold_bytes_max) return 0;  // not yet
   size_t w = 0;
-  if (v == prefix_verdict::usage_only) {
+  if (v == prefix_verdict::usage_only && _drop_usage) {
     ++_dropped;
     _mode = mode::drop;
   } else {
@@ -351,7 +355,9 @@ size_t usage_event_filter::feed(const char* p, size_t n, char* out) noexcept {
         if (_last_kept) out[w++] = c;
         continue;
       }
+      if (_done) return w;  // after [DONE]: nothing more
       _mode = mode::holding;
+      _is_done = false;
     }
     bool event_end = false;
     if (crlf_tail) {
@@ -382,6 +388,7 @@ size_t usage_event_filter::feed(const char* p, size_t n, char* out) noexcept {
     }
     if (event_end) {
       _last_kept = _mode == mode::keep;
+      _done = _done || (_last_kept && _is_done);
       _mode = mode::between;
     }
   }

@@ -77,11 +77,12 @@ struct dechunk_cursor {
 };
 
 // Copies an SSE payload event by event, leaving out every usage-only event
-// (classify_event_prefix on its first data line), whatever its size: an
-// event's first bytes are held until they tell, then it goes out as it
-// comes, or is dropped as it comes. Undecided after k_hold_bytes_max, an
-// event goes out. Shard-local; one per response that needs it, fed its
-// payload in order from an event boundary.
+// (classify_event_prefix on its first data line) when told to, whatever its
+// size: an event's first bytes are held until they tell, then it goes out
+// as it comes, or is dropped as it comes. Undecided after k_hold_bytes_max,
+// an event goes out. Nothing after the `[DONE]` event goes out (the
+// client's response ends there). Shard-local; one per response that needs
+// it, fed its payload in order from an event boundary.
 class usage_event_filter {
  public:
   static constexpr size_t k_hold_bytes_max = 16u << 10;
@@ -89,8 +90,12 @@ class usage_event_filter {
   // Returns: the bytes written.
   size_t feed(const char* p, size_t n, char* out) noexcept;
   uint32_t dropped() const noexcept { return _dropped; }
-  // For the next response (from an event boundary).
-  void reset() noexcept {
+  bool done() const noexcept { return _done; }  // the [DONE] event went out
+  // For the next response (from an event boundary); `drop_usage`: leave
+  // the usage-only events out.
+  void reset(bool drop_usage = true) noexcept {
+    _drop_usage = drop_usage;
+    _done = _is_done = false;
     _mode = mode::between;
     _line_empty = true;
     _after_cr = false;
@@ -108,6 +113,9 @@ class usage_event_filter {
   bool _line_empty = true;  // nothing of the current line yet
   bool _after_cr = false;   // the last byte was a CR (an LF next ends nothing more)
   bool _last_kept = true;   // the last event went out (a CRLF's LF after it goes with it)
+  bool _drop_usage = true;
+  bool _is_done = false;    // the event going out is [DONE]
+  bool _done = false;       // [DONE] went out whole: nothing more does
   uint32_t _dropped = 0;
   size_t _held = 0;
   char _hold[k_hold_bytes_max];

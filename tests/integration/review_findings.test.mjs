@@ -102,6 +102,8 @@ describe('F1: a backend whose chunk never ends after [DONE], to clients that tak
     await with_timeout(ended, bound_ms(10000), 'the hostile stream to end');
     assert.ok(got.includes('"role":"assistant"'), 'the role chunk came first');
     assert.ok(!got.includes('FFFFFFFFFFFFFFED'), 'no framing reached the client as payload');
+    // The response ended at [DONE], whatever the backend sent after it.
+    assert.ok(!got.includes('data: [DONE]') || got.endsWith('data: [DONE]\n\n'), JSON.stringify(got.slice(-80)));
     client.close();
     await shard_still_serves();
   });

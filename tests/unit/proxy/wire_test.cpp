@@ -253,6 +253,21 @@ TEST_SUITE("proxy::wire the usage event cut as it streams") {
     }
   }
 
+  TEST_CASE("nothing after [DONE] goes out; told to keep usage, the filter keeps it") {
+    const std::string in = content_event("a", "\r\n") + usage_event(10, "\r\n") + "data: [DONE]\r\n\r\n" +
+                           "data: late\n\n" + std::string(50000, 'A');
+    usage_event_filter f;
+    std::vector<char> room(in.size() + usage_event_filter::k_hold_bytes_max);
+    size_t w = f.feed(in.data(), in.size(), room.data());
+    CHECK(std::string_view(room.data(), w) == content_event("a", "\r\n") + "data: [DONE]\r\n\r\n");
+    CHECK(f.done());
+    f.reset(false);
+    CHECK_FALSE(f.done());
+    w = f.feed(in.data(), in.size(), room.data());
+    CHECK(std::string_view(room.data(), w) == content_event("a", "\r\n") + usage_event(10, "\r\n") + "data: [DONE]\r\n\r\n");
+    CHECK(f.dropped() == 0);
+  }
+
   TEST_CASE("an event the hold cannot decide goes out whole") {
     // "choices" behind 20 KB of another member: undecided at the bound.
     const std::string ev = "data: {\"id\":\"" + std::string(20000, 'i') + "\",\"choices\":[]}\n\n";
