@@ -194,6 +194,7 @@ struct control_state {
     admin->stop_accepting();
     admin->set_draining(true);
     health->stop();
+    budgets->hand_over();  // its usage from here on reaches the new process
     g->hand_over(cfg->server.drain_timeout_ms);
   }
 
@@ -214,6 +215,7 @@ struct control_state {
         // With an upgrade under way the listening sockets may live on in
         // the new process: they are handed over, not shut down.
         if (upgrade->in_progress()) {
+          budgets->hand_over();
           g->hand_over(cfg->server.drain_timeout_ms);
         } else {
           g->drain(cfg->server.drain_timeout_ms);

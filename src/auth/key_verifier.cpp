@@ -16,8 +16,13 @@ std::string_view bearer_token(std::string_view a) noexcept {
   return key;
 }
 
-int32_t key_verifier::find(std::string_view authorization, std::span<const config::key_config> keys) noexcept {
-  const std::string_view key = bearer_token(authorization);
+int32_t key_verifier::find(std::string_view authorization, std::string_view api_key,
+                           std::span<const config::key_config> keys) noexcept {
+  std::string_view key = bearer_token(authorization);
+  if (key.empty()) {
+    key = api_key;
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+  }
   if (key.empty()) return -1;
   const uint64_t tag = XXH3_64bits(key.data(), key.size());
   entry& e = _cache[tag % k_cache_entries];

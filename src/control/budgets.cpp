@@ -84,6 +84,8 @@ void budget_keeper::on_iteration(const config::config& cfg, uint64_t mono_ms, in
   _ledger->save(unix_ms);
 }
 
+void budget_keeper::hand_over() { _ledger->hand_over(); }
+
 void budget_keeper::shutdown(const config::config& cfg, int64_t unix_ms) {
   _ledger->step(cfg, unix_ms);
   const bool kept = _ledger->save(unix_ms, true);

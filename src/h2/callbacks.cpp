@@ -147,6 +147,7 @@ struct server_session::callbacks {
     // The fields the policy reads: one each, as http::request_parser wants.
     slot* known = nullptr;
     if (n == "authorization") known = &st->authorization;
+    else if (n == "x-api-key") known = &st->api_key;
     else if (n == "content-type") known = &st->content_type;
     else if (n == "content-length") known = &st->content_length;
     else if (n == "host") known = &st->host;
@@ -192,6 +193,7 @@ struct server_session::callbacks {
     h.chunked = false;
     h.expect_continue = iequals(r.expect, "100-continue");
     h.authorization = st.view(st.authorization);
+    h.api_key = st.view(st.api_key);
     h.host = r.authority;
     h.session_id = st.view(st.session_id);
     h.request_id = st.view(st.request_id);

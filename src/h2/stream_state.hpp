@@ -61,7 +61,7 @@ struct server_session::stream_state {
   uint32_t trailer_bytes = 0;
   uint16_t field_count = 0;
   slot method, scheme, authority, path;
-  slot host, authorization, content_type, content_length, session_id, request_id, expect;
+  slot host, authorization, api_key, content_type, content_length, session_id, request_id, expect;
   bool too_large = false;    // answered 431 by the session
   bool malformed = false;    // reset PROTOCOL_ERROR by the session
   bool head_reported = false;

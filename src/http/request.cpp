@@ -73,7 +73,7 @@ void clear_head(request_head& h) noexcept {
   h.content_length = 0;
   h.expect_continue = false;
   h.head_bytes = 0;
-  h.authorization = h.host = h.session_id = h.request_id = {};
+  h.authorization = h.api_key = h.host = h.session_id = h.request_id = {};
   h.content_type = h.connection = h.upgrade = {};
   h.header_count = 0;
   h.field_lines = {};
@@ -125,6 +125,7 @@ void request_head::rebase(const char* old_base, const char* new_base) noexcept {
   move(target);
   move(path);
   move(authorization);
+  move(api_key);
   move(host);
   move(session_id);
   move(request_id);
@@ -238,7 +239,7 @@ parse_status request_parser::parse_request_line(const char* data) noexcept {
 parse_status request_parser::check_fields(own_facts* own) noexcept {
   request_head& h = *_head;
   bool seen_host = false, seen_auth = false, seen_cl = false, seen_te = false;
-  bool seen_sid = false, seen_rid = false, seen_ctype = false;
+  bool seen_sid = false, seen_rid = false, seen_ctype = false, seen_api_key = false;
   bool http10 = h.version_minor == 0;
   std::string_view te;
   header f;
@@ -266,6 +267,11 @@ parse_status request_parser::check_fields(own_facts* own) noexcept {
         if (iequals(n, "upgrade")) {
           if (h.upgrade.data() == nullptr) h.upgrade = v;
           if (own != nullptr) own->ask_llhttp = true;
+        }
+        break;
+      case 9:
+        if (iequals(n, "x-api-key") && !take_once(h.api_key, seen_api_key, v)) {
+          return error_status(400, "duplicate x-api-key header");
         }
         break;
       case 10:

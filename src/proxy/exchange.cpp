@@ -224,10 +224,11 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
                  "method_not_allowed", has_body);
     return false;
   }
-  x.key_index = _keys.find(x.head.authorization, _cfg->keys);
+  // The key as Authorization: Bearer, or as x-api-key (Anthropic's SDK).
+  x.key_index = _keys.find(x.head.authorization, x.head.api_key, _cfg->keys);
   if (x.key_index < 0) {
     x.codec->answer_error(x, 401,
-                 x.head.authorization.empty()
+                 x.head.authorization.empty() && x.head.api_key.empty()
                      ? "You didn't provide an API key. You need to provide your API key in an Authorization "
                        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
                      : "Incorrect API key provided.",

@@ -18,6 +18,7 @@ bool drop_request_header(std::string_view name) noexcept {
       "host",          "authorization",   "content-length", "transfer-encoding", "expect",
       "connection",    "keep-alive",      "proxy-connection", "te",              "trailer",
       "upgrade",       "proxy-authorization", "http2-settings", "x-request-id",  "x-forwarded-for",
+      "x-api-key",  // the client's key (Anthropic's SDK): never a backend's
   };
   for (std::string_view d : k_drop) {
     if (iequals(name, d)) return true;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <chrono>
 #include <cstring>
 
 #include <simdjson.h>
@@ -338,6 +339,54 @@ bool budget_file_store::load(const config::config&, int64_t, budget_state& out, 
   return load(out, error);
 }
 
+void budget_file_store::hand_over() {
+  const std::lock_guard lock(_mu);
+  _handed_over = true;
+}
+
+bool budget_file_store::take_handover(budget_state& out) {
+  std::unique_lock lock(_mu, std::try_to_lock);  // never waits for a write in progress
+  if (!lock.owns_lock()) return false;
+  if (!_writer.joinable() && !_handed_over) {
+    // The writer looks for a hand-over once a second even before this
+    // process has anything of its own to write.
+    try {
+      _writer = std::thread([this] { run_writer(); });
+    } catch (...) {
+      return false;  // no thread: the first push tries again
+    }
+  }
+  if (!_has_handover) return false;
+  out = std::move(_handover);
+  _handover = {};
+  _has_handover = false;
+  return true;
+}
+
+void budget_file_store::look_for_handover() {
+  // Claimed by a rename first: the old process may write a newer one at
+  // any moment, which then waits for the next look instead of being
+  // unlinked unread.
+  const std::string from = _path + ".handover";
+  const std::string taken = _path + ".handover.taken";
+  if (::rename(from.c_str(), taken.c_str()) != 0) return;  // none (ENOENT), or not ours to take
+  budget_file_store reader(taken);
+  budget_state s;
+  std::string error;
+  const bool ok = reader.load(s, error);
+  (void)::unlink(taken.c_str());
+  if (!ok) {
+    log::warn("budget state file: the hand-over {} was unreadable ({}); the old process's last usage is in the audit log",
+              from, error);
+    return;
+  }
+  // Two before the ledger took the first: the later is a later view of
+  // the same process, so it replaces it.
+  const std::lock_guard lock(_mu);
+  _handover = std::move(s);
+  _has_handover = true;
+}
+
 push_state budget_file_store::push(const budget_state&, const budget_state& whole, int64_t unix_ms) {
   std::string text = format_state(whole, unix_ms);
   std::unique_lock lock(_mu);
@@ -382,8 +431,15 @@ budget_file_store::~budget_file_store() {
 void budget_file_store::run_writer() {
   std::unique_lock lock(_mu);
   for (;;) {
-    _cv.wait(lock, [this] { return _has_job || _stopping; });
-    if (!_has_job) return;
+    // Woken by a job, or once a second to look for an old process's
+    // hand-over (a new process may have nothing of its own to write).
+    _cv.wait_for(lock, std::chrono::seconds(1), [this] { return _has_job || _stopping; });
+    if (_stopping && !_has_job) return;
+    const bool handed_over = _handed_over;
+    lock.unlock();
+    if (!handed_over) look_for_handover();
+    lock.lock();
+    if (!_has_job) continue;
     std::string text = std::move(_job);
     _has_job = false;
     lock.unlock();
@@ -398,8 +454,15 @@ void budget_file_store::run_writer() {
 push_state budget_file_store::write_file(const std::string& text) {
   // The new state goes to a temp file next to the old one, reaches the disk,
   // and only then replaces it (rename is atomic within a directory); the
-  // directory's fsync makes the rename itself survive a crash.
-  const std::string tmp = _path + ".tmp";
+  // directory's fsync makes the rename itself survive a crash. Handed over,
+  // to <path>.handover (the new process keeps <path>).
+  bool handed_over = false;
+  {
+    const std::lock_guard lock(_mu);
+    handed_over = _handed_over;
+  }
+  const std::string target = handed_over ? _path + ".handover" : _path;
+  const std::string tmp = target + ".tmp";
   const size_t slash = _path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : _path.substr(0, slash);
   const char* step = "open";
@@ -415,7 +478,7 @@ push_state budget_file_store::write_file(const std::string& text) {
   }
   if (ok) {
     step = "rename";
-    ok = ::rename(tmp.c_str(), _path.c_str()) == 0;
+    ok = ::rename(tmp.c_str(), target.c_str()) == 0;
   }
   if (ok) {
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -587,11 +650,48 @@ void budget_ledger::finish(push_state st, budget_state& totals) {
   }
 }
 
+namespace {
+
+// The larger of two counts of one subject, in the later of their windows
+// (an old process's hand-over and what this one loaded: both views of the
+// same usage, one later than the other).
+budget_usage larger(budget_usage a, budget_usage b) noexcept {
+  a.roll(b.at);
+  b.roll(a.at);
+  for (size_t k = 0; k < budget_kind_count; ++k) a.used[k] = a.used[k] > b.used[k] ? a.used[k] : b.used[k];
+  return a;
+}
+
+}  // namespace
+
 void budget_ledger::collect() {
-  if (!_store || !_in_flight) return;
+  if (!_store) return;
+  budget_state left;
+  if (_any_budget && _store->take_handover(left)) {
+    // The old process's view at its hand-over includes what this one
+    // loaded from it and what it charged since: the rest becomes the larger.
+    for (auto kind : {subject_kind::key, subject_kind::group}) {
+      auto& rest = kind == subject_kind::key ? _rest.keys : _rest.groups;
+      for (const auto& [name, u] : kind == subject_kind::key ? left.keys : left.groups) {
+        auto it = rest.find(name);
+        if (it == rest.end()) {
+          rest.emplace(name, u);
+        } else {
+          it->second = larger(it->second, u);
+        }
+      }
+    }
+  }
+  if (!_in_flight) return;
   budget_state totals;
   const push_state st = _store->poll(totals);
   if (st != push_state::in_flight) finish(st, totals);
+}
+
+void budget_ledger::hand_over() {
+  if (!_store) return;
+  _store->hand_over();
+  _handover_due = true;
 }
 
 bool budget_ledger::save(int64_t unix_ms, bool force) {
@@ -603,7 +703,7 @@ bool budget_ledger::save(int64_t unix_ms, bool force) {
     finish(st == push_state::in_flight ? push_state::failed : st, totals);
   }
   if (!_any_budget) return true;
-  if (!dirty() && !_store->shared()) return _last_ok;
+  if (!dirty() && !_store->shared() && !_handover_due) return _last_ok;
   if (!force && unix_ms - _last_save_ms < static_cast<int64_t>(_store->period_ms())) return _last_ok;
   _last_save_ms = unix_ms;
   const budget_windows now = windows_at(unix_ms);
@@ -612,6 +712,7 @@ bool budget_ledger::save(int64_t unix_ms, bool force) {
   }
   _sent = _own;
   _sent_charges = _charges;
+  _handover_due = false;
   totals = {};
   push_state st = _store->push(_own, _store->shared() ? budget_state{} : view(now), unix_ms);
   if (st == push_state::in_flight) {

@@ -607,3 +607,57 @@ describe('SIGUSR2 under systemd (NOTIFY_SOCKET)', () => {
     adopted.delete(new_pid);
   });
 });
+
+describe('SIGUSR2 with budgets kept in the state file', () => {
+  let slow, sluice, dir;
+  before(async () => {
+    // 30 tokens at 15/s: the streams run on in the old process well after it handed over.
+    slow = await start_mock_vllm({ tokens_per_sec: 15, reply_tokens: 30 });
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-upgrade-budget-'));
+    install_binary(path.join(dir, 'sluice'));
+    const config = two_group_config(slow.url, slow.url)
+      .replace('[[key]]', '[quota]\nbudget_state_file = "budgets.json"\n\n[[key]]') + 'daily_tokens = 1000000\n';
+    sluice = await start_from(dir, config);
+  });
+  after(async () => {
+    stop_adopted();
+    await stop_all(sluice?.proc, slow);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the tokens the old process settles during its drain are in the new one\'s budget (= the audit log)', async () => {
+    const old_pid = sluice.proc.child.pid;
+    // Some use before the upgrade (in the file by the time the new one loads it) ...
+    for (let i = 0; i < 3; ++i) {
+      const r = await http_post(sluice.url, '/v1/chat/completions', chat_body({ model: 'fast', max_tokens: 4 }), { headers: auth });
+      assert.equal(r.status, 200);
+    }
+    // ... and 8 streams that end only after the hand-over.
+    const body = (i) => chat_body({ stream: true, max_tokens: 30, content: `budget ${i}` });
+    const agent = new http.Agent({ keepAlive: false });
+    const { replies, until_started } = start_streams(sluice.url, 8, body, { agent, headers: () => auth });
+    await until_started();
+    const from = sluice.proc.mark();
+    process.kill(old_pid, 'SIGUSR2');
+    const serving = await sluice.proc.wait_for_line(/SIGUSR2: pid (\d+) serves/, { from, timeout_ms: bound_ms(10000) });
+    const new_pid = Number(serving.match[1]);
+    adopted.add(new_pid);
+    const results = await Promise.all(replies);
+    for (const r of results) assert.equal(sse_events(r.text).at(-1), '[DONE]');
+    assert.deepEqual(await with_timeout(sluice.exited_pid, bound_ms(20000), 'the old process to exit'), { code: 0, signal: null });
+    agent.destroy();
+    // Every request's tokens, as the audit log of both processes has them.
+    const lines = fs.readFileSync(path.join(dir, 'sluice-audit.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(lines.length, 11);
+    const audited = lines.reduce((n, l) => n + l.total_tokens, 0);
+    const shown = () => fetch(`${sluice.admin_url}/keys/test`).then((r) => r.json()).then((j) => j.budgets.daily_tokens.used);
+    let used = 0;
+    await with_timeout((async () => {
+      while ((used = await shown()) !== audited) await new Promise((resolve) => setTimeout(resolve, 50));
+    })(), bound_ms(10000), `the new process's budget to show the audit's ${audited} tokens (it shows ${used})`);
+    assert.ok(!fs.existsSync(path.join(dir, 'budgets.json.handover')), 'the hand-over was taken');
+    process.kill(new_pid, 'SIGTERM');
+    await until_gone(new_pid, 'the new process to exit on SIGTERM');
+    adopted.delete(new_pid);
+  });
+});

@@ -29,7 +29,13 @@ class key_verifier {
 
   // Returns: the index in `keys` of the key `authorization` presents, or -1
   // (no bearer credential, an unknown key, or a removed one).
-  int32_t find(std::string_view authorization, std::span<const config::key_config> keys) noexcept;
+  int32_t find(std::string_view authorization, std::span<const config::key_config> keys) noexcept {
+    return find(authorization, {}, keys);
+  }
+  // The same with `api_key` (an x-api-key value, as Anthropic's SDK sends
+  // it) taken when there is no bearer credential.
+  int32_t find(std::string_view authorization, std::string_view api_key,
+               std::span<const config::key_config> keys) noexcept;
   // Every cached key forgotten (a reload may remove or re-key any).
   void forget() noexcept;
 

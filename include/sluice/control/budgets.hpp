@@ -52,6 +52,9 @@ class budget_keeper {
   // a save, whatever changed (Redis: waited for, at most [cluster]
   // timeout_ms), then the connection ends.
   void shutdown(const config::config& cfg, int64_t unix_ms);
+  // SIGUSR2, once the new process serves: from here this process's view
+  // goes where the new one takes it (budget_file_store's hand-over).
+  void hand_over();
 
   // Prometheus families sluice_budget_*; appended to `out`.
   void render_metrics(const config::config& cfg, int64_t unix_ms, std::string& out) const;

@@ -79,6 +79,7 @@ struct request_head {
   // not `host[:port]`. Connection and Upgrade are lists that may repeat: the
   // view is the first one.
   std::string_view authorization;
+  std::string_view api_key;       // x-api-key: Anthropic's SDK sends the key here (a second one is 400 too)
   std::string_view host;
   std::string_view session_id;    // X-Session-ID
   std::string_view request_id;    // X-Request-ID

@@ -256,6 +256,16 @@ class budget_store {
   // The least time between two pushes.
   virtual uint32_t period_ms() const noexcept { return 1000; }
   virtual std::string_view describe() const = 0;  // for log lines
+  // SIGUSR2: this process handed its listeners over; from now on its view
+  // goes where the new process takes it (take_handover), not where that
+  // one keeps its own. No-op for a shared store (each instance its field).
+  virtual void hand_over() {}
+  // The view an old process left at its hand-over, once, when there is
+  // one. Returns: whether `out` holds it.
+  virtual bool take_handover(budget_state& out) {
+    (void)out;
+    return false;
+  }
 };
 
 // A JSON file, replaced atomically: a temp file in the same directory,
@@ -281,14 +291,27 @@ class budget_file_store final : public budget_store {
   push_state poll(budget_state& totals) override;
   push_state wait(budget_state& totals) override;
   std::string_view describe() const override { return _path; }
+  // The hand-over (SIGUSR2) goes through `<path>.handover`: the old
+  // process, once it handed over, writes its view there (each period, and
+  // last at its exit) instead of over the new one's file; the new one's
+  // writer thread takes it (renamed away first, so no write of the old one
+  // is lost between the read and the unlink) each time it wakes, at least
+  // once a second, and the ledger keeps the larger of each count.
+  void hand_over() override;
+  bool take_handover(budget_state& out) override;
 
   // The write itself, on whatever thread calls it. Returns: kept or failed.
   push_state write_file(const std::string& text);
 
  private:
   void run_writer();
+  // The writer thread: an old process's view, when one is there.
+  void look_for_handover();
 
   std::string _path;
+  bool _handed_over = false;   // under _mu: writes go to <path>.handover
+  bool _has_handover = false;  // under _mu
+  budget_state _handover;      // under _mu: what an old process left
   bool _warned = false;  // the writer thread's
   std::mutex _mu;
   std::condition_variable _cv;
@@ -325,6 +348,10 @@ class budget_ledger {
   // `force` (shutdown) also waits for a shared store's answer. Returns:
   // false when the last push that finished failed (it is carried again).
   bool save(int64_t unix_ms, bool force = false);
+  // SIGUSR2: the process handed over; its view goes to the store's
+  // hand-over place from the next save on, the first of them whatever
+  // changed (budget_store::hand_over).
+  void hand_over();
 
   // The usage of a subject, rolled to `now` (zeros when unknown): own + rest.
   budget_usage usage(subject_kind kind, std::string_view name, budget_windows now) const;
@@ -344,13 +371,14 @@ class budget_ledger {
   budget_board& _board;
   std::unique_ptr<budget_store> _store;
   budget_state _own;   // this process's charges, per subject in its windows
-  budget_state _rest;  // everyone else's: loaded, then a shared store's answers
+  budget_state _rest;  // everyone else's: loaded, then a shared store's answers (or an old process's hand-over)
   budget_state _sent;  // _own as the push in flight carried it
   // Cumulative sums at the last step, by board position.
   std::vector<uint64_t> _seen_key_tokens, _seen_key_spend, _seen_group_tokens;
   uint64_t _charges = 0;       // steps that charged something
   uint64_t _kept_charges = 0;  // ... as of the last kept push
   uint64_t _sent_charges = 0;  // ... as of the push in flight
+  bool _handover_due = false;  // hand_over(): the next save writes, changed or not
   bool _in_flight = false;
   bool _last_ok = true;        // the last finished push was kept
   bool _any_budget = false;    // as of the last step's config

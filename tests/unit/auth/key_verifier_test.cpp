@@ -45,6 +45,18 @@ TEST_SUITE("auth::key_verifier") {
     CHECK(v.find("alpha", keys) == -1);
   }
 
+  TEST_CASE("x-api-key is taken when there is no bearer credential; a bearer one wins") {
+    const auto keys = keys_of({"alpha", "beta"});
+    key_verifier v;
+    CHECK(v.find("", "beta", keys) == 1);
+    CHECK(v.find("", "beta \t", keys) == 1);  // trailing whitespace of a field value
+    CHECK(v.find("", "gamma", keys) == -1);
+    CHECK(v.find("", "", keys) == -1);
+    CHECK(v.find("Bearer alpha", "beta", keys) == 0);
+    CHECK(v.find("Bearer gamma", "beta", keys) == -1);
+    CHECK(v.find("Basic abc", "beta", keys) == 1);  // no bearer credential: the api key
+  }
+
   TEST_CASE("a verified key is served from the cache; a wrong key is never cached") {
     const auto keys = keys_of({"alpha"});
     key_verifier v;

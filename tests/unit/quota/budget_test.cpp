@@ -4,12 +4,14 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "sluice/config/config.hpp"
 #include "sluice/quota/budget.hpp"
@@ -281,6 +283,86 @@ TEST_SUITE("quota::budget ledger") {
       CHECK(u.used == std::array<uint64_t, 4>{0, 0, 0, 0});
       CHECK(bits == 0);
     }
+  }
+
+  TEST_CASE("SIGUSR2: the old process's view after its hand-over reaches the new one, never over its file") {
+    temp_dir d;
+    const std::string file = d.file("budgets.json");
+    const int64_t t0 = at(2026, 12, 5, 12, 0);
+    budget_state totals;
+    auto state_of = [&](uint64_t tokens) {
+      budget_state s;
+      s.keys["k"].add(windows_at(t0), tokens, 0);
+      return s;
+    };
+    budget_file_store old_store(file);
+    REQUIRE(old_store.push({}, state_of(5), t0) == push_state::in_flight);
+    REQUIRE(old_store.wait(totals) == push_state::kept);
+    // The new process loads 5, then the old one hands over and settles 4 more.
+    budget_file_store new_store(file);
+    budget_state loaded;
+    std::string error;
+    REQUIRE(new_store.load(loaded, error));
+    CHECK(loaded.keys.at("k").used[0] == 5);
+    old_store.hand_over();
+    REQUIRE(old_store.push({}, state_of(9), t0 + 1000) == push_state::in_flight);
+    REQUIRE(old_store.wait(totals) == push_state::kept);
+    budget_file_store reader(file);
+    budget_state main_file;
+    REQUIRE(reader.load(main_file, error));
+    CHECK(main_file.keys.at("k").used[0] == 5);  // not written over: the new process's file
+    // The new store's writer takes it within its look (once a second).
+    budget_state left;
+    bool took = false;
+    for (int i = 0; i < 500 && !took; ++i) {
+      took = new_store.take_handover(left);
+      if (!took) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(took);
+    CHECK(left.keys.at("k").used[0] == 9);
+    CHECK(::access((file + ".handover").c_str(), F_OK) != 0);
+    CHECK(::access((file + ".handover.taken").c_str(), F_OK) != 0);
+    CHECK_FALSE(new_store.take_handover(left));  // once
+  }
+
+  TEST_CASE("a ledger keeps the larger of what it loaded and an old process's hand-over") {
+    temp_dir d;
+    const std::string file = d.file("budgets.json");
+    auto c = config_with(k_two);
+    const int64_t t0 = at(2026, 12, 5, 12, 0);
+    {
+      budget_board board(1, 4, 2);
+      budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
+      std::string error;
+      REQUIRE(ledger.load(*c, t0, error));
+      board.count(0, 0, 0, 60, 0);
+      ledger.step(*c, t0);
+      CHECK(ledger.save(t0, true));
+    }
+    budget_board board(1, 4, 2);
+    budget_ledger ledger(board, std::make_unique<budget_file_store>(file));
+    std::string error;
+    REQUIRE(ledger.load(*c, t0, error));
+    ledger.step(*c, t0);
+    CHECK(ledger.usage(subject_kind::key, "alice", windows_at(t0)).used[0] == 60);
+    {
+      // The old process, handed over, settles 25 more and exits.
+      budget_board old_board(1, 4, 2);
+      budget_ledger old(old_board, std::make_unique<budget_file_store>(file));
+      REQUIRE(old.load(*c, t0, error));
+      old.hand_over();
+      old_board.count(0, 0, 0, 25, 0);
+      old.step(*c, t0 + 10);
+      CHECK(old.save(t0 + 10, true));
+    }
+    for (int i = 0; i < 500 && ledger.usage(subject_kind::key, "alice", windows_at(t0)).used[0] != 85; ++i) {
+      ledger.collect();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(ledger.usage(subject_kind::key, "alice", windows_at(t0)).used[0] == 85);
+    board.count(0, 0, 0, 5, 0);  // and its own go on top
+    ledger.step(*c, t0 + 20);
+    CHECK(ledger.usage(subject_kind::key, "alice", windows_at(t0)).used[0] == 90);
   }
 
   TEST_CASE("a file store with nothing kept starts empty; no budget in the config writes no file") {
