@@ -345,6 +345,7 @@ size_t usage_event_filter::decide(char* out, bool ended) noexcept {
 
 size_t usage_event_filter::feed(const char* p, size_t n, char* out) noexcept {
   size_t w = 0;
+  if (_closed) return 0;
   for (size_t i = 0; i < n; ++i) {
     const char c = p[i];
     // Line ends are CR, LF or CRLF; a line end right after another (an
@@ -356,7 +357,10 @@ size_t usage_event_filter::feed(const char* p, size_t n, char* out) noexcept {
         if (_last_kept) out[w++] = c;
         continue;
       }
-      if (_done) return w;  // after [DONE]: nothing more
+      if (_done) {  // after [DONE] (and its CRLF's LF): nothing more, however the rest is cut
+        _closed = true;
+        return w;
+      }
       _mode = mode::holding;
       _is_done = false;
     }

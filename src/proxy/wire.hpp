@@ -95,7 +95,7 @@ class usage_event_filter {
   // the usage-only events out.
   void reset(bool drop_usage = true) noexcept {
     _drop_usage = drop_usage;
-    _done = _is_done = false;
+    _done = _is_done = _closed = false;
     _mode = mode::between;
     _line_empty = true;
     _after_cr = false;
@@ -116,6 +116,7 @@ class usage_event_filter {
   bool _drop_usage = true;
   bool _is_done = false;    // the event going out is [DONE]
   bool _done = false;       // [DONE] went out whole: nothing more does
+  bool _closed = false;     // and the byte after it came: every later feed is dropped
   uint32_t _dropped = 0;
   size_t _held = 0;
   char _hold[k_hold_bytes_max];

@@ -268,6 +268,21 @@ TEST_SUITE("proxy::wire the usage event cut as it streams") {
     CHECK(f.dropped() == 0);
   }
 
+  TEST_CASE("after [DONE] the output is the same however the rest is cut (a CR, then an LF in the next feed)") {
+    const std::string in = "data: [DONE]\r\r\rx\r\ndata: late\r\n\r\n";
+    std::vector<char> a(in.size() + usage_event_filter::k_hold_bytes_max), b(a.size());
+    usage_event_filter whole;
+    const size_t n = whole.feed(in.data(), in.size(), a.data());
+    CHECK(std::string_view(a.data(), n) == "data: [DONE]\r\r");
+    for (size_t cut = 0; cut <= in.size(); ++cut) {
+      CAPTURE(cut);
+      usage_event_filter split;
+      size_t m = split.feed(in.data(), cut, b.data());
+      m += split.feed(in.data() + cut, in.size() - cut, b.data() + m);
+      CHECK(std::string_view(b.data(), m) == std::string_view(a.data(), n));
+    }
+  }
+
   TEST_CASE("an event the hold cannot decide goes out whole") {
     // "choices" behind 20 KB of another member: undecided at the bound.
     const std::string ev = "data: {\"id\":\"" + std::string(20000, 'i') + "\",\"choices\":[]}\n\n";
