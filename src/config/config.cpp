@@ -556,19 +556,9 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
     }
     g.bounded_load = c;
   }
-  if (const toml::node* n = r.read_string(t, "group", "api_key_env", g.api_key_env)) {
-    // Read once at load: a reload re-reads it, so rotating the key is
-    // "change the environment of the next reload", not a restart.
-    const char* value = g.api_key_env.empty() ? nullptr : std::getenv(g.api_key_env.c_str());
-    if (value == nullptr || *value == '\0') {
-      r.fail(*n, fmt::format("group.api_key_env: the environment variable \"{}\" is unset or empty; set it, or remove api_key_env",
-                             g.api_key_env));
-    } else if (!secret_is_clean(value)) {
-      r.fail(*n, fmt::format("group.api_key_env: the environment variable \"{}\" holds a control character (a trailing "
-                             "newline?); remove it", g.api_key_env));
-    }
-    g.api_key = value != nullptr ? value : "";
-  }
+  // Read once at load: a reload re-reads it, so rotating the key is
+  // "change the environment of the next reload", not a restart.
+  read_secret_env(r, t, "group", "api_key_env", g.api_key_env, g.api_key);
   g.health = health_defaults;
   if (const toml::table* h = r.table(t, "health", "group.health")) read_health(r, *h, "group.health", g.health);
   r.read_uint(t, "group", "daily_tokens", g.daily_tokens, 0, k_budget_tokens_max, " (0 = none)");
