@@ -19,6 +19,7 @@
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/http/request.hpp"
+#include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/control/budgets.hpp"
 #include "sluice/control/health.hpp"
@@ -60,12 +61,7 @@ struct admin_server::conn {
 
 admin_server::admin_server(shard::reactor& r, const gateway& g, int listen_fd) noexcept
     : _r(r), _g(g), _listen_fd(listen_fd) {
-  sockaddr_storage a{};
-  socklen_t al = sizeof a;
-  if (listen_fd >= 0 && ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &al) == 0) {
-    if (a.ss_family == AF_INET) _port = ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
-    if (a.ss_family == AF_INET6) _port = ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
-  }
+  if (listen_fd >= 0) _port = net::local_port(listen_fd);
   _accept_op.self = _rearm_op.self = this;
   _accept_op.fn = &admin_server::on_accept;
   _rearm_op.fn = &admin_server::on_rearm_timer;

@@ -7,13 +7,13 @@ import { after, before, describe, it } from 'node:test';
 
 import { gateway_config } from './lib/gateway.mjs';
 import { bound_ms, start_sluice, stop_all, test_key, with_timeout } from './lib/harness.mjs';
-import { chat_stream_events, chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
+import { chat_stream_reply, start_scripted_backend } from './lib/scripted_backend.mjs';
 
 describe('x-api-key', () => {
   let be, sluice;
   before(async () => {
     be = await start_scripted_backend(async (socket) => {
-      socket.write(sse_head + chat_stream_events({ tokens: 1 }).map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n');
+      socket.write(chat_stream_reply({ tokens: 1 }));
     });
     sluice = await start_sluice({
       config: gateway_config({

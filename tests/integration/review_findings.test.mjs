@@ -21,7 +21,7 @@ import OpenAI from 'openai';
 import { gateway_config, poll } from './lib/gateway.mjs';
 import { bound_ms, chat_body, start_sluice, stop_all, test_key, with_timeout } from './lib/harness.mjs';
 import { grpc_frame, grpc_headers, token_message, start_raw_grpc_backend } from './lib/raw_grpc_backend.mjs';
-import { chunk, chat_stream_events, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
+import { chat_stream_events, chat_stream_reply, chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 
 const messages = [{ role: 'user', content: 'Say hello.' }];
 const k_hold_max = 1 << 20;  // the relay's largest held buffer (openai_http::grow_upstream_buffer)
@@ -46,7 +46,7 @@ describe('F1: a backend whose chunk never ends after [DONE], to clients that tak
   before(async () => {
     be = await start_scripted_backend(async (socket, req) => {
       if (req.body?.messages?.[0]?.content !== 'hostile') {
-        socket.write(sse_head + chat_stream_events({ tokens: 2 }).map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n');
+        socket.write(chat_stream_reply({ tokens: 2 }));
         return;
       }
       const [role] = chat_stream_events({ tokens: 0 });
@@ -292,7 +292,7 @@ describe('F6 and F7: the admin listener with no admin token', () => {
   let be, sluice;
   before(async () => {
     be = await start_scripted_backend(async (socket) => {
-      socket.write(sse_head + chat_stream_events({ tokens: 1 }).map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n');
+      socket.write(chat_stream_reply({ tokens: 1 }));
     });
     sluice = await start_sluice({
       config: gateway_config({
@@ -362,7 +362,7 @@ describe('F5: HTTP/2 request bodies count against the connection\'s cap as they 
   let be, sluice;
   before(async () => {
     be = await start_scripted_backend(async (socket) => {
-      socket.write(sse_head + chat_stream_events({ tokens: 1 }).map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n');
+      socket.write(chat_stream_reply({ tokens: 1 }));
     });
     sluice = await start_sluice({
       config: gateway_config({

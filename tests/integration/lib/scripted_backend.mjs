@@ -93,3 +93,9 @@ export function chat_stream_events({ model = 'mock-model', tokens = 3, prompt_to
   events.push('[DONE]');
   return events.map((e) => `data: ${e}\n\n`);
 }
+
+// vLLM's whole streamed answer (chat_stream_events), head to terminal
+// chunk, one event per chunk: what a well-behaved backend writes.
+export function chat_stream_reply(options = {}) {
+  return sse_head + chat_stream_events(options).map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n';
+}
