@@ -1,0 +1,475 @@
+// dialect: a chat completions stream, event by event, rendered as the
+// client's Responses or Messages stream (render.hpp has the table).
+#include <cstring>
+
+#include "../openai/json_writer.hpp"
+#include "sluice/core/assert.hpp"
+#include "sluice/dialect/render.hpp"
+
+namespace sluice::dialect {
+
+namespace {
+
+using simdjson::dom::element;
+using bw = openai::detail::json_writer<openai::detail::bounded_sink>;
+using sw = openai::detail::json_writer<openai::detail::string_sink>;
+
+std::string_view get_string(element obj, std::string_view key) noexcept {
+  std::string_view v;
+  return obj[key].get_string().get(v) == simdjson::SUCCESS ? v : std::string_view{};
+}
+
+int64_t get_int(element obj, std::string_view key) noexcept {
+  int64_t v = -1;
+  return obj[key].get_int64().get(v) == simdjson::SUCCESS ? v : -1;
+}
+
+// chat's finish reason, as a static string (the view into the event dies with it).
+std::string_view static_finish(std::string_view f) noexcept {
+  if (f == "stop") return "stop";
+  if (f == "length") return "length";
+  if (f == "tool_calls") return "tool_calls";
+  if (f == "content_filter") return "content_filter";
+  if (f == "function_call") return "tool_calls";
+  return f.empty() ? std::string_view{} : std::string_view("stop");
+}
+
+std::string_view anthropic_stop(std::string_view f, bool stop_sequence) noexcept {
+  if (f == "length") return "max_tokens";
+  if (f == "tool_calls") return "tool_use";
+  if (f == "content_filter") return "refusal";
+  return stop_sequence ? "stop_sequence" : "end_turn";
+}
+
+void event_head(bw& w, std::string_view type) {
+  w.raw("event: ");
+  w.raw(type);
+  w.raw("\ndata: {\"type\":\"");
+  w.raw(type);
+  w.raw("\"");
+}
+
+}  // namespace
+
+stream_renderer::stream_renderer(size_t event_bytes_max)
+    : _event_bytes_max(event_bytes_max),
+      _padded(new char[event_bytes_max + simdjson::SIMDJSON_PADDING]),
+      _parser(event_bytes_max) {
+  SLUICE_VERIFY(_parser.allocate(event_bytes_max) == simdjson::SUCCESS);
+  _text.reserve(4096);
+  _items.reserve(4096);
+}
+
+void stream_renderer::reset(client_dialect d, const reply_context& ctx) noexcept {
+  _d = d;
+  _ctx = ctx;
+  _started = _done = false;
+  _open = open_kind::none;
+  _tool = -1;
+  _blocks = 0;
+  _seq = 0;
+  _out = {};
+  _stop_sequence_len = 0;
+  _text.clear();
+  _call_id.clear();
+  _name.clear();
+  _items.clear();
+}
+
+size_t stream_renderer::bound(size_t data_bytes) const noexcept {
+  // Each event writes its text at most twice (a delta, and a tool's id and
+  // name), each byte at most 6 bytes escaped; a Responses item's close
+  // writes its whole text four times, and response.completed every item.
+  const size_t ids = 6 * (_ctx.request_id.size() + _ctx.model.size());
+  return 4096 + 8 * ids + 12 * data_bytes + 24 * (_text.size() + _call_id.size() + _name.size()) + 6 * _items.size();
+}
+
+template <class W>
+void stream_renderer::seq(W& w, std::string_view type) {
+  event_head(w, type);
+  w.raw(",\"sequence_number\":");
+  w.num(static_cast<int64_t>(_seq++));
+}
+
+template <class W>
+void stream_renderer::item_id(W& w) {
+  w.raw(_open == open_kind::tool ? "\"fc_" : "\"msg_");
+  w.escaped(_ctx.request_id);
+  w.raw("_");
+  w.num(static_cast<int64_t>(_blocks - 1));
+  w.raw("\"");
+}
+
+template <class W>
+void stream_renderer::response_object(W& w, std::string_view status) {
+  w.raw("{\"id\":\"resp_");
+  w.escaped(_ctx.request_id);
+  w.raw("\",\"object\":\"response\",\"created_at\":");
+  w.num(_ctx.created_s);
+  w.raw(",\"status\":\"");
+  w.raw(status);
+  w.raw("\",\"error\":null,\"incomplete_details\":");
+  w.raw(status == "incomplete" ? "{\"reason\":\"max_output_tokens\"}" : "null");
+  w.raw(",\"model\":");
+  w.str(_ctx.model);
+  w.raw(",\"output\":[");
+  if (status != "in_progress") w.raw(_items);
+  w.raw("],\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":");
+  if (status == "in_progress" || _out.prompt_tokens < 0) {
+    w.raw("null}");
+    return;
+  }
+  const int64_t in = _out.prompt_tokens, outt = _out.completion_tokens < 0 ? 0 : _out.completion_tokens;
+  w.raw("{\"input_tokens\":");
+  w.num(in);
+  w.raw(",\"input_tokens_details\":{\"cached_tokens\":");
+  w.num(_out.cached_tokens < 0 ? int64_t{0} : _out.cached_tokens);
+  w.raw("},\"output_tokens\":");
+  w.num(outt);
+  w.raw(",\"output_tokens_details\":{\"reasoning_tokens\":");
+  w.num(_out.reasoning_tokens < 0 ? int64_t{0} : _out.reasoning_tokens);
+  w.raw("},\"total_tokens\":");
+  w.num(in + outt);
+  w.raw("}}");
+}
+
+template <class W>
+void stream_renderer::begin(W& w) {
+  _started = true;
+  if (_d == client_dialect::messages) {
+    event_head(w, "message_start");
+    w.raw(",\"message\":{\"id\":\"msg_");
+    w.escaped(_ctx.request_id);
+    w.raw("\",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+    w.str(_ctx.model);
+    w.raw(",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
+          "\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\n");
+    return;
+  }
+  seq(w, "response.created");
+  w.raw(",\"response\":");
+  response_object(w, "in_progress");
+  w.raw("}\n\n");
+  seq(w, "response.in_progress");
+  w.raw(",\"response\":");
+  response_object(w, "in_progress");
+  w.raw("}\n\n");
+}
+
+template <class W>
+void stream_renderer::open_block(W& w, open_kind k, std::string_view id, std::string_view name) {
+  close_block(w);
+  _open = k;
+  ++_blocks;
+  if (_d == client_dialect::messages) {
+    event_head(w, "content_block_start");
+    w.raw(",\"index\":");
+    w.num(static_cast<int64_t>(_blocks - 1));
+    if (k == open_kind::text) {
+      w.raw(",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+    } else if (k == open_kind::reasoning) {
+      w.raw(",\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n");
+    } else {
+      w.raw(",\"content_block\":{\"type\":\"tool_use\",\"id\":");
+      w.str(id);
+      w.raw(",\"name\":");
+      w.str(name);
+      w.raw(",\"input\":{}}}\n\n");
+    }
+    return;
+  }
+  _text.clear();
+  seq(w, "response.output_item.added");
+  w.raw(",\"output_index\":");
+  w.num(static_cast<int64_t>(_blocks - 1));
+  w.raw(",\"item\":{\"id\":");
+  item_id(w);
+  if (k == open_kind::text) {
+    w.raw(",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n");
+    seq(w, "response.content_part.added");
+    w.raw(",\"item_id\":");
+    item_id(w);
+    w.raw(",\"output_index\":");
+    w.num(static_cast<int64_t>(_blocks - 1));
+    w.raw(",\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n");
+    return;
+  }
+  _call_id.assign(id);
+  _name.assign(name);
+  w.raw(",\"type\":\"function_call\",\"status\":\"in_progress\",\"call_id\":");
+  w.str(id);
+  w.raw(",\"name\":");
+  w.str(name);
+  w.raw(",\"arguments\":\"\"}}\n\n");
+}
+
+template <class W>
+void stream_renderer::delta(W& w, open_kind k, std::string_view text) {
+  if (_d == client_dialect::messages) {
+    event_head(w, "content_block_delta");
+    w.raw(",\"index\":");
+    w.num(static_cast<int64_t>(_blocks - 1));
+    w.raw(k == open_kind::text        ? ",\"delta\":{\"type\":\"text_delta\",\"text\":"
+          : k == open_kind::reasoning ? ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":"
+                                      : ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
+    w.str(text);
+    w.raw("}}\n\n");
+    return;
+  }
+  _text.append(text);
+  seq(w, k == open_kind::text ? "response.output_text.delta" : "response.function_call_arguments.delta");
+  w.raw(",\"item_id\":");
+  item_id(w);
+  w.raw(",\"output_index\":");
+  w.num(static_cast<int64_t>(_blocks - 1));
+  if (k == open_kind::text) w.raw(",\"content_index\":0");
+  w.raw(",\"delta\":");
+  w.str(text);
+  w.raw(k == open_kind::text ? ",\"logprobs\":[]}\n\n" : "}\n\n");
+}
+
+template <class W>
+void stream_renderer::close_block(W& w) {
+  if (_open == open_kind::none) return;
+  const open_kind k = _open;
+  if (_d == client_dialect::messages) {
+    event_head(w, "content_block_stop");
+    w.raw(",\"index\":");
+    w.num(static_cast<int64_t>(_blocks - 1));
+    w.raw("}\n\n");
+    _open = open_kind::none;
+    return;
+  }
+  // The item as response.completed lists it.
+  openai::detail::string_sink items{_items};
+  sw iw(items);
+  if (!_items.empty()) iw.raw(",");
+  const size_t item_start = _items.size();
+  const int64_t index = static_cast<int64_t>(_blocks - 1);
+  if (k == open_kind::text) {
+    seq(w, "response.output_text.done");
+    w.raw(",\"item_id\":");
+    item_id(w);
+    w.raw(",\"output_index\":");
+    w.num(index);
+    w.raw(",\"content_index\":0,\"text\":");
+    w.str(_text);
+    w.raw(",\"logprobs\":[]}\n\n");
+    seq(w, "response.content_part.done");
+    w.raw(",\"item_id\":");
+    item_id(w);
+    w.raw(",\"output_index\":");
+    w.num(index);
+    w.raw(",\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":");
+    w.str(_text);
+    w.raw(",\"annotations\":[]}}\n\n");
+    iw.raw("{\"id\":");
+    item_id(iw);
+    iw.raw(",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":"
+           "\"output_text\",\"text\":");
+    iw.str(_text);
+    iw.raw(",\"annotations\":[]}]}");
+  } else {
+    seq(w, "response.function_call_arguments.done");
+    w.raw(",\"item_id\":");
+    item_id(w);
+    w.raw(",\"output_index\":");
+    w.num(index);
+    w.raw(",\"arguments\":");
+    w.str(_text);
+    w.raw("}\n\n");
+    iw.raw("{\"id\":");
+    item_id(iw);
+    iw.raw(",\"type\":\"function_call\",\"status\":\"completed\",\"call_id\":");
+    iw.str(_call_id);
+    iw.raw(",\"name\":");
+    iw.str(_name);
+    iw.raw(",\"arguments\":");
+    iw.str(_text);
+    iw.raw("}");
+  }
+  seq(w, "response.output_item.done");
+  w.raw(",\"output_index\":");
+  w.num(index);
+  w.raw(",\"item\":");
+  w.raw(std::string_view(_items).substr(item_start));  // the item just written there
+  w.raw("}\n\n");
+  _open = open_kind::none;
+}
+
+template <class W>
+void stream_renderer::end(W& w, bool failed, std::string_view message) {
+  if (_done) return;
+  if (!_started) begin(w);
+  _done = true;
+  if (failed) {
+    _out.error = true;
+    if (_out.finish_reason.empty()) _out.finish_reason = "error";
+  }
+  if (_d == client_dialect::messages) {
+    if (failed) {
+      // A failure mid-stream: Anthropic's error event ends it.
+      w.raw("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":");
+      w.str(message);
+      w.raw("}}\n\n");
+      return;
+    }
+    close_block(w);
+    event_head(w, "message_delta");
+    w.raw(",\"delta\":{\"stop_reason\":\"");
+    w.raw(anthropic_stop(_out.finish_reason, _stop_sequence_len != 0));
+    w.raw("\",\"stop_sequence\":");
+    if (_stop_sequence_len != 0) {
+      w.str(std::string_view(_stop_sequence, _stop_sequence_len));
+    } else {
+      w.raw("null");
+    }
+    w.raw("},\"usage\":{\"input_tokens\":");
+    const int64_t cached = _out.cached_tokens < 0 ? 0 : _out.cached_tokens;
+    w.num(_out.prompt_tokens < 0 ? int64_t{0} : _out.prompt_tokens - cached);
+    w.raw(",\"cache_read_input_tokens\":");
+    w.num(cached);
+    w.raw(",\"output_tokens\":");
+    w.num(_out.completion_tokens < 0 ? int64_t{0} : _out.completion_tokens);
+    w.raw("}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    return;
+  }
+  if (failed) {
+    seq(w, "response.failed");
+    w.raw(",\"response\":{\"id\":\"resp_");
+    w.escaped(_ctx.request_id);
+    w.raw("\",\"object\":\"response\",\"created_at\":");
+    w.num(_ctx.created_s);
+    w.raw(",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":");
+    w.str(message);
+    w.raw("},\"incomplete_details\":null,\"model\":");
+    w.str(_ctx.model);
+    w.raw(",\"output\":[],\"usage\":null}}\n\n");
+    return;
+  }
+  close_block(w);
+  const bool incomplete = _out.finish_reason == "length";
+  seq(w, incomplete ? "response.incomplete" : "response.completed");
+  w.raw(",\"response\":");
+  response_object(w, incomplete ? "incomplete" : "completed");
+  w.raw("}\n\n");
+}
+
+render_status stream_renderer::feed(std::string_view data, char* out, size_t cap, size_t& written) noexcept {
+  written = 0;
+  if (_done) return render_status::ok;
+  openai::detail::bounded_sink sink{out, cap};
+  bw w(sink);
+  try {
+    if (data == "[DONE]") {
+      end(w, false, {});
+    } else {
+      if (data.size() > _event_bytes_max) return render_status::malformed;
+      std::memcpy(_padded.get(), data.data(), data.size());
+      element root;
+      if (_parser.parse(_padded.get(), data.size(), false).get(root) != simdjson::SUCCESS || !root.is_object()) {
+        return render_status::malformed;
+      }
+      if (!_started) begin(w);
+      element e;
+      if (root["error"].get(e) == simdjson::SUCCESS && e.is_object()) {
+        std::string_view msg = get_string(e, "message");
+        end(w, true, msg.empty() ? std::string_view("The backend failed.") : msg);
+      } else {
+        simdjson::dom::array choices;
+        if (root["choices"].get_array().get(choices) == simdjson::SUCCESS) {
+          for (element c : choices) {
+            if (get_int(c, "index") > 0) continue;  // n > 1 is not rendered: the first answer
+            element d;
+            if (c["delta"].get(d) == simdjson::SUCCESS && d.is_object()) {
+              std::string_view r = get_string(d, "reasoning_content");
+              if (r.empty()) r = get_string(d, "reasoning");
+              if (!r.empty() && _d == client_dialect::messages) {
+                if (_open != open_kind::reasoning) open_block(w, open_kind::reasoning, {}, {});
+                delta(w, open_kind::reasoning, r);
+              }
+              const std::string_view text = get_string(d, "content");
+              if (!text.empty()) {
+                if (_open != open_kind::text) open_block(w, open_kind::text, {}, {});
+                delta(w, open_kind::text, text);
+              }
+              simdjson::dom::array calls;
+              if (d["tool_calls"].get_array().get(calls) == simdjson::SUCCESS) {
+                for (element tc : calls) {
+                  const int64_t index = get_int(tc, "index");
+                  element fn;
+                  std::string_view name, args;
+                  if (tc["function"].get(fn) == simdjson::SUCCESS && fn.is_object()) {
+                    name = get_string(fn, "name");
+                    args = get_string(fn, "arguments");
+                  }
+                  if (_open != open_kind::tool || index != _tool) {
+                    if (_blocks >= k_items_max) return render_status::malformed;
+                    std::string_view id = get_string(tc, "id");
+                    char made[96];
+                    if (id.empty()) {  // a backend that numbers calls only
+                      size_t n = 0;
+                      const std::string_view pre = "call_";
+                      std::memcpy(made, pre.data(), pre.size());
+                      n = pre.size();
+                      const size_t rid = _ctx.request_id.size() < 64 ? _ctx.request_id.size() : 64;
+                      if (rid != 0) std::memcpy(made + n, _ctx.request_id.data(), rid);
+                      n += rid;
+                      made[n++] = '_';
+                      made[n++] = static_cast<char>('0' + _blocks % 10);
+                      id = std::string_view(made, n);
+                    }
+                    open_block(w, open_kind::tool, id, name);
+                    _tool = index;
+                  }
+                  if (!args.empty()) delta(w, open_kind::tool, args);
+                }
+              }
+            }
+            std::string_view f;
+            if (c["finish_reason"].get_string().get(f) == simdjson::SUCCESS) _out.finish_reason = static_finish(f);
+            std::string_view stop;
+            if (c["stop_reason"].get_string().get(stop) == simdjson::SUCCESS && stop.size() <= sizeof _stop_sequence) {
+              std::memcpy(_stop_sequence, stop.data(), stop.size());
+              _stop_sequence_len = static_cast<uint8_t>(stop.size());
+            }
+          }
+        }
+        element u;
+        if (root["usage"].get(u) == simdjson::SUCCESS && u.is_object()) {
+          _out.prompt_tokens = get_int(u, "prompt_tokens");
+          _out.completion_tokens = get_int(u, "completion_tokens");
+          element det;
+          if (u["prompt_tokens_details"].get(det) == simdjson::SUCCESS && det.is_object()) {
+            _out.cached_tokens = get_int(det, "cached_tokens");
+          }
+          if (u["completion_tokens_details"].get(det) == simdjson::SUCCESS && det.is_object()) {
+            _out.reasoning_tokens = get_int(det, "reasoning_tokens");
+          }
+        }
+      }
+    }
+  } catch (...) {  // a Responses buffer's growth: out of memory
+    return render_status::too_large;
+  }
+  if (!sink.fits()) return render_status::too_large;
+  written = sink.size;
+  return render_status::ok;
+}
+
+render_status stream_renderer::finish(bool failed, char* out, size_t cap, size_t& written) noexcept {
+  written = 0;
+  if (_done) return render_status::ok;
+  openai::detail::bounded_sink sink{out, cap};
+  bw w(sink);
+  try {
+    end(w, failed || _out.finish_reason.empty(), "The backend's stream ended before its answer did.");
+  } catch (...) {
+    return render_status::too_large;
+  }
+  if (!sink.fits()) return render_status::too_large;
+  written = sink.size;
+  return render_status::ok;
+}
+
+}  // namespace sluice::dialect
