@@ -173,6 +173,10 @@ size_t format_line(const record& r, char* out, size_t cap) noexcept {
   put_bool(o, r.cancelled);
   o.put(",\"error\":");
   put_string(o, r.error);
+  if (!r.dialect.empty()) {
+    o.put(",\"dialect\":");
+    put_string(o, r.dialect);
+  }
   if (!r.route_how.empty()) {
     o.put(",\"route\":");
     put_string(o, r.route_how);

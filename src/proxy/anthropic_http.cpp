@@ -6,6 +6,7 @@
 #include "anthropic_http.hpp"
 
 #include "client_codec.hpp"
+#include "dialect_relay.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/text.hpp"
@@ -27,7 +28,7 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   const uint64_t default_max = g.default_max_tokens != 0 ? g.default_max_tokens : _s.cfg->quota.default_max_tokens;
   opts.max_tokens_default = static_cast<int64_t>(default_max);
   openai::request_error err;
-  const std::string_view client_body = x.codec->request_body(x);
+  const std::string_view client_body = request_body(x);
   bool written = false;
   try {
     written = x.endpoint == openai::endpoint::completions ? _writer.write_completion(client_body, opts, _body, err)

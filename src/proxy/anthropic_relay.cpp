@@ -15,6 +15,7 @@
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
+#include "dialect_relay.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/log.hpp"
@@ -74,7 +75,7 @@ void openai_http::on_anthropic_head(exchange& x) noexcept {
     if (x.mem->anthropic) account_connection_memory(static_cast<int64_t>(sizeof(openai::anthropic_stream)) +
                                                     2 * static_cast<int64_t>(http::sse_scanner::k_event_bytes_max));
   }
-  if (!x.mem->sse || !x.mem->anthropic || !x.mem->frame.reserve(64u << 10)) {
+  if (!x.mem->sse || !x.mem->anthropic || !x.mem->frame.reserve(64u << 10) || (renders(x) && !start_rendering(x))) {
     upstream_failed(x, errc::internal);
     return;
   }
@@ -165,6 +166,14 @@ void openai_http::send_translated(exchange& x, bool with_head, uint32_t parsed_e
   // or when the backend's ends without one (truncated, as the backend's was).
   const bool end_client = r.facts.done || complete;
   if (end_client) r.client_done = true;
+  // A Responses or Messages client: the chat events rendered in its dialect
+  // (an OpenAI backend's were as they came: on_chat_event).
+  const bool rendered_ok = !renders(x) ? true : r.rendered ? end_rendering(x, f, end_client) : render_batch(x, f, end_client);
+  if (!rendered_ok) {
+    f.len = k_batch_room;
+    upstream_failed(x, errc::internal);
+    return;
+  }
   const iovec piece = frame_translated_batch(f, r.dechunk, end_client);
   f.len = k_batch_room;  // the next batch starts afresh once this send completed
   if (end_client && !complete) {
@@ -217,6 +226,10 @@ void openai_http::answer_anthropic_reply(exchange& x) noexcept {
   if (n != 0) std::memcpy(s.finish_reason, o.finish_reason.data(), n);
   s.finish_reason_len = static_cast<uint8_t>(n);
   x.mem->body.len = 0;  // not scanned again at the end: `facts` has the counts
+  if (renders(x)) {
+    answer_rendered(x, _reply);
+    return;
+  }
   x.codec->answer(x, 200, _reply, false, {}, {});
 }
 

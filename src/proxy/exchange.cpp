@@ -17,6 +17,7 @@
 #include "shard_server.hpp"
 #include "client_codec.hpp"
 #include "backend_adapter.hpp"
+#include "dialect_relay.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/clock.hpp"
@@ -108,8 +109,11 @@ void shard_server::end_request(exchange& x) noexcept {
   if (x.head_ok) {
     static constexpr std::string_view k_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
     r.endpoint = x.is_models ? std::string_view("/v1/models")
-                 : x.model_len != 0 ? k_paths[static_cast<int>(x.endpoint)]
-                                     : std::string_view{};
+                 : x.model_len == 0 ? std::string_view{}
+                 : x.speaks == dialect::client_dialect::responses ? std::string_view("/v1/responses")
+                 : x.count_tokens ? std::string_view("/v1/messages/count_tokens")
+                 : x.speaks == dialect::client_dialect::messages ? std::string_view("/v1/messages")
+                                                                 : k_paths[static_cast<int>(x.endpoint)];
     r.session_id = x.head.session_id;
   }
   r.model = std::string_view(x.model, x.model_len);
@@ -126,6 +130,7 @@ void shard_server::end_request(exchange& x) noexcept {
   r.cancelled = x.cancelled;
   r.finish_reason = std::string_view(x.rsp.facts.finish_reason, x.rsp.facts.finish_reason_len);
   r.error = x.error_code;
+  if (x.head_ok && (x.model_len != 0 || x.speaks != dialect::client_dialect::chat)) r.dialect = dialect::name(x.speaks);
   if (x.route_how != route::decision_how::name) {
     r.route_how = route::to_string(x.route_how);
     r.route_confidence = x.route_confidence;
@@ -204,9 +209,18 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/completions") {
     x.endpoint = openai::endpoint::completions;
+    x.speaks = dialect::client_dialect::completions;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/embeddings") {
     x.endpoint = openai::endpoint::embeddings;
+    x.speaks = dialect::client_dialect::embeddings;
+    method_ok = x.head.meth == http::method::post;
+  } else if (path == "/v1/responses") {
+    x.speaks = dialect::client_dialect::responses;
+    method_ok = x.head.meth == http::method::post;
+  } else if (path == "/v1/messages" || path == "/v1/messages/count_tokens") {
+    x.speaks = dialect::client_dialect::messages;
+    x.count_tokens = path.size() > 12;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/models" || (path.starts_with("/v1/models/") && path.size() > 11)) {
     method_ok = x.head.meth == http::method::get;
@@ -228,10 +242,11 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
   x.key_index = _keys.find(x.head.authorization, x.head.api_key, _cfg->keys);
   if (x.key_index < 0) {
     x.codec->answer_error(x, 401,
-                 x.head.authorization.empty() && x.head.api_key.empty()
-                     ? "You didn't provide an API key. You need to provide your API key in an Authorization "
-                       "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
-                     : "Incorrect API key provided.",
+                 !x.head.authorization.empty() || !x.head.api_key.empty() ? "Incorrect API key provided."
+                 : x.speaks == dialect::client_dialect::messages
+                     ? "x-api-key header is required (or Authorization: Bearer YOUR_KEY)."
+                     : "You didn't provide an API key. You need to provide your API key in an Authorization "
+                       "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
                  "invalid_request_error", {}, "invalid_api_key", has_body);
     return false;
   }
@@ -268,7 +283,13 @@ void shard_server::route_request(exchange& x) noexcept {
   // The widest cap a group may have; the group's own cap is checked once
   // the model named its group (below).
   const int64_t cap = 1 << 20;
-  const std::string_view body = x.codec->request_body(x);
+  std::string_view body = x.codec->request_body(x);
+  if (renders(x)) {
+    // A Responses or Messages request: written once as the canonical chat
+    // body, which policy and the adapters read from here on.
+    if (!translate_request(x, body)) return;  // answered
+    body = x.body_override;
+  }
   if (!_reader.read(x.endpoint, body.data(), body.size(), cap, f, e)) {
     x.codec->answer_error(x, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return;
@@ -347,6 +368,13 @@ void shard_server::route_request(exchange& x) noexcept {
   x.input_estimate = quota::estimate_request_tokens(*f.text, f.message_count, _cfg->quota.image_tokens);
   x.quota_cost = quota::admission_cost(x.input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);
+  if (x.count_tokens) {
+    // sluice's own estimate (the admission one), not the model's tokenizer.
+    char answer[64];
+    auto n = fmt::format_to_n(answer, sizeof answer, "{{\"input_tokens\":{}}}", x.input_estimate);
+    x.codec->answer(x, 200, std::string_view(answer, n.size), false, {}, {});
+    return;
+  }
   // The backend's request is built now, while `f` (views into this
   // shard's reader) is valid: admission may park the exchange.
   // The codec bound the OpenAI adapter; a group of another protocol has its own.
@@ -355,6 +383,34 @@ void shard_server::route_request(exchange& x) noexcept {
   x.attempts = 0;
   x.tried_mask = 0;
   admit(x);
+}
+
+bool shard_server::translate_request(exchange& x, std::string_view body) noexcept {
+  openai::request_error e;
+  dialect::translated_request t;
+  std::string& out = x.mem->dialect_body;
+  bool ok = false;
+  try {
+    ok = x.speaks == dialect::client_dialect::messages ? _translator.messages(body, x.count_tokens, out, t, e)
+                                                       : _translator.responses(body, out, t, e);
+    out.reserve(out.size() + simdjson::SIMDJSON_PADDING);  // the reader parses it in place
+  } catch (...) {  // the string's growth: out of memory
+    x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
+    return false;
+  }
+  if (!ok) {
+    x.codec->answer_error(x, 400, e.message, "invalid_request_error", e.param, e.code, false);
+    return false;
+  }
+  if (!t.previous_response_id.empty()) {
+    x.codec->answer_error(x, 400,
+                          "previous_response_id needs a response store, and this gateway keeps none: send the "
+                          "conversation as input items, or set [responses] store.",
+                          "invalid_request_error", "previous_response_id", "unsupported_parameter", false);
+    return false;
+  }
+  x.body_override = out;
+  return true;
 }
 
 namespace {

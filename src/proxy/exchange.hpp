@@ -29,6 +29,8 @@
 #include "sluice/http/response.hpp"
 #include "sluice/grpc/kserve.hpp"
 #include "sluice/http/sse.hpp"
+#include "sluice/dialect/dialect.hpp"
+#include "sluice/dialect/render.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/openai/anthropic.hpp"
 #include "sluice/openai/triton.hpp"
@@ -99,6 +101,8 @@ struct relay_state {
   bool translated = false;        // a translated reply began: `facts` has its counts (end_request reads them)
   bool answered_ok = false;       // translated: the backend took the request and answers it (billed as a 200)
   bool hold_reply = false;        // translated, non-stream: the backend's body is read whole, then answered
+  bool render_failed = false;     // the renderer could not be had (out of memory)
+  bool rendered = false;          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
@@ -151,6 +155,14 @@ struct exchange_memory {
   openai::triton_stream triton;  // a gRPC reply's translation (small: no buffers of its own)
   grpc::decode_memo grpc_memo;   // the layout of the last gRPC response decoded here
   std::string triton_text;       // a non-stream gRPC reply's text, accumulated
+  // A Responses or Messages client (dialect_relay.hpp): its request written
+  // as the canonical chat body (with simdjson's padding after it), the
+  // renderer of its stream, its rendered non-stream reply, and the buffer
+  // a rendered batch is written in before it takes the frame's place.
+  std::string dialect_body;
+  std::unique_ptr<dialect::stream_renderer> renderer;
+  std::string dialect_reply;
+  byte_buf dialect_frame;
   // The usage cut past the largest buffer (relay_state::reframe): made on
   // the connection's first such stream and kept (16 KiB: not on every one).
   std::unique_ptr<usage_event_filter> usage_filter;
@@ -178,6 +190,9 @@ struct exchange {
   bool is_models = false;          // GET /v1/models: answered by sluice
   bool is_stream = false;
   openai::endpoint endpoint = openai::endpoint::chat_completions;
+  dialect::client_dialect speaks = dialect::client_dialect::chat;  // the client's dialect (its path)
+  bool count_tokens = false;       // POST /v1/messages/count_tokens: answered by sluice
+  std::string_view body_override;  // renders(): the canonical chat body, in mem->dialect_body
   uint64_t request_start_ms = 0;   // monotonic: the head's first byte
   uint64_t body_start_ms = 0;
   uint64_t start_wall_ms = 0;

@@ -8,6 +8,8 @@
 
 #include "h1_codec.hpp"
 
+#include "dialect_relay.hpp"
+
 #include "backend_adapter.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
@@ -54,6 +56,8 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
                       std::string_view extra_headers, std::string_view error_code) noexcept {
   downstream_conn* d = x.conn;
   if (d->x.request_id_len == 0) _x.make_request_id(d->x);
+  char reshaped[1024];  // an error in a Messages client's shape
+  body = in_client_dialect(x, status, body, reshaped, sizeof reshaped);
   const size_t bl = body.size();
   close = close || !d->x.head.keep_alive || _draining || d->state == conn_state::idle;
   // The head's room: the rate-limit and budget fields (up to 1 KiB), the

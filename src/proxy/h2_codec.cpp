@@ -3,6 +3,8 @@
 // connection's send (the transport is the HTTP/1.1 codec's: h1_codec.cpp).
 #include "h2_codec.hpp"
 
+#include "dialect_relay.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -588,6 +590,8 @@ void h2_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   h2_link& l = *st->link;
   if (st->closed) return;
   if (x.request_id_len == 0) _x.make_request_id(x);
+  char reshaped[1024];  // an error in a Messages client's shape
+  body = in_client_dialect(x, status, body, reshaped, sizeof reshaped);
   x.status = status;
   x.error_code = error_code;
   if (!x.inflight_counted) {

@@ -14,6 +14,7 @@
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
+#include "dialect_relay.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -110,7 +111,7 @@ void openai_http::on_timeout(exchange& x) noexcept {
 
 uint64_t openai_http::plan_upstream_body(exchange& x, const openai::request_fields& f) noexcept {
   const config::group_config& g = _cfg->groups[x.group];
-  const std::string_view client_body = x.codec->request_body(x);
+  const std::string_view client_body = request_body(x);
   const char* body = client_body.data();
   const uint32_t body_bytes = static_cast<uint32_t>(client_body.size());
   // Body: the client's bytes with at most two byte edits, in body order:
@@ -186,7 +187,9 @@ bool openai_http::build_upstream_request(exchange& x, const openai::request_fiel
   o.len = 0;
   append(o, h.method_name);
   append(o, " ");
-  append(o, h.target);
+  // A Responses or Messages client's request goes as the chat body it was
+  // written as (its query, if any, is not carried).
+  append(o, renders(x) ? std::string_view("/v1/chat/completions") : h.target);
   append(o, " HTTP/1.1\r\nhost: ");
   x.host_offset = o.len;  // the backend's host goes here, per attempt (start_attempt)
   append(o, "\r\n");

@@ -134,6 +134,16 @@ class openai_http final : public backend_adapter {
   void send_translated(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept;
   // A held non-stream reply, read whole: answered as a chat.completion.
   void answer_anthropic_reply(exchange& x) noexcept;
+
+  // A Responses or Messages client of an OpenAI backend (rendered_relay.cpp):
+  // the chat reply rendered in the client's dialect as it comes.
+  void on_rendered_head(exchange& x) noexcept;
+  void on_chat_event(exchange& x, const http::sse_event& ev) noexcept;
+  // A held chat.completion, read whole: answered in the client's dialect.
+  void answer_chat_reply(exchange& x) noexcept;
+  // `chat`, a chat.completion body, answered in the client's dialect (a 502
+  // when it is not one).
+  void answer_rendered(exchange& x, std::string_view chat) noexcept;
   // The response ended: the connection goes back to its pool (or closes),
   // and the exchange is accounted as any answer.
   void finish_exchange(exchange& x) noexcept;

@@ -14,6 +14,7 @@
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
+#include "dialect_relay.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
@@ -57,6 +58,10 @@ void openai_http::on_response_head(exchange& x) noexcept {
   x.rsp.skip_allowed = x.rsp.skip_ok = false;
   if (x.rsp.dialect == reply_dialect::anthropic) {
     on_anthropic_head(x);
+    return;
+  }
+  if (renders(x)) {  // a Responses or Messages client
+    on_rendered_head(x);
     return;
   }
   x.rsp.head_seen = true;
@@ -156,7 +161,11 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     if (r.hold_error && bs.complete) {
       answer_backend_error(x);
     } else if (r.hold_reply && bs.complete) {
-      answer_anthropic_reply(x);
+      if (r.rendered) {
+        answer_chat_reply(x);
+      } else {
+        answer_anthropic_reply(x);
+      }
     } else {
       after_body_sent(x);
     }

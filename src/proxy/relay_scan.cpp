@@ -120,6 +120,10 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
     x.up->adapter->on_anthropic_event(x, ev);
     return;
   }
+  if (x.rsp.rendered) {  // a Responses or Messages client
+    x.up->adapter->on_chat_event(x, ev);
+    return;
+  }
   stream_facts& s = x.rsp.facts;
   // Nearly every event of a stream is one content delta that vLLM ends with
   // `"finish_reason":null}]}`: no usage, no error, no finish. Those are

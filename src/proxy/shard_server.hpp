@@ -45,6 +45,7 @@
 #include <string_view>
 
 #include "exchange.hpp"
+#include "sluice/dialect/request.hpp"
 #include "h1_codec.hpp"
 #include "h2_codec.hpp"
 #include "anthropic_http.hpp"
@@ -126,6 +127,9 @@ class shard_server {
   // From the body's parse on: model -> group (an embeddings call may park
   // the exchange and call this again when it ends), limits, admission.
   void route_request(exchange& x) noexcept;
+  // A Responses or Messages request written as the canonical chat body
+  // (x.body_override). Returns: false when it answered the client (a 400).
+  bool translate_request(exchange& x, std::string_view body) noexcept;
   // The client went away mid-exchange: cancelled, audited 499.
   void cancel(exchange& x) noexcept;
   // A parked exchange leaves the waiter list (its client side closes).
@@ -201,6 +205,7 @@ class shard_server {
   uint64_t _reported_version = ~uint64_t{0};  // _routes->local_version() at the last report
   std::vector<uint8_t> _last_failed;     // last outcome reported per backend was a failure
   openai::request_reader _reader;
+  dialect::request_translator _translator;
   uint64_t _request_seq = 0;
   uint64_t _id_seed = 0;
   auth::key_verifier _keys;             // bearer keys verified on this shard

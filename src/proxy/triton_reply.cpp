@@ -9,6 +9,7 @@
 #include "triton_grpc.hpp"
 
 #include "client_codec.hpp"
+#include "dialect_relay.hpp"
 #include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/core/log.hpp"
@@ -72,6 +73,7 @@ void triton_grpc::start_reply(exchange& x) noexcept {
   ctx.include_usage = x.rsp.client_usage;
   x.mem->triton.reset(ctx, x.is_stream ? nullptr : &x.mem->triton_text);
   x.mem->frame.len = k_batch_room;
+  if (renders(x) && x.is_stream && !start_rendering(x)) x.rsp.render_failed = true;
 }
 
 bool triton_grpc::stage_stream_head(exchange& x) noexcept {
@@ -254,6 +256,10 @@ void triton_grpc::send_output(exchange& x, bool end_client) noexcept {
     return;
   }
   if (end_client) x.rsp.client_done = true;
+  if (renders(x) && (x.rsp.render_failed || !render_batch(x, f, end_client))) {
+    internal_failure(x);
+    return;
+  }
   const iovec piece = frame_translated_batch(f, x.rsp.dechunk, end_client);
   // The codec relays a response now (its send completions come back as
   // on_sent), even when the whole reply came before it waited for one.
@@ -296,6 +302,14 @@ void triton_grpc::answer_body(exchange& x) noexcept {
     return;
   }
   x.rsp.complete = true;
+  if (renders(x)) {
+    if (!render_body(x, std::string_view(f.data, res.written))) {
+      internal_failure(x);
+      return;
+    }
+    x.codec->answer(x, 200, x.mem->dialect_reply, false, {}, {});
+    return;
+  }
   x.codec->answer(x, 200, std::string_view(f.data, res.written), false, {}, {});
 }
 

@@ -31,6 +31,9 @@ struct record {
   bool cancelled = false;           // client went away, backend request cancelled
   std::string_view finish_reason;   // "stop", "length", …
   std::string_view error;           // error code or reason ("rate_limit_exceeded")
+  // The client's dialect: chat | completions | embeddings | responses |
+  // messages (DESIGN.md §6b); written after `error` when set.
+  std::string_view dialect;
   // The auto model's routing: how its group was picked ("rule",
   // "classifier", "default", "sticky") and the classifier's top probability
   // (-1: it did not run). Written after the fields above, and only for a
@@ -43,7 +46,7 @@ struct record {
 // character boundary), which bounds a line: a client-chosen model name can be
 // megabytes and must not be able to push out other requests' lines.
 inline constexpr size_t max_field_bytes = 1024;
-// No line is longer than this (12 strings × (max_field_bytes + quotes) plus
+// No line is longer than this (13 strings × (max_field_bytes + quotes) plus
 // names and numbers): a buffer with this much room always takes a record.
 inline constexpr size_t max_line_bytes = 16384;
 

@@ -80,6 +80,15 @@ TEST_SUITE("audit::format_line") {
     CHECK(total == 42);
   }
 
+  TEST_CASE("the client's dialect follows the error when set") {
+    record r = full_record();
+    r.dialect = "messages";
+    const std::string line = line_of(r);
+    CHECK(line.ends_with(",\"cancelled\":false,\"error\":null,\"dialect\":\"messages\"}\n"));
+    simdjson::dom::parser p;
+    CHECK(str_field(parse(p, line), "dialect") == "messages");
+  }
+
   TEST_CASE("empty strings and a missing first token are written as null") {
     record r;
     r.status = 401;

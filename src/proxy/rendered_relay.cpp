@@ -1,0 +1,146 @@
+// The relay of an OpenAI backend's chat reply to a Responses or Messages
+// client (dialect_relay.hpp): the transport's parser and SSE scanner read
+// the backend's bytes as for any response, and what goes to the client is
+// rendered by sluice --
+//   - an error answer is held and answered in the client's shape
+//     (answer_backend_error, then the codec's in_client_dialect);
+//   - a non-stream chat.completion is read whole, then rendered;
+//   - a stream's events are fed to the exchange's dialect::stream_renderer
+//     one at a time; what it writes for a batch goes out as one chunk of the
+//     client's own chunked body (or bare, to an HTTP/1.0 client).
+#include <cstring>
+
+#include "openai_http.hpp"
+
+#include "client_codec.hpp"
+#include "dialect_relay.hpp"
+#include "shard_server.hpp"
+#include "wire.hpp"
+
+namespace sluice::proxy {
+
+void openai_http::on_rendered_head(exchange& x) noexcept {
+  const http::response_head& rh = x.rsp.head;
+  relay_state& r = x.rsp;
+  r.head_seen = true;
+  r.reusable = rh.keep_alive;
+  r.facts = stream_facts{};
+  r.cut_usage = false;  // the renderer reads the usage event; none of the backend's bytes go out
+  x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
+  r.fwd_from = rh.head_bytes;
+  if (rh.status != 200) {
+    // The backend's error body, held and answered in the client's shape
+    // (answer_backend_error); a body past the hold bound is its tail.
+    r.hold_error = true;
+    x.status = rh.status;
+    relay(x, rh.head_bytes, true);
+    return;
+  }
+  r.translated = true;
+  r.answered_ok = true;
+  r.rendered = true;
+  if (!x.is_stream) {
+    if (rh.event_stream) {
+      upstream_failed(x, errc::upstream_protocol);  // a stream the request did not ask for
+      return;
+    }
+    r.hold_reply = true;
+    x.mem->body.len = 0;
+    relay(x, rh.head_bytes, true);
+    return;
+  }
+  if (!rh.event_stream) {
+    upstream_failed(x, errc::upstream_protocol);
+    return;
+  }
+  if (!x.mem->sse) {
+    x.mem->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, &x));
+    if (x.mem->sse) account_connection_memory(k_sse_scanner_bytes);
+  }
+  if (!x.mem->sse || !start_rendering(x) || !x.mem->frame.reserve(64u << 10)) {
+    upstream_failed(x, errc::internal);
+    return;
+  }
+  x.mem->sse->reset();
+  r.dechunk = !x.codec->takes_chunked(x);
+  if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
+    upstream_failed(x, errc::internal);
+    return;
+  }
+  x.status = 200;
+  x.response_started = true;
+  x.mem->frame.len = k_batch_room;
+  relay(x, rh.head_bytes, true);
+}
+
+void openai_http::on_chat_event(exchange& x, const http::sse_event& ev) noexcept {
+  relay_state& r = x.rsp;
+  stream_facts& s = r.facts;
+  if (s.done) return;  // after the dialect's last event: the backend's rest is dropped
+  ++s.events;
+  dialect::stream_renderer& t = *x.mem->renderer;
+  byte_buf& f = x.mem->frame;
+  dialect::render_status st = dialect::render_status::too_large;
+  size_t n = 0;
+  if (!ev.truncated) {
+    // Room for the worst this event can write, and the chunk's tail (its
+    // CRLF, the terminal chunk) after it.
+    const size_t need = static_cast<size_t>(f.len) + t.bound(ev.data.size()) + 16;
+    if (need <= f.cap || f.reserve(need)) st = t.feed(ev.data, f.data + f.len, f.cap - f.len - 16, n);
+  }
+  if (st == dialect::render_status::ok) {
+    if (n != 0 && x.first_token_ms == 0 && s.events > 1) x.first_token_ms = _s.now_ms();
+    f.len += static_cast<uint32_t>(n);
+  } else {
+    // The stream cannot be read on: it ends with the dialect's failure
+    // events, and the backend is cut.
+    _metrics.at(metrics::stat::upstream_bad_replies).add();
+    const size_t need = static_cast<size_t>(f.len) + t.bound(0) + 16;
+    if (need <= f.cap || f.reserve(need)) {
+      if (t.finish(true, f.data + f.len, f.cap - f.len - 16, n) == dialect::render_status::ok) {
+        f.len += static_cast<uint32_t>(n);
+      }
+    }
+    r.reusable = false;
+    s.done = true;
+  }
+  if (t.done()) take_outcome(x);
+}
+
+void openai_http::answer_chat_reply(exchange& x) noexcept {
+  relay_state& r = x.rsp;
+  upstream_conn* u = x.up;
+  x.up = nullptr;
+  r.hold_reply = false;
+  if (u != nullptr) {
+    _routes->on_request_end(u->backend);
+    _metrics.backend_ended(u->backend);
+    release_upstream(u, r.reusable);
+  }
+  if (r.body_overflow) {
+    _metrics.at(metrics::stat::upstream_bad_replies).add();
+    r.answered_ok = false;
+    x.mem->body.len = 0;
+    x.codec->answer_error(x, 502, "The backend's answer is too large to translate.", "server_error", {},
+                          "upstream_error", false);
+    return;
+  }
+  const std::string_view chat(x.mem->body.data, x.mem->body.len);
+  answer_rendered(x, chat);
+}
+
+void openai_http::answer_rendered(exchange& x, std::string_view chat) noexcept {
+  relay_state& r = x.rsp;
+  const bool ok = render_body(x, chat);
+  x.mem->body.len = 0;  // not scanned again at the end: `facts` has the counts
+  if (!ok) {
+    _metrics.at(metrics::stat::upstream_bad_replies).add();
+    r.answered_ok = false;
+    x.codec->answer_error(x, 502, "The backend sent an answer sluice cannot read.", "server_error", {},
+                          "upstream_error", false);
+    return;
+  }
+  x.codec->answer(x, 200, x.mem->dialect_reply, false, {}, {});
+}
+
+}  // namespace sluice::proxy
