@@ -208,6 +208,12 @@ enum class backend_protocol : uint8_t {
 };
 std::string_view to_string(backend_protocol p) noexcept;
 
+// The client dialects a group's backends speak natively (DESIGN.md §6b), as
+// bits: a client speaking one is passed through, any other is translated.
+namespace native {
+inline constexpr uint8_t chat = 1, responses = 2, messages = 4;
+}
+
 // protocol = "triton": which model's inputs the request is written for.
 enum class triton_flavor : uint8_t {
   vllm,    // Triton's vLLM backend: text_input, stream, sampling_parameters (JSON), return_* flags
@@ -227,6 +233,8 @@ struct chat_template_config {
 struct group_config {
   std::string name;
   backend_protocol protocol = backend_protocol::openai;
+  // native_dialects: openai ["chat"], anthropic ["messages"], triton [] by default.
+  uint8_t native_dialects = native::chat;
   triton_flavor flavor = triton_flavor::vllm;  // protocol = "triton"
   chat_template_config chat_template;          // protocol = "triton"
   std::vector<std::string> models;   // exact names and glob patterns ("*", "qwen-*")

@@ -299,6 +299,26 @@ key = "x"
     CHECK(cfg::upstream_config{}.sse_scan == cfg::sse_scan_mode::boundaries);
   }
 
+  TEST_CASE("native_dialects: a default per protocol, what is given, and what a protocol cannot speak refused") {
+    const auto group = [](std::string_view body) {
+      return "[[group]]\nname = \"g\"\n" + std::string(body) + "\n[[key]]\nid = \"k\"\nkey = \"x\"\n";
+    };
+    CHECK(load(group("backends = [\"http://127.0.0.1:1\"]"))->groups[0].native_dialects == cfg::native::chat);
+    CHECK(load(group("protocol = \"anthropic\"\nbackends = [\"http://127.0.0.1:1\"]"))->groups[0].native_dialects ==
+          cfg::native::messages);
+    CHECK(load(group("protocol = \"triton\"\nbackends = [\"grpc://127.0.0.1:1\"]"))->groups[0].native_dialects == 0);
+    CHECK(load(group("native_dialects = [\"chat\", \"responses\", \"messages\"]\nbackends = [\"http://127.0.0.1:1\"]"))
+              ->groups[0].native_dialects == (cfg::native::chat | cfg::native::responses | cfg::native::messages));
+    CHECK(error_of(group("native_dialects = []\nbackends = [\"http://127.0.0.1:1\"]"))
+              .find("group.native_dialects must not be empty") != std::string::npos);
+    CHECK(error_of(group("native_dialects = [\"grpc\"]\nbackends = [\"http://127.0.0.1:1\"]"))
+              .find("group.native_dialects \"grpc\" is not a dialect; allowed: chat, responses, messages") != std::string::npos);
+    CHECK(error_of(group("protocol = \"anthropic\"\nnative_dialects = [\"chat\"]\nbackends = [\"http://127.0.0.1:1\"]"))
+              .find("a protocol = \"anthropic\" backend does not speak \"chat\"") != std::string::npos);
+    CHECK(error_of(group("protocol = \"triton\"\nnative_dialects = [\"messages\"]\nbackends = [\"grpc://127.0.0.1:1\"]"))
+              .find("does not speak") != std::string::npos);
+  }
+
   TEST_CASE("a protocol that does not fit its backends or its keys is refused, saying why") {
     const auto group = [](std::string_view body) {
       return "[[group]]\nname = \"g\"\n" + std::string(body) + "\n[[key]]\nid = \"k\"\nkey = \"x\"\n";
