@@ -10,6 +10,7 @@
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/openai/error.hpp"
 
 namespace sluice::proxy {
 
@@ -31,8 +32,21 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   const std::string_view client_body = request_body(x);
   bool written = false;
   try {
-    written = x.endpoint == openai::endpoint::completions ? _writer.write_completion(client_body, opts, _body, err)
-                                                          : _writer.write(client_body, opts, _body, err);
+    if (x.native) {
+      // A Messages client: its own bytes, the model token rewritten.
+      const std::string_view b = x.codec->request_body(x);
+      _body.assign(b.substr(0, x.native_model_begin));
+      _body += '"';
+      const size_t at = _body.size();
+      _body.resize(at + opts.model.size() * 6 + 1);
+      _body.resize(at + openai::json_escape(_body.data() + at, opts.model.size() * 6, opts.model));
+      _body += '"';
+      _body.append(b.substr(x.native_model_end));
+      written = true;
+    } else {
+      written = x.endpoint == openai::endpoint::completions ? _writer.write_completion(client_body, opts, _body, err)
+                                                            : _writer.write(client_body, opts, _body, err);
+    }
   } catch (...) {  // std::string growth: out of memory
     x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
     return false;

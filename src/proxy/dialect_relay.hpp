@@ -16,13 +16,18 @@
 
 namespace sluice::proxy {
 
-// Whether the exchange's reply is rendered in a dialect other than chat's.
-inline bool renders(const exchange& x) noexcept {
+// Whether the client speaks Responses or Messages (its request was
+// written as the canonical chat body).
+inline bool translated_request(const exchange& x) noexcept {
   return x.speaks == dialect::client_dialect::responses || x.speaks == dialect::client_dialect::messages;
 }
 
-// The body policy and the adapters read: the canonical chat body written
-// from the client's (renders()), else the client's own bytes.
+// Whether the exchange's reply is rendered in a dialect other than chat's:
+// a Responses or Messages client of a group that does not speak it.
+inline bool renders(const exchange& x) noexcept { return translated_request(x) && !x.native; }
+
+// The body the adapters forward: the canonical chat body written from the
+// client's (renders()), else the client's own bytes.
 std::string_view request_body(const exchange& x) noexcept;
 
 // A stream's renderer, made on the connection's first rendered stream and

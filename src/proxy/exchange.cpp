@@ -54,6 +54,10 @@ void shard_server::end_request(exchange& x) noexcept {
     if (x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(x.rsp.facts.prompt_tokens);
     completion = x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(x.rsp.facts.completion_tokens)
                                                  : x.rsp.facts.content_events;
+  } else if (x.rsp.head_seen && x.mem->body.len != 0 && x.native) {
+    const dialect::native_usage u = dialect::native_body_usage(x.speaks, std::string_view(x.mem->body.data, x.mem->body.len));
+    if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
+    if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
   } else if (x.rsp.head_seen && x.mem->body.len != 0) {
     // Past its bound the body is its last 64 KiB (scan.cpp): the usage
     // object is read from there.
@@ -284,7 +288,8 @@ void shard_server::route_request(exchange& x) noexcept {
   // the model named its group (below).
   const int64_t cap = 1 << 20;
   std::string_view body = x.codec->request_body(x);
-  if (renders(x)) {
+  x.native = false;
+  if (translated_request(x)) {
     // A Responses or Messages request: written once as the canonical chat
     // body, which policy and the adapters read from here on.
     if (!translate_request(x, body)) return;  // answered
@@ -339,6 +344,7 @@ void shard_server::route_request(exchange& x) noexcept {
   }
   x.group = g;
   const config::group_config& grp = _cfg->groups[g];
+  if (translated_request(x) && !x.count_tokens && !pass_native(x, grp)) return;  // answered
   const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
   if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
     const std::string_view field = f.max_tokens_named_completion ? "max_completion_tokens" : "max_tokens";
@@ -410,6 +416,25 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
     return false;
   }
   x.body_override = out;
+  return true;
+}
+
+bool shard_server::pass_native(exchange& x, const config::group_config& grp) noexcept {
+  const uint8_t bit = x.speaks == dialect::client_dialect::messages ? config::native::messages : config::native::responses;
+  if ((grp.native_dialects & bit) == 0) return true;  // translated
+  // Passed through: sluice read the request as the canonical body, so the
+  // backend must not be able to read the client's bytes another way.
+  const std::string_view body = x.codec->request_body(x);
+  const dialect::member_scan m = dialect::top_level_member(body, "model", x.native_model_begin, x.native_model_end);
+  if (m != dialect::member_scan::found) {
+    x.codec->answer_error(x, 400,
+                          m == dialect::member_scan::duplicate ? "A top-level member is given twice."
+                          : m == dialect::member_scan::escaped ? "A top-level member name holds an escape."
+                                                               : "The request body could not be read.",
+                          "invalid_request_error", {}, {}, false);
+    return false;
+  }
+  x.native = true;
   return true;
 }
 

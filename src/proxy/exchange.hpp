@@ -30,6 +30,7 @@
 #include "sluice/grpc/kserve.hpp"
 #include "sluice/http/sse.hpp"
 #include "sluice/dialect/dialect.hpp"
+#include "sluice/dialect/native.hpp"
 #include "sluice/dialect/render.hpp"
 #include "sluice/metrics/registry.hpp"
 #include "sluice/openai/anthropic.hpp"
@@ -102,7 +103,8 @@ struct relay_state {
   bool answered_ok = false;       // translated: the backend took the request and answers it (billed as a 200)
   bool hold_reply = false;        // translated, non-stream: the backend's body is read whole, then answered
   bool render_failed = false;     // the renderer could not be had (out of memory)
-  bool rendered = false;          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
+  bool rendered = false;
+  dialect::native_usage native_usage;  // x.native: what the reply's events said of usage          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
@@ -192,7 +194,13 @@ struct exchange {
   openai::endpoint endpoint = openai::endpoint::chat_completions;
   dialect::client_dialect speaks = dialect::client_dialect::chat;  // the client's dialect (its path)
   bool count_tokens = false;       // POST /v1/messages/count_tokens: answered by sluice
-  std::string_view body_override;  // renders(): the canonical chat body, in mem->dialect_body
+  std::string_view body_override;  // a Responses / Messages request: the canonical chat body, in mem->dialect_body
+  // The group's backends speak the client's dialect (native_dialects): its
+  // own bytes go, the model token [native_model_begin, end) rewritten where
+  // the group names a backend model; the reply passes through.
+  bool native = false;
+  uint32_t native_model_begin = 0;
+  uint32_t native_model_end = 0;
   uint64_t request_start_ms = 0;   // monotonic: the head's first byte
   uint64_t body_start_ms = 0;
   uint64_t start_wall_ms = 0;

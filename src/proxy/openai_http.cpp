@@ -132,7 +132,7 @@ uint64_t openai_http::plan_upstream_body(exchange& x, const openai::request_fiel
   static constexpr std::string_view k_usage_first_of_more = "\"include_usage\":true,";
   x.rsp.cut_usage = false;
   if (g.inject_usage && f.stream && !f.include_usage && x.endpoint != openai::endpoint::embeddings &&
-      body_bytes != 0) {
+      body_bytes != 0 && !x.native) {
     x.rsp.cut_usage = true;
     if (f.stream_options_object && !f.has_include_usage) {
       // The client's other stream_options (vLLM's continuous_usage_stats)
@@ -154,12 +154,17 @@ uint64_t openai_http::plan_upstream_body(exchange& x, const openai::request_fiel
       edits[edit_count++] = {brace + 1, brace + 1, k_usage_member.data(), k_usage_member.size()};
     }
   }
-  if (!g.backend_model.empty() && f.model_token_end > f.model_token_begin) {
+  // A natively spoken Responses / Messages request: the client's own bytes
+  // (its model token found by dialect::top_level_member), never usage
+  // injected (their streams carry it).
+  const uint32_t model_begin = x.native ? x.native_model_begin : f.model_token_begin;
+  const uint32_t model_end = x.native ? x.native_model_end : f.model_token_end;
+  if (!g.backend_model.empty() && model_end > model_begin) {
     size_t n = 0;
     x.scratch[n++] = '"';
     n += openai::json_escape(x.scratch + n, sizeof x.scratch - 2, g.backend_model);
     x.scratch[n++] = '"';
-    edits[edit_count++] = {f.model_token_begin, f.model_token_end, x.scratch, n};
+    edits[edit_count++] = {model_begin, model_end, x.scratch, n};
   }
   if (edit_count == 2 && edits[1].begin < edits[0].begin) std::swap(edits[0], edits[1]);
   uint64_t body_len = body_bytes;

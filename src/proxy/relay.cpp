@@ -56,7 +56,7 @@ void openai_http::on_response_head(exchange& x) noexcept {
   // The skip (chunk_scanned) starts off for every response: never the
   // first chunk, which the scan reads whole (the role chunk).
   x.rsp.skip_allowed = x.rsp.skip_ok = false;
-  if (x.rsp.dialect == reply_dialect::anthropic) {
+  if (x.rsp.dialect == reply_dialect::anthropic && !x.native) {
     on_anthropic_head(x);
     return;
   }
@@ -75,8 +75,9 @@ void openai_http::on_response_head(exchange& x) noexcept {
     }
     if (x.mem->sse) x.mem->sse->reset();
   }
-  x.rsp.skip_allowed = rh.event_stream && rh.chunked && x.mem->sse &&
+  x.rsp.skip_allowed = rh.event_stream && rh.chunked && x.mem->sse && !x.native &&
                        g.upstream.sse_scan == config::sse_scan_mode::boundaries;
+  x.rsp.native_usage = dialect::native_usage{};
   x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
 
   // A backend's error answer is held and answered in OpenAI's shape

@@ -130,6 +130,9 @@ class shard_server {
   // A Responses or Messages request written as the canonical chat body
   // (x.body_override). Returns: false when it answered the client (a 400).
   bool translate_request(exchange& x, std::string_view body) noexcept;
+  // The group speaks the client's dialect: its bytes will pass (x.native),
+  // once checked to read one way only. Returns: false when it answered (400).
+  bool pass_native(exchange& x, const config::group_config& grp) noexcept;
   // The client went away mid-exchange: cancelled, audited 499.
   void cancel(exchange& x) noexcept;
   // A parked exchange leaves the waiter list (its client side closes).
