@@ -77,11 +77,17 @@ void stream_renderer::reset(client_dialect d, const reply_context& ctx) noexcept
 }
 
 size_t stream_renderer::bound(size_t data_bytes) const noexcept {
-  // Each event writes its text at most twice (a delta, and a tool's id and
-  // name), each byte at most 6 bytes escaped; a Responses item's close
-  // writes its whole text four times, and response.completed every item.
+  // Each byte of the event is written at most four times (a delta or a
+  // tool's id and name, and again when its item closes), 6 bytes escaped;
+  // each item it opens (one per tool call, 8 bytes of JSON at least, k_items_max
+  // in all) costs its events' fixed text and ids; the item open before it
+  // closes with its whole text four times, and response.completed writes
+  // every item again.
   const size_t ids = 6 * (_ctx.request_id.size() + _ctx.model.size());
-  return 4096 + 8 * ids + 12 * data_bytes + 24 * (_text.size() + _call_id.size() + _name.size()) + 6 * _items.size();
+  const size_t left = _blocks < k_items_max ? k_items_max - _blocks : 0;
+  const size_t opens = data_bytes / 8 + 2 < left + 1 ? data_bytes / 8 + 2 : left + 1;
+  return 4096 + 8 * ids + 24 * data_bytes + opens * (1024 + 8 * ids) +
+         24 * (_text.size() + _call_id.size() + _name.size()) + 6 * _items.size();
 }
 
 template <class W>
