@@ -80,9 +80,10 @@ registry::registry(size_t shard_count, names n, room extra)
   const size_t rejected = k * reject_reason_count;
   const size_t hist = g * shard_metrics::histogram_width;
   const size_t decisions = g * router_how_count;
+  const size_t dialects = g * dialect_count;
   const size_t key_usage = k * shard_metrics::key_usage_width;
   const size_t backend_load = b * 2;
-  size_t total = requests + tokens + rejected + decisions + key_usage + backend_load + 2 * hist + 1 + shard_metrics::loop_width + stat_count;
+  size_t total = requests + tokens + rejected + decisions + dialects + key_usage + backend_load + 2 * hist + 1 + shard_metrics::loop_width + stat_count;
   total = (total + line_counters - 1) / line_counters * line_counters;  // whole cache lines
 
   _shards.resize(shard_count);
@@ -104,6 +105,8 @@ registry::registry(size_t shard_count, names n, room extra)
     p += rejected;
     m._decisions = p;
     p += decisions;
+    m._dialects = p;
+    p += dialects;
     m._key_usage = p;
     p += key_usage;
     m._backend_load = p;
@@ -396,6 +399,18 @@ void registry::render(std::string& out) const {
       out += "sluice_router_decisions_total{group=\"";
       put_label_value(out, name_or_none(_names.groups, gi));
       fmt::format_to(it, "\",how=\"{}\"}} {}\n", router_how_names[hi], v);
+    }
+  }
+
+  put_family(out, "sluice_dialect_requests_total", "counter",
+             "Answered requests by group and the client's dialect (chat, completions, embeddings, responses, messages).");
+  for (size_t gi : group_rows) {
+    for (size_t di = 0; di < dialect_count; ++di) {
+      const uint64_t v = sum(&shard_metrics::_dialects, gi * dialect_count + di);
+      if (v == 0) continue;
+      out += "sluice_dialect_requests_total{group=\"";
+      put_label_value(out, name_or_none(_names.groups, gi));
+      fmt::format_to(it, "\",dialect=\"{}\"}} {}\n", dialect_names[di], v);
     }
   }
 

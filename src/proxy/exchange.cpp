@@ -98,6 +98,11 @@ void shard_server::end_request(exchange& x) noexcept {
   count_budget(x, prompt, completion);
   const bool grouped = x.group != metrics::none;
   _metrics.request_done(x.group, x.backend_used, x.status);
+  static_assert(static_cast<size_t>(dialect::client_dialect::messages) + 1 == metrics::dialect_count);
+  static_assert(metrics::dialect_names[static_cast<size_t>(dialect::client_dialect::responses)] == "responses");
+  if (x.head_ok && (x.model_len != 0 || x.speaks != dialect::client_dialect::chat)) {
+    _metrics.dialect_done(x.group, static_cast<size_t>(x.speaks));
+  }
   if (grouped && (prompt | completion) != 0) _metrics.tokens(x.group, prompt, completion);
   _metrics.key_done(x.key_index >= 0 ? static_cast<uint32_t>(x.key_index) : metrics::none, prompt, completion);
   const uint64_t duration_ms = now - x.request_start_ms;

@@ -15,7 +15,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 
 import { start_anthropic_peer } from './lib/anthropic_peer.mjs';
-import { gateway_config, poll, read_audit } from './lib/gateway.mjs';
+import { gateway_config, poll, read_audit, samples, scrape } from './lib/gateway.mjs';
 import { bound_ms, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 import { start_triton_peer } from './lib/triton_peer.mjs';
@@ -209,6 +209,19 @@ describe('client dialects: Responses and Messages', () => {
       assert.equal(ts.content[0].text, t.content[0].text);
       assert.equal(ts.usage.output_tokens, t.usage.output_tokens);
     });
+  });
+
+  it('metrics count requests by dialect: sluice_dialect_requests_total{group,dialect}', async () => {
+    await anthropic.messages.create({ model: 'mock-model', max_tokens: 5, messages: [{ role: 'user', content: 'm' }] });
+    await openai.responses.create({ model: 'mock-model', input: 'r' });
+    await openai.chat.completions.create({ model: 'mock-model', messages: [{ role: 'user', content: 'c' }] });
+    const m = (await scrape(sluice.admin_url)).parsed;
+    const count = (dialect) => samples(m, 'sluice_dialect_requests_total', { group: 'chat', dialect }).reduce((a, s) => a + s.value, 0);
+    assert.ok(count('messages') >= 1);
+    assert.ok(count('responses') >= 1);
+    assert.ok(count('chat') >= 1);
+    const refused = samples(m, 'sluice_dialect_requests_total', { group: '', dialect: 'messages' });
+    assert.ok(refused.length === 1 && refused[0].value >= 1, 'refused before a group: group ""');
   });
 
   describe('OpenAI SDK, Responses', () => {

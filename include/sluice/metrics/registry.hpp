@@ -43,6 +43,11 @@ inline constexpr size_t token_kind_count = 2;
 inline constexpr std::string_view router_how_names[] = {"rule", "classifier", "default", "sticky", "embeddings"};
 inline constexpr size_t router_how_count = sizeof router_how_names / sizeof router_how_names[0];
 
+// The client dialects, in the order of dialect::client_dialect (proxy
+// static_asserts the two agree).
+inline constexpr std::string_view dialect_names[] = {"chat", "completions", "embeddings", "responses", "messages"};
+inline constexpr size_t dialect_count = sizeof dialect_names / sizeof dialect_names[0];
+
 enum class reject_reason : uint8_t { tokens = 0, requests = 1, concurrency = 2, too_large = 3 };
 inline constexpr size_t reject_reason_count = 4;
 
@@ -141,6 +146,11 @@ class shard_metrics {
     t[static_cast<size_t>(token_kind::prompt)].add(prompt);
     t[static_cast<size_t>(token_kind::completion)].add(completion);
   }
+  // sluice_dialect_requests_total{group,dialect}: one per answered request
+  // whose client's dialect is known (group none: refused before a group).
+  void dialect_done(uint32_t group, size_t dialect) noexcept {
+    _dialects[slot(group, _groups) * dialect_count + (dialect < dialect_count ? dialect : 0)].add();
+  }
   // sluice_router_decisions_total{group,how}: one per auto-model request routed.
   void router_decision(uint32_t group, size_t how) noexcept {
     _decisions[slot(group, _groups) * router_how_count + (how < router_how_count ? how : 0)].add();
@@ -207,6 +217,7 @@ class shard_metrics {
   counter* _tokens = nullptr;     // [(groups+1) × token_kind_count]
   counter* _rejected = nullptr;   // [(keys+1) × reject_reason_count]
   counter* _decisions = nullptr;  // [(groups+1) × router_how_count]
+  counter* _dialects = nullptr;   // [(groups+1) × dialect_count]
   counter* _key_usage = nullptr;  // [(keys+1) × key_usage_width]
   counter* _backend_load = nullptr;  // [(backends+1) × 2]: in flight (gauge), failures
   counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
