@@ -10,6 +10,8 @@
 --   max_tokens=N    the request's max_tokens (default 16; 180 with stream)
 --   model=NAME      the request's model (default "mock-model")
 --   key=KEY         the bearer key (default "test-key", sluice's embedded default)
+--   dialect=D       chat (default), responses or messages: the same conversation in
+--                   that API's request shape (POST it to /v1/responses, /v1/messages)
 --
 -- The request is built once per thread and sent unchanged, so the load
 -- generator spends no Lua time per request. At the end it prints one line
@@ -19,7 +21,27 @@
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local report = dofile(here .. "report.lua")
 
+-- The same conversation in the Responses or Messages dialect (dialect=...).
+local system_text = 'You are a concise assistant. Answer in plain English, cite no sources, and keep every answer ' ..
+   'under a hundred words unless the user asks for more detail.'
+local user_text = 'Explain in two or three sentences why a reverse proxy in front of an inference server should ' ..
+   'stream tokens to the client as soon as they arrive instead of buffering the whole reply, and what a client ' ..
+   'sees when it does buffer.'
+
+local function build_dialect_body(opts)
+   local stream = opts.stream and ',"stream":true' or ''
+   if opts.dialect == "responses" then
+      return table.concat({'{"model":"', opts.model, '","instructions":"', system_text, '",',
+         '"input":[{"role":"user","content":[{"type":"input_text","text":"', user_text, '"}]}],',
+         '"max_output_tokens":', tostring(opts.max_tokens), ',"temperature":0.7', stream, '}'})
+   end
+   return table.concat({'{"model":"', opts.model, '","system":"', system_text, '",',
+      '"messages":[{"role":"user","content":"', user_text, '"}],',
+      '"max_tokens":', tostring(opts.max_tokens), ',"temperature":0.7', stream, '}'})
+end
+
 local function build_body(opts)
+   if opts.dialect ~= "chat" then return build_dialect_body(opts) end
    -- A realistic chat body: a system prompt and a user turn (~600 B), the
    -- size and shape a chat UI sends; sluice parses and validates all of it.
    local parts = {
@@ -53,6 +75,7 @@ local opts = {
    max_tokens = nil,
    model = "mock-model",
    key = "test-key",
+   dialect = "chat",
 }
 
 function init(args)
@@ -63,6 +86,7 @@ function init(args)
       elseif k == "max_tokens" then opts.max_tokens = tonumber(v)
       elseif k == "model" then opts.model = v
       elseif k == "key" then opts.key = v
+      elseif k == "dialect" and (v == "chat" or v == "responses" or v == "messages") then opts.dialect = v
       else error("chat.lua: unknown argument '" .. a .. "'") end
    end
    if not opts.max_tokens then
@@ -74,6 +98,12 @@ function init(args)
    wrk.headers["Authorization"] = "Bearer " .. opts.key
    -- Stock OpenAI SDKs send this even for streams (the body decides).
    wrk.headers["Accept"] = "application/json"
+   if opts.dialect == "messages" then
+      -- The Anthropic SDK's headers: its key as x-api-key, the API version.
+      wrk.headers["Authorization"] = nil
+      wrk.headers["x-api-key"] = opts.key
+      wrk.headers["anthropic-version"] = "2023-06-01"
+   end
 end
 
 done = report.done

@@ -11,13 +11,14 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
 
 import { start_anthropic_peer } from './lib/anthropic_peer.mjs';
 import { gateway_config, poll, read_audit } from './lib/gateway.mjs';
 import { bound_ms, http_post, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 
-describe('native dialects: Messages passed through', () => {
-  let mock, peer, sluice, sdk;
+describe('native dialects: Messages and Responses passed through', () => {
+  let mock, peer, sluice, sdk, openai;
   const audit = () => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl'));
   async function audited(id) {
     let rec;
@@ -32,7 +33,7 @@ describe('native dialects: Messages passed through', () => {
       config: gateway_config({
         tables: { health: { interval_ms: 0 } },
         groups: [
-          { name: 'vllm', models: ['mock-model'], native_dialects: ['chat', 'messages'], backends: [mock.url] },
+          { name: 'vllm', models: ['mock-model'], native_dialects: ['chat', 'messages', 'responses'], backends: [mock.url] },
           { name: 'renamed', models: ['alias'], native_dialects: ['chat', 'messages'], backend_model: 'mock-model', backends: [mock.url] },
           { name: 'claude', models: ['claude-*'], protocol: 'anthropic', backend_model: 'claude-backend',
             api_key_env: 'SLUICE_TEST_ANTHROPIC_KEY', backends: [peer.url] },
@@ -42,6 +43,7 @@ describe('native dialects: Messages passed through', () => {
       env: { ...process.env, SLUICE_TEST_ANTHROPIC_KEY: 'sk-ant-backend' },
     });
     sdk = new Anthropic({ apiKey: test_key, baseURL: sluice.url, maxRetries: 0, timeout: bound_ms(10000) });
+    openai = new OpenAI({ apiKey: test_key, baseURL: `${sluice.url}/v1`, maxRetries: 0, timeout: bound_ms(10000) });
   });
   after(() => stop_all(sluice, mock, peer));
 
@@ -67,6 +69,35 @@ describe('native dialects: Messages passed through', () => {
       assert.deepEqual([rec.prompt_tokens, rec.completion_tokens], counts);
     });
   }
+
+  for (const stream of [false, true]) {
+    it(`Responses, ${stream ? 'a stream' : 'a response'}: the bytes equal mock-vllm's own /v1/responses, usage billed from them`, async () => {
+      const id = `native-resp-${stream}`;
+      const req = { model: 'mock-model', instructions: 'Be brief.', input: [{ role: 'user', content: [{ type: 'input_text', text: 'Hello there.' }] }], stream };
+      const direct = await http_post(mock.url, '/v1/responses', req, { headers: { 'x-request-id': id } });
+      const via = await http_post(sluice.url, '/v1/responses', req, { headers: { 'x-request-id': id, authorization: `Bearer ${test_key}` } });
+      assert.equal(direct.status, 200, direct.text);
+      assert.equal(via.status, 200, via.text);
+      // The same bytes but for created_at (mock-vllm's clock, per request).
+      const unclocked = (t) => t.replace(/"created_at":\d+/g, '"created_at":0');
+      assert.equal(unclocked(via.text), unclocked(direct.text));
+      const rec = await audited(id);
+      assert.equal(rec.dialect, 'responses');
+      const last = stream ? JSON.parse(direct.text.trim().split('\n').at(-1).slice(6)).response : JSON.parse(direct.text);
+      assert.deepEqual([rec.prompt_tokens, rec.completion_tokens], [last.usage.input_tokens, last.usage.output_tokens]);
+    });
+  }
+
+  it('the OpenAI SDK over a native Responses group: create, stream().finalResponse()', async () => {
+    const r = await openai.responses.create({ model: 'mock-model', input: 'Say hi.' });
+    assert.equal(r.output_text.split(' ').length, 7);
+    const s = await openai.responses.stream({ model: 'mock-model', input: 'Say hi.' }).finalResponse();
+    assert.equal(s.status, 'completed');
+    assert.equal(s.usage.output_tokens, 7);
+    const cut = await openai.responses.create({ model: 'mock-model', input: 'Say hi.', max_output_tokens: 3 });
+    assert.equal(cut.status, 'incomplete');
+    assert.equal(cut.usage.output_tokens, 3);
+  });
 
   it('the SDK over a native group: create, stream().finalMessage(), the usage the client saw is audited', async () => {
     const m = await sdk.messages.create(body(), { headers: { 'x-request-id': 'native-sdk' } });

@@ -96,6 +96,7 @@ struct worker::connection {
   bool tool_use = false;
   std::string tool_name;
   std::string tool_id;
+  uint32_t seq = 0;  // /v1/responses: the next event's sequence_number
 };
 
 }  // namespace mock_vllm

@@ -1,6 +1,6 @@
-// The worker's side of Anthropic's /v1/messages: the request's plan, then
-// the reply paced by the same timers as the OpenAI endpoints (anthropic.hpp
-// has the bytes).
+// The worker's side of Anthropic's /v1/messages and OpenAI's /v1/responses:
+// the request's plan, then the reply paced by the same timers as the chat
+// endpoints (anthropic.hpp and responses.hpp have the bytes).
 #include <ctime>
 
 #include "anthropic.hpp"
@@ -118,6 +118,89 @@ void worker::advance_messages(connection& c) {
       append_message_body(_scratch, c.id, _opts.model, c.tokens, c.ends_by_length, c.prompt_tokens,
                           _opts.token_pad);
     }
+    respond_json(c, 200, _scratch);
+  }
+  finish_generation(c);
+}
+
+void worker::start_responses(connection& c) {
+  c.body.reserve(c.body.size() + simdjson::SIMDJSON_PADDING);
+  _error.clear();
+  if (_opts.fail_status != 0) {
+    respond_error(c, static_cast<int>(_opts.fail_status), "ServiceUnavailableError",
+                  "The engine cannot take requests right now (mock-vllm --fail-status).");
+    return;
+  }
+  if (!make_responses_plan(_json, c.body, _opts.reply_tokens, _responses_plan, _error)) {
+    respond_error(c, 400, "BadRequestError", _error);
+    return;
+  }
+  // "resp_" + X-Request-Id, as the chat ids mirror it; else a random hex.
+  c.id.assign("resp_");
+  if (const std::string* rid = find_header(c.headers, "x-request-id")) {
+    c.id += *rid;
+  } else {
+    append_uuid_hex(c.id);
+  }
+  c.kind = endpoint::responses;
+  c.stream = _responses_plan.stream;
+  c.include_usage = false;
+  c.tokens = _responses_plan.tokens;
+  c.ends_by_length = _responses_plan.ends_by_length;
+  c.prompt_tokens = _responses_plan.prompt_tokens;
+  c.tool_use = false;
+  c.sent = 0;
+  c.seq = 0;
+  c.fail_after = fail_after_tokens(_opts, c.headers);
+  c.created = _opts.created >= 0 ? _opts.created : time(nullptr);
+  c.role_sent = false;  // here: response.created ... content_part.added
+  c.busy = true;
+  c.waiting = true;
+  c.first_token_ns = _now_ns + _ttft_ns;
+  _state.waiting.fetch_add(1, std::memory_order_relaxed);
+  if (c.stream) append_stream_head(c.out, _date, c.close_header);
+  if (_ttft_ns == 0) {
+    advance(c);
+  } else {
+    arm_timer(c, c.first_token_ns);
+  }
+}
+
+void worker::advance_responses(connection& c) {
+  if (c.waiting) {
+    c.waiting = false;
+    _state.waiting.fetch_sub(1, std::memory_order_relaxed);
+    _state.running.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (c.stream && !c.role_sent) {
+    append_response_start_events(c.out, _scratch, c.id, c.created, _opts.model, c.seq);
+    c.role_sent = true;
+  }
+  while (c.sent < c.tokens) {
+    if (c.stream) append_output_text_delta_event(c.out, _scratch, c.id, c.sent, _opts.token_pad, c.seq);
+    ++c.sent;
+    if (c.fail_after != 0 && c.sent == c.fail_after && c.sent < c.tokens) {
+      fail_connection(c);
+      return;
+    }
+    if (c.sent < c.tokens && _interval_ns != 0) {
+      uint64_t due = c.first_token_ns + c.sent * _interval_ns;
+      if (due > _now_ns) {
+        arm_timer(c, due);
+        return;
+      }
+    }
+    if (c.sent < c.tokens && _interval_ns == 0 && c.out.size() - c.out_sent > k_output_high) {
+      c.blocked = true;  // flush() resumes once the socket took it all
+      return;
+    }
+  }
+  responses_plan p{c.stream, c.tokens, c.ends_by_length, c.prompt_tokens};
+  if (c.stream) {
+    append_response_end_events(c.out, _scratch, c.id, c.created, _opts.model, p, _opts.token_pad, c.seq);
+  } else {
+    _scratch.clear();
+    append_response_body(_scratch, c.id, c.created, _opts.model, p, _opts.token_pad);
     respond_json(c, 200, _scratch);
   }
   finish_generation(c);

@@ -14,7 +14,7 @@
 namespace mock_vllm {
 
 // messages: Anthropic's /v1/messages (anthropic.hpp); the others are vLLM's.
-enum class endpoint : uint8_t { chat, completion, embedding, messages };
+enum class endpoint : uint8_t { chat, completion, embedding, messages, responses };
 
 struct usage_counts {
   uint32_t prompt_tokens = 0;

@@ -380,7 +380,7 @@ void worker::route(connection& c, std::string_view method, std::string_view path
       {"/v1/chat/completions", "POST", "allow: POST\r\n"}, {"/v1/completions", "POST", "allow: POST\r\n"},
       {"/v1/embeddings", "POST", "allow: POST\r\n"},       {"/v1/models", "GET", "allow: GET\r\n"},
       {"/health", "GET", "allow: GET\r\n"},                {"/metrics", "GET", "allow: GET\r\n"},
-      {"/v1/messages", "POST", "allow: POST\r\n"},
+      {"/v1/messages", "POST", "allow: POST\r\n"},         {"/v1/responses", "POST", "allow: POST\r\n"},
   };
   const route_entry* found = nullptr;
   for (const auto& r : routes) {
@@ -402,6 +402,8 @@ void worker::route(connection& c, std::string_view method, std::string_view path
     start_generation(c, endpoint::embedding);
   } else if (path == "/v1/messages") {
     start_messages(c);
+  } else if (path == "/v1/responses") {
+    start_responses(c);
   } else if (path == "/v1/models") {
     int64_t created = _opts.created >= 0 ? _opts.created : time(nullptr);
     _error.clear();
@@ -476,6 +478,10 @@ void worker::start_generation(connection& c, endpoint kind) {
 void worker::advance(connection& c) {
   if (c.kind == endpoint::messages) {
     advance_messages(c);
+    return;
+  }
+  if (c.kind == endpoint::responses) {
+    advance_responses(c);
     return;
   }
   if (c.waiting) {

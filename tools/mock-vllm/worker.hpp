@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "anthropic.hpp"
+#include "responses.hpp"
 #include "options.hpp"
 #include "plan.hpp"
 #include "state.hpp"
@@ -55,6 +56,8 @@ class worker {
   void start_generation(connection& c, endpoint kind);
   void start_messages(connection& c);
   void advance_messages(connection& c);
+  void start_responses(connection& c);
+  void advance_responses(connection& c);
   void advance(connection& c);
   void finish_generation(connection& c);
   void fail_connection(connection& c);
@@ -87,6 +90,7 @@ class worker {
   simdjson::dom::parser _json;
   plan _plan;
   anthropic_plan _anthropic_plan;
+  responses_plan _responses_plan;
   std::string _scratch;  // one event or one body at a time
   std::string _error;
   std::string _line;
