@@ -8,6 +8,7 @@
 // count_tokens, and the SDK's error classes; each request is audited with
 // the usage the client saw, under its dialect.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -79,7 +80,7 @@ describe('client dialects: Responses and Messages', () => {
     triton = await start_triton_peer({ model: 'tri-vllm' });
     sluice = await start_sluice({
       config: gateway_config({
-        tables: { health: { interval_ms: 0 } },
+        tables: { server: { h2c: true }, health: { interval_ms: 0 } },
         groups: [
           { name: 'chat', models: ['mock-model'], backends: [mock.url] },
           { name: 'tools', models: ['tool-model'], backends: [tools.url] },
@@ -222,6 +223,42 @@ describe('client dialects: Responses and Messages', () => {
     assert.ok(count('chat') >= 1);
     const refused = samples(m, 'sluice_dialect_requests_total', { group: '', dialect: 'messages' });
     assert.ok(refused.length === 1 && refused[0].value >= 1, 'refused before a group: group ""');
+  });
+
+  it('over HTTP/2 (h2c): a Messages stream and a Responses body, rendered as over HTTP/1.1', async () => {
+    const session = http2.connect(sluice.url);
+    session.on('error', () => {});
+    const post = (path, body, headers) => new Promise((resolve, reject) => {
+      const req = session.request({ ':method': 'POST', ':path': path, 'content-type': 'application/json', ...headers });
+      let status, type;
+      const parts = [];
+      req.on('response', (h) => { status = h[':status']; type = h['content-type']; });
+      req.on('data', (d) => parts.push(d));
+      req.on('end', () => resolve({ status, type, text: Buffer.concat(parts).toString('utf8') }));
+      req.on('error', reject);
+      req.end(JSON.stringify(body));
+    });
+    try {
+      const m = await post('/v1/messages', { model: 'mock-model', max_tokens: 20, stream: true, messages: [{ role: 'user', content: 'h2' }] },
+                           { 'x-api-key': test_key });
+      assert.equal(m.status, 200, m.text);
+      assert.match(m.type, /^text\/event-stream/);
+      const events = m.text.split('\n\n').filter(Boolean).map((e) => e.split('\n')[0].slice(7));
+      assert.deepEqual([events[0], events.at(-2), events.at(-1)], ['message_start', 'message_delta', 'message_stop']);
+      const text = m.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)))
+        .filter((e) => e.type === 'content_block_delta').map((e) => e.delta.text).join('');
+      assert.equal(text.split(' ').length, 6);
+      const r = await post('/v1/responses', { model: 'mock-model', input: 'h2' }, { authorization: `Bearer ${test_key}` });
+      assert.equal(r.status, 200, r.text);
+      const resp = JSON.parse(r.text);
+      assert.equal(resp.object, 'response');
+      assert.equal(resp.output[0].content[0].text.split(' ').length, 6);
+      const e = await post('/v1/messages', { model: 'mock-model', messages: [] }, { 'x-api-key': test_key });
+      assert.equal(e.status, 400);
+      assert.equal(JSON.parse(e.text).error.type, 'invalid_request_error');
+    } finally {
+      session.close();
+    }
   });
 
   describe('OpenAI SDK, Responses', () => {
