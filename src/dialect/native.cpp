@@ -96,8 +96,32 @@ void read_usage(client_dialect d, simdjson::dom::element usage, native_usage& u,
   }
 }
 
-bool has(std::string_view data, std::string_view what) noexcept {
-  return ::memmem(data.data(), data.size(), what.data(), what.size()) != nullptr;
+// The event's "type", read without a parse where it stands first (Anthropic,
+// sluice) or last (pydantic's field order, as vLLM writes Responses events);
+// empty when it is elsewhere (then the event is parsed).
+std::string_view type_of(std::string_view data) noexcept {
+  constexpr std::string_view k_first = "{\"type\":\"";
+  if (data.starts_with(k_first)) {
+    const size_t end = data.find('"', k_first.size());
+    return end == std::string_view::npos ? std::string_view{} : data.substr(k_first.size(), end - k_first.size());
+  }
+  constexpr std::string_view k_last = "\"type\":\"";
+  if (!data.ends_with("\"}") || data.size() < k_last.size() + 3) return {};
+  const size_t open = data.rfind('"', data.size() - 3);
+  if (open == std::string_view::npos || open < k_last.size() - 1 ||
+      data.substr(open + 1 - k_last.size(), k_last.size()) != k_last) {
+    return {};
+  }
+  return data.substr(open + 1, data.size() - 2 - open - 1);
+}
+
+// Event types that carry no usage and no error: output, or nothing.
+bool plain_type(client_dialect d, std::string_view t) noexcept {
+  if (d == client_dialect::messages) {
+    return t == "content_block_delta" || t == "content_block_start" || t == "content_block_stop" || t == "ping";
+  }
+  return t.starts_with("response.") && t != "response.completed" && t != "response.incomplete" &&
+         t != "response.failed" && t != "response.created" && t != "response.in_progress";
 }
 
 }  // namespace
@@ -141,11 +165,9 @@ member_scan top_level_member(std::string_view body, std::string_view key, uint32
 void scan_native_event(client_dialect d, std::string_view data, native_usage& u) noexcept {
   u.content = false;
   const bool messages = d == client_dialect::messages;
-  const bool interesting = messages ? has(data, "message_start") || has(data, "message_delta") || has(data, "\"error\"")
-                                    : has(data, "response.completed") || has(data, "response.incomplete") ||
-                                          has(data, "response.failed") || has(data, "\"error\"");
-  if (!interesting) {
-    if (has(data, "delta")) {
+  const std::string_view fast = type_of(data);
+  if (plain_type(d, fast)) {
+    if (fast.ends_with("delta")) {
       ++u.content_events;
       u.content = true;
     }

@@ -1,5 +1,6 @@
 // dialect: a chat completions stream, event by event, rendered as the
 // client's Responses or Messages stream (render.hpp has the table).
+#include <cctype>
 #include <cstring>
 
 #include "../openai/json_writer.hpp"
@@ -49,7 +50,54 @@ void event_head(bw& w, std::string_view type) {
   w.raw("\"");
 }
 
+// vLLM's plain content event, one per token:
+//   {"id":..,"object":"chat.completion.chunk",..,"choices":[{"index":0,
+//    "delta":{"content":"TEXT"},"logprobs":null,"finish_reason":null}]}
+// -- nothing but the first answer's text. Its TEXT is passed on as written
+// (still escaped) once checked to be a whole JSON string body, without a
+// parse; any other event (another layout, a usage or finish, an error) is
+// parsed whole.
+constexpr std::string_view k_plain_head = "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"";
+constexpr std::string_view k_plain_tail = "\"},\"logprobs\":null,\"finish_reason\":null}]}";
+
+bool json_string_body(std::string_view t) noexcept {
+  for (size_t i = 0; i < t.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(t[i]);
+    if (c == '"' || c < 0x20) return false;
+    if (c != '\\') continue;
+    if (++i == t.size()) return false;
+    switch (t[i]) {
+      case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't': break;
+      case 'u':
+        if (t.size() - i < 5) return false;
+        for (size_t k = 1; k <= 4; ++k) {
+          if (!std::isxdigit(static_cast<unsigned char>(t[i + k]))) return false;
+        }
+        i += 4;
+        break;
+      default: return false;
+    }
+  }
+  return simdjson::validate_utf8(t.data(), t.size());
+}
+
 }  // namespace
+
+bool stream_renderer::plain_content(std::string_view data, std::string_view& content) noexcept {
+  if (data.size() < k_plain_head.size() + k_plain_tail.size() || !data.ends_with(k_plain_tail)) return false;
+  const void* at = ::memmem(data.data(), data.size(), k_plain_head.data(), k_plain_head.size());
+  if (at == nullptr) return false;
+  const size_t begin = static_cast<size_t>(static_cast<const char*>(at) - data.data());
+  // Nothing but the id, object, created and model before the choices (a
+  // usage there would be missed).
+  static constexpr std::string_view k_usage = "\"usage\"";
+  if (::memmem(data.data(), begin, k_usage.data(), k_usage.size()) != nullptr) return false;
+  const size_t from = begin + k_plain_head.size();
+  const size_t to = data.size() - k_plain_tail.size();
+  if (to < from) return false;
+  content = data.substr(from, to - from);
+  return !content.empty() && json_string_body(content);
+}
 
 stream_renderer::stream_renderer(size_t event_bytes_max)
     : _event_bytes_max(event_bytes_max),
@@ -99,11 +147,7 @@ void stream_renderer::seq(W& w, std::string_view type) {
 
 template <class W>
 void stream_renderer::item_id(W& w) {
-  w.raw(_open == open_kind::tool ? "\"fc_" : "\"msg_");
-  w.escaped(_ctx.request_id);
-  w.raw("_");
-  w.num(static_cast<int64_t>(_blocks - 1));
-  w.raw("\"");
+  w.raw(std::string_view(_item_id, _item_id_len));  // written at the item's open
 }
 
 template <class W>
@@ -185,6 +229,16 @@ void stream_renderer::open_block(W& w, open_kind k, std::string_view id, std::st
     return;
   }
   _text.clear();
+  {  // the item's id, escaped once: "msg_<request id>_<n>" or "fc_..."
+    openai::detail::bounded_sink ids{_item_id, sizeof _item_id};
+    bw iw(ids);
+    iw.raw(k == open_kind::tool ? "\"fc_" : "\"msg_");
+    iw.escaped(_ctx.request_id.substr(0, 64));
+    iw.raw("_");
+    iw.num(static_cast<int64_t>(_blocks - 1));
+    iw.raw("\"");
+    _item_id_len = static_cast<uint16_t>(ids.fits() ? ids.size : 0);
+  }
   seq(w, "response.output_item.added");
   w.raw(",\"output_index\":");
   w.num(static_cast<int64_t>(_blocks - 1));
@@ -210,7 +264,18 @@ void stream_renderer::open_block(W& w, open_kind k, std::string_view id, std::st
 }
 
 template <class W>
-void stream_renderer::delta(W& w, open_kind k, std::string_view text) {
+void stream_renderer::delta(W& w, open_kind k, std::string_view text, bool escaped) {
+  // `escaped`: the text is a JSON string's content as the backend wrote it
+  // (checked: whole escapes, no raw quote or control byte, valid UTF-8).
+  const auto put = [&](std::string_view t) {
+    w.raw("\"");
+    if (escaped) {
+      w.raw(t);
+    } else {
+      w.escaped(t);
+    }
+    w.raw("\"");
+  };
   if (_d == client_dialect::messages) {
     event_head(w, "content_block_delta");
     w.raw(",\"index\":");
@@ -218,11 +283,16 @@ void stream_renderer::delta(W& w, open_kind k, std::string_view text) {
     w.raw(k == open_kind::text        ? ",\"delta\":{\"type\":\"text_delta\",\"text\":"
           : k == open_kind::reasoning ? ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":"
                                       : ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
-    w.str(text);
+    put(text);
     w.raw("}}\n\n");
     return;
   }
-  _text.append(text);
+  if (escaped) {  // _text keeps the item's text escaped, as it is written
+    _text.append(text);
+  } else {
+    openai::detail::string_sink acc{_text};
+    sw(acc).escaped(text);
+  }
   seq(w, k == open_kind::text ? "response.output_text.delta" : "response.function_call_arguments.delta");
   w.raw(",\"item_id\":");
   item_id(w);
@@ -230,7 +300,7 @@ void stream_renderer::delta(W& w, open_kind k, std::string_view text) {
   w.num(static_cast<int64_t>(_blocks - 1));
   if (k == open_kind::text) w.raw(",\"content_index\":0");
   w.raw(",\"delta\":");
-  w.str(text);
+  put(text);
   w.raw(k == open_kind::text ? ",\"logprobs\":[]}\n\n" : "}\n\n");
 }
 
@@ -259,7 +329,9 @@ void stream_renderer::close_block(W& w) {
     w.raw(",\"output_index\":");
     w.num(index);
     w.raw(",\"content_index\":0,\"text\":");
-    w.str(_text);
+    w.raw("\"");
+    w.raw(_text);
+    w.raw("\"");
     w.raw(",\"logprobs\":[]}\n\n");
     seq(w, "response.content_part.done");
     w.raw(",\"item_id\":");
@@ -267,13 +339,17 @@ void stream_renderer::close_block(W& w) {
     w.raw(",\"output_index\":");
     w.num(index);
     w.raw(",\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":");
-    w.str(_text);
+    w.raw("\"");
+    w.raw(_text);
+    w.raw("\"");
     w.raw(",\"annotations\":[]}}\n\n");
     iw.raw("{\"id\":");
     item_id(iw);
     iw.raw(",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":"
            "\"output_text\",\"text\":");
-    iw.str(_text);
+    iw.raw("\"");
+    iw.raw(_text);
+    iw.raw("\"");
     iw.raw(",\"annotations\":[]}]}");
   } else {
     seq(w, "response.function_call_arguments.done");
@@ -282,7 +358,9 @@ void stream_renderer::close_block(W& w) {
     w.raw(",\"output_index\":");
     w.num(index);
     w.raw(",\"arguments\":");
-    w.str(_text);
+    w.raw("\"");
+    w.raw(_text);
+    w.raw("\"");
     w.raw("}\n\n");
     iw.raw("{\"id\":");
     item_id(iw);
@@ -291,7 +369,9 @@ void stream_renderer::close_block(W& w) {
     iw.raw(",\"name\":");
     iw.str(_name);
     iw.raw(",\"arguments\":");
-    iw.str(_text);
+    iw.raw("\"");
+    iw.raw(_text);
+    iw.raw("\"");
     iw.raw("}");
   }
   seq(w, "response.output_item.done");
@@ -370,6 +450,13 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
     if (data == "[DONE]") {
       end(w, false, {});
     } else {
+      std::string_view content;
+      if (_started && _open == open_kind::text && plain_content(data, content)) {
+        delta(w, open_kind::text, content, true);
+        if (!sink.fits()) return render_status::too_large;
+        written = sink.size;
+        return render_status::ok;
+      }
       if (data.size() > _event_bytes_max) return render_status::malformed;
       std::memcpy(_padded.get(), data.data(), data.size());
       element root;
@@ -392,12 +479,12 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
               if (r.empty()) r = get_string(d, "reasoning");
               if (!r.empty() && _d == client_dialect::messages) {
                 if (_open != open_kind::reasoning) open_block(w, open_kind::reasoning, {}, {});
-                delta(w, open_kind::reasoning, r);
+                delta(w, open_kind::reasoning, r, false);
               }
               const std::string_view text = get_string(d, "content");
               if (!text.empty()) {
                 if (_open != open_kind::text) open_block(w, open_kind::text, {}, {});
-                delta(w, open_kind::text, text);
+                delta(w, open_kind::text, text, false);
               }
               simdjson::dom::array calls;
               if (d["tool_calls"].get_array().get(calls) == simdjson::SUCCESS) {
@@ -428,7 +515,7 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
                     open_block(w, open_kind::tool, id, name);
                     _tool = index;
                   }
-                  if (!args.empty()) delta(w, open_kind::tool, args);
+                  if (!args.empty()) delta(w, open_kind::tool, args, false);
                 }
               }
             }

@@ -75,7 +75,7 @@ void openai_http::on_response_head(exchange& x) noexcept {
     }
     if (x.mem->sse) x.mem->sse->reset();
   }
-  x.rsp.skip_allowed = rh.event_stream && rh.chunked && x.mem->sse && !x.native &&
+  x.rsp.skip_allowed = rh.event_stream && rh.chunked && x.mem->sse &&
                        g.upstream.sse_scan == config::sse_scan_mode::boundaries;
   x.rsp.native_usage = dialect::native_usage{};
   x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
@@ -125,6 +125,14 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     sink.skip_ok = &r.skip_ok;
     sink.skip_head = k_plain_head;
     sink.skip_tail = k_plain_chunk_tail;
+    if (x.native) {
+      // A natively spoken stream: its one-line text deltas, by their event
+      // name (the usage is in other events, which are scanned).
+      static constexpr std::string_view k_messages_head = "event: content_block_delta\ndata: {";
+      static constexpr std::string_view k_responses_head = "event: response.output_text.delta\ndata: {";
+      sink.skip_head = x.speaks == dialect::client_dialect::messages ? k_messages_head : k_responses_head;
+      sink.skip_tail = "}\n\n";
+    }
     sink.on_skipped = &openai_http::on_skipped_chunks;
   }
   http::body_status bs{};

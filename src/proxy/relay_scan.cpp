@@ -132,7 +132,7 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
     if (u.content && x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
     s.prompt_tokens = u.prompt_tokens;
     s.completion_tokens = u.completion_tokens;
-    s.content_events = u.content_events;
+    if (u.content) ++s.content_events;  // (skipped chunks are counted by on_skipped_chunks)
     s.error = u.error;
     return;
   }

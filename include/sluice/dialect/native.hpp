@@ -36,7 +36,7 @@ struct native_usage {
 };
 
 // One SSE event's data of a native stream. Events that carry no usage are
-// told apart without a parse (the type names are looked for first); the
+// told apart without a parse (by a "type" that stands first or last); the
 // others are parsed (a thread-local parser and padded copy: no allocation
 // once warm).
 void scan_native_event(client_dialect d, std::string_view data, native_usage& u) noexcept;

@@ -84,7 +84,9 @@ class stream_renderer {
   template <class W> void begin(W& w);
   template <class W> void open_block(W& w, open_kind k, std::string_view id, std::string_view name);
   template <class W> void close_block(W& w);
-  template <class W> void delta(W& w, open_kind k, std::string_view text);
+  template <class W> void delta(W& w, open_kind k, std::string_view text, bool escaped);
+  // vLLM's plain content event: its text, still escaped, without a parse.
+  static bool plain_content(std::string_view data, std::string_view& content) noexcept;
   template <class W> void end(W& w, bool failed, std::string_view message);
   template <class W> void seq(W& w, std::string_view type);
   template <class W> void item_id(W& w);
@@ -104,7 +106,9 @@ class stream_renderer {
   reply_outcome _out;
   char _stop_sequence[64] = {};   // vLLM's stop_reason when a stop string ended it
   uint8_t _stop_sequence_len = 0;
-  // Responses: the open item's text (or arguments), its call id and name,
+  char _item_id[160] = {};        // Responses: the open item's id, escaped and quoted
+  uint16_t _item_id_len = 0;
+  // Responses: the open item's text (or arguments), kept JSON-escaped, its call id and name,
   // and the finished items as JSON for response.completed.
   std::string _text;
   std::string _call_id;

@@ -80,3 +80,20 @@ TEST_CASE("a native body's usage: the last usage object, in either dialect's nam
   CHECK(r.completion_tokens == 2);
   CHECK(native_body_usage(client_dialect::responses, R"({"output":[]})").prompt_tokens == -1);
 }
+
+TEST_CASE("a native event's type is read where it stands first or last; elsewhere the event is parsed") {
+  native_usage u;
+  // pydantic's field order (vLLM's Responses events): type last.
+  scan_native_event(client_dialect::responses,
+                    R"({"content_index":0,"delta":"x","item_id":"m","logprobs":[],"output_index":0,"sequence_number":5,"type":"response.output_text.delta"})",
+                    u);
+  CHECK(u.content_events == 1);
+  scan_native_event(client_dialect::responses,
+                    R"({"response":{"usage":{"input_tokens":3,"output_tokens":2}},"sequence_number":9,"type":"response.completed"})", u);
+  CHECK(u.prompt_tokens == 3);
+  CHECK(u.completion_tokens == 2);
+  // A type in the middle: parsed, and still read.
+  native_usage m;
+  scan_native_event(client_dialect::messages, R"({"usage":{"output_tokens":4},"type":"message_delta","delta":{}})", m);
+  CHECK(m.completion_tokens == 4);
+}

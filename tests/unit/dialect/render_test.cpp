@@ -227,3 +227,38 @@ TEST_CASE("Anthropic's error shape and type by status") {
   char msg[64];
   CHECK(error_message_of(R"({"error":{"message":"a\nb","type":"t"}})", msg, sizeof msg) == "a\nb");
 }
+
+TEST_CASE("vLLM's plain content event, passed on escaped without a parse, renders as the parsed one does") {
+  const std::string head = R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":)";
+  const std::string tail = R"(},"logprobs":null,"finish_reason":null}]})";
+  const std::string first = head + R"("a"},"logprobs":null,"finish_reason":null}]})";
+  // The same text in a layout the fast path does not take (a space).
+  const auto spaced = [&](const std::string& text) { return head + " " + text + tail; };
+  for (client_dialect d : {client_dialect::messages, client_dialect::responses}) {
+    for (std::string text : {R"("plain")", R"("\"q\" \\ \n \u00e9 é \ud83d\ude00")", R"("</script>")"}) {
+      const std::vector<std::string> fast = {first, head + text + tail, "[DONE]"};
+      const std::vector<std::string> slow = {first, spaced(text), "[DONE]"};
+      // The same events once decoded (the escapes may be spelled otherwise).
+      const auto decoded = [](const std::string& out) {
+        simdjson::dom::parser p;
+        std::string all;
+        for (const auto& e : events_of(out)) {
+          simdjson::dom::element root;
+          REQUIRE(p.parse(e.data).get(root) == simdjson::SUCCESS);
+          all += e.event + " " + simdjson::minify(root) + "\n";
+        }
+        return all;
+      };
+      CHECK(decoded(render(d, fast)) == decoded(render(d, slow)));
+    }
+  }
+  // What is not a whole JSON string body is parsed (and refused when bad).
+  stream_renderer r(16 * 1024);
+  r.reset(client_dialect::messages, {"rid", 1, "m"});
+  std::string buf(r.bound(512), '\0');
+  size_t n = 0;
+  REQUIRE(r.feed(first, buf.data(), buf.size(), n) == render_status::ok);
+  for (std::string bad : {std::string(R"("a\x")"), std::string("\"a\x01\""), std::string("\"\xff\""), std::string(R"("a\u12")")}) {
+    CHECK(r.feed(head + bad + tail, buf.data(), buf.size(), n) == render_status::malformed);
+  }
+}
