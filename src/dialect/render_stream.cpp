@@ -78,25 +78,40 @@ bool json_string_body(std::string_view t) noexcept {
       default: return false;
     }
   }
-  return simdjson::validate_utf8(t.data(), t.size());
+  // A token's text is short and nearly always ASCII: checked inline; the
+  // rest by simdjson's validator.
+  bool ascii = true;
+  for (const char c : t) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  return ascii || simdjson::validate_utf8(t.data(), t.size());
 }
 
 }  // namespace
 
 bool stream_renderer::plain_content(std::string_view data, std::string_view& content) noexcept {
+  // vLLM's exact layout, walked once (an id and a model name with no escape
+  // in them); anything else is parsed.
   if (data.size() < k_plain_head.size() + k_plain_tail.size() || !data.ends_with(k_plain_tail)) return false;
-  const void* at = ::memmem(data.data(), data.size(), k_plain_head.data(), k_plain_head.size());
-  if (at == nullptr) return false;
-  const size_t begin = static_cast<size_t>(static_cast<const char*>(at) - data.data());
-  // Nothing but the id, object, created and model before the choices (a
-  // usage there would be missed).
-  static constexpr std::string_view k_usage = "\"usage\"";
-  if (::memmem(data.data(), begin, k_usage.data(), k_usage.size()) != nullptr) return false;
-  const size_t from = begin + k_plain_head.size();
+  size_t at = 0;
+  const auto literal = [&](std::string_view l) {
+    if (data.substr(at, l.size()) != l) return false;
+    at += l.size();
+    return true;
+  };
+  const auto plain_string = [&] {  // up to and past its closing quote
+    const void* q = std::memchr(data.data() + at, '"', data.size() - at);
+    if (q == nullptr) return false;
+    const size_t end = static_cast<size_t>(static_cast<const char*>(q) - data.data());
+    if (std::memchr(data.data() + at, '\\', end - at) != nullptr) return false;
+    at = end + 1;
+    return true;
+  };
+  if (!literal("{\"id\":\"") || !plain_string() || !literal(",\"object\":\"chat.completion.chunk\",\"created\":")) return false;
+  while (at < data.size() && data[at] >= '0' && data[at] <= '9') ++at;
+  if (!literal(",\"model\":\"") || !plain_string() || !literal(",") || !literal(k_plain_head)) return false;
   const size_t to = data.size() - k_plain_tail.size();
-  if (to < from) return false;
-  content = data.substr(from, to - from);
-  return !content.empty() && json_string_body(content);
+  if (to <= at) return false;
+  content = data.substr(at, to - at);
+  return json_string_body(content);
 }
 
 stream_renderer::stream_renderer(size_t event_bytes_max)
