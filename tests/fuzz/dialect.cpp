@@ -100,7 +100,9 @@ void fuzz_member(std::string_view input, simdjson::dom::parser& parser) {
   if (parser.parse(input.data(), input.size(), true).get(root) != simdjson::SUCCESS || !root.is_object()) return;
   bool plain = true;  // distinct, unescaped names
   std::vector<std::string_view> names;
-  for (auto field : root.get_object().value_unsafe()) {
+  simdjson::dom::object obj;
+  if (root.get_object().get(obj) != simdjson::SUCCESS) return;
+  for (auto field : obj) {
     for (std::string_view n : names) plain = plain && n != field.key;
     names.push_back(field.key);
   }

@@ -76,6 +76,17 @@ Anthropic Messages API (POST /v1/messages, not in vLLM): needs an
   input {"city":"Paris"} streamed in 3 input_json_delta pieces, counted as 3
   output tokens), stop_reason "tool_use".
 
+OpenAI Responses API (POST /v1/responses, as vLLM serves it): needs model and
+  input. prompt_tokens = words of the instructions and of the input (a string,
+  or each item's content and output text); the reply is the chat reply (n =
+  min(--reply-tokens, max_output_tokens)), status "incomplete" with
+  incomplete_details.reason "max_output_tokens" when cut; id "resp_" +
+  X-Request-Id, its message item "msg_" + the same. Streams send
+  response.created, response.in_progress, output_item.added,
+  content_part.added, one output_text.delta per token, output_text.done,
+  content_part.done, output_item.done, response.completed (or .incomplete),
+  each with its sequence_number.
+
 mock-only endpoints (not in vLLM):
   GET /debug/requests     the last 1000 requests, oldest first, as a JSON array
                           of {"method","target","headers":[[name,value],...],
