@@ -472,3 +472,32 @@ test('a client that leaves a messages stream is logged as an abort', async () =>
   assert.match(line, /^abort request_id=msg_left tokens=\d+$/);
   assert.ok(Number(line.split('=').at(-1)) < 1000);
 });
+
+test('--max-running 2: two requests generate at once, the rest wait first come first served (vLLM\'s scheduler)', async () => {
+  // 10 tokens at 20/s: 0.5 s each, long past the 0.1 s the requests take to arrive.
+  const mock = await start_mock(['--max-running', '2', '--tokens-per-sec', '20', '--reply-tokens', '10']);
+  const order = [];
+  const replies = [];
+  for (let i = 0; i < 5; ++i) {
+    replies.push(fetch(`${mock.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': `cap-${i}` },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+    }).then(async (r) => { const j = await r.json(); order.push(j.id); return j; }));
+    // Arrival order is the order sent: each request reaches the loop before the next is sent.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const gauges = async () => {
+    const text = await (await fetch(`${mock.url}/metrics`)).text();
+    const value = (name) => Number(new RegExp(`^vllm:${name}\\{[^}]*\\} ([0-9.]+)$`, 'm').exec(text)[1]);
+    return [value('num_requests_running'), value('num_requests_waiting')];
+  };
+  const [running, waiting] = await gauges();
+  assert.equal(running, 2, 'two generate');
+  assert.equal(waiting, 3, 'three wait for a slot');
+  const all = await Promise.all(replies);
+  for (const r of all) assert.equal(r.usage.completion_tokens, 10);
+  // Released in arrival order, two at a time.
+  assert.deepEqual(order.slice(2).sort(), ['chatcmpl-cap-2', 'chatcmpl-cap-3', 'chatcmpl-cap-4']);
+  assert.equal(order.at(-1), 'chatcmpl-cap-4');
+  assert.deepEqual(await gauges(), [0, 0]);
+});

@@ -97,6 +97,10 @@ struct worker::connection {
   std::string tool_name;
   std::string tool_id;
   uint32_t seq = 0;  // /v1/responses: the next event's sequence_number
+  // --max-running: this request holds one of the loop's slots, or waits for one.
+  bool has_slot = false;
+  bool queued = false;
+  uint64_t queue_serial = 0;  // its entry in the loop's queue (fds are reused)
 };
 
 }  // namespace mock_vllm

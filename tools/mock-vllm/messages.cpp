@@ -52,14 +52,9 @@ void worker::start_messages(connection& c) {
   c.role_sent = false;  // here: message_start and content_block_start
   c.busy = true;
   c.waiting = true;
-  c.first_token_ns = _now_ns + _ttft_ns;
   _state.waiting.fetch_add(1, std::memory_order_relaxed);
   if (c.stream) append_stream_head(c.out, _date, c.close_header);
-  if (_ttft_ns == 0) {
-    advance(c);
-  } else {
-    arm_timer(c, c.first_token_ns);
-  }
+  schedule(c);
 }
 
 void worker::advance_messages(connection& c) {
@@ -156,14 +151,9 @@ void worker::start_responses(connection& c) {
   c.role_sent = false;  // here: response.created ... content_part.added
   c.busy = true;
   c.waiting = true;
-  c.first_token_ns = _now_ns + _ttft_ns;
   _state.waiting.fetch_add(1, std::memory_order_relaxed);
   if (c.stream) append_stream_head(c.out, _date, c.close_header);
-  if (_ttft_ns == 0) {
-    advance(c);
-  } else {
-    arm_timer(c, c.first_token_ns);
-  }
+  schedule(c);
 }
 
 void worker::advance_responses(connection& c) {

@@ -40,6 +40,12 @@ flags:
   --max-model-len N      max_model_len reported by /v1/models (default 32768)
   --kv-capacity N        requests in flight that make kv_cache_usage_perc 1.0
                          (default 1000)
+  --max-running N        a capacity model (vLLM's max_num_seqs): at most N
+                         requests generate at once per event loop, each at
+                         --tokens-per-sec; the rest wait, first come first
+                         served, before their time to first token starts
+                         (vllm:num_requests_waiting counts them); 0 =
+                         unlimited (default)
   --error-format F       flat (vLLM < 0.10.1, default) or nested (>= 0.10.1)
   --no-record            do not record requests for /debug/requests
   --help                 this text
@@ -119,7 +125,7 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
     }
     static constexpr std::string_view valued[] = {
         "--port",    "--host",    "--model",   "--ttft-ms",       "--tokens-per-sec", "--reply-tokens",
-        "--fail-after-tokens", "--token-pad", "--fail-status", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity",
+        "--fail-after-tokens", "--token-pad", "--fail-status", "--threads", "--api-key", "--created", "--max-model-len", "--kv-capacity", "--max-running",
         "--error-format"};
     bool known = false;
     for (std::string_view v : valued) known = known || v == flag;
@@ -149,6 +155,8 @@ parse_outcome parse_flags(int argc, char** argv, options& out, std::string& erro
       ok = parse_number(value, out.max_model_len);
     } else if (flag == "--kv-capacity") {
       ok = parse_number(value, out.kv_capacity) && out.kv_capacity >= 1;
+    } else if (flag == "--max-running") {
+      ok = parse_number(value, out.max_running);
     } else if (flag == "--error-format") {
       if (value == "flat") {
         out.errors = error_format::flat;

@@ -28,6 +28,7 @@ struct options {
   int64_t created = -1;  // < 0 = the current time per request
   uint32_t max_model_len = 32768;
   uint32_t kv_capacity = 1000;  // requests that fill the simulated KV cache
+  uint32_t max_running = 0;     // requests generating at once per event loop; 0 = unlimited
   bool record = true;
   error_format errors = error_format::flat;
 };

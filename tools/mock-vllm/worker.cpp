@@ -460,7 +460,6 @@ void worker::start_generation(connection& c, endpoint kind) {
   c.role_sent = kind != endpoint::chat;  // completions have no role chunk
   c.busy = true;
   c.waiting = true;
-  c.first_token_ns = _now_ns + _ttft_ns;
   _state.waiting.fetch_add(1, std::memory_order_relaxed);
   if (c.stream) {
     // StreamingResponse sends its head at once; the data waits for prefill.
@@ -468,11 +467,7 @@ void worker::start_generation(connection& c, endpoint kind) {
     c.prefix.clear();
     append_chunk_prefix(c.prefix, kind, c.id, c.created, _opts.model);
   }
-  if (_ttft_ns == 0) {
-    advance(c);
-  } else {
-    arm_timer(c, c.first_token_ns);
-  }
+  schedule(c);
 }
 
 void worker::advance(connection& c) {
@@ -535,10 +530,43 @@ void worker::advance(connection& c) {
   finish_generation(c);
 }
 
+void worker::schedule(connection& c) {
+  if (_opts.max_running != 0 && _slots_used >= _opts.max_running) {
+    c.queued = true;
+    c.queue_serial = _next_serial++;
+    _slot_queue.emplace_back(c.fd, c.queue_serial);
+    return;
+  }
+  ++_slots_used;
+  c.has_slot = true;
+  c.first_token_ns = _now_ns + _ttft_ns;
+  if (_ttft_ns == 0) {
+    advance(c);
+  } else {
+    arm_timer(c, c.first_token_ns);
+  }
+}
+
+void worker::release_slot(connection& c) {
+  c.queued = false;  // a waiter that leaves is skipped when its entry comes up
+  if (!c.has_slot) return;
+  c.has_slot = false;
+  --_slots_used;
+  while (!_slot_queue.empty() && _slots_used < _opts.max_running) {
+    const auto [fd, serial] = _slot_queue.front();
+    _slot_queue.pop_front();
+    connection* n = static_cast<size_t>(fd) < _connections.size() ? _connections[static_cast<size_t>(fd)] : nullptr;
+    if (n == nullptr || n->dead || !n->queued || n->queue_serial != serial) continue;
+    n->queued = false;
+    schedule(*n);
+  }
+}
+
 void worker::finish_generation(connection& c) {
   _state.running.fetch_sub(1, std::memory_order_relaxed);
   c.busy = false;
   c.timer_serial = 0;
+  release_slot(c);
   if (!c.keep_alive) c.closing = true;
 }
 
@@ -552,6 +580,7 @@ void worker::fail_connection(connection& c) {
   _state.running.fetch_sub(1, std::memory_order_relaxed);
   _state.failures_total.fetch_add(1, std::memory_order_relaxed);
   c.busy = false;
+  release_slot(c);
   c.closing = true;
 }
 
@@ -618,6 +647,7 @@ void worker::peer_gone(connection& c) {
     }
     _state.aborts_total.fetch_add(1, std::memory_order_relaxed);
     c.busy = false;
+    release_slot(c);
     _line.clear();
     _line += "abort request_id=";
     _line += c.id;
@@ -641,6 +671,7 @@ void worker::destroy(connection& c) {
       _state.running.fetch_sub(1, std::memory_order_relaxed);
     }
     c.busy = false;
+    release_slot(c);
   }
   c.dead = true;
   epoll_ctl(_epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);

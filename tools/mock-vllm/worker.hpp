@@ -5,6 +5,7 @@
 #include <simdjson.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <queue>
 #include <random>
@@ -60,6 +61,11 @@ class worker {
   void advance_responses(connection& c);
   void advance(connection& c);
   void finish_generation(connection& c);
+  // --max-running: a started request takes a slot and its first token is
+  // scheduled, or it waits for one (FCFS); a slot given back goes to the
+  // longest waiting.
+  void schedule(connection& c);
+  void release_slot(connection& c);
   void fail_connection(connection& c);
   void fire_timers();
   void arm_timer(connection& c, uint64_t due_ns);
@@ -86,6 +92,8 @@ class worker {
   std::vector<connection*> _connections;  // by fd
   std::vector<connection*> _free;         // reusable, their buffers keep capacity
   std::vector<connection*> _graveyard;    // closed at the end of the loop turn
+  std::deque<std::pair<int, uint64_t>> _slot_queue;  // (fd, queue_serial), oldest first
+  uint32_t _slots_used = 0;
   std::priority_queue<timer_entry, std::vector<timer_entry>, std::greater<>> _timers;
   simdjson::dom::parser _json;
   plan _plan;
