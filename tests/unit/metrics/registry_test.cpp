@@ -252,13 +252,14 @@ TEST_SUITE("metrics::registry") {
         "sluice_edge_protocol_mismatches_total", "sluice_router_embeddings_calls_total",
         "sluice_router_embeddings_cache_total",
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_router_decisions_total",
-        "sluice_quota_rejected_total",   "sluice_key_requests_total",  "sluice_key_tokens_total",
+        "sluice_dialect_requests_total", "sluice_quota_rejected_total",   "sluice_key_requests_total",  "sluice_key_tokens_total",
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_backend_inflight",
         "sluice_backend_failures_total", "sluice_ttft_seconds",
         "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
         "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total", "sluice_loop_batched_waits_total"};
     CHECK(x.family_order == expected);
     CHECK(x.types.at("sluice_router_decisions_total") == "counter");
+    CHECK(x.types.at("sluice_dialect_requests_total") == "counter");
     CHECK(x.types.at("sluice_ttft_seconds") == "histogram");
     CHECK(x.types.at("sluice_inflight_requests") == "gauge");
     CHECK(sample(x, "sluice_tokens_total{group=\"g1\",kind=\"completion\"}") == 0);
@@ -282,6 +283,7 @@ TEST_SUITE("metrics::registry") {
       m.tokens(1, 10 * (s + 1), 100);
       m.quota_rejected(1, reject_reason::tokens);
       m.router_decision(1, 1);  // classifier
+      m.dialect_done(1, 4);     // messages
       m.inflight_add();
       m.set_loop(1000 + s, 2000 + s, 30 + s, 40 + s, 1'500'000'000 * (s + 1), 70 + s);
     }
@@ -299,6 +301,8 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, R"(sluice_router_decisions_total{group="g1",how="classifier"})") == 3);
     CHECK(sample(x, R"(sluice_router_decisions_total{group="g0",how="sticky"})") == 1);
     CHECK(x.samples.count(R"(sluice_router_decisions_total{group="g0",how="rule"})") == 0);
+    CHECK(sample(x, R"(sluice_dialect_requests_total{group="g1",dialect="messages"})") == 3);
+    CHECK(x.samples.count(R"(sluice_dialect_requests_total{group="g1",dialect="chat"})") == 0);
     CHECK(sample(x, "sluice_inflight_requests{}") == 2);
     CHECK(sample(x, R"(sluice_loop_iterations_total{shard="1"})") == 1001);
     CHECK(sample(x, R"(sluice_loop_cqes_total{shard="2"})") == 2002);
