@@ -234,6 +234,19 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
   } else if (path == "/v1/models" || (path.starts_with("/v1/models/") && path.size() > 11)) {
     method_ok = x.head.meth == http::method::get;
     x.is_models = true;
+  } else if (path.starts_with("/v1/responses/") && path.size() > 14) {
+    // GET / DELETE /v1/responses/{id}: served from a response store, and
+    // this gateway keeps none ([responses] store): not found, said plainly.
+    x.speaks = dialect::client_dialect::responses;
+    if (x.head.meth != http::method::get && x.head.meth != http::method::delete_) {
+      method_ok = false;
+    } else {
+      x.codec->answer_error(x, 404,
+                            "No response with this id is kept here: this gateway has no response store "
+                            "([responses] store).",
+                            "invalid_request_error", {}, "not_found", has_body);
+      return false;
+    }
   } else {
     known = false;
   }

@@ -341,6 +341,11 @@ describe('client dialects: Responses and Messages', () => {
         (e) => e instanceof OpenAI.RateLimitError);
     });
 
+    it('responses.retrieve and .delete: 404 NotFoundError, no store kept', async () => {
+      await assert.rejects(openai.responses.retrieve('resp_x'), (e) => e instanceof OpenAI.NotFoundError && /store/.test(e.message));
+      await assert.rejects(openai.responses.delete('resp_x'), (e) => e instanceof OpenAI.NotFoundError);
+    });
+
     it('over an Anthropic backend and a Triton backend: create and stream', async () => {
       peer.set({ text: 'Hello from Claude.', input_tokens: 21, output_tokens: 5 });
       const r = await openai.responses.create({ model: 'claude-x', input: 'Hi' });
