@@ -282,6 +282,7 @@ template <class W>
 void stream_renderer::delta(W& w, open_kind k, std::string_view text, bool escaped) {
   // `escaped`: the text is a JSON string's content as the backend wrote it
   // (checked: whole escapes, no raw quote or control byte, valid UTF-8).
+  ++_out.deltas;
   const auto put = [&](std::string_view t) {
     w.raw("\"");
     if (escaped) {

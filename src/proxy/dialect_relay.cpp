@@ -49,6 +49,7 @@ void take_outcome(exchange& x) noexcept {
   stream_facts& s = x.rsp.facts;
   if (r.done()) s.done = true;
   set_facts(s, r.outcome());
+  s.content_events = r.outcome().deltas;
 }
 
 bool render_batch(exchange& x, byte_buf& f, bool end_client) noexcept {

@@ -104,6 +104,7 @@ struct relay_state {
   bool hold_reply = false;        // translated, non-stream: the backend's body is read whole, then answered
   bool render_failed = false;     // the renderer could not be had (out of memory)
   bool rendered = false;
+  bool sending = false;           // a send of the response's bytes is out (openai_http::send_batch .. on_sent)
   dialect::native_usage native_usage;  // x.native: what the reply's events said of usage          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent

@@ -669,9 +669,11 @@ void openai_http::upstream_failed(exchange& x, errc why) noexcept {
   }
   if (x.response_started) {
     // Something already reached the client: never retry, never fake an end.
-    // Closing without the terminal chunk tells the client it was cut.
+    // Closing without the terminal chunk tells the client it was cut; a
+    // Responses or Messages client is told in its own events instead.
     _metrics.at(metrics::stat::upstream_truncated).add();
     x.error_code = "upstream_truncated";
+    if (renders(x) && x.is_stream && x.rsp.translated && end_failed_stream(x)) return;
     x.codec->fail(x);
     return;
   }

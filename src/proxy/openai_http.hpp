@@ -43,7 +43,10 @@ class openai_http final : public backend_adapter {
   void start(exchange& x) noexcept override;
   void release(exchange& x) noexcept override;
   void on_timeout(exchange& x) noexcept override;
-  void on_sent(exchange& x) noexcept override { after_body_sent(x); }
+  void on_sent(exchange& x) noexcept override {
+    x.rsp.sending = false;
+    after_body_sent(x);
+  }
 
  private:
   // The forwarded body as iovecs (x.up_iov[1..]): the client's bytes with at
@@ -144,6 +147,12 @@ class openai_http final : public backend_adapter {
   // `chat`, a chat.completion body, answered in the client's dialect (a 502
   // when it is not one).
   void answer_rendered(exchange& x, std::string_view chat) noexcept;
+  // The backend failed after a Responses or Messages stream began: the
+  // events rendered so far, the dialect's failure events (response.failed,
+  // an error event) and the terminal chunk go out, so the client reads a
+  // failed answer rather than a cut one. Returns: false when it cannot (a
+  // send is out, no memory): then the connection is cut as for chat.
+  bool end_failed_stream(exchange& x) noexcept;
   // The response ended: the connection goes back to its pool (or closes),
   // and the exchange is accounted as any answer.
   void finish_exchange(exchange& x) noexcept;

@@ -265,6 +265,7 @@ void openai_http::send_batch(exchange& x, bool with_head, const iovec* pieces, u
     pin->buf_pinned = true;
     ++pin->ops;
   }
+  x.rsp.sending = true;
   x.codec->send_response(x, with_head, pieces, n, pin, chunked);
 }
 

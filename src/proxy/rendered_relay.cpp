@@ -91,6 +91,7 @@ void openai_http::on_chat_event(exchange& x, const http::sse_event& ev) noexcept
   if (st == dialect::render_status::ok) {
     if (n != 0 && x.first_token_ms == 0 && s.events > 1) x.first_token_ms = _s.now_ms();
     f.len += static_cast<uint32_t>(n);
+    s.content_events = t.outcome().deltas;
   } else {
     // The stream cannot be read on: it ends with the dialect's failure
     // events, and the backend is cut.
@@ -105,6 +106,22 @@ void openai_http::on_chat_event(exchange& x, const http::sse_event& ev) noexcept
     s.done = true;
   }
   if (t.done()) take_outcome(x);
+}
+
+bool openai_http::end_failed_stream(exchange& x) noexcept {
+  relay_state& r = x.rsp;
+  byte_buf& f = x.mem->frame;
+  if (r.sending || r.client_done || f.len < k_batch_room || !x.mem->renderer) return false;
+  // What an OpenAI backend's events rendered so far, or the chat events an
+  // adapter wrote (rendered now), then the failure events.
+  if (!(r.rendered ? end_rendering(x, f, true) : render_batch(x, f, true))) return false;
+  r.client_done = true;
+  r.complete = true;  // the send's completion ends the exchange (after_body_sent)
+  r.reusable = false;
+  const iovec piece = frame_translated_batch(f, r.dechunk, true);
+  f.len = k_batch_room;
+  send_batch(x, false, &piece, piece.iov_len != 0 ? 1 : 0, nullptr);
+  return true;
 }
 
 void openai_http::answer_chat_reply(exchange& x) noexcept {

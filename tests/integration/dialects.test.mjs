@@ -65,7 +65,7 @@ const weather_tool_anthropic = { name: 'get_weather', description: 'The weather 
 const weather_tool_openai = { type: 'function', name: 'get_weather', description: 'The weather in a city.', parameters: weather_tool_anthropic.input_schema };
 
 describe('client dialects: Responses and Messages', () => {
-  let mock, tools, peer, triton, sluice, anthropic, openai, poor_anthropic, poor_openai;
+  let mock, tools, peer, triton, failing, sluice, anthropic, openai, poor_anthropic, poor_openai;
   const audit = () => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl'));
   async function audited(id) {
     let rec;
@@ -78,12 +78,14 @@ describe('client dialects: Responses and Messages', () => {
     tools = await start_scripted_backend(answer_tools);
     peer = await start_anthropic_peer();
     triton = await start_triton_peer({ model: 'tri-vllm' });
+    failing = await start_mock_vllm({ reply_tokens: 8, fail_after_tokens: 3 });
     sluice = await start_sluice({
       config: gateway_config({
         tables: { server: { h2c: true }, health: { interval_ms: 0 } },
         groups: [
           { name: 'chat', models: ['mock-model'], backends: [mock.url] },
           { name: 'tools', models: ['tool-model'], backends: [tools.url] },
+          { name: 'failing', models: ['failing-model'], backends: [failing.url], upstream: { max_retries: 0 } },
           { name: 'claude', models: ['claude-*'], protocol: 'anthropic', backend_model: 'claude-backend',
             api_key_env: 'SLUICE_TEST_ANTHROPIC_KEY', backends: [peer.url] },
           { name: 'tri', models: ['tri-*'], protocol: 'triton', triton_flavor: 'vllm', backend_model: 'tri-vllm',
@@ -99,7 +101,7 @@ describe('client dialects: Responses and Messages', () => {
     poor_anthropic = new Anthropic({ apiKey: poor_key, baseURL: sluice.url, ...opts });
     poor_openai = new OpenAI({ apiKey: poor_key, baseURL: `${sluice.url}/v1`, ...opts });
   });
-  after(() => stop_all(sluice, mock, tools, peer, triton));
+  after(() => stop_all(sluice, mock, tools, peer, triton, failing));
 
   describe('Anthropic SDK, Messages', () => {
     it('messages.create over a chat backend: the text, a message shape, the usage audited', async () => {
@@ -259,6 +261,22 @@ describe('client dialects: Responses and Messages', () => {
     } finally {
       session.close();
     }
+  });
+
+  it('a backend that fails mid-stream: response.failed, or Messages\' error event -- a failed answer, never a cut one', async () => {
+    const events = [];
+    const s = openai.responses.stream({ model: 'failing-model', input: 'x' }, { headers: { 'x-request-id': 'fail-resp' } });
+    for await (const e of s) events.push(e);
+    const last = events.at(-1);
+    assert.equal(last.type, 'response.failed');
+    assert.equal(last.response.status, 'failed');
+    assert.equal(last.response.error.code, 'server_error');
+    assert.equal(events.filter((e) => e.type === 'response.output_text.delta').length, 3, 'what came before the failure');
+    await assert.rejects(anthropic.messages.stream({ model: 'failing-model', max_tokens: 20, messages: [{ role: 'user', content: 'x' }] }).finalMessage(),
+      (e) => e instanceof Anthropic.APIError && /stream ended before its answer/.test(e.message));
+    const rec = await audited('fail-resp');
+    assert.equal(rec.error, 'upstream_truncated');
+    assert.equal(rec.completion_tokens, 3, 'billed the deltas it got');
   });
 
   describe('OpenAI SDK, Responses', () => {

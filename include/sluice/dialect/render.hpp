@@ -46,6 +46,7 @@ struct reply_outcome {
   int64_t reasoning_tokens = -1;  // completion tokens spent reasoning
   std::string_view finish_reason; // chat's ("stop", "length", "tool_calls"...), static
   bool error = false;
+  uint32_t deltas = 0;            // text, reasoning and argument deltas rendered (a cut stream is billed by them)
 };
 
 enum class render_status : uint8_t {
