@@ -136,6 +136,7 @@ status_view status_sampler::view(const config::config& cfg, const health_checker
   v.step_ms = k_step_ms;
   v.window_ms = k_window_ms;
   v.inflight = _g.metrics().inflight();
+  _g.metrics().dialect_requests(v.dialects);
   const size_t n = _traffic.size();
   const size_t to = n == 0 ? 0 : n - 1;
   const size_t from = _traffic.window_start(k_window_ms);
@@ -316,6 +317,10 @@ void render_status_json(const status_view& v, std::string& out) {
                  v.unix_ms, v.uptime_s, v.step_ms, v.window_ms, v.inflight);
   out += '{';
   put_traffic(out, v.overall);
+  out += "},\"dialects\":{";
+  for (size_t d = 0; d < metrics::dialect_count; ++d) {
+    fmt::format_to(it, "{}\"{}\":{}", d == 0 ? "" : ",", metrics::dialect_names[d], v.dialects[d]);
+  }
   out += "},\"groups\":[";
   for (size_t i = 0; i < v.groups.size(); ++i) {
     if (i != 0) out += ',';

@@ -204,6 +204,7 @@ constexpr std::string_view k_script = R"html(<script>
     $("c-total").textContent = String(o.totals.requests);
     $("c-inflight").textContent = String(s.inflight);
     fill("groups", [trafficCells("all", o)].concat(s.groups.map((g) => trafficCells(g.name, g))));
+    fill("dialects", [Object.keys(s.dialects).map((d) => String(s.dialects[d]))]);
     fill("backends", s.backends.map((b) => [b.url, b.state + (b.probation ? " (probation)" : ""), String(b.inflight),
       fix(b.requests_s, 2), fix(b.errors_5xx_s, 2), fix(b.failures_s, 2), String(b.answers), String(b.failures),
       fix(b.running, 0), fix(b.waiting, 0), pct(b.kv_cache_usage),
@@ -412,6 +413,15 @@ void render_status_page(const status_view& v, bool with_data, std::string& out) 
   if (with_data) {
     traffic_tr(out, "all", o);
     for (const traffic_row& g : v.groups) traffic_tr(out, g.name, g);
+  }
+  out += "</tbody></table></div>\n<h2>Requests by client dialect <span class=\"muted\">(since start)</span></h2>\n"
+         "<div class=\"scroll\"><table><thead><tr>";
+  for (std::string_view d : metrics::dialect_names) fmt::format_to(it, "<th>{}</th>", d);
+  out += "</tr></thead><tbody id=\"dialects\">\n";
+  if (with_data) {
+    out += "<tr>";
+    for (uint64_t n : v.dialects) fmt::format_to(it, "<td>{}</td>", n);
+    out += "</tr>\n";
   }
   out += "</tbody></table></div>\n<h2>Backends</h2>\n<div class=\"scroll\"><table><thead><tr><th>backend</th>"
          "<th>state</th><th>in flight</th><th>req/s</th><th>5xx/s</th><th>failures/s</th><th>answers</th>"

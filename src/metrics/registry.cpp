@@ -175,6 +175,15 @@ void registry::key_usage(uint32_t key, uint64_t out[3]) const noexcept {
   }
 }
 
+void registry::dialect_requests(uint64_t out[dialect_count]) const noexcept {
+  for (size_t d = 0; d < dialect_count; ++d) out[d] = 0;
+  for (const shard_metrics& m : _shards) {
+    for (size_t g = 0; g <= _group_rows; ++g) {
+      for (size_t d = 0; d < dialect_count; ++d) out[d] += m._dialects[g * dialect_count + d].get();
+    }
+  }
+}
+
 void registry::add_group_totals(size_t group, uint64_t* out) const noexcept {
   if (group > _group_rows) return;
   const size_t b = _backend_rows + 1;

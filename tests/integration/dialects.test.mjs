@@ -225,6 +225,11 @@ describe('client dialects: Responses and Messages', () => {
     assert.ok(count('chat') >= 1);
     const refused = samples(m, 'sluice_dialect_requests_total', { group: '', dialect: 'messages' });
     assert.ok(refused.length === 1 && refused[0].value >= 1, 'refused before a group: group ""');
+    // The status page's JSON: the same counts, every group together.
+    const status = await (await fetch(`${sluice.admin_url}/status.json`)).json();
+    assert.deepEqual(Object.keys(status.dialects), ['chat', 'completions', 'embeddings', 'responses', 'messages']);
+    assert.ok(status.dialects.messages >= count('messages') + 1);
+    assert.ok(status.dialects.responses >= 1);
   });
 
   it('over HTTP/2 (h2c): a Messages stream and a Responses body, rendered as over HTTP/1.1', async () => {

@@ -87,6 +87,8 @@ struct status_view {
   std::vector<backend_row> backends;
   std::vector<key_row> keys;
   std::vector<shard_row> shards;
+  // Answered requests by the client's dialect (metrics::dialect_names).
+  uint64_t dialects[metrics::dialect_count] = {};
 };
 
 void render_status_json(const status_view& v, std::string& out);

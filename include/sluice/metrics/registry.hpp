@@ -290,6 +290,9 @@ class registry {
   void add_group_totals(size_t group, uint64_t* out) const noexcept;
   // Any thread: requests in flight, summed over the shards.
   uint64_t inflight() const noexcept;
+  // Any thread: answered requests by client dialect (dialect_names' order),
+  // summed over the shards and groups.
+  void dialect_requests(uint64_t out[dialect_count]) const noexcept;
   // Any thread: shard `s`'s loop counters as the reactor last set them:
   // iterations, completions, polls caught, polls missed, poll ns.
   void shard_loop(size_t s, uint64_t out[5]) const noexcept;
