@@ -19,7 +19,7 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   x.rsp.dialect = reply_dialect::anthropic;
   x.rsp.cut_usage = false;
   x.rsp.client_usage = f.include_usage;
-  if (x.endpoint == openai::endpoint::embeddings) {
+  if (x.req.endpoint == openai::endpoint::embeddings) {
     x.codec->answer_error(x, 400, "This model's backend speaks the Anthropic Messages API, which has no embeddings.",
                           "invalid_request_error", {}, "unsupported_endpoint", false);
     return false;
@@ -32,19 +32,19 @@ bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexc
   const std::string_view client_body = request_body(x);
   bool written = false;
   try {
-    if (x.native) {
+    if (x.req.native) {
       // A Messages client: its own bytes, the model token rewritten.
       const std::string_view b = x.codec->request_body(x);
-      _body.assign(b.substr(0, x.native_model_begin));
+      _body.assign(b.substr(0, x.req.native_model_begin));
       _body += '"';
       const size_t at = _body.size();
       _body.resize(at + opts.model.size() * 6 + 1);
       _body.resize(at + openai::json_escape(_body.data() + at, opts.model.size() * 6, opts.model));
       _body += '"';
-      _body.append(b.substr(x.native_model_end));
+      _body.append(b.substr(x.req.native_model_end));
       written = true;
     } else {
-      written = x.endpoint == openai::endpoint::completions ? _writer.write_completion(client_body, opts, _body, err)
+      written = x.req.endpoint == openai::endpoint::completions ? _writer.write_completion(client_body, opts, _body, err)
                                                             : _writer.write(client_body, opts, _body, err);
     }
   } catch (...) {  // std::string growth: out of memory

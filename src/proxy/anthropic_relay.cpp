@@ -28,7 +28,7 @@ namespace {
 
 // The most one event may need, per the translator's bound (anthropic.hpp).
 constexpr size_t event_output_bound(const exchange& x, size_t data_bytes) noexcept {
-  return 2 * (256 + 6 * (size_t{x.request_id_len} + x.model_len)) + 6 * data_bytes;
+  return 2 * (256 + 6 * (size_t{x.request_id_len} + x.req.model_len)) + 6 * data_bytes;
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ void openai_http::on_anthropic_head(exchange& x) noexcept {
   }
   r.translated = true;
   r.answered_ok = true;
-  if (!x.is_stream) {
+  if (!x.req.is_stream) {
     if (rh.event_stream) {
       upstream_failed(x, errc::upstream_protocol);  // a stream the request did not ask for
       return;
@@ -83,9 +83,9 @@ void openai_http::on_anthropic_head(exchange& x) noexcept {
   openai::anthropic_reply_context ctx;
   ctx.request_id = std::string_view(x.request_id, x.request_id_len);
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
-  ctx.model = std::string_view(x.model, x.model_len);
+  ctx.model = std::string_view(x.req.model, x.req.model_len);
   ctx.include_usage = r.client_usage;
-  ctx.kind = x.endpoint;
+  ctx.kind = x.req.endpoint;
   x.mem->anthropic->reset(ctx);
   r.dechunk = !x.codec->takes_chunked(x);
   if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
@@ -198,8 +198,8 @@ void openai_http::answer_anthropic_reply(exchange& x) noexcept {
   openai::anthropic_reply_context ctx;
   ctx.request_id = std::string_view(x.request_id, x.request_id_len);
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
-  ctx.model = std::string_view(x.model, x.model_len);
-  ctx.kind = x.endpoint;
+  ctx.model = std::string_view(x.req.model, x.req.model_len);
+  ctx.kind = x.req.endpoint;
   openai::anthropic_outcome o;
   bool ok = false;
   if (!r.body_overflow && x.mem->body.reserve(static_cast<size_t>(x.mem->body.len) + simdjson::SIMDJSON_PADDING)) {

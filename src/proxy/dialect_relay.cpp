@@ -16,7 +16,7 @@ dialect::reply_context context_of(const exchange& x) noexcept {
   dialect::reply_context ctx;
   ctx.request_id = std::string_view(x.request_id, x.request_id_len);
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
-  ctx.model = std::string_view(x.model, x.model_len);
+  ctx.model = std::string_view(x.req.model, x.req.model_len);
   return ctx;
 }
 
@@ -32,7 +32,7 @@ void set_facts(stream_facts& s, const dialect::reply_outcome& o) noexcept {
 }  // namespace
 
 std::string_view request_body(const exchange& x) noexcept {
-  return renders(x) ? x.body_override : x.codec->request_body(x);
+  return renders(x) ? x.req.body : x.codec->request_body(x);
 }
 
 bool start_rendering(exchange& x) noexcept {
@@ -40,7 +40,7 @@ bool start_rendering(exchange& x) noexcept {
     x.mem->renderer.reset(new (std::nothrow) dialect::stream_renderer(http::sse_scanner::k_event_bytes_max));
     if (!x.mem->renderer) return false;
   }
-  x.mem->renderer->reset(x.speaks, context_of(x));
+  x.mem->renderer->reset(x.req.speaks, context_of(x));
   return true;
 }
 
@@ -106,7 +106,7 @@ bool render_body(exchange& x, std::string_view chat) noexcept {
   dialect::reply_outcome o;
   bool ok = false;
   try {
-    ok = dialect::render_reply(x.speaks, chat, context_of(x), x.mem->dialect_reply, o);
+    ok = dialect::render_reply(x.req.speaks, chat, context_of(x), x.mem->dialect_reply, o);
   } catch (...) {  // the reply string's growth: out of memory
     ok = false;
   }
@@ -116,7 +116,7 @@ bool render_body(exchange& x, std::string_view chat) noexcept {
 
 std::string_view in_client_dialect(const exchange& x, uint16_t status, std::string_view body, char* buf,
                                    size_t cap) noexcept {
-  if (status < 400 || !dialect::anthropic_errors(x.speaks)) return body;
+  if (status < 400 || !dialect::anthropic_errors(x.req.speaks)) return body;
   char message[768];
   std::string_view m = dialect::error_message_of(body, message, sizeof message);
   if (m.empty()) m = "The request failed.";

@@ -19,12 +19,12 @@ namespace sluice::proxy {
 // Whether the client speaks Responses or Messages (its request was
 // written as the canonical chat body).
 inline bool translated_request(const exchange& x) noexcept {
-  return x.speaks == dialect::client_dialect::responses || x.speaks == dialect::client_dialect::messages;
+  return x.req.speaks == dialect::client_dialect::responses || x.req.speaks == dialect::client_dialect::messages;
 }
 
 // Whether the exchange's reply is rendered in a dialect other than chat's:
 // a Responses or Messages client of a group that does not speak it.
-inline bool renders(const exchange& x) noexcept { return translated_request(x) && !x.native; }
+inline bool renders(const exchange& x) noexcept { return translated_request(x) && !x.req.native; }
 
 // The body the adapters forward: the canonical chat body written from the
 // client's (renders()), else the client's own bytes.

@@ -54,8 +54,8 @@ void shard_server::end_request(exchange& x) noexcept {
     if (x.rsp.facts.prompt_tokens > 0) prompt = static_cast<uint64_t>(x.rsp.facts.prompt_tokens);
     completion = x.rsp.facts.completion_tokens >= 0 ? static_cast<uint64_t>(x.rsp.facts.completion_tokens)
                                                  : x.rsp.facts.content_events;
-  } else if (x.rsp.head_seen && x.mem->body.len != 0 && x.native) {
-    const dialect::native_usage u = dialect::native_body_usage(x.speaks, std::string_view(x.mem->body.data, x.mem->body.len));
+  } else if (x.rsp.head_seen && x.mem->body.len != 0 && x.req.native) {
+    const dialect::native_usage u = dialect::native_body_usage(x.req.speaks, std::string_view(x.mem->body.data, x.mem->body.len));
     if (u.prompt_tokens > 0) prompt = static_cast<uint64_t>(u.prompt_tokens);
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
   } else if (x.rsp.head_seen && x.mem->body.len != 0) {
@@ -87,7 +87,7 @@ void shard_server::end_request(exchange& x) noexcept {
   // A non-stream answer whose client left before its usage was read: the
   // backend sends its head only once it has generated everything, so the
   // output part of the reservation is billed (README: Quota).
-  if (answered && !(x.rsp.translated ? x.is_stream : x.rsp.head.event_stream) && !x.rsp.complete && completion == 0) {
+  if (answered && !(x.rsp.translated ? x.req.is_stream : x.rsp.head.event_stream) && !x.rsp.complete && completion == 0) {
     completion = x.reserved_output;
   }
   // Settle exactly once: the backend's usage when it answered 200 (a
@@ -100,8 +100,8 @@ void shard_server::end_request(exchange& x) noexcept {
   _metrics.request_done(x.group, x.backend_used, x.status);
   static_assert(static_cast<size_t>(dialect::client_dialect::messages) + 1 == metrics::dialect_count);
   static_assert(metrics::dialect_names[static_cast<size_t>(dialect::client_dialect::responses)] == "responses");
-  if (x.head_ok && (x.model_len != 0 || x.speaks != dialect::client_dialect::chat)) {
-    _metrics.dialect_done(x.group, static_cast<size_t>(x.speaks));
+  if (x.head_ok && (x.req.model_len != 0 || x.req.speaks != dialect::client_dialect::chat)) {
+    _metrics.dialect_done(x.group, static_cast<size_t>(x.req.speaks));
   }
   if (grouped && (prompt | completion) != 0) _metrics.tokens(x.group, prompt, completion);
   _metrics.key_done(x.key_index >= 0 ? static_cast<uint32_t>(x.key_index) : metrics::none, prompt, completion);
@@ -117,15 +117,15 @@ void shard_server::end_request(exchange& x) noexcept {
   if (x.key_index >= 0) r.key_id = _cfg->keys[static_cast<size_t>(x.key_index)].id;
   if (x.head_ok) {
     static constexpr std::string_view k_paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"};
-    r.endpoint = x.is_models ? std::string_view("/v1/models")
-                 : x.model_len == 0 ? std::string_view{}
-                 : x.speaks == dialect::client_dialect::responses ? std::string_view("/v1/responses")
-                 : x.count_tokens ? std::string_view("/v1/messages/count_tokens")
-                 : x.speaks == dialect::client_dialect::messages ? std::string_view("/v1/messages")
-                                                                 : k_paths[static_cast<int>(x.endpoint)];
+    r.endpoint = x.req.is_models ? std::string_view("/v1/models")
+                 : x.req.model_len == 0 ? std::string_view{}
+                 : x.req.speaks == dialect::client_dialect::responses ? std::string_view("/v1/responses")
+                 : x.req.count_tokens ? std::string_view("/v1/messages/count_tokens")
+                 : x.req.speaks == dialect::client_dialect::messages ? std::string_view("/v1/messages")
+                                                                 : k_paths[static_cast<int>(x.req.endpoint)];
     r.session_id = x.head.session_id;
   }
-  r.model = std::string_view(x.model, x.model_len);
+  r.model = std::string_view(x.req.model, x.req.model_len);
   if (grouped) r.group = _cfg->groups[x.group].name;
   if (x.backend_used != metrics::none) r.backend = _cfg->backends[x.backend_used].url;
   r.status = x.status;
@@ -135,11 +135,11 @@ void shard_server::end_request(exchange& x) noexcept {
   r.quota_charged = x.quota_charged;
   r.ttft_ms = x.first_token_ms != 0 ? static_cast<int64_t>(x.first_token_ms - x.request_start_ms) : -1;
   r.duration_ms = duration_ms;
-  r.stream = x.is_stream;
+  r.stream = x.req.is_stream;
   r.cancelled = x.cancelled;
   r.finish_reason = std::string_view(x.rsp.facts.finish_reason, x.rsp.facts.finish_reason_len);
   r.error = x.error_code;
-  if (x.head_ok && (x.model_len != 0 || x.speaks != dialect::client_dialect::chat)) r.dialect = dialect::name(x.speaks);
+  if (x.head_ok && (x.req.model_len != 0 || x.req.speaks != dialect::client_dialect::chat)) r.dialect = dialect::name(x.req.speaks);
   if (x.route_how != route::decision_how::name) {
     r.route_how = route::to_string(x.route_how);
     r.route_confidence = x.route_confidence;
@@ -214,30 +214,30 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
   bool known = true;
   bool method_ok = true;
   if (path == "/v1/chat/completions") {
-    x.endpoint = openai::endpoint::chat_completions;
+    x.req.endpoint = openai::endpoint::chat_completions;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/completions") {
-    x.endpoint = openai::endpoint::completions;
-    x.speaks = dialect::client_dialect::completions;
+    x.req.endpoint = openai::endpoint::completions;
+    x.req.speaks = dialect::client_dialect::completions;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/embeddings") {
-    x.endpoint = openai::endpoint::embeddings;
-    x.speaks = dialect::client_dialect::embeddings;
+    x.req.endpoint = openai::endpoint::embeddings;
+    x.req.speaks = dialect::client_dialect::embeddings;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/responses") {
-    x.speaks = dialect::client_dialect::responses;
+    x.req.speaks = dialect::client_dialect::responses;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/messages" || path == "/v1/messages/count_tokens") {
-    x.speaks = dialect::client_dialect::messages;
-    x.count_tokens = path.size() > 12;
+    x.req.speaks = dialect::client_dialect::messages;
+    x.req.count_tokens = path.size() > 12;
     method_ok = x.head.meth == http::method::post;
   } else if (path == "/v1/models" || (path.starts_with("/v1/models/") && path.size() > 11)) {
     method_ok = x.head.meth == http::method::get;
-    x.is_models = true;
+    x.req.is_models = true;
   } else if (path.starts_with("/v1/responses/") && path.size() > 14) {
     // GET / DELETE /v1/responses/{id}: served from a response store, and
     // this gateway keeps none ([responses] store): not found, said plainly.
-    x.speaks = dialect::client_dialect::responses;
+    x.req.speaks = dialect::client_dialect::responses;
     if (x.head.meth != http::method::get && x.head.meth != http::method::delete_) {
       method_ok = false;
     } else {
@@ -265,7 +265,7 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
   if (x.key_index < 0) {
     x.codec->answer_error(x, 401,
                  !x.head.authorization.empty() || !x.head.api_key.empty() ? "Incorrect API key provided."
-                 : x.speaks == dialect::client_dialect::messages
+                 : x.req.speaks == dialect::client_dialect::messages
                      ? "x-api-key header is required (or Authorization: Bearer YOUR_KEY)."
                      : "You didn't provide an API key. You need to provide your API key in an Authorization "
                        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
@@ -281,7 +281,7 @@ void shard_server::dispatch(exchange& x) noexcept {
   _metrics.at(metrics::stat::requests_total).add();
   _metrics.at(metrics::stat::requests_inflight).add();
   x.inflight_counted = true;
-  if (x.is_models) {
+  if (x.req.is_models) {
     answer_models(x);
     return;
   }
@@ -306,20 +306,20 @@ void shard_server::route_request(exchange& x) noexcept {
   // the model named its group (below).
   const int64_t cap = 1 << 20;
   std::string_view body = x.codec->request_body(x);
-  x.native = false;
+  x.req.native = false;
   if (translated_request(x)) {
     // A Responses or Messages request: written once as the canonical chat
     // body, which policy and the adapters read from here on.
     if (!translate_request(x, body)) return;  // answered
-    body = x.body_override;
+    body = x.req.body;
   }
-  if (!_reader.read(x.endpoint, body.data(), body.size(), cap, f, e)) {
+  if (!_reader.read(x.req.endpoint, body.data(), body.size(), cap, f, e)) {
     x.codec->answer_error(x, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return;
   }
-  x.model_len = static_cast<uint8_t>(f.model.size() < sizeof x.model ? f.model.size() : sizeof x.model);
-  std::memcpy(x.model, f.model.data(), x.model_len);
-  x.is_stream = f.stream;
+  x.req.model_len = static_cast<uint8_t>(f.model.size() < sizeof x.req.model ? f.model.size() : sizeof x.req.model);
+  std::memcpy(x.req.model, f.model.data(), x.req.model_len);
+  x.req.is_stream = f.stream;
   // Model -> group (names, patterns, `auto` rules), limited to the groups
   // the key may use: a model outside them reads as unknown (no leak).
   // The auto model: rules, the classifier, the default (groups.hpp).
@@ -362,7 +362,7 @@ void shard_server::route_request(exchange& x) noexcept {
   }
   x.group = g;
   const config::group_config& grp = _cfg->groups[g];
-  if (translated_request(x) && !x.count_tokens && !pass_native(x, grp)) return;  // answered
+  if (translated_request(x) && !x.req.count_tokens && !pass_native(x, grp)) return;  // answered
   const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
   if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
     const std::string_view field = f.max_tokens_named_completion ? "max_completion_tokens" : "max_tokens";
@@ -378,7 +378,7 @@ void shard_server::route_request(exchange& x) noexcept {
   _prng ^= _prng << 13;
   _prng ^= _prng >> 7;
   _prng ^= _prng << 17;
-  x.route_key = route::route_key(_routes->keys(g), x.endpoint, f, grp.name, x.head.session_id, _prng);
+  x.route_key = route::route_key(_routes->keys(g), x.req.endpoint, f, grp.name, x.head.session_id, _prng);
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
   // the group's default cap) x output_weight (DESIGN.md §4), for each answer
   // the backend generates (n, best_of, prompts of a completions batch).
@@ -392,7 +392,7 @@ void shard_server::route_request(exchange& x) noexcept {
   x.input_estimate = quota::estimate_request_tokens(*f.text, f.message_count, _cfg->quota.image_tokens);
   x.quota_cost = quota::admission_cost(x.input_estimate, max_out, _cfg->quota.input_weight,
                                         _cfg->quota.output_weight);
-  if (x.count_tokens) {
+  if (x.req.count_tokens) {
     // sluice's own estimate (the admission one), not the model's tokenizer.
     char answer[64];
     auto n = fmt::format_to_n(answer, sizeof answer, "{{\"input_tokens\":{}}}", x.input_estimate);
@@ -415,7 +415,7 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
   std::string& out = x.mem->dialect_body;
   bool ok = false;
   try {
-    ok = x.speaks == dialect::client_dialect::messages ? _translator.messages(body, x.count_tokens, out, t, e)
+    ok = x.req.speaks == dialect::client_dialect::messages ? _translator.messages(body, x.req.count_tokens, out, t, e)
                                                        : _translator.responses(body, out, t, e);
     out.reserve(out.size() + simdjson::SIMDJSON_PADDING);  // the reader parses it in place
   } catch (...) {  // the string's growth: out of memory
@@ -433,17 +433,17 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
                           "invalid_request_error", "previous_response_id", "unsupported_parameter", false);
     return false;
   }
-  x.body_override = out;
+  x.req.body = out;
   return true;
 }
 
 bool shard_server::pass_native(exchange& x, const config::group_config& grp) noexcept {
-  const uint8_t bit = x.speaks == dialect::client_dialect::messages ? config::native::messages : config::native::responses;
+  const uint8_t bit = x.req.speaks == dialect::client_dialect::messages ? config::native::messages : config::native::responses;
   if ((grp.native_dialects & bit) == 0) return true;  // translated
   // Passed through: sluice read the request as the canonical body, so the
   // backend must not be able to read the client's bytes another way.
   const std::string_view body = x.codec->request_body(x);
-  const dialect::member_scan m = dialect::top_level_member(body, "model", x.native_model_begin, x.native_model_end);
+  const dialect::member_scan m = dialect::top_level_member(body, "model", x.req.native_model_begin, x.req.native_model_end);
   if (m != dialect::member_scan::found) {
     x.codec->answer_error(x, 400,
                           m == dialect::member_scan::duplicate ? "A top-level member is given twice."
@@ -452,7 +452,7 @@ bool shard_server::pass_native(exchange& x, const config::group_config& grp) noe
                           "invalid_request_error", {}, {}, false);
     return false;
   }
-  x.native = true;
+  x.req.native = true;
   return true;
 }
 

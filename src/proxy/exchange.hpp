@@ -105,7 +105,7 @@ struct relay_state {
   bool render_failed = false;     // the renderer could not be had (out of memory)
   bool rendered = false;
   bool sending = false;           // a send of the response's bytes is out (openai_http::send_batch .. on_sent)
-  dialect::native_usage native_usage;  // x.native: what the reply's events said of usage          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
+  dialect::native_usage native_usage;  // x.req.native: what the reply's events said of usage          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
@@ -171,6 +171,25 @@ struct exchange_memory {
   std::unique_ptr<usage_event_filter> usage_filter;
 };
 
+// The request as policy reads it, whatever dialect the client speaks
+// (DESIGN.md §2b): set from the path and the body, before routing.
+struct canonical_request {
+  openai::endpoint endpoint = openai::endpoint::chat_completions;
+  dialect::client_dialect speaks = dialect::client_dialect::chat;  // the client's dialect (its path)
+  bool is_stream = false;
+  bool count_tokens = false;       // POST /v1/messages/count_tokens: answered by sluice
+  // The group's backends speak the client's dialect (native_dialects): its
+  // own bytes go, the model token [native_model_begin, end) rewritten where
+  // the group names a backend model; the reply passes through.
+  bool native = false;
+  uint32_t native_model_begin = 0;
+  uint32_t native_model_end = 0;
+  std::string_view body;           // a Responses / Messages request: the canonical chat body, in mem->dialect_body
+  bool is_models = false;          // GET /v1/models: answered by sluice
+  uint8_t model_len = 0;
+  char model[128] = {};            // the client's model name, for audit and replies (truncated)
+};
+
 // Shard-local. One per request: from the first byte of its head until its
 // answer is sent or its connection closes. HTTP/1.1 has one at a time per
 // connection (embedded in it); a multiplexing codec would hold several.
@@ -190,25 +209,12 @@ struct exchange {
   http::request_head head;         // views into the connection's request bytes
   bool head_ok = false;            // `head` holds a parsed head (its views are valid)
   bool expect_sent = false;        // 100 Continue went out for this request
-  bool is_models = false;          // GET /v1/models: answered by sluice
-  bool is_stream = false;
-  openai::endpoint endpoint = openai::endpoint::chat_completions;
-  dialect::client_dialect speaks = dialect::client_dialect::chat;  // the client's dialect (its path)
-  bool count_tokens = false;       // POST /v1/messages/count_tokens: answered by sluice
-  std::string_view body_override;  // a Responses / Messages request: the canonical chat body, in mem->dialect_body
-  // The group's backends speak the client's dialect (native_dialects): its
-  // own bytes go, the model token [native_model_begin, end) rewritten where
-  // the group names a backend model; the reply passes through.
-  bool native = false;
-  uint32_t native_model_begin = 0;
-  uint32_t native_model_end = 0;
+  canonical_request req;           // what the client asked, in the canonical request's terms
   uint64_t request_start_ms = 0;   // monotonic: the head's first byte
   uint64_t body_start_ms = 0;
   uint64_t start_wall_ms = 0;
   char request_id[64] = {};
   uint8_t request_id_len = 0;
-  uint8_t model_len = 0;
-  char model[128] = {};            // the client's model name, for audit (truncated)
   char scratch[256] = {};          // messages and the rewritten model token
 
   // --- policy: key, group, route, quota ------------------------------------

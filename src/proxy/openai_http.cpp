@@ -131,8 +131,8 @@ uint64_t openai_http::plan_upstream_body(exchange& x, const openai::request_fiel
   static constexpr std::string_view k_usage_first = "\"include_usage\":true";
   static constexpr std::string_view k_usage_first_of_more = "\"include_usage\":true,";
   x.rsp.cut_usage = false;
-  if (g.inject_usage && f.stream && !f.include_usage && x.endpoint != openai::endpoint::embeddings &&
-      body_bytes != 0 && !x.native) {
+  if (g.inject_usage && f.stream && !f.include_usage && x.req.endpoint != openai::endpoint::embeddings &&
+      body_bytes != 0 && !x.req.native) {
     x.rsp.cut_usage = true;
     if (f.stream_options_object && !f.has_include_usage) {
       // The client's other stream_options (vLLM's continuous_usage_stats)
@@ -157,8 +157,8 @@ uint64_t openai_http::plan_upstream_body(exchange& x, const openai::request_fiel
   // A natively spoken Responses / Messages request: the client's own bytes
   // (its model token found by dialect::top_level_member), never usage
   // injected (their streams carry it).
-  const uint32_t model_begin = x.native ? x.native_model_begin : f.model_token_begin;
-  const uint32_t model_end = x.native ? x.native_model_end : f.model_token_end;
+  const uint32_t model_begin = x.req.native ? x.req.native_model_begin : f.model_token_begin;
+  const uint32_t model_end = x.req.native ? x.req.native_model_end : f.model_token_end;
   if (!g.backend_model.empty() && model_end > model_begin) {
     size_t n = 0;
     x.scratch[n++] = '"';
@@ -673,7 +673,7 @@ void openai_http::upstream_failed(exchange& x, errc why) noexcept {
     // Responses or Messages client is told in its own events instead.
     _metrics.at(metrics::stat::upstream_truncated).add();
     x.error_code = "upstream_truncated";
-    if (renders(x) && x.is_stream && x.rsp.translated && end_failed_stream(x)) return;
+    if (renders(x) && x.req.is_stream && x.rsp.translated && end_failed_stream(x)) return;
     x.codec->fail(x);
     return;
   }

@@ -56,7 +56,7 @@ void openai_http::on_response_head(exchange& x) noexcept {
   // The skip (chunk_scanned) starts off for every response: never the
   // first chunk, which the scan reads whole (the role chunk).
   x.rsp.skip_allowed = x.rsp.skip_ok = false;
-  if (x.rsp.dialect == reply_dialect::anthropic && !x.native) {
+  if (x.rsp.dialect == reply_dialect::anthropic && !x.req.native) {
     on_anthropic_head(x);
     return;
   }
@@ -125,12 +125,12 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     sink.skip_ok = &r.skip_ok;
     sink.skip_head = k_plain_head;
     sink.skip_tail = k_plain_chunk_tail;
-    if (x.native) {
+    if (x.req.native) {
       // A natively spoken stream: its one-line text deltas, by their event
       // name (the usage is in other events, which are scanned).
       static constexpr std::string_view k_messages_head = "event: content_block_delta\ndata: {";
       static constexpr std::string_view k_responses_head = "event: response.output_text.delta\ndata: {";
-      sink.skip_head = x.speaks == dialect::client_dialect::messages ? k_messages_head : k_responses_head;
+      sink.skip_head = x.req.speaks == dialect::client_dialect::messages ? k_messages_head : k_responses_head;
       sink.skip_tail = "}\n\n";
     }
     sink.on_skipped = &openai_http::on_skipped_chunks;

@@ -116,7 +116,7 @@ openai::stream_event_info usage_only_from_prefix(std::string_view data) noexcept
 
 void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   exchange& x = *static_cast<exchange*>(ctx);
-  if (x.rsp.dialect == reply_dialect::anthropic && !x.native) {
+  if (x.rsp.dialect == reply_dialect::anthropic && !x.req.native) {
     x.up->adapter->on_anthropic_event(x, ev);
     return;
   }
@@ -124,11 +124,11 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
     x.up->adapter->on_chat_event(x, ev);
     return;
   }
-  if (x.native) {  // a Responses or Messages stream passed through: its usage read in place
+  if (x.req.native) {  // a Responses or Messages stream passed through: its usage read in place
     stream_facts& s = x.rsp.facts;
     dialect::native_usage& u = x.rsp.native_usage;
     ++s.events;
-    if (!ev.truncated) dialect::scan_native_event(x.speaks, ev.data, u);
+    if (!ev.truncated) dialect::scan_native_event(x.req.speaks, ev.data, u);
     if (u.content && x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
     s.prompt_tokens = u.prompt_tokens;
     s.completion_tokens = u.completion_tokens;

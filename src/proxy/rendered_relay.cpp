@@ -39,7 +39,7 @@ void openai_http::on_rendered_head(exchange& x) noexcept {
   r.translated = true;
   r.answered_ok = true;
   r.rendered = true;
-  if (!x.is_stream) {
+  if (!x.req.is_stream) {
     if (rh.event_stream) {
       upstream_failed(x, errc::upstream_protocol);  // a stream the request did not ask for
       return;

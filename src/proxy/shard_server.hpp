@@ -128,9 +128,9 @@ class shard_server {
   // the exchange and call this again when it ends), limits, admission.
   void route_request(exchange& x) noexcept;
   // A Responses or Messages request written as the canonical chat body
-  // (x.body_override). Returns: false when it answered the client (a 400).
+  // (x.req.body). Returns: false when it answered the client (a 400).
   bool translate_request(exchange& x, std::string_view body) noexcept;
-  // The group speaks the client's dialect: its bytes will pass (x.native),
+  // The group speaks the client's dialect: its bytes will pass (x.req.native),
   // once checked to read one way only. Returns: false when it answered (400).
   bool pass_native(exchange& x, const config::group_config& grp) noexcept;
   // The client went away mid-exchange: cancelled, audited 499.

@@ -41,7 +41,7 @@ bool triton_grpc::prepare(exchange& x, const openai::request_fields& f) noexcept
   openai::request_error err;
   bool written = false;
   try {
-    written = _writer.write(o, f, x.endpoint, _request, err);
+    written = _writer.write(o, f, x.req.endpoint, _request, err);
   } catch (...) {  // the request string's growth: out of memory
     x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
     return false;
@@ -68,12 +68,12 @@ void triton_grpc::start_reply(exchange& x) noexcept {
   openai::triton_reply_context ctx;
   ctx.request_id = std::string_view(x.request_id, x.request_id_len);
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
-  ctx.model = std::string_view(x.model, x.model_len);
-  ctx.kind = x.endpoint;
+  ctx.model = std::string_view(x.req.model, x.req.model_len);
+  ctx.kind = x.req.endpoint;
   ctx.include_usage = x.rsp.client_usage;
-  x.mem->triton.reset(ctx, x.is_stream ? nullptr : &x.mem->triton_text);
+  x.mem->triton.reset(ctx, x.req.is_stream ? nullptr : &x.mem->triton_text);
   x.mem->frame.len = k_batch_room;
-  if (renders(x) && x.is_stream && !start_rendering(x)) x.rsp.render_failed = true;
+  if (renders(x) && x.req.is_stream && !start_rendering(x)) x.rsp.render_failed = true;
 }
 
 bool triton_grpc::stage_stream_head(exchange& x) noexcept {
@@ -107,7 +107,7 @@ size_t triton_grpc::feed_in_place(exchange& x, const char* data, size_t len) noe
   grpc_attempt& a = x.grpc;
   openai::triton_stream& t = x.mem->triton;
   byte_buf& f = x.mem->frame;
-  if (x.mem->body.len != 0 || a.sending || !a.messages || !x.is_stream || t.done()) return 0;
+  if (x.mem->body.len != 0 || a.sending || !a.messages || !x.req.is_stream || t.done()) return 0;
   size_t at = 0;
   while (at < len && !t.done()) {
     grpc::frame fr;
@@ -174,7 +174,7 @@ void triton_grpc::advance(exchange& x) noexcept {
         return;
       }
       start_reply(x);
-      if (x.is_stream && !stage_stream_head(x)) {
+      if (x.req.is_stream && !stage_stream_head(x)) {
         internal_failure(x);
         return;
       }
@@ -219,12 +219,12 @@ void triton_grpc::advance(exchange& x) noexcept {
     }
     if (!a.messages) {
       start_reply(x);
-      if (x.is_stream && !stage_stream_head(x)) {
+      if (x.req.is_stream && !stage_stream_head(x)) {
         internal_failure(x);
         return;
       }
     }
-    if (!f.reserve(static_cast<size_t>(f.len) + 2048 + 24 * (size_t{x.request_id_len} + x.model_len))) {
+    if (!f.reserve(static_cast<size_t>(f.len) + 2048 + 24 * (size_t{x.request_id_len} + x.req.model_len))) {
       internal_failure(x);
       return;
     }
@@ -232,7 +232,7 @@ void triton_grpc::advance(exchange& x) noexcept {
     if (res.status == openai::triton_stream_status::ok) f.len += static_cast<uint32_t>(res.written);
     take_outcome(x);
   }
-  if (!a.messages || !x.is_stream) {
+  if (!a.messages || !x.req.is_stream) {
     // Nothing for the client yet (a message still coming, larger than the
     // window), or a reply gathered whole: what was read is held by sluice,
     // not by a client's pace, so the window opens for the rest at once (the
@@ -240,7 +240,7 @@ void triton_grpc::advance(exchange& x) noexcept {
     give_back_stream_window(x);
   }
   if (!a.messages) return;  // nothing yet for the client
-  if (!x.is_stream) {
+  if (!x.req.is_stream) {
     if (t.done()) answer_body(x);
     return;
   }
@@ -387,7 +387,7 @@ void triton_grpc::end_stream_with_error(exchange& x, std::string_view error_body
   detach(x, true);
   _metrics.at(metrics::stat::upstream_truncated).add();
   x.error_code = "upstream_truncated";
-  if (!x.is_stream) {
+  if (!x.req.is_stream) {
     x.rsp.answered_ok = false;
     x.codec->answer(x, status, error_body, false, {}, status == 504 ? "upstream_timeout" : "upstream_error");
     return;
