@@ -111,15 +111,26 @@ void responses_body(sw& w, element msg, const reply_context& ctx, const reply_ou
   w.str(ctx.model);
   w.raw(",\"output\":[");
   uint32_t items = 0;
+  std::string_view reasoning = get_string(msg, "reasoning_content");
+  if (reasoning.empty()) reasoning = get_string(msg, "reasoning");
+  if (!reasoning.empty()) {
+    w.raw("{\"id\":\"rs_");
+    w.escaped(ctx.request_id);
+    w.raw("_0\",\"type\":\"reasoning\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":");
+    w.str(reasoning);
+    w.raw("}]}");
+    ++items;
+  }
   const std::string_view text = get_string(msg, "content");
   if (!text.empty()) {
-    w.raw("{\"id\":\"msg_");
+    w.raw(items == 0 ? "{\"id\":\"msg_" : ",{\"id\":\"msg_");
     w.escaped(ctx.request_id);
-    w.raw("_0\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":"
+    w.raw("_");
+    w.num(static_cast<int64_t>(items++));
+    w.raw("\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":"
           "\"output_text\",\"text\":");
     w.str(text);
     w.raw(",\"annotations\":[]}]}");
-    ++items;
   }
   simdjson::dom::array calls;
   if (msg["tool_calls"].get_array().get(calls) == simdjson::SUCCESS) {

@@ -247,7 +247,7 @@ void stream_renderer::open_block(W& w, open_kind k, std::string_view id, std::st
   {  // the item's id, escaped once: "msg_<request id>_<n>" or "fc_..."
     openai::detail::bounded_sink ids{_item_id, sizeof _item_id};
     bw iw(ids);
-    iw.raw(k == open_kind::tool ? "\"fc_" : "\"msg_");
+    iw.raw(k == open_kind::tool ? "\"fc_" : k == open_kind::reasoning ? "\"rs_" : "\"msg_");
     iw.escaped(_ctx.request_id.substr(0, 64));
     iw.raw("_");
     iw.num(static_cast<int64_t>(_blocks - 1));
@@ -259,14 +259,18 @@ void stream_renderer::open_block(W& w, open_kind k, std::string_view id, std::st
   w.num(static_cast<int64_t>(_blocks - 1));
   w.raw(",\"item\":{\"id\":");
   item_id(w);
-  if (k == open_kind::text) {
-    w.raw(",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n");
+  if (k != open_kind::tool) {
+    w.raw(k == open_kind::text
+              ? ",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n"
+              : ",\"type\":\"reasoning\",\"summary\":[],\"content\":[]}}\n\n");
     seq(w, "response.content_part.added");
     w.raw(",\"item_id\":");
     item_id(w);
     w.raw(",\"output_index\":");
     w.num(static_cast<int64_t>(_blocks - 1));
-    w.raw(",\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n");
+    w.raw(k == open_kind::text
+              ? ",\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n"
+              : ",\"content_index\":0,\"part\":{\"type\":\"reasoning_text\",\"text\":\"\"}}\n\n");
     return;
   }
   _call_id.assign(id);
@@ -309,12 +313,14 @@ void stream_renderer::delta(W& w, open_kind k, std::string_view text, bool escap
     openai::detail::string_sink acc{_text};
     sw(acc).escaped(text);
   }
-  seq(w, k == open_kind::text ? "response.output_text.delta" : "response.function_call_arguments.delta");
+  seq(w, k == open_kind::text        ? "response.output_text.delta"
+         : k == open_kind::reasoning ? "response.reasoning_text.delta"
+                                     : "response.function_call_arguments.delta");
   w.raw(",\"item_id\":");
   item_id(w);
   w.raw(",\"output_index\":");
   w.num(static_cast<int64_t>(_blocks - 1));
-  if (k == open_kind::text) w.raw(",\"content_index\":0");
+  if (k != open_kind::tool) w.raw(",\"content_index\":0");
   w.raw(",\"delta\":");
   put(text);
   w.raw(k == open_kind::text ? ",\"logprobs\":[]}\n\n" : "}\n\n");
@@ -338,7 +344,29 @@ void stream_renderer::close_block(W& w) {
   if (!_items.empty()) iw.raw(",");
   const size_t item_start = _items.size();
   const int64_t index = static_cast<int64_t>(_blocks - 1);
-  if (k == open_kind::text) {
+  if (k == open_kind::reasoning) {
+    seq(w, "response.reasoning_text.done");
+    w.raw(",\"item_id\":");
+    item_id(w);
+    w.raw(",\"output_index\":");
+    w.num(index);
+    w.raw(",\"content_index\":0,\"text\":\"");
+    w.raw(_text);
+    w.raw("\"}\n\n");
+    seq(w, "response.content_part.done");
+    w.raw(",\"item_id\":");
+    item_id(w);
+    w.raw(",\"output_index\":");
+    w.num(index);
+    w.raw(",\"content_index\":0,\"part\":{\"type\":\"reasoning_text\",\"text\":\"");
+    w.raw(_text);
+    w.raw("\"}}\n\n");
+    iw.raw("{\"id\":");
+    item_id(iw);
+    iw.raw(",\"type\":\"reasoning\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"");
+    iw.raw(_text);
+    iw.raw("\"}]}");
+  } else if (k == open_kind::text) {
     seq(w, "response.output_text.done");
     w.raw(",\"item_id\":");
     item_id(w);
@@ -493,7 +521,7 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
             if (c["delta"].get(d) == simdjson::SUCCESS && d.is_object()) {
               std::string_view r = get_string(d, "reasoning_content");
               if (r.empty()) r = get_string(d, "reasoning");
-              if (!r.empty() && _d == client_dialect::messages) {
+              if (!r.empty()) {
                 if (_open != open_kind::reasoning) open_block(w, open_kind::reasoning, {}, {});
                 delta(w, open_kind::reasoning, r, false);
               }

@@ -39,6 +39,16 @@ function tool_events() {
     '[DONE]',
   ].map((e) => `data: ${e}\r\n\r\n`);
 }
+// A reasoning model's stream (vLLM's reasoning parser): reasoning_content
+// deltas, then the answer.
+function reasoning_events() {
+  const base = { id: 'chatcmpl-r', object: 'chat.completion.chunk', created: 1700000000, model: 'reasoner' };
+  const ev = (delta, extra = {}) => JSON.stringify({ ...base, choices: delta ? [{ index: 0, delta, logprobs: null, finish_reason: extra.finish ?? null }] : [], ...extra.top });
+  return [ev({ role: 'assistant', content: '' }), ev({ reasoning_content: 'Two and ' }), ev({ reasoning_content: 'two.' }),
+          ev({ content: 'Four.' }), ev({}, { finish: 'stop' }), ev(null, { top: { usage: { prompt_tokens: 5, completion_tokens: 4, total_tokens: 9 } } }),
+          '[DONE]'].map((e) => `data: ${e}\n\n`);
+}
+
 const tool_reply = JSON.stringify({
   id: 'chatcmpl-tool', object: 'chat.completion', created: 1700000000, model: 'tool-model',
   choices: [{ index: 0, message: { role: 'assistant', content: 'Checking.', tool_calls: [{ id: 'call_w1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] }, logprobs: null, finish_reason: 'tool_calls' }],
@@ -65,7 +75,7 @@ const weather_tool_anthropic = { name: 'get_weather', description: 'The weather 
 const weather_tool_openai = { type: 'function', name: 'get_weather', description: 'The weather in a city.', parameters: weather_tool_anthropic.input_schema };
 
 describe('client dialects: Responses and Messages', () => {
-  let mock, tools, peer, triton, failing, sluice, anthropic, openai, poor_anthropic, poor_openai;
+  let mock, tools, reasoner, peer, triton, failing, sluice, anthropic, openai, poor_anthropic, poor_openai;
   const audit = () => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl'));
   async function audited(id) {
     let rec;
@@ -79,12 +89,16 @@ describe('client dialects: Responses and Messages', () => {
     peer = await start_anthropic_peer();
     triton = await start_triton_peer({ model: 'tri-vllm' });
     failing = await start_mock_vllm({ reply_tokens: 8, fail_after_tokens: 3 });
+    reasoner = await start_scripted_backend(async (socket) => {
+      socket.write(sse_head + reasoning_events().map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n', 'latin1');
+    });
     sluice = await start_sluice({
       config: gateway_config({
         tables: { server: { h2c: true }, health: { interval_ms: 0 } },
         groups: [
           { name: 'chat', models: ['mock-model'], backends: [mock.url] },
           { name: 'tools', models: ['tool-model'], backends: [tools.url] },
+          { name: 'reasoner', models: ['reasoner'], backends: [reasoner.url] },
           { name: 'failing', models: ['failing-model'], backends: [failing.url], upstream: { max_retries: 0 } },
           { name: 'claude', models: ['claude-*'], protocol: 'anthropic', backend_model: 'claude-backend',
             api_key_env: 'SLUICE_TEST_ANTHROPIC_KEY', backends: [peer.url] },
@@ -101,7 +115,7 @@ describe('client dialects: Responses and Messages', () => {
     poor_anthropic = new Anthropic({ apiKey: poor_key, baseURL: sluice.url, ...opts });
     poor_openai = new OpenAI({ apiKey: poor_key, baseURL: `${sluice.url}/v1`, ...opts });
   });
-  after(() => stop_all(sluice, mock, tools, peer, triton, failing));
+  after(() => stop_all(sluice, mock, tools, reasoner, peer, triton, failing));
 
   describe('Anthropic SDK, Messages', () => {
     it('messages.create over a chat backend: the text, a message shape, the usage audited', async () => {
@@ -282,6 +296,29 @@ describe('client dialects: Responses and Messages', () => {
     const rec = await audited('fail-resp');
     assert.equal(rec.error, 'upstream_truncated');
     assert.equal(rec.completion_tokens, 3, 'billed the deltas it got');
+  });
+
+  it('a reasoning model: a reasoning item for Responses, a thinking block for Messages, then the answer', async () => {
+    const r = await openai.responses.stream({ model: 'reasoner', input: '2+2?' }).finalResponse();
+    assert.deepEqual(r.output.map((o) => o.type), ['reasoning', 'message']);
+    assert.equal(r.output[0].content[0].text, 'Two and two.');
+    assert.equal(text_of(r), 'Four.');
+    const m = await anthropic.messages.stream({ model: 'reasoner', max_tokens: 50, messages: [{ role: 'user', content: '2+2?' }] }).finalMessage();
+    assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'text']);
+    assert.equal(m.content[0].thinking, 'Two and two.');
+    assert.equal(m.content[1].text, 'Four.');
+  });
+
+  it('an image for a text-prompt (Triton) group: a 400 in each client\'s dialect, nothing forwarded', async () => {
+    const calls = triton.calls.length;
+    const png = 'iVBORw0KGgo=';
+    await assert.rejects(anthropic.messages.create({ model: 'tri-x', max_tokens: 5, messages: [{ role: 'user', content: [
+      { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } }, { type: 'text', text: 'what?' }] }] }),
+      (e) => e instanceof Anthropic.BadRequestError && e.error.error.type === 'invalid_request_error' && /image/.test(e.error.error.message));
+    await assert.rejects(openai.responses.create({ model: 'tri-x', input: [{ role: 'user', content: [
+      { type: 'input_image', image_url: `data:image/png;base64,${png}` }, { type: 'input_text', text: 'what?' }] }] }),
+      (e) => e instanceof OpenAI.BadRequestError && /image/.test(e.message));
+    assert.equal(triton.calls.length, calls);
   });
 
   describe('OpenAI SDK, Responses', () => {

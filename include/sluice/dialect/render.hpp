@@ -8,7 +8,8 @@
 //   start                 response.created, .in_progress    message_start
 //   text delta            output_item.added (message),      content_block_start (text),
 //                         content_part.added, output_text.delta   content_block_delta text_delta
-//   reasoning delta       (not carried)                     content_block_start (thinking), thinking_delta
+//   reasoning delta       output_item.added (reasoning),    content_block_start (thinking), thinking_delta
+//                         reasoning_text.delta
 //   tool-call start       output_item.added (function_call) content_block_start (tool_use)
 //   tool-call args delta  function_call_arguments.delta     content_block_delta input_json_delta
 //   finish, usage         the open item's .done events,     content_block_stop, message_delta

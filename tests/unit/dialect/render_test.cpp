@@ -262,3 +262,41 @@ TEST_CASE("vLLM's plain content event, passed on escaped without a parse, render
     CHECK(r.feed(head + bad + tail, buf.data(), buf.size(), n) == render_status::malformed);
   }
 }
+
+TEST_CASE("reasoning deltas: a reasoning item for Responses, a thinking block for Messages, then the text") {
+  const std::vector<std::string> stream = {
+      R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})",
+      R"({"choices":[{"index":0,"delta":{"reasoning_content":"Let me "}}]})",
+      R"({"choices":[{"index":0,"delta":{"reasoning_content":"think."}}]})",
+      R"({"choices":[{"index":0,"delta":{"content":"Answer."}}]})",
+      R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})", "[DONE]"};
+  std::vector<std::string> types;
+  for (const auto& e : events_of(render(client_dialect::responses, stream))) types.push_back(e.event);
+  CHECK(types == std::vector<std::string>{"response.created", "response.in_progress", "response.output_item.added",
+                                          "response.content_part.added", "response.reasoning_text.delta",
+                                          "response.reasoning_text.delta", "response.reasoning_text.done",
+                                          "response.content_part.done", "response.output_item.done",
+                                          "response.output_item.added", "response.content_part.added",
+                                          "response.output_text.delta", "response.output_text.done",
+                                          "response.content_part.done", "response.output_item.done",
+                                          "response.completed"});
+  const auto ev = events_of(render(client_dialect::responses, stream));
+  simdjson::dom::parser p;
+  simdjson::dom::element done = p.parse(ev.back().data);
+  simdjson::dom::array out = done["response"]["output"].get_array();
+  REQUIRE(out.size() == 2);
+  CHECK(std::string(out.at(0)["type"].get_string().value()) == "reasoning");
+  CHECK(std::string(out.at(0)["content"].at(0)["text"].get_string().value()) == "Let me think.");
+  CHECK(std::string(out.at(1)["content"].at(0)["text"].get_string().value()) == "Answer.");
+  std::vector<std::string> m;
+  for (const auto& e : events_of(render(client_dialect::messages, stream))) m.push_back(e.event);
+  CHECK(m == std::vector<std::string>{"message_start", "content_block_start", "content_block_delta", "content_block_delta",
+                                      "content_block_stop", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"});
+  std::string body;
+  reply_outcome o;
+  REQUIRE(render_reply(client_dialect::responses,
+                       R"({"choices":[{"index":0,"message":{"role":"assistant","content":"A.","reasoning_content":"R."},"finish_reason":"stop"}]})",
+                       {"rid", 1, "m"}, body, o));
+  CHECK(body.find(R"("output":[{"id":"rs_rid_0","type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"R."}]},{"id":"msg_rid_1","type":"message")") != std::string::npos);
+}
