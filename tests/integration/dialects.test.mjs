@@ -17,7 +17,7 @@ import OpenAI from 'openai';
 
 import { start_anthropic_peer } from './lib/anthropic_peer.mjs';
 import { gateway_config, poll, read_audit, samples, scrape } from './lib/gateway.mjs';
-import { bound_ms, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
+import { bound_ms, http_post, start_mock_vllm, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 import { start_triton_peer } from './lib/triton_peer.mjs';
 
@@ -75,7 +75,7 @@ const weather_tool_anthropic = { name: 'get_weather', description: 'The weather 
 const weather_tool_openai = { type: 'function', name: 'get_weather', description: 'The weather in a city.', parameters: weather_tool_anthropic.input_schema };
 
 describe('client dialects: Responses and Messages', () => {
-  let mock, tools, reasoner, peer, triton, failing, sluice, anthropic, openai, poor_anthropic, poor_openai;
+  let mock, tools, reasoner, peer, triton, failing, slow, sluice, anthropic, openai, poor_anthropic, poor_openai;
   const audit = () => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl'));
   async function audited(id) {
     let rec;
@@ -89,6 +89,7 @@ describe('client dialects: Responses and Messages', () => {
     peer = await start_anthropic_peer();
     triton = await start_triton_peer({ model: 'tri-vllm' });
     failing = await start_mock_vllm({ reply_tokens: 8, fail_after_tokens: 3 });
+    slow = await start_mock_vllm({ reply_tokens: 200, tokens_per_sec: 50 });
     reasoner = await start_scripted_backend(async (socket) => {
       socket.write(sse_head + reasoning_events().map((e) => chunk(e).toString('latin1')).join('') + '0\r\n\r\n', 'latin1');
     });
@@ -99,6 +100,7 @@ describe('client dialects: Responses and Messages', () => {
           { name: 'chat', models: ['mock-model'], backends: [mock.url] },
           { name: 'tools', models: ['tool-model'], backends: [tools.url] },
           { name: 'reasoner', models: ['reasoner'], backends: [reasoner.url] },
+          { name: 'slow', models: ['slow-model'], backends: [slow.url] },
           { name: 'failing', models: ['failing-model'], backends: [failing.url], upstream: { max_retries: 0 } },
           { name: 'claude', models: ['claude-*'], protocol: 'anthropic', backend_model: 'claude-backend',
             api_key_env: 'SLUICE_TEST_ANTHROPIC_KEY', backends: [peer.url] },
@@ -115,7 +117,7 @@ describe('client dialects: Responses and Messages', () => {
     poor_anthropic = new Anthropic({ apiKey: poor_key, baseURL: sluice.url, ...opts });
     poor_openai = new OpenAI({ apiKey: poor_key, baseURL: `${sluice.url}/v1`, ...opts });
   });
-  after(() => stop_all(sluice, mock, tools, reasoner, peer, triton, failing));
+  after(() => stop_all(sluice, mock, tools, reasoner, peer, triton, failing, slow));
 
   describe('Anthropic SDK, Messages', () => {
     it('messages.create over a chat backend: the text, a message shape, the usage audited', async () => {
@@ -297,6 +299,35 @@ describe('client dialects: Responses and Messages', () => {
     assert.equal(rec.error, 'upstream_truncated');
     assert.equal(rec.completion_tokens, 3, 'billed the deltas it got');
   });
+
+  for (const [dialect, path, body, headers] of [
+    ['responses', '/v1/responses', { model: 'slow-model', input: 'long', stream: true }, { authorization: `Bearer ${test_key}` }],
+    ['messages', '/v1/messages', { model: 'slow-model', max_tokens: 500, stream: true, messages: [{ role: 'user', content: 'long' }] },
+     { 'x-api-key': test_key }],
+  ]) {
+    it(`a ${dialect} client that leaves mid-stream: the backend is cut, and it is billed what it was sent`, async () => {
+      const id = `cut-${dialect}`;
+      const from = slow.proc.mark();
+      let deltas = 0;
+      let text = '';
+      await http_post(sluice.url, path, body, {
+        headers: { ...headers, 'x-request-id': id },
+        on_data: (d, req) => {
+          text += d.toString('utf8');
+          deltas = (text.match(/^event: \S*delta$/gm) ?? []).length;
+          if (deltas >= 5) req.destroy();
+        },
+      }).catch(() => null);
+      await slow.proc.wait_for_line(new RegExp(`abort request_id=\\S*${id}\\b`), { from, timeout_ms: bound_ms(5000) });
+      const rec = await audited(id);
+      assert.equal(rec.cancelled, true);
+      assert.equal(rec.dialect, dialect);
+      // Each delta is a token: billed at least what the client read, and
+      // never the whole reply.
+      assert.ok(rec.completion_tokens >= deltas && rec.completion_tokens < 200, `billed ${rec.completion_tokens}, the client read ${deltas}`);
+      assert.ok(rec.prompt_tokens > 0);
+    });
+  }
 
   it('a reasoning model: a reasoning item for Responses, a thinking block for Messages, then the answer', async () => {
     const r = await openai.responses.stream({ model: 'reasoner', input: '2+2?' }).finalResponse();
