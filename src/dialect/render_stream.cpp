@@ -133,6 +133,7 @@ void stream_renderer::reset(client_dialect d, const reply_context& ctx) noexcept
   _seq = 0;
   _out = {};
   _stop_sequence_len = 0;
+  _delta_len = 0;
   _text.clear();
   _call_id.clear();
   _name.clear();
@@ -226,6 +227,7 @@ void stream_renderer::open_block(W& w, open_kind k, std::string_view id, std::st
   close_block(w);
   _open = k;
   ++_blocks;
+  _delta_len = 0;  // this block's delta parts are made at its first delta
   if (_d == client_dialect::messages) {
     event_head(w, "content_block_start");
     w.raw(",\"index\":");
@@ -287,43 +289,60 @@ void stream_renderer::delta(W& w, open_kind k, std::string_view text, bool escap
   // `escaped`: the text is a JSON string's content as the backend wrote it
   // (checked: whole escapes, no raw quote or control byte, valid UTF-8).
   ++_out.deltas;
-  const auto put = [&](std::string_view t) {
-    w.raw("\"");
-    if (escaped) {
-      w.raw(t);
-    } else {
-      w.escaped(t);
-    }
-    w.raw("\"");
-  };
+  if (_delta_len == 0) make_delta_parts(k);
+  const std::string_view head(_delta_head, _delta_head_len), mid(_delta_mid, _delta_len);
   if (_d == client_dialect::messages) {
-    event_head(w, "content_block_delta");
-    w.raw(",\"index\":");
-    w.num(static_cast<int64_t>(_blocks - 1));
-    w.raw(k == open_kind::text        ? ",\"delta\":{\"type\":\"text_delta\",\"text\":"
-          : k == open_kind::reasoning ? ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":"
-                                      : ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
-    put(text);
-    w.raw("}}\n\n");
-    return;
-  }
-  if (escaped) {  // _text keeps the item's text escaped, as it is written
-    _text.append(text);
+    w.raw(mid);  // the event up to its text's opening quote, made at the block's open
   } else {
-    openai::detail::string_sink acc{_text};
-    sw(acc).escaped(text);
+    if (escaped) {  // _text keeps the item's text escaped, as it is written
+      _text.append(text);
+    } else {
+      openai::detail::string_sink acc{_text};
+      sw(acc).escaped(text);
+    }
+    w.raw(head);
+    w.num(static_cast<int64_t>(_seq++));
+    w.raw(mid);
   }
-  seq(w, k == open_kind::text        ? "response.output_text.delta"
-         : k == open_kind::reasoning ? "response.reasoning_text.delta"
-                                     : "response.function_call_arguments.delta");
-  w.raw(",\"item_id\":");
-  item_id(w);
-  w.raw(",\"output_index\":");
-  w.num(static_cast<int64_t>(_blocks - 1));
-  if (k != open_kind::tool) w.raw(",\"content_index\":0");
-  w.raw(",\"delta\":");
-  put(text);
-  w.raw(k == open_kind::text ? ",\"logprobs\":[]}\n\n" : "}\n\n");
+  if (escaped) {
+    w.raw(text);
+  } else {
+    w.escaped(text);
+  }
+  w.raw(_d == client_dialect::messages ? std::string_view("\"}}\n\n")
+        : k == open_kind::text         ? std::string_view("\",\"logprobs\":[]}\n\n")
+                                       : std::string_view("\"}\n\n"));
+}
+
+void stream_renderer::make_delta_parts(open_kind k) noexcept {
+  // A delta event's fixed text, written once per block: Messages' whole
+  // head up to the text; Responses' head up to the sequence number, and
+  // from it to the delta's text (the item's id and index in it).
+  openai::detail::bounded_sink hs{_delta_head, sizeof _delta_head};
+  openai::detail::bounded_sink ms{_delta_mid, sizeof _delta_mid};
+  bw h(hs), m(ms);
+  if (_d == client_dialect::messages) {
+    m.raw("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":");
+    m.num(static_cast<int64_t>(_blocks - 1));
+    m.raw(k == open_kind::text        ? ",\"delta\":{\"type\":\"text_delta\",\"text\":\""
+          : k == open_kind::reasoning ? ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\""
+                                      : ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"");
+  } else {
+    const std::string_view type = k == open_kind::text        ? "response.output_text.delta"
+                                  : k == open_kind::reasoning ? "response.reasoning_text.delta"
+                                                              : "response.function_call_arguments.delta";
+    event_head(h, type);
+    h.raw(",\"sequence_number\":");
+    m.raw(",\"item_id\":");
+    item_id(m);
+    m.raw(",\"output_index\":");
+    m.num(static_cast<int64_t>(_blocks - 1));
+    m.raw(k != open_kind::tool ? ",\"content_index\":0,\"delta\":\"" : ",\"delta\":\"");
+  }
+  // Both fit (ids are cut to 64 bytes): a bug otherwise.
+  SLUICE_VERIFY(hs.fits() && ms.fits());
+  _delta_head_len = static_cast<uint16_t>(hs.size);
+  _delta_len = static_cast<uint16_t>(ms.size);
 }
 
 template <class W>

@@ -87,6 +87,7 @@ class stream_renderer {
   template <class W> void open_block(W& w, open_kind k, std::string_view id, std::string_view name);
   template <class W> void close_block(W& w);
   template <class W> void delta(W& w, open_kind k, std::string_view text, bool escaped);
+  void make_delta_parts(open_kind k) noexcept;
   // vLLM's plain content event: its text, still escaped, without a parse.
   static bool plain_content(std::string_view data, std::string_view& content) noexcept;
   template <class W> void end(W& w, bool failed, std::string_view message);
@@ -108,8 +109,13 @@ class stream_renderer {
   reply_outcome _out;
   char _stop_sequence[64] = {};   // vLLM's stop_reason when a stop string ended it
   uint8_t _stop_sequence_len = 0;
-  char _item_id[160] = {};        // Responses: the open item's id, escaped and quoted
+  char _item_id[416] = {};        // Responses: the open item's id, escaped and quoted (a 64-byte request id, 6 bytes a byte at worst)
   uint16_t _item_id_len = 0;
+  // The open block's delta event, its fixed text (make_delta_parts).
+  char _delta_head[160] = {};
+  char _delta_mid[640] = {};
+  uint16_t _delta_head_len = 0;
+  uint16_t _delta_len = 0;        // 0: not made yet
   // Responses: the open item's text (or arguments), kept JSON-escaped, its call id and name,
   // and the finished items as JSON for response.completed.
   std::string _text;

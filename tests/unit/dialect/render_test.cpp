@@ -300,3 +300,23 @@ TEST_CASE("reasoning deltas: a reasoning item for Responses, a thinking block fo
                        {"rid", 1, "m"}, body, o));
   CHECK(body.find(R"("output":[{"id":"rs_rid_0","type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"R."}]},{"id":"msg_rid_1","type":"message")") != std::string::npos);
 }
+
+TEST_CASE("a request id that escapes to six times its length still makes whole events") {
+  const std::string rid(64, '\x01');  // each byte \u0001 escaped
+  for (client_dialect d : {client_dialect::messages, client_dialect::responses}) {
+    stream_renderer r(16 * 1024);
+    r.reset(d, {rid, 1, "m"});
+    std::string out;
+    for (const auto& c : k_text_stream) {
+      std::string buf(r.bound(c.size()), '\0');
+      size_t n = 0;
+      REQUIRE(r.feed(c, buf.data(), buf.size(), n) == render_status::ok);
+      out.append(buf.data(), n);
+    }
+    simdjson::dom::parser p;
+    for (const auto& e : events_of(out)) {
+      simdjson::dom::element root;
+      CHECK(p.parse(e.data).get(root) == simdjson::SUCCESS);
+    }
+  }
+}
