@@ -613,6 +613,18 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
   return render_status::ok;
 }
 
+render_status stream_renderer::start(char* out, size_t cap, size_t& written) noexcept {
+  written = 0;
+  if (_started) return render_status::ok;
+  openai::detail::bounded_sink sink{out, cap};
+  bw w(sink);
+  begin(w);
+  if (_d == client_dialect::messages) w.raw("event: ping\ndata: {\"type\":\"ping\"}\n\n");
+  if (!sink.fits()) return render_status::too_large;
+  written = sink.size;
+  return render_status::ok;
+}
+
 render_status stream_renderer::finish(bool failed, char* out, size_t cap, size_t& written) noexcept {
   written = 0;
   if (_done) return render_status::ok;

@@ -69,7 +69,15 @@ void openai_http::on_rendered_head(exchange& x) noexcept {
   }
   x.status = 200;
   x.response_started = true;
-  x.mem->frame.len = k_batch_room;
+  byte_buf& f = x.mem->frame;
+  f.len = k_batch_room;
+  // The client's stream opens with the head, before the first token (the
+  // backend may be at a long prefill): response.created, or message_start
+  // and a ping.
+  size_t n = 0;
+  if (x.mem->renderer->start(f.data + f.len, f.cap - f.len - 16, n) == dialect::render_status::ok) {
+    f.len += static_cast<uint32_t>(n);
+  }
   relay(x, rh.head_bytes, true);
 }
 

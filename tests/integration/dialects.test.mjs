@@ -267,7 +267,8 @@ describe('client dialects: Responses and Messages', () => {
       assert.equal(m.status, 200, m.text);
       assert.match(m.type, /^text\/event-stream/);
       const events = m.text.split('\n\n').filter(Boolean).map((e) => e.split('\n')[0].slice(7));
-      assert.deepEqual([events[0], events.at(-2), events.at(-1)], ['message_start', 'message_delta', 'message_stop']);
+      assert.deepEqual([events[0], events[1], events.at(-2), events.at(-1)], ['message_start', 'ping', 'message_delta', 'message_stop'],
+                       'opened as soon as the backend answered (message_start, a ping), as Anthropic opens its streams');
       const text = m.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)))
         .filter((e) => e.type === 'content_block_delta').map((e) => e.delta.text).join('');
       assert.equal(text.split(' ').length, 6);

@@ -70,6 +70,12 @@ class stream_renderer {
   // The most feed() or finish() may write for an event of `data_bytes`.
   size_t bound(size_t data_bytes) const noexcept;
 
+  // The stream's opening, before any chat event (the backend answered and
+  // is still at its prefill): response.created and .in_progress, or
+  // message_start and a ping, as Anthropic opens its own streams. Nothing
+  // when already started.
+  render_status start(char* out, size_t cap, size_t& written) noexcept;
+
   // One SSE event of the chat stream: its data (a chunk, an {"error"}
   // object, or [DONE]). Writes the dialect's events for it into out[0, cap).
   render_status feed(std::string_view data, char* out, size_t cap, size_t& written) noexcept;

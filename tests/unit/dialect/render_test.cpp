@@ -320,3 +320,24 @@ TEST_CASE("a request id that escapes to six times its length still makes whole e
     }
   }
 }
+
+TEST_CASE("start(): the stream opens before the first chat event -- message_start and a ping, or response.created") {
+  for (client_dialect d : {client_dialect::messages, client_dialect::responses}) {
+    stream_renderer r(16 * 1024);
+    r.reset(d, {"rid", 1, "m"});
+    std::string buf(r.bound(0), '\0');
+    size_t n = 0;
+    REQUIRE(r.start(buf.data(), buf.size(), n) == render_status::ok);
+    std::vector<std::string> types;
+    for (const auto& e : events_of(buf.substr(0, n))) types.push_back(e.event);
+    CHECK(types == (d == client_dialect::messages ? std::vector<std::string>{"message_start", "ping"}
+                                                  : std::vector<std::string>{"response.created", "response.in_progress"}));
+    REQUIRE(r.start(buf.data(), buf.size(), n) == render_status::ok);
+    CHECK(n == 0);  // once
+    // The first chat event then opens no second stream.
+    const std::string role = R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})";
+    std::string more(r.bound(role.size()), '\0');
+    REQUIRE(r.feed(role, more.data(), more.size(), n) == render_status::ok);
+    CHECK(n == 0);
+  }
+}
