@@ -73,6 +73,14 @@ void fuzz_stream(std::string_view input, client_dialect d, simdjson::dom::parser
     ended = ended || last;
     if (last) SLUICE_FUZZ_CHECK(renderer.done());
   };
+  if (!input.empty() && (static_cast<unsigned char>(input[0]) & 1) != 0) {
+    // Opened at the backend's head, before any event (start()).
+    out.resize(renderer.bound(0));
+    size_t n = 0;
+    const render_status st = renderer.start(out.data(), out.size(), n);
+    SLUICE_FUZZ_CHECK(st == render_status::ok && n != 0);
+    take(st, n);
+  }
   while (!input.empty()) {
     const size_t end = input.find("\n\n");
     const std::string_view data = input.substr(0, end);
