@@ -363,6 +363,14 @@ void shard_server::route_request(exchange& x) noexcept {
   x.group = g;
   const config::group_config& grp = _cfg->groups[g];
   if (translated_request(x) && !x.req.count_tokens && !pass_native(x, grp)) return;  // answered
+  if (x.req.continues && !x.req.native) {
+    // A translated group has no state of its own to continue from.
+    x.codec->answer_error(x, 400,
+                          "previous_response_id needs a response store, and this gateway keeps none for this model: "
+                          "send the conversation as input items, or set [responses] store.",
+                          "invalid_request_error", "previous_response_id", "unsupported_parameter", false);
+    return;
+  }
   const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
   if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
     const std::string_view field = f.max_tokens_named_completion ? "max_completion_tokens" : "max_tokens";
@@ -426,13 +434,7 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
     x.codec->answer_error(x, 400, e.message, "invalid_request_error", e.param, e.code, false);
     return false;
   }
-  if (!t.previous_response_id.empty()) {
-    x.codec->answer_error(x, 400,
-                          "previous_response_id needs a response store, and this gateway keeps none: send the "
-                          "conversation as input items, or set [responses] store.",
-                          "invalid_request_error", "previous_response_id", "unsupported_parameter", false);
-    return false;
-  }
+  x.req.continues = !t.previous_response_id.empty();
   x.req.body = out;
   return true;
 }

@@ -178,6 +178,7 @@ struct canonical_request {
   dialect::client_dialect speaks = dialect::client_dialect::chat;  // the client's dialect (its path)
   bool is_stream = false;
   bool count_tokens = false;       // POST /v1/messages/count_tokens: answered by sluice
+  bool continues = false;          // Responses: previous_response_id given (a native group holds the state)
   // The group's backends speak the client's dialect (native_dialects): its
   // own bytes go, the model token [native_model_begin, end) rewritten where
   // the group names a backend model; the reply passes through.

@@ -88,6 +88,15 @@ describe('native dialects: Messages and Responses passed through', () => {
     });
   }
 
+  it('previous_response_id on a native Responses group goes to the backend, which holds the conversation', async () => {
+    const r = await openai.responses.create({ model: 'mock-model', input: 'And then?', previous_response_id: 'resp_earlier' },
+                                            { headers: { 'x-request-id': 'native-continue', 'x-session-id': 'conv-1' } });
+    assert.equal(r.status, 'completed');
+    const seen = await (await fetch(`${mock.url}/debug/requests`)).json();
+    const up = seen.filter((q) => q.target === '/v1/responses').map((q) => JSON.parse(q.body)).at(-1);
+    assert.equal(up.previous_response_id, 'resp_earlier');
+  });
+
   it('the OpenAI SDK over a native Responses group: create, stream().finalResponse()', async () => {
     const r = await openai.responses.create({ model: 'mock-model', input: 'Say hi.' });
     assert.equal(r.output_text.split(' ').length, 7);
