@@ -194,13 +194,7 @@ bool tools_of(job& j, element tools) {
     if (!member(t, "input_schema", schema) || !schema.is_object()) {
       return j.fail(j.at("tools[%u].input_schema", i), "must be an object");
     }
-    j.w.raw(i++ == 0 ? "{\"type\":\"function\",\"function\":{\"name\":" : ",{\"type\":\"function\",\"function\":{\"name\":");
-    j.w.str(name);
-    const std::string_view desc = get_string(t, "description");
-    if (!desc.empty()) {
-      j.w.raw(",\"description\":");
-      j.w.str(desc);
-    }
+    function_tool_head(j, i++ == 0, name, get_string(t, "description"));
     j.w.raw(",\"parameters\":");
     raw_json(j.w, schema);
     j.w.raw("}}");

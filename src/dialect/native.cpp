@@ -1,6 +1,8 @@
 // dialect: pass-through of a natively spoken dialect (native.hpp).
 #include "sluice/dialect/native.hpp"
 
+#include "chat_read.hpp"
+
 #include <simdjson.h>
 
 #include <cstring>
@@ -75,10 +77,7 @@ scratch& local() noexcept {
   return s;
 }
 
-int64_t get_int(simdjson::dom::element e, std::string_view key) noexcept {
-  int64_t v = -1;
-  return e[key].get_int64().get(v) == simdjson::SUCCESS ? v : -1;
-}
+using detail::get_int;
 
 // A usage object's counts into `u`, in the dialect's names.
 void read_usage(client_dialect d, simdjson::dom::element usage, native_usage& u, bool output_only) noexcept {

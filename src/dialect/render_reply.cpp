@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../openai/json_writer.hpp"
+#include "chat_read.hpp"
 #include "sluice/dialect/dialect.hpp"
 #include "sluice/dialect/render.hpp"
 #include "sluice/openai/error.hpp"
@@ -15,22 +16,8 @@ namespace {
 using simdjson::dom::element;
 using sw = openai::detail::json_writer<openai::detail::string_sink>;
 
-std::string_view get_string(element obj, std::string_view key) noexcept {
-  std::string_view v;
-  return obj[key].get_string().get(v) == simdjson::SUCCESS ? v : std::string_view{};
-}
-
-int64_t get_int(element obj, std::string_view key) noexcept {
-  int64_t v = -1;
-  return obj[key].get_int64().get(v) == simdjson::SUCCESS ? v : -1;
-}
-
-std::string_view static_finish(std::string_view f) noexcept {
-  if (f == "length") return "length";
-  if (f == "tool_calls" || f == "function_call") return "tool_calls";
-  if (f == "content_filter") return "content_filter";
-  return "stop";
-}
+using detail::get_int;
+using detail::get_string;
 
 void messages_body(sw& w, element msg, std::string_view stop_sequence, const reply_context& ctx,
                    reply_outcome& o, simdjson::dom::parser& args_parser) {
@@ -80,23 +67,16 @@ void messages_body(sw& w, element msg, std::string_view stop_sequence, const rep
     }
   }
   w.raw("],\"stop_reason\":\"");
-  const std::string_view f = o.finish_reason;
-  w.raw(f == "length" ? "max_tokens" : f == "tool_calls" ? "tool_use" : f == "content_filter" ? "refusal"
-        : !stop_sequence.empty() ? "stop_sequence" : "end_turn");
+  w.raw(detail::anthropic_stop(o.finish_reason, !stop_sequence.empty()));
   w.raw("\",\"stop_sequence\":");
   if (stop_sequence.empty()) {
     w.raw("null");
   } else {
     w.str(stop_sequence);
   }
-  const int64_t cached = o.cached_tokens < 0 ? 0 : o.cached_tokens;
-  w.raw(",\"usage\":{\"input_tokens\":");
-  w.num(o.prompt_tokens < 0 ? int64_t{0} : o.prompt_tokens - cached);
-  w.raw(",\"cache_read_input_tokens\":");
-  w.num(cached);
-  w.raw(",\"output_tokens\":");
-  w.num(o.completion_tokens < 0 ? int64_t{0} : o.completion_tokens);
-  w.raw("}}");
+  w.raw(",\"usage\":");
+  detail::write_messages_usage(w, o);
+  w.raw("}");
 }
 
 void responses_body(sw& w, element msg, const reply_context& ctx, const reply_outcome& o) {
@@ -151,22 +131,8 @@ void responses_body(sw& w, element msg, const reply_context& ctx, const reply_ou
     }
   }
   w.raw("],\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":");
-  if (o.prompt_tokens < 0) {
-    w.raw("null}");
-    return;
-  }
-  const int64_t out = o.completion_tokens < 0 ? 0 : o.completion_tokens;
-  w.raw("{\"input_tokens\":");
-  w.num(o.prompt_tokens);
-  w.raw(",\"input_tokens_details\":{\"cached_tokens\":");
-  w.num(o.cached_tokens < 0 ? int64_t{0} : o.cached_tokens);
-  w.raw("},\"output_tokens\":");
-  w.num(out);
-  w.raw(",\"output_tokens_details\":{\"reasoning_tokens\":");
-  w.num(o.reasoning_tokens < 0 ? int64_t{0} : o.reasoning_tokens);
-  w.raw("},\"total_tokens\":");
-  w.num(o.prompt_tokens + out);
-  w.raw("}}");
+  detail::write_responses_usage(w, o);
+  w.raw("}");
 }
 
 }  // namespace
@@ -196,19 +162,11 @@ bool render_reply(client_dialect d, std::string_view body, const reply_context& 
       !msg.is_object()) {
     return false;
   }
-  o.finish_reason = static_finish(get_string(first, "finish_reason"));
+  o.finish_reason = detail::static_finish(get_string(first, "finish_reason"));
+  if (o.finish_reason.empty()) o.finish_reason = "stop";
   const std::string_view stop_sequence = get_string(first, "stop_reason");
-  element u, det;
-  if (root["usage"].get(u) == simdjson::SUCCESS && u.is_object()) {
-    o.prompt_tokens = get_int(u, "prompt_tokens");
-    o.completion_tokens = get_int(u, "completion_tokens");
-    if (u["prompt_tokens_details"].get(det) == simdjson::SUCCESS && det.is_object()) {
-      o.cached_tokens = get_int(det, "cached_tokens");
-    }
-    if (u["completion_tokens_details"].get(det) == simdjson::SUCCESS && det.is_object()) {
-      o.reasoning_tokens = get_int(det, "reasoning_tokens");
-    }
-  }
+  element u;
+  if (root["usage"].get(u) == simdjson::SUCCESS && u.is_object()) detail::read_chat_usage(u, o);
   openai::detail::string_sink sink{out};
   sw w(sink);
   if (d == client_dialect::messages) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../openai/json_writer.hpp"
+#include "chat_read.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/dialect/render.hpp"
 
@@ -15,32 +16,10 @@ using simdjson::dom::element;
 using bw = openai::detail::json_writer<openai::detail::bounded_sink>;
 using sw = openai::detail::json_writer<openai::detail::string_sink>;
 
-std::string_view get_string(element obj, std::string_view key) noexcept {
-  std::string_view v;
-  return obj[key].get_string().get(v) == simdjson::SUCCESS ? v : std::string_view{};
-}
-
-int64_t get_int(element obj, std::string_view key) noexcept {
-  int64_t v = -1;
-  return obj[key].get_int64().get(v) == simdjson::SUCCESS ? v : -1;
-}
-
-// chat's finish reason, as a static string (the view into the event dies with it).
-std::string_view static_finish(std::string_view f) noexcept {
-  if (f == "stop") return "stop";
-  if (f == "length") return "length";
-  if (f == "tool_calls") return "tool_calls";
-  if (f == "content_filter") return "content_filter";
-  if (f == "function_call") return "tool_calls";
-  return f.empty() ? std::string_view{} : std::string_view("stop");
-}
-
-std::string_view anthropic_stop(std::string_view f, bool stop_sequence) noexcept {
-  if (f == "length") return "max_tokens";
-  if (f == "tool_calls") return "tool_use";
-  if (f == "content_filter") return "refusal";
-  return stop_sequence ? "stop_sequence" : "end_turn";
-}
+using detail::anthropic_stop;
+using detail::get_int;
+using detail::get_string;
+using detail::static_finish;
 
 void event_head(bw& w, std::string_view type) {
   w.raw("event: ");
@@ -181,22 +160,12 @@ void stream_renderer::response_object(W& w, std::string_view status) {
   w.raw(",\"output\":[");
   if (status != "in_progress") w.raw(_items);
   w.raw("],\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[],\"usage\":");
-  if (status == "in_progress" || _out.prompt_tokens < 0) {
+  if (status == "in_progress") {
     w.raw("null}");
     return;
   }
-  const int64_t in = _out.prompt_tokens, outt = _out.completion_tokens < 0 ? 0 : _out.completion_tokens;
-  w.raw("{\"input_tokens\":");
-  w.num(in);
-  w.raw(",\"input_tokens_details\":{\"cached_tokens\":");
-  w.num(_out.cached_tokens < 0 ? int64_t{0} : _out.cached_tokens);
-  w.raw("},\"output_tokens\":");
-  w.num(outt);
-  w.raw(",\"output_tokens_details\":{\"reasoning_tokens\":");
-  w.num(_out.reasoning_tokens < 0 ? int64_t{0} : _out.reasoning_tokens);
-  w.raw("},\"total_tokens\":");
-  w.num(in + outt);
-  w.raw("}}");
+  detail::write_responses_usage(w, _out);
+  w.raw("}");
 }
 
 template <class W>
@@ -473,14 +442,9 @@ void stream_renderer::end(W& w, bool failed, std::string_view message) {
     } else {
       w.raw("null");
     }
-    w.raw("},\"usage\":{\"input_tokens\":");
-    const int64_t cached = _out.cached_tokens < 0 ? 0 : _out.cached_tokens;
-    w.num(_out.prompt_tokens < 0 ? int64_t{0} : _out.prompt_tokens - cached);
-    w.raw(",\"cache_read_input_tokens\":");
-    w.num(cached);
-    w.raw(",\"output_tokens\":");
-    w.num(_out.completion_tokens < 0 ? int64_t{0} : _out.completion_tokens);
-    w.raw("}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    w.raw("},\"usage\":");
+    detail::write_messages_usage(w, _out);
+    w.raw("}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
     return;
   }
   if (failed) {
@@ -593,15 +557,7 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
         }
         element u;
         if (root["usage"].get(u) == simdjson::SUCCESS && u.is_object()) {
-          _out.prompt_tokens = get_int(u, "prompt_tokens");
-          _out.completion_tokens = get_int(u, "completion_tokens");
-          element det;
-          if (u["prompt_tokens_details"].get(det) == simdjson::SUCCESS && det.is_object()) {
-            _out.cached_tokens = get_int(det, "cached_tokens");
-          }
-          if (u["completion_tokens_details"].get(det) == simdjson::SUCCESS && det.is_object()) {
-            _out.reasoning_tokens = get_int(det, "reasoning_tokens");
-          }
+          detail::read_chat_usage(u, _out);
         }
       }
     }

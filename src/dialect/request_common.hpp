@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "../openai/json_writer.hpp"
+#include "chat_read.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/openai/request.hpp"
 
@@ -22,10 +23,6 @@ namespace sluice::dialect::detail {
 using simdjson::dom::element;
 using writer = openai::detail::json_writer<openai::detail::string_sink>;
 
-inline std::string_view get_string(element obj, std::string_view key) noexcept {
-  std::string_view v;
-  return obj[key].get_string().get(v) == simdjson::SUCCESS ? v : std::string_view{};
-}
 
 // A member that is present and not JSON null.
 inline bool member(element obj, std::string_view key, element& out) noexcept {
@@ -65,6 +62,17 @@ struct job {
     return false;
   }
 };
+
+// A chat tool's opening up to its parameters: {"type":"function",
+// "function":{"name":N[,"description":D] (comma-led but for the first).
+inline void function_tool_head(job& j, bool first, std::string_view name, std::string_view description) {
+  j.w.raw(first ? "{\"type\":\"function\",\"function\":{\"name\":" : ",{\"type\":\"function\",\"function\":{\"name\":");
+  j.w.str(name);
+  if (!description.empty()) {
+    j.w.raw(",\"description\":");
+    j.w.str(description);
+  }
+}
 
 // Sampling members carried as they are when they are numbers (the backend
 // checks their range); another type is a 400.

@@ -187,13 +187,7 @@ bool tools_of(job& j, element tools) {
     }
     const std::string_view name = get_string(t, "name");
     if (name.empty()) return j.fail(j.at("tools[%u].name", i), "a function tool needs a name");
-    j.w.raw(i++ == 0 ? "{\"type\":\"function\",\"function\":{\"name\":" : ",{\"type\":\"function\",\"function\":{\"name\":");
-    j.w.str(name);
-    const std::string_view desc = get_string(t, "description");
-    if (!desc.empty()) {
-      j.w.raw(",\"description\":");
-      j.w.str(desc);
-    }
+    function_tool_head(j, i++ == 0, name, get_string(t, "description"));
     element v;
     if (member(t, "parameters", v)) {
       j.w.raw(",\"parameters\":");
