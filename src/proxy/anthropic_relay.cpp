@@ -33,69 +33,84 @@ constexpr size_t event_output_bound(const exchange& x, size_t data_bytes) noexce
 
 }  // namespace
 
-void openai_http::on_anthropic_head(exchange& x) noexcept {
+bool openai_http::translated_head(exchange& x, bool rendered) noexcept {
   const http::response_head& rh = x.rsp.head;
   relay_state& r = x.rsp;
   r.head_seen = true;
   r.reusable = rh.keep_alive;
   r.facts = stream_facts{};
-  const config::group_config& g = _cfg->groups[x.group];
-  x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
+  x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
   r.fwd_from = rh.head_bytes;
   if (rh.status != 200) {
-    // Anthropic's error body, held and answered in OpenAI's shape
+    // The backend's error body, held and answered in the client's shape
     // (answer_backend_error); a body past the hold bound is its tail.
     r.hold_error = true;
     x.status = rh.status;
     relay(x, rh.head_bytes, true);
-    return;
+    return false;
   }
   r.translated = true;
   r.answered_ok = true;
+  r.rendered = rendered;
   if (!x.req.is_stream) {
     if (rh.event_stream) {
       upstream_failed(x, errc::upstream_protocol);  // a stream the request did not ask for
-      return;
+      return false;
     }
     r.hold_reply = true;
     x.mem->body.len = 0;
     relay(x, rh.head_bytes, true);
-    return;
+    return false;
   }
   if (!rh.event_stream) {
     upstream_failed(x, errc::upstream_protocol);
-    return;
+    return false;
   }
   if (!x.mem->sse) {
     x.mem->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, &x));
     if (x.mem->sse) account_connection_memory(k_sse_scanner_bytes);
   }
+  if (!x.mem->sse || !x.mem->frame.reserve(64u << 10) || (renders(x) && !start_rendering(x))) {
+    upstream_failed(x, errc::internal);
+    return false;
+  }
+  x.mem->sse->reset();
+  return true;
+}
+
+bool openai_http::open_translated_stream(exchange& x) noexcept {
+  relay_state& r = x.rsp;
+  r.dechunk = !x.codec->takes_chunked(x);
+  if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
+    upstream_failed(x, errc::internal);
+    return false;
+  }
+  x.status = 200;
+  x.response_started = true;
+  x.mem->frame.len = k_batch_room;
+  return true;
+}
+
+void openai_http::on_anthropic_head(exchange& x) noexcept {
+  if (!translated_head(x, false)) return;  // answered, held whole, or failed
   if (!x.mem->anthropic) {
     x.mem->anthropic.reset(new (std::nothrow) openai::anthropic_stream(http::sse_scanner::k_event_bytes_max));
     if (x.mem->anthropic) account_connection_memory(static_cast<int64_t>(sizeof(openai::anthropic_stream)) +
                                                     2 * static_cast<int64_t>(http::sse_scanner::k_event_bytes_max));
   }
-  if (!x.mem->sse || !x.mem->anthropic || !x.mem->frame.reserve(64u << 10) || (renders(x) && !start_rendering(x))) {
+  if (!x.mem->anthropic) {
     upstream_failed(x, errc::internal);
     return;
   }
-  x.mem->sse->reset();
   openai::anthropic_reply_context ctx;
   ctx.request_id = std::string_view(x.request_id, x.request_id_len);
   ctx.created_s = static_cast<int64_t>(x.start_wall_ms / 1000);
   ctx.model = std::string_view(x.req.model, x.req.model_len);
-  ctx.include_usage = r.client_usage;
+  ctx.include_usage = x.rsp.client_usage;
   ctx.kind = x.req.endpoint;
   x.mem->anthropic->reset(ctx);
-  r.dechunk = !x.codec->takes_chunked(x);
-  if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
-    upstream_failed(x, errc::internal);
-    return;
-  }
-  x.status = 200;
-  x.response_started = true;
-  x.mem->frame.len = k_batch_room;
-  relay(x, rh.head_bytes, true);
+  if (!open_translated_stream(x)) return;
+  relay(x, x.rsp.head.head_bytes, true);
 }
 
 void openai_http::on_anthropic_event(exchange& x, const http::sse_event& ev) noexcept {

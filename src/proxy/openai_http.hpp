@@ -130,6 +130,15 @@ class openai_http final : public backend_adapter {
   // The relay's Anthropic dialect (anthropic_relay.cpp): the reply is
   // translated into OpenAI's, as reply_dialect says.
   void on_anthropic_head(exchange& x) noexcept;
+  // A translated reply's head (Anthropic's, or an OpenAI backend's for a
+  // Responses / Messages client: `rendered`): an error held, a non-stream
+  // body held whole, or an event stream to translate (scanner and renderer
+  // ready). Returns: true only in the last case; else it answered, relayed
+  // or failed.
+  bool translated_head(exchange& x, bool rendered) noexcept;
+  // The client's translated stream head staged; the frame ready for its
+  // first batch. Returns: false when it failed the exchange.
+  bool open_translated_stream(exchange& x) noexcept;
   void on_anthropic_event(exchange& x, const http::sse_event& ev) noexcept;
   // The batch's translated events, in x.mem->frame after its size room,
   // sent as one chunk (the terminal chunk after it once the client's

@@ -20,65 +20,17 @@
 namespace sluice::proxy {
 
 void openai_http::on_rendered_head(exchange& x) noexcept {
-  const http::response_head& rh = x.rsp.head;
-  relay_state& r = x.rsp;
-  r.head_seen = true;
-  r.reusable = rh.keep_alive;
-  r.facts = stream_facts{};
-  r.cut_usage = false;  // the renderer reads the usage event; none of the backend's bytes go out
-  x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
-  r.fwd_from = rh.head_bytes;
-  if (rh.status != 200) {
-    // The backend's error body, held and answered in the client's shape
-    // (answer_backend_error); a body past the hold bound is its tail.
-    r.hold_error = true;
-    x.status = rh.status;
-    relay(x, rh.head_bytes, true);
-    return;
-  }
-  r.translated = true;
-  r.answered_ok = true;
-  r.rendered = true;
-  if (!x.req.is_stream) {
-    if (rh.event_stream) {
-      upstream_failed(x, errc::upstream_protocol);  // a stream the request did not ask for
-      return;
-    }
-    r.hold_reply = true;
-    x.mem->body.len = 0;
-    relay(x, rh.head_bytes, true);
-    return;
-  }
-  if (!rh.event_stream) {
-    upstream_failed(x, errc::upstream_protocol);
-    return;
-  }
-  if (!x.mem->sse) {
-    x.mem->sse.reset(new (std::nothrow) http::sse_scanner(&openai_http::on_sse_event, &x));
-    if (x.mem->sse) account_connection_memory(k_sse_scanner_bytes);
-  }
-  if (!x.mem->sse || !start_rendering(x) || !x.mem->frame.reserve(64u << 10)) {
-    upstream_failed(x, errc::internal);
-    return;
-  }
-  x.mem->sse->reset();
-  r.dechunk = !x.codec->takes_chunked(x);
-  if (!x.codec->stage_response_head(x, translated_stream_head(), r.dechunk)) {
-    upstream_failed(x, errc::internal);
-    return;
-  }
-  x.status = 200;
-  x.response_started = true;
-  byte_buf& f = x.mem->frame;
-  f.len = k_batch_room;
+  x.rsp.cut_usage = false;  // the renderer reads the usage event; none of the backend's bytes go out
+  if (!translated_head(x, true) || !open_translated_stream(x)) return;  // answered, held whole, or failed
   // The client's stream opens with the head, before the first token (the
   // backend may be at a long prefill): response.created, or message_start
   // and a ping.
+  byte_buf& f = x.mem->frame;
   size_t n = 0;
   if (x.mem->renderer->start(f.data + f.len, f.cap - f.len - 16, n) == dialect::render_status::ok) {
     f.len += static_cast<uint32_t>(n);
   }
-  relay(x, rh.head_bytes, true);
+  relay(x, x.rsp.head.head_bytes, true);
 }
 
 void openai_http::on_chat_event(exchange& x, const http::sse_event& ev) noexcept {
