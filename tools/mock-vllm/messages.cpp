@@ -73,33 +73,7 @@ void worker::advance_messages(connection& c) {
     append_ping_event(c.out, _scratch);
     c.role_sent = true;
   }
-  // As the OpenAI path: piece k is due at first_token + k * interval.
-  while (c.sent < c.tokens) {
-    uint32_t index = c.sent;
-    if (c.stream) {
-      if (c.tool_use) {
-        append_json_delta_event(c.out, _scratch, index);
-      } else {
-        append_text_delta_event(c.out, _scratch, index, _opts.token_pad);
-      }
-    }
-    ++c.sent;
-    if (c.fail_after != 0 && c.sent == c.fail_after && c.sent < c.tokens) {
-      fail_connection(c);
-      return;
-    }
-    if (c.sent < c.tokens && _interval_ns != 0) {
-      uint64_t due = c.first_token_ns + c.sent * _interval_ns;
-      if (due > _now_ns) {
-        arm_timer(c, due);
-        return;
-      }
-    }
-    if (c.sent < c.tokens && _interval_ns == 0 && c.out.size() - c.out_sent > k_output_high) {
-      c.blocked = true;  // flush() resumes once the socket took it all
-      return;
-    }
-  }
+  if (!generate(c)) return;  // a timer or the socket calls again (or it failed)
   std::string_view stop_reason = c.tool_use ? "tool_use" : c.ends_by_length ? "max_tokens" : "end_turn";
   if (c.stream) {
     append_block_stop_event(c.out, _scratch);
@@ -166,25 +140,7 @@ void worker::advance_responses(connection& c) {
     append_response_start_events(c.out, _scratch, c.id, c.created, _opts.model, c.seq);
     c.role_sent = true;
   }
-  while (c.sent < c.tokens) {
-    if (c.stream) append_output_text_delta_event(c.out, _scratch, c.id, c.sent, _opts.token_pad, c.seq);
-    ++c.sent;
-    if (c.fail_after != 0 && c.sent == c.fail_after && c.sent < c.tokens) {
-      fail_connection(c);
-      return;
-    }
-    if (c.sent < c.tokens && _interval_ns != 0) {
-      uint64_t due = c.first_token_ns + c.sent * _interval_ns;
-      if (due > _now_ns) {
-        arm_timer(c, due);
-        return;
-      }
-    }
-    if (c.sent < c.tokens && _interval_ns == 0 && c.out.size() - c.out_sent > k_output_high) {
-      c.blocked = true;  // flush() resumes once the socket took it all
-      return;
-    }
-  }
+  if (!generate(c)) return;  // a timer or the socket calls again (or it failed)
   responses_plan p{c.stream, c.tokens, c.ends_by_length, c.prompt_tokens};
   if (c.stream) {
     append_response_end_events(c.out, _scratch, c.id, c.created, _opts.model, p, _opts.token_pad, c.seq);

@@ -488,30 +488,7 @@ void worker::advance(connection& c) {
     append_role_event(c.out, _scratch, c.prefix);
     c.role_sent = true;
   }
-  // Token k is due at first_token + k * interval; a late loop catches up.
-  while (c.sent < c.tokens) {
-    uint32_t index = c.sent;
-    if (c.stream) {
-      append_token_event(c.out, _scratch, c.kind, c.prefix, index, c.ends_by_length && index + 1 == c.tokens,
-                         _opts.token_pad);
-    }
-    ++c.sent;
-    if (c.fail_after != 0 && c.sent == c.fail_after && c.sent < c.tokens) {
-      fail_connection(c);
-      return;
-    }
-    if (c.sent < c.tokens && _interval_ns != 0) {
-      uint64_t due = c.first_token_ns + c.sent * _interval_ns;
-      if (due > _now_ns) {
-        arm_timer(c, due);
-        return;
-      }
-    }
-    if (c.sent < c.tokens && _interval_ns == 0 && c.out.size() - c.out_sent > k_output_high) {
-      c.blocked = true;  // flush() resumes once the socket took it all
-      return;
-    }
-  }
+  if (!generate(c)) return;  // a timer or the socket calls again (or it failed)
   usage_counts usage{c.prompt_tokens, c.tokens};
   if (c.stream) {
     if (!c.ends_by_length) append_stop_event(c.out, _scratch, c.kind, c.prefix);
@@ -528,6 +505,49 @@ void worker::advance(connection& c) {
     respond_json(c, 200, _scratch);
   }
   finish_generation(c);
+}
+
+void worker::emit_token(connection& c, uint32_t index) {
+  if (!c.stream) return;
+  switch (c.kind) {
+    case endpoint::messages:
+      if (c.tool_use) {
+        append_json_delta_event(c.out, _scratch, index);
+      } else {
+        append_text_delta_event(c.out, _scratch, index, _opts.token_pad);
+      }
+      return;
+    case endpoint::responses:
+      append_output_text_delta_event(c.out, _scratch, c.id, index, _opts.token_pad, c.seq);
+      return;
+    default:
+      append_token_event(c.out, _scratch, c.kind, c.prefix, index, c.ends_by_length && index + 1 == c.tokens,
+                         _opts.token_pad);
+  }
+}
+
+bool worker::generate(connection& c) {
+  // Token k is due at first_token + k * interval; a late loop catches up.
+  while (c.sent < c.tokens) {
+    emit_token(c, c.sent);
+    ++c.sent;
+    if (c.fail_after != 0 && c.sent == c.fail_after && c.sent < c.tokens) {
+      fail_connection(c);
+      return false;
+    }
+    if (c.sent < c.tokens && _interval_ns != 0) {
+      uint64_t due = c.first_token_ns + c.sent * _interval_ns;
+      if (due > _now_ns) {
+        arm_timer(c, due);
+        return false;
+      }
+    }
+    if (c.sent < c.tokens && _interval_ns == 0 && c.out.size() - c.out_sent > k_output_high) {
+      c.blocked = true;  // flush() resumes once the socket took it all
+      return false;
+    }
+  }
+  return true;
 }
 
 void worker::schedule(connection& c) {

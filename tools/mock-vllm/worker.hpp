@@ -61,6 +61,10 @@ class worker {
   void advance_responses(connection& c);
   void advance(connection& c);
   void finish_generation(connection& c);
+  // The reply's tokens as they fall due (every endpoint's pacing, one
+  // loop): false when it stopped for a timer, a full socket or a failure.
+  bool generate(connection& c);
+  void emit_token(connection& c, uint32_t index);
   // --max-running: a started request takes a slot and its first token is
   // scheduled, or it waits for one (FCFS); a slot given back goes to the
   // longest waiting.
