@@ -177,6 +177,10 @@ size_t format_line(const record& r, char* out, size_t cap) noexcept {
     o.put(",\"dialect\":");
     put_string(o, r.dialect);
   }
+  if (r.queued_ms >= 0) {
+    o.put(",\"queued_ms\":");
+    o.put_int(r.queued_ms);
+  }
   if (!r.route_how.empty()) {
     o.put(",\"route\":");
     put_string(o, r.route_how);

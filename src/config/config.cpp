@@ -52,7 +52,8 @@ const names k_group_keys = {"name", "models", "backend_model", "balance", "backe
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage", "protocol", "triton_flavor", "chat_template", "chat_template_bos",
                              "custom_template", "daily_tokens", "monthly_tokens", "input_cost_per_mtok",
-                             "output_cost_per_mtok", "examples", "examples_file", "native_dialects"};
+                             "output_cost_per_mtok", "examples", "examples_file", "native_dialects",
+                             "admission", "max_inflight_per_backend", "queue_timeout_ms", "queue_max"};
 const names k_custom_template_keys = {"begin", "system_prefix", "system_suffix", "user_prefix", "user_suffix",
                                       "assistant_prefix", "assistant_suffix", "generation_prefix"};
 const names k_protocols = {"openai", "triton", "anthropic"};
@@ -68,7 +69,7 @@ const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes",
                            "priority"};
 const names k_backend_keys = {"url", "weight"};
 const names k_key_keys = {"id", "key", "key_sha256", "tokens_per_minute", "requests_per_minute", "max_concurrent", "groups",
-                           "daily_tokens", "monthly_tokens", "daily_spend", "monthly_spend"};
+                           "daily_tokens", "monthly_tokens", "daily_spend", "monthly_spend", "weight", "priority"};
 const names k_balance_modes = {"session", "prefix", "least-loaded", "round-robin"};
 
 using detail::k_timeout_max_ms;
@@ -364,6 +365,7 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
   }
   const bool text_prompt = g.protocol == backend_protocol::triton;
   detail::read_native_dialects(r, t, g);
+  detail::read_group_admission(r, t, g);
   const auto triton_only = [&](std::string_view key) {
     if (const toml::node* n = t.get(key); n != nullptr && !text_prompt) {
       r.fail(*n, fmt::format("group.{} applies to protocol = \"triton\" only (this group's protocol is \"{}\")", key,
@@ -456,6 +458,7 @@ key_config read_key(const reader& r, const toml::table& t) {
     k.groups.clear();
     for (const toml::node* n : r.read_strings(t, "key", "groups")) k.groups.push_back(n->as_string()->get());
   }
+  detail::read_key_admission(r, t, k);
   return k;
 }
 

@@ -174,5 +174,9 @@ class reader {
 
 // group.native_dialects, read after group.protocol (dialects.cpp).
 void read_native_dialects(const reader& r, const toml::table& t, group_config& g);
+// admission.cpp: admission, max_inflight_per_backend, queue_timeout_ms,
+// queue_max; a key's weight and priority.
+void read_group_admission(const reader& r, const toml::table& t, group_config& g);
+void read_key_admission(const reader& r, const toml::table& t, key_config& k);
 
 }  // namespace sluice::config::detail

@@ -504,6 +504,29 @@ void admin_server::handle(conn* c) noexcept {
         break;
       }
     }
+    if (!body.empty() && body.back() == '}') {
+      // Served tokens and time queued for a slot (fair admission), every
+      // row of the id (a reload that re-limits a key makes a new row).
+      const config::config& cfg = **_cfg;
+      uint64_t sum[metrics::registry::key_usage_width] = {};
+      double weight = 1;
+      uint32_t priority = 0;
+      for (uint32_t k = 0; k < cfg.keys.size(); ++k) {
+        if (cfg.keys[k].id != id) continue;
+        uint64_t u[metrics::registry::key_usage_width] = {};
+        _g.metrics().key_usage(k, u);
+        for (size_t i = 0; i < metrics::registry::key_usage_width; ++i) sum[i] += u[i];
+        if (!cfg.keys[k].removed) {
+          weight = cfg.keys[k].weight;
+          priority = cfg.keys[k].priority;
+        }
+      }
+      body.pop_back();
+      fmt::format_to(std::back_inserter(body),
+                     ",\"served\":{{\"requests\":{},\"prompt_tokens\":{},\"completion_tokens\":{}}},"
+                     "\"admission\":{{\"weight\":{},\"priority\":{},\"queued\":{},\"queued_ms\":{}}}}}",
+                     sum[0], sum[1], sum[2], weight, priority, sum[3], sum[4]);
+    }
     respond(c, 200, "application/json", body);
     return;
   }

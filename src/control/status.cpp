@@ -37,7 +37,7 @@ status_sampler::status_sampler(const gateway& g)
     : _g(g),
       _traffic(g.metrics().group_capacity() + 2, metrics::totals_width, k_points),
       _backends(g.metrics().backend_capacity() + 1, 3, k_points),
-      _keys(g.metrics().key_capacity() + 1, 3, k_window_ms / k_step_ms + 2),
+      _keys(g.metrics().key_capacity() + 1, metrics::registry::key_usage_width, k_window_ms / k_step_ms + 2),
       _shards(g.shard_count(), k_shard_width, k_points) {}
 
 void status_sampler::on_iteration(uint64_t now_ms) noexcept {
@@ -75,7 +75,7 @@ void status_sampler::sample(uint64_t now_ms) noexcept {
   }
   {
     std::span<uint64_t> p = _keys.stage();
-    for (uint32_t k = 0; k <= m.key_capacity(); ++k) m.key_usage(k, &p[k * 3]);
+    for (uint32_t k = 0; k <= m.key_capacity(); ++k) m.key_usage(k, &p[k * metrics::registry::key_usage_width]);
     _keys.commit(now_ms);
   }
   {
@@ -201,6 +201,8 @@ status_view status_sampler::view(const config::config& cfg, const health_checker
       r.requests += u[0];
       r.tokens_in += u[1];
       r.tokens_out += u[2];
+      r.queued += u[3];
+      r.queued_ms += u[4];
       r.requests_s += _keys.rate(kfrom, kn - 1, row, 0);
       r.tokens_s += _keys.rate(kfrom, kn - 1, row, 1) + _keys.rate(kfrom, kn - 1, row, 2);
     };
@@ -208,6 +210,9 @@ status_view status_sampler::view(const config::config& cfg, const health_checker
     if (auto it = retired.find(kc.id); it != retired.end()) {
       for (uint32_t row : it->second) add_usage(row);
     }
+    r.queued_ms_mean = r.queued != 0 ? static_cast<double>(r.queued_ms) / static_cast<double>(r.queued) : 0;
+    r.weight = kc.weight;
+    r.priority = kc.priority;
     r.tokens_remaining = level(kc.tokens_per_minute, 0);
     r.requests_remaining = level(kc.requests_per_minute, 1);
     const quota::budget_limits limits = quota::limits_of(kc);
@@ -384,7 +389,11 @@ void render_status_json(const status_view& v, std::string& out) {
     put_number(out, k.requests_s);
     out += ",\"tokens_s\":";
     put_number(out, k.tokens_s);
-    out += '}';
+    fmt::format_to(it, ",\"queued\":{},\"queued_ms\":{},\"queued_ms_mean\":", k.queued, k.queued_ms);
+    put_number(out, k.queued_ms_mean);
+    out += ",\"weight\":";
+    put_number(out, k.weight);
+    fmt::format_to(it, ",\"priority\":{}}}", k.priority);
   }
   out += "],\"shards\":[";
   for (size_t i = 0; i < v.shards.size(); ++i) {

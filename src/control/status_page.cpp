@@ -214,7 +214,8 @@ constexpr std::string_view k_script = R"html(<script>
       String(k.tokens_in), String(k.tokens_out), k.tokens_per_minute ? k.tokens_remaining + " / " + k.tokens_per_minute : "\u2013",
       k.requests_per_minute ? k.requests_remaining + " / " + k.requests_per_minute : "\u2013",
       String(k.daily_tokens_used) + (k.daily_tokens_limit ? " / " + k.daily_tokens_limit : ""),
-      String(k.monthly_tokens_used) + (k.monthly_tokens_limit ? " / " + k.monthly_tokens_limit : "")]));
+      String(k.monthly_tokens_used) + (k.monthly_tokens_limit ? " / " + k.monthly_tokens_limit : ""),
+      String(k.queued), fix(k.queued_ms_mean, 0), fix(k.weight, 2) + " / " + k.priority]));
     fill("shards", s.shards.map((x) => [String(x.shard), String(x.loop_iterations), fix(x.loop_iterations_s, 0),
       String(x.cqes), String(x.polls_caught), String(x.polls_missed), String(x.connections_open), bytes(x.memory_bytes)]));
     const ss = s.series.overall, ago = s.series.ms_ago;
@@ -369,7 +370,11 @@ void key_tr(std::string& out, const key_row& k) {
   if (k.daily_tokens_limit != 0) fmt::format_to(it, " / {}", k.daily_tokens_limit);
   fmt::format_to(it, "</td><td>{}", k.monthly_tokens_used);
   if (k.monthly_tokens_limit != 0) fmt::format_to(it, " / {}", k.monthly_tokens_limit);
-  out += "</td></tr>\n";
+  fmt::format_to(it, "</td><td>{}</td><td>", k.queued);
+  put_fixed(out, k.queued_ms_mean, 0);
+  out += "</td><td>";
+  put_fixed(out, k.weight, 2);
+  fmt::format_to(it, " / {}</td></tr>\n", k.priority);
 }
 
 void chart(std::string& out, const char* id, const char* title, const char* first, const char* second) {
@@ -433,7 +438,8 @@ void render_status_page(const status_view& v, bool with_data, std::string& out) 
   out += "</tbody></table></div>\n<h2>Keys</h2>\n<div class=\"scroll\"><table><thead><tr><th>key id</th>"
          "<th>req/s</th><th>tokens/s</th><th>requests</th><th>tokens in</th><th>tokens out</th>"
          "<th>tokens left this minute</th><th>requests left this minute</th><th>tokens today</th>"
-         "<th>tokens this month</th></tr></thead><tbody id=\"keys\">\n";
+         "<th>tokens this month</th><th>queued</th><th>mean wait ms</th><th>weight / priority</th></tr></thead>"
+         "<tbody id=\"keys\">\n";
   if (with_data) {
     for (const key_row& k : v.keys) key_tr(out, k);
   }

@@ -41,7 +41,7 @@ void shard_server::admit(exchange& x) noexcept {
   const quota::decision q = _quota.try_reserve(static_cast<uint32_t>(x.key_index), x.quota_cost, to_ns(now));
   if (q.result == quota::outcome::admit) {
     x.held = q.held;
-    x.adapter->start(x);
+    admit_to_slot(x);
     return;
   }
   // `wait`: this shard's slice is short and a borrow round is out to the
@@ -92,6 +92,13 @@ exchange* shard_server::take_walked(exchange* w) noexcept {
 }
 
 void shard_server::unpark(exchange& x) noexcept {
+  if (x.waiting == exchange::waiting_in::fair) {
+    _fair[x.group]->remove(x.adm.wait);  // a queue is kept while it holds anyone
+    x.waiting = exchange::waiting_in::none;
+    _metrics.queue_depth_sub(x.group);
+    --_fair_depth;
+    return;
+  }
   if (x.waiting == exchange::waiting_in::embeddings) {
     _embed.detach(x);  // the call goes on without it
     return;
@@ -307,8 +314,10 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
     _quota.tick(to_ns(now));
   }
   retry_waiters(now);
+  if (!_fair.empty()) pump_admission(now);
   send_quota_messages();
-  send_load_reports(now);
+  send_load_reports(now, _report_now);
+  _report_now = false;
 }
 
 void shard_server::take_mesh_messages(uint64_t now) noexcept {
@@ -322,6 +331,12 @@ void shard_server::take_mesh_messages(uint64_t now) noexcept {
     shard_message m;
     while (q->try_pop(m)) {
       if (m.what == shard_message::kind::route) {
+        if (m.r.kind == route::message_kind::key_served) {
+          if (m.r.group < _fair.size() && _fair[m.r.group]) {
+            _fair[m.r.group]->served_remote(m.r.backend, static_cast<int32_t>(m.r.value));
+          }
+          continue;
+        }
         _routes->apply(m.r);
         continue;
       }
@@ -369,7 +384,7 @@ void shard_server::retry_waiters(uint64_t now) noexcept {
       quota::decision q = _quota.try_reserve(static_cast<uint32_t>(w->key_index), w->quota_cost, to_ns(now));
       if (q.result == quota::outcome::admit) {
         w->held = q.held;
-        w->adapter->start(*w);
+        admit_to_slot(*w);
       } else {
         if (q.result == quota::outcome::wait) {
           // Still short after the wait bound (the borrow round is slow):

@@ -96,6 +96,7 @@ void shard_server::end_request(exchange& x) noexcept {
   if (x.held.live) settle_quota(x, answered ? prompt : 0, answered ? completion : 0);
   // Budgets count what the audit line says was used.
   count_budget(x, prompt, completion);
+  fair_end(x, answered ? prompt : 0, answered ? completion : 0);
   const bool grouped = x.group != metrics::none;
   _metrics.request_done(x.group, x.backend_used, x.status);
   static_assert(static_cast<size_t>(dialect::client_dialect::messages) + 1 == metrics::dialect_count);
@@ -139,6 +140,7 @@ void shard_server::end_request(exchange& x) noexcept {
   r.cancelled = x.cancelled;
   r.finish_reason = std::string_view(x.rsp.facts.finish_reason, x.rsp.facts.finish_reason_len);
   r.error = x.error_code;
+  if (x.adm.queued_since_ms != 0) r.queued_ms = static_cast<int64_t>(x.adm.queued_ms);
   if (x.head_ok && (x.req.model_len != 0 || x.req.speaks != dialect::client_dialect::chat)) r.dialect = dialect::name(x.req.speaks);
   if (x.route_how != route::decision_how::name) {
     r.route_how = route::to_string(x.route_how);

@@ -36,6 +36,7 @@
 #include "sluice/openai/anthropic.hpp"
 #include "sluice/openai/triton.hpp"
 #include "sluice/openai/request.hpp"
+#include "sluice/quota/fair_queue.hpp"
 #include "sluice/quota/shard_slices.hpp"
 #include "sluice/route/groups.hpp"
 #include "sluice/route/key.hpp"
@@ -191,6 +192,20 @@ struct canonical_request {
   char model[128] = {};            // the client's model name, for audit and replies (truncated)
 };
 
+// Shard-local; part of an exchange. Its place under admission = "fair"
+// (fair_admission.cpp): queued for a slot, then counted running until its
+// end, its key's counter moved by what it is served.
+struct fair_state {
+  struct hook : quota::fair_hook {
+    exchange* owner = nullptr;
+  };
+  hook wait;                       // in its group's fair_queue while queued (waiting_in::fair)
+  bool running = false;            // counted running in the group's queue: ended() at end_request
+  uint64_t served = 0;             // weighted tokens counted to the key's counter so far
+  uint64_t queued_since_ms = 0;    // 0: never queued
+  uint64_t queued_ms = 0;          // how long it waited for a slot (audit queued_ms)
+};
+
 // Shard-local. One per request: from the first byte of its head until its
 // answer is sent or its connection closes. HTTP/1.1 has one at a time per
 // connection (embedded in it); a multiplexing codec would hold several.
@@ -237,7 +252,8 @@ struct exchange {
   // Where wait_hook links it: the shard's list, or the chain a walk of the
   // waiters detached (unpark must unlink it from the one it is in).
   // `embeddings`: parked in an embed_router slot (embed_slot), not linked.
-  enum class waiting_in : uint8_t { none, list, walk, embeddings };
+  // `fair`: queued for a slot in its group's fair_queue (adm.wait).
+  enum class waiting_in : uint8_t { none, list, walk, embeddings, fair };
   waiting_in waiting = waiting_in::none;
   // Embeddings mode: a call decided (`decided`: route_group, route_how,
   // route_confidence hold it) or could not (`fallback`: the classifier and
@@ -246,6 +262,7 @@ struct exchange {
   embed_step embed = embed_step::none;
   uint8_t embed_slot = 0;
   uint32_t route_group = metrics::none;
+  fair_state adm;                  // admission = "fair": its queue place and served tokens
 
   // --- the upstream attempt -------------------------------------------------
   upstream_conn* up = nullptr;

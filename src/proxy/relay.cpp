@@ -266,6 +266,7 @@ void openai_http::send_batch(exchange& x, bool with_head, const iovec* pieces, u
     ++pin->ops;
   }
   x.rsp.sending = true;
+  if (x.adm.running) _x.fair_progress(x);  // admission = "fair": the key's counter moves as it streams
   x.codec->send_response(x, with_head, pieces, n, pin, chunked);
 }
 

@@ -85,6 +85,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;
   _reported.assign(_cfg->backends.size(), 0);
+  reload_admission();
   _last_failed.assign(_cfg->backends.size(), 0);
 }
 
@@ -173,6 +174,7 @@ void shard_server::reload(std::shared_ptr<const config::config> next) {
   // A removed or re-keyed key must not stay verified.
   _keys.forget();
   _cfg = std::move(next);
+  reload_admission();
 }
 
 void shard_server::reopen_audit() noexcept {

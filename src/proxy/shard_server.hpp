@@ -137,6 +137,9 @@ class shard_server {
   void cancel(exchange& x) noexcept;
   // A parked exchange leaves the waiter list (its client side closes).
   void unpark(exchange& x) noexcept;
+  // Fair admission: a relayed batch of a request counted under it moves
+  // its key's virtual counter by the output so far (fair_admission.cpp).
+  void fair_progress(exchange& x) noexcept;
   size_t write_rate_headers(const exchange& x, char* out, size_t cap) noexcept;
   // write_rate_headers() and sluice's other response fields (x-sluice-group).
   size_t write_response_headers(const exchange& x, char* out, size_t cap) noexcept;
@@ -167,6 +170,16 @@ class shard_server {
   void answer_budget_exhausted(exchange& x, uint8_t key_out, uint8_t group_out) noexcept;
   void count_budget(const exchange& x, uint64_t prompt, uint64_t completion) noexcept;
   size_t write_budget_headers(const exchange& x, char* out, size_t cap) noexcept;
+  // Fair admission (fair_admission.cpp): after quota, a fair group's
+  // request takes a slot or queues; each loop turn releases and times out
+  // waiters; the end corrects the key's counter by the real usage.
+  void reload_admission();
+  void admit_to_slot(exchange& x) noexcept;
+  void start_on_slot(exchange& x, quota::fair_queue& q) noexcept;
+  void release_queued(uint32_t group, quota::fair_queue& q, uint64_t now_ms) noexcept;
+  void pump_admission(uint64_t now_ms) noexcept;
+  void fair_end(exchange& x, uint64_t prompt, uint64_t completion) noexcept;
+  void answer_queue_refused(exchange& x, bool timeout) noexcept;
   void append_waiter(exchange& x) noexcept;
   // Empties the waiter list and returns its old head; the chain stays
   // linked through wait_hook.next for the caller's walk.
@@ -201,6 +214,14 @@ class shard_server {
   exchange* _waiters = nullptr;   // parked for quota, oldest first
   exchange* _waiters_tail = nullptr;
   exchange* _walk_next = nullptr;  // a walk of detached waiters: the next one (unpark advances it)
+  // Fair admission: each fair group's queue (null: fcfs), what the peers
+  // were last told of its depth, requests queued on this shard, and a load
+  // report owed at once (a borrowed slot).
+  std::vector<std::unique_ptr<quota::fair_queue>> _fair;
+  std::vector<uint32_t> _queued_reported;
+  uint32_t _fair_depth = 0;
+  bool _report_now = false;
+  uint64_t _last_served_report_ms = 0;
   uint64_t _prng = 0;
   uint64_t _last_report_ms = 0;
   uint64_t _last_quota_tick_ms = 0;

@@ -6,7 +6,9 @@
 namespace sluice::quota {
 
 fair_queue::fair_queue(size_t keys, size_t queue_max, uint64_t age_limit_ms)
-    : _keys(keys), _queue_max(queue_max), _age_limit_ms(age_limit_ms) {}
+    : _keys(keys), _queue_max(queue_max), _age_limit_ms(age_limit_ms) {
+  _touched.reserve(keys);
+}
 
 void fair_queue::set_weight(uint32_t key, double weight) noexcept {
   SLUICE_ASSERT(key < _keys.size());
@@ -99,6 +101,7 @@ fair_hook* fair_queue::pop(uint64_t now_ms) noexcept {
   SLUICE_VERIFY(pick != nullptr);  // _depth != 0: some level has a waiter
   remove(*pick);
   ++_keys[pick->key].running;  // released onto a slot: still active
+  ++_running;
   return pick;
 }
 
@@ -110,14 +113,29 @@ fair_hook* fair_queue::expired(uint64_t now_ms, uint64_t timeout_ms) const noexc
 void fair_queue::started(uint32_t key) noexcept {
   lift_if_idle(key);  // a request released without waiting is active too
   ++_keys[key].running;
+  ++_running;
 }
 
 void fair_queue::ended(uint32_t key) noexcept {
   key_state& s = _keys[key];
-  if (s.running != 0) --s.running;
+  if (s.running != 0) {
+    --s.running;
+    --_running;
+  }
 }
 
-void fair_queue::served(uint32_t key, uint64_t weighted_tokens) noexcept {
+void fair_queue::served(uint32_t key, int64_t weighted_tokens) noexcept {
+  key_state& s = _keys[key];
+  s.counter += static_cast<double>(weighted_tokens) / s.weight;
+  if (!s.listed && weighted_tokens != 0) {
+    s.listed = true;
+    _touched.push_back(key);  // at most once per key: within the capacity reserved
+  }
+  s.pending += weighted_tokens;
+}
+
+void fair_queue::served_remote(uint32_t key, int64_t weighted_tokens) noexcept {
+  if (key >= _keys.size()) return;
   key_state& s = _keys[key];
   s.counter += static_cast<double>(weighted_tokens) / s.weight;
 }

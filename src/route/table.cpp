@@ -18,6 +18,8 @@ table::table(const config::config& cfg, uint32_t shard, uint32_t shard_count)
   _remote.assign(backends * shard_count, 0);
   _waiting.assign(backends, 0);
   _load.assign(backends, 0);
+  _slot_cap.assign(backends, 0);
+  _queued.assign(size_t{shard_count} * cfg.groups.size(), 0);
   _groups_state.resize(cfg.groups.size());
   for (size_t g = 0; g < cfg.groups.size(); ++g) {
     const config::group_config& gc = cfg.groups[g];
@@ -30,6 +32,12 @@ table::table(const config::config& cfg, uint32_t shard, uint32_t shard_count)
     s.keys = {parse_balance_mode(gc.balance), gc.prefix_messages, gc.prefix_bytes};
     s.bounded_load = gc.bounded_load;
     s.panic_percent = gc.health.panic_threshold_percent;
+    s.fair = gc.admission == config::admission_mode::fair && gc.max_inflight_per_backend != 0 && !gc.removed;
+    if (!s.fair) continue;
+    for (const uint32_t b : gc.backends) {
+      uint32_t& cap = _slot_cap[b];
+      cap = cap == 0 ? gc.max_inflight_per_backend : std::min(cap, gc.max_inflight_per_backend);
+    }
   }
 }
 
@@ -43,6 +51,10 @@ table::table(const config::config& cfg, const table& previous) : table(cfg, prev
     _remote_sum[b] = previous._remote_sum[b];
     _waiting[b] = previous._waiting[b];
     for (size_t s = 0; s < _shard_count; ++s) _remote[s * backends + b] = previous._remote[s * previous._up.size() + b];
+  }
+  const size_t groups = std::min(_groups_state.size(), previous._groups_state.size());
+  for (size_t s = 0; s < _shard_count; ++s) {
+    for (size_t g = 0; g < groups; ++g) _queued[s * _groups_state.size() + g] = previous._queued[s * previous._groups_state.size() + g];
   }
   for (size_t b = 0; b < backends; ++b) {
     if (cfg.backends[b].removed) _up[b] = 0;
@@ -76,6 +88,12 @@ void table::refresh_group(group_state& s) noexcept {
 }
 
 void table::apply(const message& m) noexcept {
+  if (m.kind == message_kind::key_served || m.kind == message_kind::group_queued) {
+    if (m.kind == message_kind::group_queued && m.shard < _shard_count && m.shard != _shard && m.group < _groups_state.size()) {
+      _queued[size_t{m.shard} * _groups_state.size() + m.group] = m.value;
+    }
+    return;
+  }
   if (m.backend >= _load.size()) return;  // a message of another snapshot: ignore
   switch (m.kind) {
     case message_kind::backend_up:
@@ -113,13 +131,52 @@ void table::apply(const message& m) noexcept {
       _waiting[m.backend] = m.value;
       set_load(m.backend);
       break;
+    case message_kind::key_served:
+    case message_kind::group_queued:
+      break;  // above
   }
+}
+
+bool table::slot_free(uint32_t group, uint32_t backend) const noexcept {
+  const uint32_t cap = _slot_cap[backend];
+  if (cap == 0) return true;
+  const uint64_t running = _local[backend] + _remote_sum[backend];
+  if (running >= cap) return false;
+  if (_local[backend] < slice_of(_shard, backend)) return true;
+  // Beyond this shard's slice: only what no waiting peer is owed.
+  uint64_t owed = 0;
+  const size_t backends = _load.size(), groups = _groups_state.size();
+  for (uint32_t p = 0; p < _shard_count; ++p) {
+    if (p == _shard || _queued[size_t{p} * groups + group] == 0) continue;
+    const uint32_t slice = slice_of(p, backend), runs = _remote[size_t{p} * backends + backend];
+    if (runs < slice) owed += slice - runs;
+  }
+  return cap - running > owed;
+}
+
+uint64_t table::full_mask(uint32_t group) const noexcept {
+  const group_state& s = _groups_state[group];
+  uint64_t full = 0;
+  for (uint32_t p = 0; p < s.members.size(); ++p) {
+    if (!slot_free(group, s.members[p].backend)) full |= uint64_t{1} << p;
+  }
+  return full;
+}
+
+table::slots table::slot_state(uint32_t group, uint64_t tried_mask) const noexcept {
+  SLUICE_ASSERT(group < _groups_state.size());
+  const group_state& s = _groups_state[group];
+  const uint64_t all = s.members.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << s.members.size()) - 1;
+  const uint64_t eligible = all & ~(s.skip | tried_mask);
+  if (eligible == 0) return slots::none_eligible;
+  if (!s.fair) return slots::free;
+  return (eligible & ~full_mask(group)) != 0 ? slots::free : slots::full;
 }
 
 choice table::pick(uint32_t group, const route_key_result& key, uint64_t tried_mask) noexcept {
   SLUICE_ASSERT(group < _groups_state.size());
   group_state& s = _groups_state[group];
-  const uint64_t skip = s.skip | tried_mask;
+  const uint64_t skip = s.skip | tried_mask | (s.fair ? full_mask(group) : 0);
   uint32_t p = k_none;
   switch (s.keys.mode) {
     case balance_mode::session:

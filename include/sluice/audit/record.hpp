@@ -34,6 +34,9 @@ struct record {
   // The client's dialect: chat | completions | embeddings | responses |
   // messages (DESIGN.md §6b); written after `error` when set.
   std::string_view dialect;
+  // Fair admission: how long the request waited at the gateway for a slot
+  // (-1: it was never queued); written after `dialect` when >= 0.
+  int64_t queued_ms = -1;
   // The auto model's routing: how its group was picked ("rule",
   // "classifier", "default", "sticky") and the classifier's top probability
   // (-1: it did not run). Written after the fields above, and only for a

@@ -230,6 +230,13 @@ struct chat_template_config {
       generation_prefix;
 };
 
+// How a group's requests reach its backends (DESIGN.md §2c).
+enum class admission_mode : uint8_t {
+  fcfs,  // forwarded at once (the backend queues what it cannot run)
+  fair,  // at most max_inflight_per_backend per backend; the rest wait at the
+         // gateway and are released by virtual token counters
+};
+
 struct group_config {
   std::string name;
   backend_protocol protocol = backend_protocol::openai;
@@ -266,6 +273,11 @@ struct group_config {
   uint64_t monthly_tokens = 0;
   double input_cost_per_mtok = 0;    // currency per 1M prompt tokens
   double output_cost_per_mtok = 0;   // currency per 1M completion tokens
+  // Fair admission (DESIGN.md §2c, README "Fair admission").
+  admission_mode admission = admission_mode::fcfs;
+  uint32_t max_inflight_per_backend = 0;  // slots per backend; 0 = unlimited (fcfs only)
+  uint32_t queue_timeout_ms = 30000;      // queued longer: 429 queue_timeout
+  uint32_t queue_max = 10000;             // queued requests before 429 at once
   bool removed = false;              // gone from the file at a reload: matches no model (see reconcile)
 };
 
@@ -282,6 +294,10 @@ struct key_config {
   uint64_t monthly_tokens = 0;
   double daily_spend = 0;
   double monthly_spend = 0;
+  // Fair admission: the key's share of a saturated group (by weighted
+  // tokens) and its level (higher goes first; 0..7).
+  double weight = 1.0;
+  uint32_t priority = 0;
   bool removed = false;                    // gone (or re-limited) at a reload: never authenticates
 };
 

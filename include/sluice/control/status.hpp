@@ -68,6 +68,12 @@ struct key_row {
   uint64_t daily_tokens_limit = 0, monthly_tokens_limit = 0;  // 0: none
   uint64_t requests = 0, tokens_in = 0, tokens_out = 0;  // since the start
   double requests_s = 0, tokens_s = 0;                    // over the window, in + out
+  // Fair admission (since the start): requests that waited for a slot, and
+  // their mean wait; the key's share and level.
+  uint64_t queued = 0, queued_ms = 0;
+  double queued_ms_mean = 0;
+  double weight = 1;
+  uint32_t priority = 0;
 };
 
 struct shard_row {

@@ -167,6 +167,18 @@ class shard_metrics {
     k[1].add(prompt);
     k[2].add(completion);
   }
+  // Fair admission: a request of key `key` that waited in its group's
+  // queue `queued_ms` (sluice_key_queued_total / _seconds_total), and the
+  // queue's depth (sluice_admission_queue_depth{group}) and waits
+  // (sluice_admission_wait_seconds{group}).
+  void key_queued(uint32_t key, uint64_t queued_ms) noexcept {
+    counter* k = &_key_usage[slot(key, _keys) * key_usage_width];
+    k[3].add();
+    k[4].add(queued_ms);
+  }
+  void queue_depth_add(uint32_t group) noexcept { _queue_depth[slot(group, _groups)].add(); }
+  void queue_depth_sub(uint32_t group) noexcept { _queue_depth[slot(group, _groups)].sub(); }
+  void observe_queue_wait_us(uint32_t group, uint64_t us) noexcept { observe(_queue_wait, group, us); }
   // A backend request begins / ends (the routing table's load moves with
   // it): sluice_backend_inflight. A failure attributed to the backend
   // (connect error, reset, timeout, a reply sluice cannot read):
@@ -198,7 +210,8 @@ class shard_metrics {
   // cumulative) counts, then the sum in µs. The count is the buckets' total,
   // so it is not stored: one store less per observation.
   static constexpr size_t histogram_width = latency_bucket_count + 1;
-  static constexpr size_t key_usage_width = 3;  // requests, prompt tokens, completion tokens
+  // requests, prompt tokens, completion tokens, requests queued, ms queued
+  static constexpr size_t key_usage_width = 5;
 
   // Out-of-range indices are a programmer error; in release they land in the
   // `none` slot rather than in another shard's memory.
@@ -222,6 +235,8 @@ class shard_metrics {
   counter* _backend_load = nullptr;  // [(backends+1) × 2]: in flight (gauge), failures
   counter* _ttft = nullptr;       // [(groups+1) × histogram_width]
   counter* _duration = nullptr;   // [(groups+1) × histogram_width]
+  counter* _queue_wait = nullptr; // [(groups+1) × histogram_width]
+  counter* _queue_depth = nullptr;  // [groups+1]: gauge
   counter* _inflight = nullptr;
   static constexpr size_t loop_width = 6;
   counter* _loop = nullptr;       // [iterations, cqes, polls caught, polls missed, poll ns, batched waits]
@@ -280,9 +295,13 @@ class registry {
   // attributed to it, every shard.
   void backend_load(uint32_t backend, uint64_t& inflight, uint64_t& failures) const noexcept;
   // Any thread: key row `key`'s answered requests, prompt and completion
-  // tokens, every shard (a reload that gives a key new limits makes a new
-  // row under the same id: sum the rows of one id).
-  void key_usage(uint32_t key, uint64_t out[3]) const noexcept;
+  // tokens, requests that waited in a fair queue and the ms they waited,
+  // every shard (a reload that gives a key new limits makes a new row under
+  // the same id: sum the rows of one id).
+  static constexpr size_t key_usage_width = shard_metrics::key_usage_width;
+  void key_usage(uint32_t key, uint64_t out[key_usage_width]) const noexcept;
+  // Any thread: requests queued now for `group`, every shard.
+  uint64_t queue_depth(uint32_t group) const noexcept;
 
   // Any thread (the status sampler): adds group row `group` (<=
   // group_capacity()), summed over the shards and backends, to `out`

@@ -43,6 +43,17 @@ class fair_queue {
   fair_queue& operator=(const fair_queue&) = delete;
 
   void set_weight(uint32_t key, double weight) noexcept;
+  // A reload's new keys (cold path; hooks stay where they are).
+  void add_keys(size_t keys) {
+    if (keys <= _keys.size()) return;
+    _keys.resize(keys);
+    _touched.reserve(keys);
+  }
+  size_t keys() const noexcept { return _keys.size(); }
+  void set_limits(size_t queue_max, uint64_t age_limit_ms) noexcept {
+    _queue_max = queue_max;
+    _age_limit_ms = age_limit_ms;
+  }
 
   // Returns: false when the queue is full (queue_max): the caller refuses.
   bool push(fair_hook& h, uint32_t key, uint8_t priority, uint64_t now_ms) noexcept;
@@ -60,11 +71,29 @@ class fair_queue {
   // active (queued or running) for idle re-entry.
   void started(uint32_t key) noexcept;
   void ended(uint32_t key) noexcept;
-  // Tokens served to `key` (weighted: input x1, output x2), as they stream.
-  void served(uint32_t key, uint64_t weighted_tokens) noexcept;
+  // Tokens served to `key` (weighted: input x1, output x2), as they stream;
+  // negative: an estimate counted earlier corrected by the real usage.
+  void served(uint32_t key, int64_t weighted_tokens) noexcept;
+
+  // Tokens a peer shard served to `key` (its report): the counter moves,
+  // nothing is owed to the peers.
+  void served_remote(uint32_t key, int64_t weighted_tokens) noexcept;
+  // What this shard served since the last call, per key, for the peers
+  // (fn(key, weighted_tokens)); then forgotten.
+  template <class Fn>
+  void drain_served(Fn&& fn) noexcept {
+    for (const uint32_t k : _touched) {
+      if (_keys[k].pending != 0) fn(k, _keys[k].pending);
+      _keys[k].pending = 0;
+      _keys[k].listed = false;
+    }
+    _touched.clear();
+  }
+  bool served_pending() const noexcept { return !_touched.empty(); }
 
   double counter(uint32_t key) const noexcept { return _keys[key].counter; }
   size_t depth() const noexcept { return _depth; }
+  uint64_t running_total() const noexcept { return _running; }
 
  private:
   struct key_state {
@@ -72,6 +101,8 @@ class fair_queue {
     double weight = 1;
     uint32_t running = 0;
     uint32_t queued = 0;
+    int64_t pending = 0;             // served here since the last drain_served
+    bool listed = false;             // in _touched
     fair_hook* head[k_levels] = {};  // its waiters per level, oldest first
     fair_hook* tail[k_levels] = {};
   };
@@ -84,9 +115,11 @@ class fair_queue {
   size_t _queue_max;
   uint64_t _age_limit_ms;
   size_t _depth = 0;
+  uint64_t _running = 0;                 // requests counted running, every key
   uint32_t _level_count[k_levels] = {};  // waiters per level
   fair_hook* _all_head = nullptr;        // every waiter, in arrival order
   fair_hook* _all_tail = nullptr;
+  std::vector<uint32_t> _touched;        // keys with `pending` (capacity: every key)
 };
 
 }  // namespace sluice::quota

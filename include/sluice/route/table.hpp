@@ -29,6 +29,9 @@ enum class message_kind : uint8_t {
   backend_weight,    // value = new weight (1..1000) in `group` (k_none: every group); rebuilds rings
   load_report,       // value = in-flight requests of shard `shard` on `backend`
   backend_waiting,   // value = the backend's vllm:num_requests_waiting (from /metrics)
+  group_queued,      // value = requests shard `shard` has queued for `group` (admission = "fair")
+  key_served,        // value (as int32) = weighted tokens key `backend` was served in `group` on shard `shard`
+                     // (fair admission's counters; the shard's queue reads it, the table ignores it)
 };
 
 // 16 bytes, trivially copyable: crosses threads by value.
@@ -37,7 +40,7 @@ struct message {
   uint8_t reserved = 0;
   uint16_t shard = 0;      // load_report: the reporting shard
   uint32_t backend = 0;    // global backend index
-  uint32_t group = k_none; // backend_weight only
+  uint32_t group = k_none; // backend_weight, group_queued
   uint32_t value = 0;
 };
 static_assert(std::is_trivially_copyable_v<message> && sizeof(message) == 16);
@@ -87,6 +90,34 @@ class table {
     return {message_kind::load_report, 0, static_cast<uint16_t>(_shard), backend, k_none, _local[backend]};
   }
 
+  // --- fair admission (DESIGN.md §2c) -------------------------------------
+  // A backend's slots (the least max_inflight_per_backend of the fair
+  // groups it serves; 0 = unlimited) are split into per-shard slices:
+  // shard i owns cap / shards, plus one when i < cap % shards. A shard
+  // starts a request on a backend when the backend runs fewer than `cap`
+  // (all shards' in-flight, as the load reports say) and either
+  //   - this shard runs fewer than its own slice, or
+  //   - more slots are free than the peers that have requests queued for
+  //     the group still miss of their slices (a peer's idle slice is lent,
+  //     never one a waiting peer is owed).
+  // No lock and no call: what a peer runs and queues reaches this replica
+  // as its reports (load_report, group_queued); the bound on what a stale
+  // report lets through is in README "Fair admission".
+  enum class slots : uint8_t { free, full, none_eligible };
+  // Whether a request of `group` may start now, skipping `tried_mask`.
+  slots slot_state(uint32_t group, uint64_t tried_mask = 0) const noexcept;
+  // Whether this shard runs more on `backend` than its own slice (it
+  // borrowed a peer's: the caller reports its load at once).
+  bool beyond_slice(uint32_t backend) const noexcept {
+    return _slot_cap[backend] != 0 && _local[backend] > slice_of(_shard, backend);
+  }
+  bool fair(uint32_t group) const noexcept { return _groups_state[group].fair; }
+  uint32_t slot_cap(uint32_t backend) const noexcept { return _slot_cap[backend]; }
+  // This shard's queued-request count for `group`, as the peers get it.
+  message queued_report(uint32_t group, uint32_t queued) const noexcept {
+    return {message_kind::group_queued, 0, static_cast<uint16_t>(_shard), 0, group, queued};
+  }
+
   uint32_t load(uint32_t backend) const noexcept { return _load[backend]; }
   load_view loads() const noexcept { return {_load}; }
   bool backend_up(uint32_t backend) const noexcept { return _up[backend] != 0; }
@@ -106,9 +137,17 @@ class table {
     uint32_t panic_percent = 0;
     bool panic = false;        // too few healthy: the down ones serve too
     uint32_t rr_cursor = 0;
+    bool fair = false;         // admission = "fair": pick() passes over backends without a free slot
   };
 
   void refresh_skip(uint32_t backend) noexcept;
+  uint32_t slice_of(uint32_t shard, uint32_t backend) const noexcept {
+    const uint32_t cap = _slot_cap[backend];
+    return cap / _shard_count + (shard < cap % _shard_count ? 1 : 0);
+  }
+  bool slot_free(uint32_t group, uint32_t backend) const noexcept;
+  // Positions of `group` whose backend has no slot free for it.
+  uint64_t full_mask(uint32_t group) const noexcept;
   static void refresh_group(group_state& s) noexcept;
   void set_load(uint32_t backend) noexcept {
     _load[backend] = _local[backend] + static_cast<uint32_t>(_remote_sum[backend]) + _waiting[backend];
@@ -125,6 +164,8 @@ class table {
   std::vector<uint32_t> _remote;      // [shard * backends + backend]: last reports
   std::vector<uint32_t> _waiting;     // vllm:num_requests_waiting
   std::vector<uint32_t> _load;        // the sum of the three: the load view
+  std::vector<uint32_t> _slot_cap;    // by backend: fair admission's slots (0 = unlimited)
+  std::vector<uint32_t> _queued;      // [shard * groups + group]: the peers' queued reports
   uint64_t _local_version = 0;
 };
 

@@ -319,6 +319,36 @@ key = "x"
               .find("does not speak") != std::string::npos);
   }
 
+  TEST_CASE("fair admission: the group's mode, slots and queue bounds, the key's weight and priority, each checked") {
+    const auto with = [](std::string_view group, std::string_view key = "") {
+      return "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:1\"]\n" + std::string(group) +
+             "\n[[key]]\nid = \"k\"\nkey = \"x\"\n" + std::string(key) + "\n";
+    };
+    const auto d = load(with(""));
+    CHECK(d->groups[0].admission == cfg::admission_mode::fcfs);
+    CHECK(d->groups[0].max_inflight_per_backend == 0);
+    CHECK(d->groups[0].queue_timeout_ms == 30000);
+    CHECK(d->groups[0].queue_max == 10000);
+    CHECK(d->keys[0].weight == 1.0);
+    CHECK(d->keys[0].priority == 0);
+    const auto f = load(with("admission = \"fair\"\nmax_inflight_per_backend = 64\nqueue_timeout_ms = 2000\nqueue_max = 50",
+                             "weight = 2.5\npriority = 3"));
+    CHECK(f->groups[0].admission == cfg::admission_mode::fair);
+    CHECK(f->groups[0].max_inflight_per_backend == 64);
+    CHECK(f->groups[0].queue_timeout_ms == 2000);
+    CHECK(f->groups[0].queue_max == 50);
+    CHECK(f->keys[0].weight == 2.5);
+    CHECK(f->keys[0].priority == 3);
+    CHECK(error_of(with("admission = \"wfq\"")).find("group.admission \"wfq\" is not a mode; allowed: fcfs, fair") !=
+          std::string::npos);
+    CHECK(error_of(with("admission = \"fair\"")).find("admission = \"fair\" needs max_inflight_per_backend") !=
+          std::string::npos);
+    CHECK(error_of(with("queue_max = 0")).find("group.queue_max") != std::string::npos);
+    CHECK(error_of(with("", "weight = 0")).find("key.weight must be more than 0") != std::string::npos);
+    CHECK(error_of(with("", "priority = 8")).find("key.priority") != std::string::npos);
+    CHECK(error_of(with("", "weights = 1")).find("weights") != std::string::npos);  // a misspelt key is named
+  }
+
   TEST_CASE("a protocol that does not fit its backends or its keys is refused, saying why") {
     const auto group = [](std::string_view body) {
       return "[[group]]\nname = \"g\"\n" + std::string(body) + "\n[[key]]\nid = \"k\"\nkey = \"x\"\n";

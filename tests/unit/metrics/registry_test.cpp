@@ -253,9 +253,10 @@ TEST_SUITE("metrics::registry") {
         "sluice_router_embeddings_cache_total",
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_router_decisions_total",
         "sluice_dialect_requests_total", "sluice_quota_rejected_total",   "sluice_key_requests_total",  "sluice_key_tokens_total",
+        "sluice_key_queued_total", "sluice_key_queued_seconds_total", "sluice_admission_queue_depth",
         "sluice_inflight_requests",      "sluice_backend_up",          "sluice_backend_inflight",
         "sluice_backend_failures_total", "sluice_ttft_seconds",
-        "sluice_request_duration_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
+        "sluice_request_duration_seconds", "sluice_admission_wait_seconds", "sluice_loop_iterations_total", "sluice_loop_cqes_total",
         "sluice_loop_polls_total",       "sluice_loop_poll_seconds_total", "sluice_loop_batched_waits_total"};
     CHECK(x.family_order == expected);
     CHECK(x.types.at("sluice_router_decisions_total") == "counter");
@@ -341,7 +342,7 @@ TEST_SUITE("metrics::registry") {
     CHECK(sample(x, R"(sluice_backend_inflight{backend="http://b1:8000",protocol="anthropic"})") == 2);
     CHECK(sample(x, R"(sluice_backend_failures_total{backend="http://b1:8000",protocol="anthropic"})") == 2);
     CHECK(sample(x, R"(sluice_backend_failures_total{backend="http://b0:8000",protocol="openai"})") == 0);
-    uint64_t inflight = 0, failures = 0, usage[3] = {};
+    uint64_t inflight = 0, failures = 0, usage[registry::key_usage_width] = {};
     r.backend_load(1, inflight, failures);
     CHECK(inflight == 2);
     CHECK(failures == 2);
@@ -351,6 +352,34 @@ TEST_SUITE("metrics::registry") {
     CHECK(usage[2] == 22);
     r.key_usage(static_cast<uint32_t>(r.key_capacity()), usage);  // the `none` row
     CHECK(usage[0] == 1);
+  }
+
+  TEST_CASE("fair admission: queue depth per group, waits per group and per key, every shard summed") {
+    registry r(2, small_names());
+    r.shard(0).queue_depth_add(1);
+    r.shard(1).queue_depth_add(1);
+    r.shard(1).queue_depth_add(1);
+    r.shard(1).queue_depth_sub(1);
+    r.shard(0).observe_queue_wait_us(1, 40'000);
+    r.shard(1).observe_queue_wait_us(1, 2'000'000);
+    r.shard(0).key_queued(0, 40);
+    r.shard(1).key_queued(0, 2000);
+    const exposition x = parse_exposition(render(r));
+    CHECK(sample(x, R"(sluice_admission_queue_depth{group="g1"})") == 2);
+    CHECK(sample(x, R"(sluice_admission_queue_depth{group="g0"})") == 0);
+    CHECK(r.queue_depth(1) == 2);
+    CHECK(sample(x, R"(sluice_admission_wait_seconds_count{group="g1"})") == 2);
+    CHECK(sample(x, R"(sluice_admission_wait_seconds_bucket{group="g1",le="0.05"})") == 1);
+    CHECK(sample(x, R"(sluice_admission_wait_seconds_sum{group="g1"})") == doctest::Approx(2.04));
+    CHECK(sample(x, R"(sluice_key_queued_total{key="alice"})") == 2);
+    CHECK(sample(x, R"(sluice_key_queued_seconds_total{key="alice"})") == doctest::Approx(2.04));
+    CHECK(x.samples.count(R"(sluice_key_queued_total{key="bob"})") == 0);
+    CHECK(x.types.at("sluice_admission_queue_depth") == "gauge");
+    CHECK(x.types.at("sluice_admission_wait_seconds") == "histogram");
+    uint64_t usage[registry::key_usage_width] = {};
+    r.key_usage(0, usage);
+    CHECK(usage[3] == 2);
+    CHECK(usage[4] == 2040);
   }
 
   TEST_CASE("a group's totals sum its answers over shards and backends, its tokens and histograms") {

@@ -92,6 +92,59 @@ TEST_SUITE("route::table") {
     t.apply({message_kind::load_report, 0, 0, 99, k_none, 2});  // unknown backend: ignored
   }
 
+  TEST_CASE("fair admission: a backend's slots, this shard's slice, and a peer's idle slice lent but never one it is owed") {
+    // 3 backends, 4 slots each, 2 shards: slices of 2.
+    auto cfg = load("round-robin", "admission = \"fair\"\nmax_inflight_per_backend = 4\nhealth = { panic_threshold_percent = 0 }\n");
+    table t(*cfg, 0, 2);
+    CHECK(t.fair(0));
+    CHECK(t.slot_cap(0) == 4);
+    CHECK(t.slot_state(0) == table::slots::free);
+    // Every backend full on this shard's slice with a peer that queues: full.
+    t.apply(t.queued_report(0, 3));  // its own report: ignored
+    for (uint32_t b = 0; b < 3; ++b) {
+      t.on_request_start(b);
+      t.on_request_start(b);
+    }
+    CHECK(t.slot_state(0) == table::slots::free);  // nobody else queues: the peer's idle slice is lent
+    CHECK_FALSE(t.beyond_slice(0));
+    message q = t.queued_report(0, 2);
+    q.shard = 1;
+    t.apply(q);
+    CHECK(t.slot_state(0) == table::slots::full);  // the peer queues and runs nothing: its slices are owed
+    for (uint64_t i = 0; i < 10; ++i) CHECK(t.pick(0, key(i)).backend == k_none);  // pick passes over full backends
+    // The peer runs its own slice on backend 1: nothing more is owed there,
+    // but the backend's 4 slots are all taken.
+    t.apply({message_kind::load_report, 0, 1, 1, k_none, 2});
+    CHECK(t.slot_state(0) == table::slots::full);
+    // It runs 1 on backend 2: one slot is free there and one is owed. Still full.
+    t.apply({message_kind::load_report, 0, 1, 2, k_none, 1});
+    CHECK(t.slot_state(0) == table::slots::full);
+    // The peer stops queueing: backend 2's free slot is lent.
+    q.value = 0;
+    t.apply(q);
+    CHECK(t.slot_state(0) == table::slots::free);
+    CHECK(t.pick(0, key(1)).backend == 2);
+    t.on_request_start(2);
+    CHECK(t.beyond_slice(2));
+    CHECK(t.slot_state(0) == table::slots::free);  // backend 0: 2 here, 0 on the peer
+    t.on_request_start(0);
+    t.on_request_start(0);
+    CHECK(t.slot_state(0) == table::slots::full);  // 4 + 2 + 1 + 4 running: every slot taken
+    // A down backend's slots do not count: with every backend down, none is eligible.
+    for (uint32_t b = 0; b < 3; ++b) t.apply({message_kind::backend_down, 0, 0, b, k_none, 0});
+    CHECK(t.slot_state(0) == table::slots::none_eligible);
+  }
+
+  TEST_CASE("fcfs groups have no slots: every eligible backend is free whatever it runs") {
+    auto cfg = load("round-robin");
+    table t(*cfg, 0, 1);
+    CHECK_FALSE(t.fair(0));
+    for (int i = 0; i < 1000; ++i) t.on_request_start(0);
+    CHECK(t.slot_cap(0) == 0);
+    CHECK(t.slot_state(0) == table::slots::free);
+    CHECK_FALSE(t.beyond_slice(0));
+  }
+
   TEST_CASE("the local version moves with every start and end, and only with them") {
     auto cfg = load("session");
     table t(*cfg, 0, 2);
