@@ -13,6 +13,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { gateway_config, poll, post_fresh, read_audit, samples, scrape } from './lib/gateway.mjs';
+import { run_program } from './lib/h2_gateway.mjs';
 import { bound_ms, http_post, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
 
 const keys = [
@@ -261,5 +262,70 @@ describe('fair admission: slots follow the backends', () => {
     const running = await Promise.all(mocks.map((m) => metric(sluice.admin_url, 'sluice_backend_inflight', { backend: m.url })));
     assert.ok(running[0] + running[1] === 6 || (await Promise.all(replies)).every((r) => r.status === 200), `running ${running}`);
     for (const r of await Promise.all(replies)) assert.equal(r.status, 200);
+  });
+});
+
+describe('fair admission across 2 shards', () => {
+  // Keys arriving on different shards: with reuseport_steering, a client
+  // pinned to CPU i reaches shard i. Key A sends from both CPUs, key B from
+  // CPU 1 only. Each shard owns 2 of the backend's 4 slots; what each
+  // shard served reaches the other's counters, so shard 1 gives its slots
+  // to B while A is served on shard 0: A and B are served alike. Without
+  // the exchange shard 1 would split its slots between A and B, and A would
+  // be served 3 times B's tokens.
+  let mock, sluice, cpus;
+  before(async () => {
+    const r = await run_program('taskset', ['-cp', String(process.pid)]);
+    cpus = [];
+    for (const part of r.stdout.toString().split(':').at(-1).trim().split(',')) {
+      const [a, b] = part.split('-').map(Number);
+      for (let c = a; c <= (b ?? a); ++c) cpus.push(c);
+    }
+    cpus = cpus.slice(0, 2);
+    mock = await start_mock_vllm({ tokens_per_sec: 200, reply_tokens: 32, extra_args: ['--max-running', '16'] });
+    sluice = await start_sluice({ config: gateway_config({
+      tables: { server: { cpus: cpus.join(','), reuseport_steering: true } },
+      groups: [{ name: 'g', models: ['*'], backends: [mock.url], admission: 'fair', max_inflight_per_backend: 4, queue_timeout_ms: 20000 }],
+      keys,
+    }) });
+  });
+  after(() => stop_all(sluice, mock));
+
+  it('a key on both shards and a key on one are served alike, and the backend never runs more than its 4 slots', async (t) => {
+    if (cpus.length < 2) {
+      t.skip('fewer than 2 cpus in this process\'s affinity mask');
+      return;
+    }
+    const lanes_js = path.join(path.dirname(new URL(import.meta.url).pathname), 'lib', 'fair_lanes.mjs');
+    const duration = bound_ms(6000);
+    const lane = (cpu, key, n) => run_program('taskset', ['-c', String(cpu), process.execPath, lanes_js, String(sluice.port), key, String(n), String(duration)]);
+    let most = 0, sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        const text = await (await fetch(`${mock.url}/metrics`)).text();
+        most = Math.max(most, Number(/^vllm:num_requests_running\{[^}]*\} ([0-9.]+)$/m.exec(text)[1]));
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    })();
+    const runs = await Promise.all([lane(cpus[0], key_of.alice, 6), lane(cpus[1], key_of.alice, 6), lane(cpus[1], key_of.bob, 6)]);
+    sampling = false;
+    await sampler;
+    for (const r of runs) {
+      assert.equal(r.code, 0, r.stderr.toString());
+      assert.equal(JSON.parse(r.stdout.toString()).failed, 0);
+    }
+    const lines = await poll(() => {
+      const l = read_audit(path.join(sluice.dir, 'sluice-audit.jsonl'));
+      const want = runs.reduce((a, r) => a + JSON.parse(r.stdout.toString()).answers, 0);
+      return l.length >= want && l;
+    }, { what: 'every answer audited' });
+    const shard = (l) => parseInt(l.request_id.slice(0, 2), 16);
+    assert.deepEqual([...new Set(lines.filter((l) => l.key_id === 'bob').map(shard))], [1], 'bob arrives on shard 1 only');
+    assert.deepEqual([...new Set(lines.filter((l) => l.key_id === 'alice').map(shard))].sort(), [0, 1], 'alice on both');
+    const tokens = (id) => lines.filter((l) => l.key_id === id && l.status === 200)
+      .reduce((a, l) => a + l.prompt_tokens + 2 * l.completion_tokens, 0);
+    const ratio = tokens('alice') / tokens('bob');
+    assert.ok(ratio > 0.75 && ratio < 1.33, `alice:bob served ${ratio.toFixed(2)} (without the counters' exchange: about 3)`);
+    assert.ok(most <= 4, `the backend ran ${most} at once`);
   });
 });
