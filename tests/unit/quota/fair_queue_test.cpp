@@ -24,7 +24,7 @@ std::vector<int> run_backlogged(fair_queue& q, std::vector<int> backlog, int rel
     fair_hook* h = q.pop(1);
     REQUIRE(h != nullptr);
     ++served[h->key];
-    q.served(h->key, tokens);
+    q.served(h->key, static_cast<int64_t>(tokens));
     q.ended(h->key);
     // The key stays backlogged: a new request takes the released one's place.
     REQUIRE(q.push(hooks[h->key][next[h->key]++], h->key, 0, 1));
@@ -111,4 +111,38 @@ TEST_CASE("fair_queue: queue_max, a waiter that leaves, and the one that timed o
   CHECK(q.depth() == 0);
   REQUIRE(q.push(c, 0, 0, 1200));
   CHECK(q.pop(1200) == &c);
+}
+
+TEST_CASE("fair_queue: what this shard served goes to the peers once, summed per key; a peer's service moves the counter only") {
+  fair_queue q(3, 10, 1'000'000);
+  q.set_weight(1, 2);
+  q.served(0, 100);
+  q.served(1, 40);
+  q.served(0, 20);
+  q.served(1, -10);  // a stream's estimate corrected by its usage
+  CHECK(q.counter(0) == 120);
+  CHECK(q.counter(1) == 15);  // (40 - 10) / weight 2
+  std::vector<std::pair<uint32_t, int64_t>> sent;
+  q.drain_served([&](uint32_t k, int64_t t) { sent.emplace_back(k, t); });
+  CHECK(sent == std::vector<std::pair<uint32_t, int64_t>>{{0, 120}, {1, 30}});
+  CHECK_FALSE(q.served_pending());
+  sent.clear();
+  q.drain_served([&](uint32_t k, int64_t t) { sent.emplace_back(k, t); });
+  CHECK(sent.empty());
+  // A peer's report: the counter moves, nothing is owed back.
+  q.served_remote(2, 500);
+  q.served_remote(7, 500);  // a key this snapshot does not know: ignored
+  CHECK(q.counter(2) == 500);
+  CHECK_FALSE(q.served_pending());
+  // A key served up and down to zero is listed once and sends nothing.
+  q.served(2, 5);
+  q.served(2, -5);
+  q.drain_served([&](uint32_t k, int64_t t) { sent.emplace_back(k, t); });
+  CHECK(sent.empty());
+  // The peers' service decides the order here: key 2 came first, but was
+  // served more elsewhere, so key 0 goes first.
+  fair_hook a{}, b{};
+  REQUIRE(q.push(a, 0, 0, 1));
+  REQUIRE(q.push(b, 2, 0, 0));
+  CHECK(q.pop(2) == &a);
 }
