@@ -8,6 +8,7 @@ namespace sluice::quota {
 fair_queue::fair_queue(size_t keys, size_t queue_max, uint64_t age_limit_ms)
     : _keys(keys), _queue_max(queue_max), _age_limit_ms(age_limit_ms) {
   _touched.reserve(keys);
+  _active.reserve(keys);
 }
 
 void fair_queue::set_weight(uint32_t key, double weight) noexcept {
@@ -17,12 +18,26 @@ void fair_queue::set_weight(uint32_t key, double weight) noexcept {
 
 double fair_queue::lowest_active(uint32_t except) const noexcept {
   double low = -1;
-  for (uint32_t k = 0; k < _keys.size(); ++k) {
-    const key_state& s = _keys[k];
-    if (k == except || (s.running == 0 && s.queued == 0)) continue;
-    if (low < 0 || s.counter < low) low = s.counter;
+  for (const uint32_t k : _active) {
+    if (k == except) continue;
+    if (low < 0 || _keys[k].counter < low) low = _keys[k].counter;
   }
   return low;
+}
+
+void fair_queue::track(uint32_t key) noexcept {
+  key_state& s = _keys[key];
+  const bool active = s.running != 0 || s.queued != 0;
+  if (active && s.active_at == k_inactive) {
+    s.active_at = static_cast<uint32_t>(_active.size());
+    _active.push_back(key);  // within the capacity reserved for every key
+  } else if (!active && s.active_at != k_inactive) {
+    const uint32_t last = _active.back();
+    _active[s.active_at] = last;
+    _keys[last].active_at = s.active_at;
+    _active.pop_back();
+    s.active_at = k_inactive;
+  }
 }
 
 void fair_queue::lift_if_idle(uint32_t key) noexcept {
@@ -60,6 +75,7 @@ bool fair_queue::push(fair_hook& h, uint32_t key, uint8_t priority, uint64_t now
   ++s.queued;
   ++_level_count[priority];
   ++_depth;
+  track(key);
   return true;
 }
 
@@ -76,6 +92,7 @@ void fair_queue::remove(fair_hook& h) noexcept {
   --s.queued;
   --_level_count[p];
   --_depth;
+  track(h.key);
 }
 
 fair_hook* fair_queue::pop(uint64_t now_ms) noexcept {
@@ -87,7 +104,7 @@ fair_hook* fair_queue::pop(uint64_t now_ms) noexcept {
     // 2. The highest level with waiters; 3. its lowest counter.
     int level = k_levels - 1;
     while (level > 0 && _level_count[level] == 0) --level;
-    for (uint32_t k = 0; k < _keys.size(); ++k) {
+    for (const uint32_t k : _active) {  // only an active key has waiters
       fair_hook* h = _keys[k].head[level];
       if (h == nullptr) continue;
       if (pick == nullptr) {
@@ -99,9 +116,9 @@ fair_hook* fair_queue::pop(uint64_t now_ms) noexcept {
     }
   }
   SLUICE_VERIFY(pick != nullptr);  // _depth != 0: some level has a waiter
-  remove(*pick);
-  ++_keys[pick->key].running;  // released onto a slot: still active
+  ++_keys[pick->key].running;  // released onto a slot: still active (before remove() tracks it)
   ++_running;
+  remove(*pick);
   return pick;
 }
 
@@ -114,6 +131,7 @@ void fair_queue::started(uint32_t key) noexcept {
   lift_if_idle(key);  // a request released without waiting is active too
   ++_keys[key].running;
   ++_running;
+  track(key);
 }
 
 void fair_queue::ended(uint32_t key) noexcept {
@@ -121,6 +139,7 @@ void fair_queue::ended(uint32_t key) noexcept {
   if (s.running != 0) {
     --s.running;
     --_running;
+    track(key);
   }
 }
 

@@ -15,7 +15,8 @@
 // keys that do (idleness is not banked), never lower than its own.
 //
 // Shard-local; no allocation after construction: waiters are the caller's
-// objects with a fair_hook in them, linked into intrusive lists.
+// objects with a fair_hook in them, linked into intrusive lists. A release
+// and an idle key's entry walk the active keys (queued or running) only.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -48,6 +49,7 @@ class fair_queue {
     if (keys <= _keys.size()) return;
     _keys.resize(keys);
     _touched.reserve(keys);
+    _active.reserve(keys);
   }
   size_t keys() const noexcept { return _keys.size(); }
   void set_limits(size_t queue_max, uint64_t age_limit_ms) noexcept {
@@ -103,6 +105,7 @@ class fair_queue {
     uint32_t queued = 0;
     int64_t pending = 0;             // served here since the last drain_served
     bool listed = false;             // in _touched
+    uint32_t active_at = k_inactive; // its place in _active
     fair_hook* head[k_levels] = {};  // its waiters per level, oldest first
     fair_hook* tail[k_levels] = {};
   };
@@ -110,6 +113,9 @@ class fair_queue {
   // key's own when none is active).
   double lowest_active(uint32_t except) const noexcept;
   void lift_if_idle(uint32_t key) noexcept;
+  // Keeps _active (the keys queued or running) in step with `key`'s counts.
+  void track(uint32_t key) noexcept;
+  static constexpr uint32_t k_inactive = ~uint32_t{0};
 
   std::vector<key_state> _keys;
   size_t _queue_max;
@@ -120,6 +126,9 @@ class fair_queue {
   fair_hook* _all_head = nullptr;        // every waiter, in arrival order
   fair_hook* _all_tail = nullptr;
   std::vector<uint32_t> _touched;        // keys with `pending` (capacity: every key)
+  // The keys queued or running (capacity: every key): what pop() and the
+  // idle lift walk, so their cost follows the active keys, not the config's.
+  std::vector<uint32_t> _active;
 };
 
 }  // namespace sluice::quota
