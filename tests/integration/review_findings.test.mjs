@@ -7,19 +7,25 @@
 //   HTTP/2 client's codec counted them for ever (the shard hung); the
 //   HTTP/1.0 client's de-chunking copied 2^64-1 bytes (the process died).
 // - F2: grpc-timeout was encoded from a stack buffer gone by then.
+// - F8: the budget state file's writer stuck on a disk that never answers
+//   (a FIFO nobody reads) holds up nothing else.
 // - F3: a 192-byte head buffer and an X-Request-ID of 46+ characters put
 //   stack bytes into the Anthropic backend's request head and lost its
 //   x-forwarded-for line.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
-import { gateway_config, poll } from './lib/gateway.mjs';
-import { bound_ms, chat_body, start_sluice, stop_all, test_key, with_timeout } from './lib/harness.mjs';
+import { gateway_config, poll, post_fresh } from './lib/gateway.mjs';
+import { run_program } from './lib/h2_gateway.mjs';
+import { bound_ms, chat_body, start_mock_vllm, start_sluice, stop_all, test_key, with_timeout } from './lib/harness.mjs';
 import { grpc_frame, grpc_headers, token_message, start_raw_grpc_backend } from './lib/raw_grpc_backend.mjs';
 import { chat_stream_events, chat_stream_reply, chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 
@@ -404,5 +410,64 @@ describe('F5: HTTP/2 request bodies count against the connection\'s cap as they 
     let text = '';
     for await (const c of await sdk.chat.completions.create({ model: 'm', messages, stream: true })) text += c.choices[0]?.delta?.content ?? '';
     assert.equal(text, 'tok0');
+  });
+});
+
+describe('F8: a budget state file whose disk never answers', () => {
+  // The state's temp file is a FIFO that nobody reads: the writer's open()
+  // blocks there as on a hung disk. The control thread (admin, health,
+  // reload, the budget ledger) and the shards must not wait on it.
+  let mock, sluice, dir, fifo;
+  const config = (extra = {}) => gateway_config({
+    tables: { quota: { budget_state_file: path.join(dir, 'budgets.json') }, health: { interval_ms: 100 } },
+    groups: [{ name: 'g', models: ['*'], backends: [mock.url], ...extra }],
+    keys: [{ id: 'test', key: test_key, daily_tokens: 1000000 }],
+  });
+  before(async () => {
+    mock = await start_mock_vllm();
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-f8-'));
+    fifo = path.join(dir, 'budgets.json.tmp');
+    const made = await run_program('mkfifo', [fifo]);
+    assert.equal(made.code, 0, made.stderr.toString());
+    sluice = await start_sluice({ config: config() });
+  });
+  after(async () => {
+    // Unblock the writer (a reader opens the FIFO) so the process can end.
+    const reader = fs.createReadStream(fifo);
+    reader.on('error', () => {});
+    reader.resume();
+    await stop_all(sluice, mock);
+    reader.destroy();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('requests, admin pages, budgets and a reload go on while the writer is stuck', async () => {
+    // A request changes the usage: the state is due for a save, and the
+    // writer blocks on the FIFO.
+    const first = await post_fresh(sluice.url, chat_body(), { key: test_key });
+    assert.equal(first.status, 200);
+    await poll(async () => (await (await fetch(`${sluice.admin_url}/keys/test`)).json()).used.daily_tokens > 0,
+      { what: 'the usage in the ledger' });
+    // The writer has had a second to reach the FIFO; everything else answers.
+    await new Promise((r) => setTimeout(r, 1200));
+    assert.ok(fs.statSync(fifo).isFIFO(), 'the writer never got past the FIFO');
+    const used = (await (await fetch(`${sluice.admin_url}/keys/test`)).json()).used.daily_tokens;
+    assert.ok(used > 0);
+    for (let i = 0; i < 5; ++i) {
+      const t0 = performance.now();
+      const r = await post_fresh(sluice.url, chat_body(), { key: test_key });
+      assert.equal(r.status, 200);
+      for (const page of ['/metrics', '/status.json', '/keys/test', '/healthz']) {
+        assert.equal((await fetch(`${sluice.admin_url}${page}`)).status, 200, page);
+      }
+      assert.ok(performance.now() - t0 < bound_ms(1000), 'answered without waiting on the disk');
+    }
+    await poll(async () => (await (await fetch(`${sluice.admin_url}/keys/test`)).json()).used.daily_tokens > used,
+      { what: 'the ledger moving on' });
+    // A reload is read and applied by the control thread: it completes.
+    fs.writeFileSync(path.join(sluice.dir, 'sluice.toml'), config({ bounded_load: 1.5 }));
+    const from = sluice.proc.mark();
+    sluice.proc.child.kill('SIGHUP');
+    await sluice.proc.wait_for_line(/SIGHUP: reloaded/, { from, timeout_ms: bound_ms(3000) });
   });
 });
