@@ -27,6 +27,12 @@ namespace {
 
 // Freed streams kept per shard with their buffers (beyond: freed).
 constexpr uint32_t k_pool_max = 256;
+
+// A stream answered by its head with a body still coming stays open this
+// long, for this much of the body, before RST_STREAM NO_ERROR (see
+// h2_stream::linger_after_answer).
+constexpr uint64_t k_linger_ms = 1000;
+constexpr uint32_t k_linger_bytes_max = 64u << 10;
 // A stream's buffers above this go back when it is freed.
 constexpr uint32_t k_keep_buffer_bytes = 256u << 10;
 // Response fields a head may carry (the backend's, then sluice's own).
@@ -239,6 +245,8 @@ void h2_codec::free_stream(h2_stream* st) noexcept {
   st->deadline = deadline_kind::none;
   st->closed = st->finished = st->body_done = st->dispatched = st->sending = st->drained = false;
   st->end_queued = st->answered = st->reset_after_answer = st->in_ready = false;
+  st->linger_after_answer = st->lingering = false;
+  st->linger_bytes = 0;
   st->head_status = 0;
   st->ready_next = nullptr;
   st->hook = {};
@@ -305,7 +313,7 @@ void h2_codec::on_request_head(h2_link& l, const h2::request& r) noexcept {
   st->body_done = r.end_stream;
   const bool has_body = !r.end_stream;
   if (!_x.accept_head(x, has_body)) {
-    if (has_body) st->reset_after_answer = true;
+    if (has_body) st->reset_after_answer = st->linger_after_answer = true;
     return;
   }
   if (!has_body) {
@@ -329,6 +337,15 @@ void h2_codec::on_request_data(h2_link& l, int32_t id, std::span<const char> byt
   // early must not stall the connection's window for the others.
   if (!bytes.empty()) l.session.consume(id, bytes.size());
   h2_stream* st = l.find(id);
+  if (st != nullptr && st->lingering && !st->closed) {
+    // Answered early: dropped, up to a bound.
+    st->linger_bytes += static_cast<uint32_t>(std::min<size_t>(bytes.size(), k_linger_bytes_max));
+    if (!end_stream && st->linger_bytes >= k_linger_bytes_max) {
+      st->lingering = false;
+      l.session.reset_stream(id, h2::no_error);
+    }
+    return;
+  }
   if (st == nullptr || st->dispatched || st->answered || st->finished) return;
   exchange& x = st->x;
   const uint64_t total = uint64_t{st->body.len} + bytes.size();
@@ -428,7 +445,15 @@ void h2_codec::flush(h2_link& l, bool may_free) noexcept {
       give_back_pin(st);
       if (st->answered) {
         if (!st->finished) finish(st);
-        if (st->reset_after_answer && !st->closed) l.session.reset_stream(st->id, h2::no_error);
+        if (st->reset_after_answer && !st->closed) {
+          st->reset_after_answer = false;
+          if (st->linger_after_answer) {
+            st->lingering = true;  // see h2_stream::linger_after_answer
+            set_deadline(st, deadline_kind::linger, k_linger_ms);
+          } else {
+            l.session.reset_stream(st->id, h2::no_error);
+          }
+        }
       } else if (st->state == conn_state::streaming && !st->finished) {
         // The client took the bytes: a stream's idle time starts again
         // (not the short wait for the backend's end after [DONE]).
@@ -814,6 +839,13 @@ void h2_codec::on_deadline(h2_stream* st) noexcept {
     case deadline_kind::upstream_connect:
     case deadline_kind::upstream_first_byte:
       if (!st->finished) st->x.adapter->on_timeout(st->x);
+      break;
+    case deadline_kind::linger:
+      // An early answer's client still sends: the rest is cut.
+      if (st->lingering && !st->closed) {
+        st->lingering = false;
+        l.session.reset_stream(st->id, h2::no_error);
+      }
       break;
     default:
       break;

@@ -56,6 +56,16 @@ struct h2_stream {
   bool end_queued = false;          // END_STREAM is queued: the response is whole
   bool answered = false;            // an answer of sluice's own is queued (accounted when drained)
   bool reset_after_answer = false;  // the request body is still coming: RST_STREAM NO_ERROR once answered
+  // Refused by its head (401, 404, 405...) with a body still coming: once
+  // answered, the stream stays half-closed (local) a short while instead of
+  // being reset at once, so the client's next frames on it are judged as on
+  // any open stream (flow control, padding, trailers, content-length: RFC
+  // 9113's errors) rather than ignored. Reset (NO_ERROR) past the while or
+  // k_linger_bytes_max of body, whichever comes first; the client's
+  // END_STREAM closes it at once.
+  bool linger_after_answer = false;
+  bool lingering = false;
+  uint32_t linger_bytes = 0;
   bool in_ready = false;
   uint16_t head_status = 0;         // the staged response head's status
   buffer_lender* pin = nullptr;     // whose buffer the queued pieces read (given back when drained)
