@@ -254,6 +254,7 @@ models = ["*"]
 protocol = "$protocol"
 backends = ["$scheme://127.0.0.1:$backend"]
 inject_usage = $inject
+${GROUP_EXTRA:-}
 
 [[key]]
 id = "bench"
