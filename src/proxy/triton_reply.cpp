@@ -267,6 +267,7 @@ void triton_grpc::send_output(exchange& x, bool end_client) noexcept {
   a.head_pending = false;
   a.sending = true;
   x.response_started = true;
+  if (x.adm.running) _x.fair_progress(x);  // admission = "fair": the key's counter moves as it streams
   x.codec->send_response(x, with_head, &piece, piece.iov_len != 0 ? 1 : 0, nullptr, 0);
 }
 
