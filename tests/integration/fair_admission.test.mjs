@@ -98,6 +98,17 @@ describe('fair admission on one backend', () => {
     assert.equal(alice.admission.queued, 4);
     assert.ok(alice.admission.queued_ms > 0);
     assert.equal(alice.served.requests, 5);
+    // The status page's key table: queued requests, their mean wait, weight / priority.
+    const status = await poll(async () => {
+      const j = await (await fetch(`${sluice.admin_url}/status.json`)).json();
+      return j.keys.find((k) => k.id === 'alice')?.queued === 4 && j;
+    }, { what: 'the sampled key rows' });
+    const row = (id) => status.keys.find((k) => k.id === id);
+    assert.ok(row('alice').queued_ms_mean > 0);
+    assert.equal(row('bob').queued, 2);
+    assert.deepEqual([row('heavy').weight, row('heavy').priority, row('urgent').priority], [3, 0, 1]);
+    const page = await (await fetch(`${sluice.admin_url}/`)).text();
+    assert.match(page, /<th>queued<\/th><th>mean wait ms<\/th><th>weight \/ priority<\/th>/);
   });
 
   it('weights: a key of weight 3 is released about three times as often as a key of weight 1 while both wait', async () => {
