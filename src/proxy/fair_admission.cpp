@@ -65,12 +65,13 @@ void shard_server::admit_to_slot(exchange& x) noexcept {
   const uint64_t now = now_ms();
   // Straight on when nobody waits and a slot is free (or none could be:
   // every backend down, and the adapter answers 503).
-  if (q->depth() == 0 && _routes->slot_state(x.group) != route::table::slots::full) {
-    start_on_slot(x, *q);
-    return;
-  }
   const uint32_t key = static_cast<uint32_t>(x.key_index);
   const config::key_config& kc = _cfg->keys[key];
+  const auto level = static_cast<uint8_t>(std::min<uint32_t>(kc.priority, quota::fair_queue::k_levels - 1));
+  if (q->depth() == 0 && _routes->slot_state(x.group, 0, level) != route::table::slots::full) {
+    start_on_slot(x, *q, level);
+    return;
+  }
   if (!q->push(x.adm.wait, key, static_cast<uint8_t>(kc.priority), now)) {
     answer_queue_refused(x, false);
     return;
@@ -85,7 +86,7 @@ void shard_server::admit_to_slot(exchange& x) noexcept {
   release_queued(x.group, *q, now);
 }
 
-void shard_server::start_on_slot(exchange& x, quota::fair_queue& q) noexcept {
+void shard_server::start_on_slot(exchange& x, quota::fair_queue& q, uint8_t level) noexcept {
   const uint32_t key = static_cast<uint32_t>(x.key_index);
   if (!x.adm.running) {
     q.started(key);
@@ -97,14 +98,19 @@ void shard_server::start_on_slot(exchange& x, quota::fair_queue& q) noexcept {
     x.adm.served = x.input_estimate;
     q.served(key, static_cast<int64_t>(x.input_estimate));
   }
+  _routes->set_admit_level(level);  // pick() takes a backend slot_state counted at this level
   x.adapter->start(x);
+  _routes->set_admit_level(0);
   // Past this shard's slice the slot was a peer's: say so now, not at the
   // next 10 ms report, so the peer does not take it too.
   if (x.backend_used != metrics::none && _routes->beyond_slice(x.backend_used)) _report_now = true;
 }
 
 void shard_server::release_queued(uint32_t group, quota::fair_queue& q, uint64_t now) noexcept {
-  while (q.depth() != 0 && _routes->slot_state(group) != route::table::slots::full) {
+  for (;;) {
+    if (q.depth() == 0) break;
+    const uint8_t level = q.next_level(now);
+    if (_routes->slot_state(group, 0, level) == route::table::slots::full) break;
     quota::fair_hook* h = q.pop(now);  // counted running by the queue
     exchange& w = *static_cast<fair_state::hook*>(h)->owner;
     w.waiting = exchange::waiting_in::none;
@@ -118,7 +124,7 @@ void shard_server::release_queued(uint32_t group, quota::fair_queue& q, uint64_t
     // May end other exchanges (an HTTP/2 connection that fails closes its
     // streams): each leaves the queue by unpark, and the loop reads depth
     // afresh.
-    start_on_slot(w, q);
+    start_on_slot(w, q, level);
   }
 }
 
@@ -140,18 +146,20 @@ void shard_server::pump_admission(uint64_t now) noexcept {
       }
       release_queued(g, *q, now);
     }
-    // The peers borrow this shard's slice only while it queues nothing.
+    // The peers borrow this shard's slice only while it queues nothing at
+    // their level or above: they are told the highest level queued.
     const uint32_t depth = static_cast<uint32_t>(q->depth());
-    if ((depth != 0) != (_queued_reported[g] != 0)) {
+    const uint32_t top = depth == 0 ? 0 : 1u + q->top_level();
+    if (top != _queued_reported[g]) {
       bool sent = true;
       for (uint32_t to = 0; to < _mesh.count; ++to) {
         if (to == _index) continue;
         shard_message m;
         m.what = shard_message::kind::route;
-        m.r = _routes->queued_report(g, depth);
+        m.r = _routes->queued_report(g, top);
         sent &= _mesh.queue(_index, to)->try_push(m);
       }
-      if (sent) _queued_reported[g] = depth;  // a full queue: sent again next turn
+      if (sent) _queued_reported[g] = top;  // a full queue: sent again next turn
     }
     // The tokens served here, for the peers' counters (as load reports
     // go: at most every 10 ms; a peer whose queue is full misses a delta,

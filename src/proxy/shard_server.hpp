@@ -175,7 +175,7 @@ class shard_server {
   // waiters; the end corrects the key's counter by the real usage.
   void reload_admission();
   void admit_to_slot(exchange& x) noexcept;
-  void start_on_slot(exchange& x, quota::fair_queue& q) noexcept;
+  void start_on_slot(exchange& x, quota::fair_queue& q, uint8_t level) noexcept;
   void release_queued(uint32_t group, quota::fair_queue& q, uint64_t now_ms) noexcept;
   void pump_admission(uint64_t now_ms) noexcept;
   void fair_end(exchange& x, uint64_t prompt, uint64_t completion) noexcept;

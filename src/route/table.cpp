@@ -137,7 +137,7 @@ void table::apply(const message& m) noexcept {
   }
 }
 
-bool table::slot_free(uint32_t group, uint32_t backend) const noexcept {
+bool table::slot_free(uint32_t group, uint32_t backend, uint8_t level) const noexcept {
   const uint32_t cap = _slot_cap[backend];
   if (cap == 0) return true;
   const uint64_t running = _local[backend] + _remote_sum[backend];
@@ -147,36 +147,37 @@ bool table::slot_free(uint32_t group, uint32_t backend) const noexcept {
   uint64_t owed = 0;
   const size_t backends = _load.size(), groups = _groups_state.size();
   for (uint32_t p = 0; p < _shard_count; ++p) {
-    if (p == _shard || _queued[size_t{p} * groups + group] == 0) continue;
+    const uint32_t top = _queued[size_t{p} * groups + group];
+    if (p == _shard || top == 0 || top - 1 < level) continue;  // a lower level waits behind this one
     const uint32_t slice = slice_of(p, backend), runs = _remote[size_t{p} * backends + backend];
     if (runs < slice) owed += slice - runs;
   }
   return cap - running > owed;
 }
 
-uint64_t table::full_mask(uint32_t group) const noexcept {
+uint64_t table::full_mask(uint32_t group, uint8_t level) const noexcept {
   const group_state& s = _groups_state[group];
   uint64_t full = 0;
   for (uint32_t p = 0; p < s.members.size(); ++p) {
-    if (!slot_free(group, s.members[p].backend)) full |= uint64_t{1} << p;
+    if (!slot_free(group, s.members[p].backend, level)) full |= uint64_t{1} << p;
   }
   return full;
 }
 
-table::slots table::slot_state(uint32_t group, uint64_t tried_mask) const noexcept {
+table::slots table::slot_state(uint32_t group, uint64_t tried_mask, uint8_t level) const noexcept {
   SLUICE_ASSERT(group < _groups_state.size());
   const group_state& s = _groups_state[group];
   const uint64_t all = s.members.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << s.members.size()) - 1;
   const uint64_t eligible = all & ~(s.skip | tried_mask);
   if (eligible == 0) return slots::none_eligible;
   if (!s.fair) return slots::free;
-  return (eligible & ~full_mask(group)) != 0 ? slots::free : slots::full;
+  return (eligible & ~full_mask(group, level)) != 0 ? slots::free : slots::full;
 }
 
 choice table::pick(uint32_t group, const route_key_result& key, uint64_t tried_mask) noexcept {
   SLUICE_ASSERT(group < _groups_state.size());
   group_state& s = _groups_state[group];
-  const uint64_t skip = s.skip | tried_mask | (s.fair ? full_mask(group) : 0);
+  const uint64_t skip = s.skip | tried_mask | (s.fair ? full_mask(group, _admit_level) : 0);
   uint32_t p = k_none;
   switch (s.keys.mode) {
     case balance_mode::session:

@@ -62,6 +62,10 @@ class fair_queue {
   // The next waiter to release (unlinked, and counted running: call
   // ended() when its request ends), or null when none waits.
   fair_hook* pop(uint64_t now_ms) noexcept;
+  // The priority of the waiter pop(now_ms) would release (0 when none).
+  uint8_t next_level(uint64_t now_ms) const noexcept;
+  // The highest priority waiting (0 when none).
+  uint8_t top_level() const noexcept;
   // A waiter that leaves (its client went, its time ran out): unlinked.
   void remove(fair_hook& h) noexcept;
   // The waiter queued longest, if it has waited `timeout_ms` or more (the

@@ -29,7 +29,7 @@ enum class message_kind : uint8_t {
   backend_weight,    // value = new weight (1..1000) in `group` (k_none: every group); rebuilds rings
   load_report,       // value = in-flight requests of shard `shard` on `backend`
   backend_waiting,   // value = the backend's vllm:num_requests_waiting (from /metrics)
-  group_queued,      // value = requests shard `shard` has queued for `group` (admission = "fair")
+  group_queued,      // value = 1 + the highest priority shard `shard` has queued for `group` (0: none; admission = "fair")
   key_served,        // value (as int32) = weighted tokens key `backend` was served in `group` on shard `shard`
                      // (fair admission's counters; the shard's queue reads it, the table ignores it)
 };
@@ -98,14 +98,19 @@ class table {
   // (all shards' in-flight, as the load reports say) and either
   //   - this shard runs fewer than its own slice, or
   //   - more slots are free than the peers that have requests queued for
-  //     the group still miss of their slices (a peer's idle slice is lent,
-  //     never one a waiting peer is owed).
+  //     the group, at the level of the request or above, still miss of
+  //     their slices (a peer's idle slice is lent, never one a waiting
+  //     peer is owed; priority stays strict across shards).
   // No lock and no call: what a peer runs and queues reaches this replica
   // as its reports (load_report, group_queued); the bound on what a stale
   // report lets through is in README "Fair admission".
   enum class slots : uint8_t { free, full, none_eligible };
-  // Whether a request of `group` may start now, skipping `tried_mask`.
-  slots slot_state(uint32_t group, uint64_t tried_mask = 0) const noexcept;
+  // Whether a request of `group` at priority `level` may start now,
+  // skipping `tried_mask`.
+  slots slot_state(uint32_t group, uint64_t tried_mask = 0, uint8_t level = 0) const noexcept;
+  // The level pick() judges slots at (set around a fair admission's start,
+  // so the backend it picks is one slot_state counted; 0 otherwise).
+  void set_admit_level(uint8_t level) noexcept { _admit_level = level; }
   // Whether this shard runs more on `backend` than its own slice (it
   // borrowed a peer's: the caller reports its load at once).
   bool beyond_slice(uint32_t backend) const noexcept {
@@ -113,9 +118,10 @@ class table {
   }
   bool fair(uint32_t group) const noexcept { return _groups_state[group].fair; }
   uint32_t slot_cap(uint32_t backend) const noexcept { return _slot_cap[backend]; }
-  // This shard's queued-request count for `group`, as the peers get it.
-  message queued_report(uint32_t group, uint32_t queued) const noexcept {
-    return {message_kind::group_queued, 0, static_cast<uint16_t>(_shard), 0, group, queued};
+  // What this shard queues for `group`, as the peers get it: 0 nothing,
+  // else 1 + the highest priority waiting.
+  message queued_report(uint32_t group, uint32_t top) const noexcept {
+    return {message_kind::group_queued, 0, static_cast<uint16_t>(_shard), 0, group, top};
   }
 
   uint32_t load(uint32_t backend) const noexcept { return _load[backend]; }
@@ -145,9 +151,9 @@ class table {
     const uint32_t cap = _slot_cap[backend];
     return cap / _shard_count + (shard < cap % _shard_count ? 1 : 0);
   }
-  bool slot_free(uint32_t group, uint32_t backend) const noexcept;
-  // Positions of `group` whose backend has no slot free for it.
-  uint64_t full_mask(uint32_t group) const noexcept;
+  bool slot_free(uint32_t group, uint32_t backend, uint8_t level) const noexcept;
+  // Positions of `group` whose backend has no slot free for it at `level`.
+  uint64_t full_mask(uint32_t group, uint8_t level) const noexcept;
   static void refresh_group(group_state& s) noexcept;
   void set_load(uint32_t backend) noexcept {
     _load[backend] = _local[backend] + static_cast<uint32_t>(_remote_sum[backend]) + _waiting[backend];
@@ -165,7 +171,8 @@ class table {
   std::vector<uint32_t> _waiting;     // vllm:num_requests_waiting
   std::vector<uint32_t> _load;        // the sum of the three: the load view
   std::vector<uint32_t> _slot_cap;    // by backend: fair admission's slots (0 = unlimited)
-  std::vector<uint32_t> _queued;      // [shard * groups + group]: the peers' queued reports
+  std::vector<uint32_t> _queued;      // [shard * groups + group]: the peers' queued reports (1 + top level; 0 none)
+  uint8_t _admit_level = 0;
   uint64_t _local_version = 0;
 };
 

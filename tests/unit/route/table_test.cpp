@@ -111,6 +111,8 @@ TEST_SUITE("route::table") {
     q.shard = 1;
     t.apply(q);
     CHECK(t.slot_state(0) == table::slots::full);  // the peer queues and runs nothing: its slices are owed
+    CHECK(t.slot_state(0, 0, 1) == table::slots::full);  // at priority 1 (the peer's top level): owed too
+    CHECK(t.slot_state(0, 0, 2) == table::slots::free);  // a higher level goes before the peer's waiters
     for (uint64_t i = 0; i < 10; ++i) CHECK(t.pick(0, key(i)).backend == k_none);  // pick passes over full backends
     // The peer runs its own slice on backend 1: nothing more is owed there,
     // but the backend's 4 slots are all taken.
@@ -133,6 +135,19 @@ TEST_SUITE("route::table") {
     // A down backend's slots do not count: with every backend down, none is eligible.
     for (uint32_t b = 0; b < 3; ++b) t.apply({message_kind::backend_down, 0, 0, b, k_none, 0});
     CHECK(t.slot_state(0) == table::slots::none_eligible);
+  }
+
+  TEST_CASE("fair admission: pick() judges slots at the level its request was admitted at") {
+    auto cfg = load("round-robin", "admission = \"fair\"\nmax_inflight_per_backend = 2\n");
+    table t(*cfg, 0, 2);  // slices of 1
+    for (uint32_t b = 0; b < 3; ++b) t.on_request_start(b);
+    message q = t.queued_report(0, 1);  // the peer queues at level 0
+    q.shard = 1;
+    t.apply(q);
+    CHECK(t.pick(0, key(1)).backend == k_none);  // level 0: the peer's slices are owed
+    t.set_admit_level(1);
+    CHECK(t.pick(0, key(1)).backend != k_none);  // level 1 goes first
+    t.set_admit_level(0);
   }
 
   TEST_CASE("fcfs groups have no slots: every eligible backend is free whatever it runs") {
