@@ -149,7 +149,7 @@ void shard_server::pump_admission(uint64_t now) noexcept {
     // The peers borrow this shard's slice only while it queues nothing at
     // their level or above: they are told the highest level queued.
     const uint32_t depth = static_cast<uint32_t>(q->depth());
-    const uint32_t top = depth == 0 ? 0 : 1u + q->top_level();
+    const uint32_t top = depth == 0 ? 0 : 1u + q->top_level(now);
     if (top != _queued_reported[g]) {
       bool sent = true;
       for (uint32_t to = 0; to < _mesh.count; ++to) {

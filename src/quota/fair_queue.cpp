@@ -122,17 +122,15 @@ fair_hook* fair_queue::pop(uint64_t now_ms) noexcept {
   return pick;
 }
 
-uint8_t fair_queue::top_level() const noexcept {
+uint8_t fair_queue::top_level(uint64_t now_ms) const noexcept {
+  if (_all_head != nullptr && now_ms - _all_head->since_ms >= _age_limit_ms) return k_levels - 1;
   for (int level = k_levels - 1; level > 0; --level) {
     if (_level_count[level] != 0) return static_cast<uint8_t>(level);
   }
   return 0;
 }
 
-uint8_t fair_queue::next_level(uint64_t now_ms) const noexcept {
-  if (_all_head != nullptr && now_ms - _all_head->since_ms >= _age_limit_ms) return _all_head->priority;
-  return top_level();
-}
+uint8_t fair_queue::next_level(uint64_t now_ms) const noexcept { return top_level(now_ms); }
 
 fair_hook* fair_queue::expired(uint64_t now_ms, uint64_t timeout_ms) const noexcept {
   if (_all_head == nullptr || now_ms - _all_head->since_ms < timeout_ms) return nullptr;

@@ -142,10 +142,16 @@ bool table::slot_free(uint32_t group, uint32_t backend, uint8_t level) const noe
   if (cap == 0) return true;
   const uint64_t running = _local[backend] + _remote_sum[backend];
   if (running >= cap) return false;
+  const size_t backends = _load.size(), groups = _groups_state.size();
+  // Priority is strict across shards: a slot is left to a peer that has a
+  // higher level waiting (it takes it as a loan once it sees it free).
+  for (uint32_t p = 0; p < _shard_count; ++p) {
+    const uint32_t top = _queued[size_t{p} * groups + group];
+    if (p != _shard && top != 0 && top - 1 > level) return false;
+  }
   if (_local[backend] < slice_of(_shard, backend)) return true;
   // Beyond this shard's slice: only what no waiting peer is owed.
   uint64_t owed = 0;
-  const size_t backends = _load.size(), groups = _groups_state.size();
   for (uint32_t p = 0; p < _shard_count; ++p) {
     const uint32_t top = _queued[size_t{p} * groups + group];
     if (p == _shard || top == 0 || top - 1 < level) continue;  // a lower level waits behind this one

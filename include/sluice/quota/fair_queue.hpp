@@ -62,10 +62,12 @@ class fair_queue {
   // The next waiter to release (unlinked, and counted running: call
   // ended() when its request ends), or null when none waits.
   fair_hook* pop(uint64_t now_ms) noexcept;
-  // The priority of the waiter pop(now_ms) would release (0 when none).
+  // The level the waiter pop(now_ms) would release counts at: its priority,
+  // or the highest level once it is past the age limit (it goes first
+  // whatever its level, on this shard and against the peers'); 0 when none.
   uint8_t next_level(uint64_t now_ms) const noexcept;
-  // The highest priority waiting (0 when none).
-  uint8_t top_level() const noexcept;
+  // The highest level waiting, the aged counting as the highest (0 when none).
+  uint8_t top_level(uint64_t now_ms) const noexcept;
   // A waiter that leaves (its client went, its time ran out): unlinked.
   void remove(fair_hook& h) noexcept;
   // The waiter queued longest, if it has waited `timeout_ms` or more (the

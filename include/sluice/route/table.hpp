@@ -100,7 +100,9 @@ class table {
   //   - more slots are free than the peers that have requests queued for
   //     the group, at the level of the request or above, still miss of
   //     their slices (a peer's idle slice is lent, never one a waiting
-  //     peer is owed; priority stays strict across shards).
+  //     peer is owed);
+  // and no peer has a higher level waiting (priority is strict across
+  // shards: the slot is left for that peer to borrow).
   // No lock and no call: what a peer runs and queues reaches this replica
   // as its reports (load_report, group_queued); the bound on what a stale
   // report lets through is in README "Fair admission".

@@ -146,3 +146,17 @@ TEST_CASE("fair_queue: what this shard served goes to the peers once, summed per
   REQUIRE(q.push(b, 2, 0, 0));
   CHECK(q.pop(2) == &a);
 }
+
+TEST_CASE("fair_queue: the level a release counts at, for the peers: the highest waiting, the aged as the highest") {
+  fair_queue q(2, 10, 1000);
+  CHECK(q.top_level(0) == 0);
+  fair_hook a{}, b{};
+  REQUIRE(q.push(a, 0, 0, 0));
+  CHECK(q.top_level(10) == 0);
+  REQUIRE(q.push(b, 1, 3, 10));
+  CHECK(q.top_level(20) == 3);
+  CHECK(q.next_level(20) == 3);
+  CHECK(q.top_level(1000) == fair_queue::k_levels - 1);  // a's age limit: it goes first whatever its level
+  CHECK(q.pop(1000) == &a);
+  CHECK(q.top_level(1000) == 3);
+}

@@ -148,6 +148,14 @@ TEST_SUITE("route::table") {
     t.set_admit_level(1);
     CHECK(t.pick(0, key(1)).backend != k_none);  // level 1 goes first
     t.set_admit_level(0);
+    // A peer with a level-1 waiter: this shard leaves even its own slice's
+    // slots to it at level 0, not at level 1.
+    table u(*cfg, 0, 2);
+    message hi = u.queued_report(0, 2);
+    hi.shard = 1;
+    u.apply(hi);
+    CHECK(u.slot_state(0) == table::slots::full);
+    CHECK(u.slot_state(0, 0, 1) == table::slots::free);
   }
 
   TEST_CASE("fcfs groups have no slots: every eligible backend is free whatever it runs") {
