@@ -2,7 +2,7 @@
 // Language Models" (Sheng et al., OSDI 2024) on one backend of 4 slots,
 // admission = "fcfs" and "fair" side by side in one run (issue 43).
 //
-//   node bench/fairness.mjs [--seconds 8] [--shards 1] [--build DIR]
+//   node bench/fairness.mjs [--seconds 8] [--shards 1] [--only demand,weights,idle,priority] [--build DIR]
 //
 // The backend is mock-vllm's capacity model: 4 requests generate at once
 // at 200 tokens/s each, the rest wait first come first served (vLLM's
@@ -38,6 +38,7 @@ const args = parse_args(process.argv.slice(2), { positional: false });
 const build = args.build ?? process.env.SLUICE_BUILD_DIR ?? path.join(root, 'build');
 const seconds = Number(args.seconds ?? 8);
 const shards = Number(args.shards ?? 1);
+const only = (args.only ?? 'demand,weights,idle,priority').split(',');
 const warm_s = Math.min(2, seconds / 4);
 const slots = 4, tokens_per_sec = 200, reply_tokens = 32;
 const keys = {
@@ -226,6 +227,7 @@ const f0 = (x) => (Number.isFinite(x) ? x.toFixed(0) : 'n/a');
 const rows = [];
 const result = {};
 for (const kind of ['demand', 'weights', 'idle', 'priority']) {
+  if (!only.includes(kind)) continue;
   for (const mode of ['fcfs', 'fair']) {
     const r = await experiment(mode, kind);
     result[`${kind}_${mode}`] = r;
@@ -235,7 +237,11 @@ for (const kind of ['demand', 'weights', 'idle', 'priority']) {
 // One request's weighted cost: the bound on a returning key's lead is one
 // such request per slot (a key lifted to the lowest active counter can be
 // ahead by what its released requests cost before the counters catch up).
-const cost = (result.demand_fair.tokens.A ?? 0) > 0 ? 2 * reply_tokens + 8 : 72;
+const cost = 2 * reply_tokens + 8;  // one request: ~8 prompt tokens and its answer x2
+const none = { tokens: {}, tokens_per_s: NaN, errors: 0, lead: NaN };
+for (const kind of ['demand', 'weights', 'idle', 'priority']) {
+  for (const mode of ['fcfs', 'fair']) result[`${kind}_${mode}`] ??= none;
+}
 rows.push(['A:B served, demand 4:1 (weights 1:1)', f2(ratio(result.demand_fcfs.tokens, 'A', 'B')), f2(ratio(result.demand_fair.tokens, 'A', 'B')), '1.00 ± 10 %']);
 rows.push(['A:B served, weights 2:1 (demand 1:1)', f2(ratio(result.weights_fcfs.tokens, 'A2', 'B')), f2(ratio(result.weights_fair.tokens, 'A2', 'B')), '2.00 ± 10 %']);
 rows.push(['returning key\'s lead in its first second (weighted tokens)', f0(result.idle_fcfs.lead), f0(result.idle_fair.lead), `≤ ${slots * cost} (${slots} slots × one request)`]);

@@ -318,6 +318,14 @@ void shard_server::pump_mesh(uint64_t now) noexcept {
   send_quota_messages();
   send_load_reports(now, _report_now);
   _report_now = false;
+  if (_wake_peers_after_report) {
+    _wake_peers_after_report = false;
+    for (uint32_t to = 0; to < _mesh.count; ++to) {
+      if (to == _index) continue;
+      shard::reactor* r = _mesh.reactors[to].load(std::memory_order_acquire);
+      if (r != nullptr) r->wake();
+    }
+  }
 }
 
 void shard_server::take_mesh_messages(uint64_t now) noexcept {

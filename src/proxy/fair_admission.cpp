@@ -129,7 +129,7 @@ void shard_server::release_queued(uint32_t group, quota::fair_queue& q, uint64_t
 }
 
 void shard_server::pump_admission(uint64_t now) noexcept {
-  bool reported_served = false;
+  bool reported_served = false, wake_peers = false;
   for (uint32_t g = 0; g < _fair.size(); ++g) {
     quota::fair_queue* q = _fair[g].get();
     if (q == nullptr) continue;
@@ -180,9 +180,19 @@ void shard_server::pump_admission(uint64_t now) noexcept {
       });
       reported_served = true;
     }
+    // A slot this shard freed and will not use while a peer waits above
+    // what it queues (or waits at all, when it queues nothing): the peer
+    // hears at once, woken, instead of at the next report and its own tick.
+    if (_routes->local_version() != _fair_seen_version &&
+        _routes->peer_waits_above(g, depth == 0 ? -1 : static_cast<int>(q->top_level(now)))) {
+      _report_now = true;
+      wake_peers = true;
+    }
     if (depth == 0 && !_routes->fair(g) && q->running_total() == 0) _fair[g].reset();  // turned fcfs, drained
   }
   if (reported_served) _last_served_report_ms = now;
+  _fair_seen_version = _routes->local_version();
+  if (wake_peers) _wake_peers_after_report = true;
 }
 
 void shard_server::fair_progress(exchange& x) noexcept {

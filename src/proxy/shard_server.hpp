@@ -222,6 +222,8 @@ class shard_server {
   uint32_t _fair_depth = 0;
   bool _report_now = false;
   uint64_t _last_served_report_ms = 0;
+  uint64_t _fair_seen_version = 0;        // _routes->local_version() at the last pump_admission
+  bool _wake_peers_after_report = false;  // a freed slot a peer waits for: wake them once reported
   uint64_t _prng = 0;
   uint64_t _last_report_ms = 0;
   uint64_t _last_quota_tick_ms = 0;

@@ -119,6 +119,16 @@ class table {
     return _slot_cap[backend] != 0 && _local[backend] > slice_of(_shard, backend);
   }
   bool fair(uint32_t group) const noexcept { return _groups_state[group].fair; }
+  // Whether a peer has a request of `group` queued at a level above
+  // `level` (any level when `level` is -1: this shard queues nothing).
+  bool peer_waits_above(uint32_t group, int level) const noexcept {
+    const size_t groups = _groups_state.size();
+    for (uint32_t p = 0; p < _shard_count; ++p) {
+      const uint32_t top = _queued[size_t{p} * groups + group];
+      if (p != _shard && top != 0 && static_cast<int>(top) - 1 > level) return true;
+    }
+    return false;
+  }
   uint32_t slot_cap(uint32_t backend) const noexcept { return _slot_cap[backend]; }
   // What this shard queues for `group`, as the peers get it: 0 nothing,
   // else 1 + the highest priority waiting.
