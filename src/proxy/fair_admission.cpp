@@ -98,12 +98,13 @@ void shard_server::start_on_slot(exchange& x, quota::fair_queue& q, uint8_t leve
     x.adm.served = x.input_estimate;
     q.served(key, static_cast<int64_t>(x.input_estimate));
   }
+  const uint32_t group = x.group;
   _routes->set_admit_level(level);  // pick() takes a backend slot_state counted at this level
-  x.adapter->start(x);
+  x.adapter->start(x);  // may answer, and end x: not read after this
   _routes->set_admit_level(0);
   // Past this shard's slice the slot was a peer's: say so now, not at the
   // next 10 ms report, so the peer does not take it too.
-  if (x.backend_used != metrics::none && _routes->beyond_slice(x.backend_used)) _report_now = true;
+  if (_routes->beyond_slice_in(group)) _report_now = true;
 }
 
 void shard_server::release_queued(uint32_t group, quota::fair_queue& q, uint64_t now) noexcept {

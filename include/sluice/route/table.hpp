@@ -118,6 +118,13 @@ class table {
   bool beyond_slice(uint32_t backend) const noexcept {
     return _slot_cap[backend] != 0 && _local[backend] > slice_of(_shard, backend);
   }
+  // ... on any backend of `group`.
+  bool beyond_slice_in(uint32_t group) const noexcept {
+    for (const backend_weight& m : _groups_state[group].members) {
+      if (beyond_slice(m.backend)) return true;
+    }
+    return false;
+  }
   bool fair(uint32_t group) const noexcept { return _groups_state[group].fair; }
   // Whether a peer has a request of `group` queued at a level above
   // `level` (any level when `level` is -1: this shard queues nothing).
