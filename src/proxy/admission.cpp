@@ -96,7 +96,6 @@ void shard_server::unpark(exchange& x) noexcept {
     _fair[x.group]->remove(x.adm.wait);  // a queue is kept while it holds anyone
     x.waiting = exchange::waiting_in::none;
     _metrics.queue_depth_sub(x.group);
-    --_fair_depth;
     return;
   }
   if (x.waiting == exchange::waiting_in::embeddings) {

@@ -81,7 +81,6 @@ void shard_server::admit_to_slot(exchange& x) noexcept {
   x.waiting = exchange::waiting_in::fair;
   x.codec->wait_for_quota(x);
   _metrics.queue_depth_add(x.group);
-  ++_fair_depth;
   // A slot may be free with others waiting: the queue decides who takes it.
   release_queued(x.group, *q, now);
 }
@@ -118,7 +117,6 @@ void shard_server::release_queued(uint32_t group, quota::fair_queue& q, uint64_t
     w.adm.running = true;
     w.adm.queued_ms = now - w.adm.queued_since_ms;
     _metrics.queue_depth_sub(group);
-    --_fair_depth;
     _metrics.observe_queue_wait_us(group, w.adm.queued_ms * 1000);
     _metrics.key_queued(h->key, w.adm.queued_ms);
     w.codec->wait_for_backend(w, deadline_kind::none, 0);

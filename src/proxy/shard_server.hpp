@@ -215,11 +215,10 @@ class shard_server {
   exchange* _waiters_tail = nullptr;
   exchange* _walk_next = nullptr;  // a walk of detached waiters: the next one (unpark advances it)
   // Fair admission: each fair group's queue (null: fcfs), what the peers
-  // were last told of its depth, requests queued on this shard, and a load
-  // report owed at once (a borrowed slot).
+  // were last told it queues, and a load report owed at once (a borrowed
+  // slot).
   std::vector<std::unique_ptr<quota::fair_queue>> _fair;
   std::vector<uint32_t> _queued_reported;
-  uint32_t _fair_depth = 0;
   bool _report_now = false;
   uint64_t _last_served_report_ms = 0;
   uint64_t _fair_seen_version = 0;        // _routes->local_version() at the last pump_admission
