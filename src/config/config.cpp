@@ -61,10 +61,11 @@ const names k_triton_flavors = {"vllm", "trtllm"};
 const names k_chat_templates = {"chatml", "llama3", "mistral", "custom"};
 const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject_after", "backoff_ms", "backoff_max_ms",
                               "max_ejection_percent", "panic_threshold_percent"};
-const names k_router_keys = {"auto_model", "default_group", "semantic", "min_confidence", "model_file",
+const names k_router_keys = {"auto_model", "default_group", "semantic", "classifier", "min_confidence", "model_file",
                               "semantic_bytes", "include_system", "group_header", "embeddings_group",
                               "embeddings_timeout_ms", "embeddings_cache", "token_cache"};
 const names k_semantic_modes = {"off", "classifier", "embeddings"};
+const names k_classifier_methods = {"examples", "fasttext"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images",
                            "priority"};
 const names k_backend_keys = {"url", "weight"};
@@ -473,9 +474,23 @@ void read_router_semantic(const reader& r, const toml::table& t, router_config& 
                                              : semantic_mode::off;
   }
   r.read_number(t, "router", "min_confidence", router.min_confidence, 0, 1);
+  std::string method;
+  const toml::node* method_node = r.read_string(t, "router", "classifier", method);
+  if (method_node != nullptr) {
+    if (std::find(k_classifier_methods.begin(), k_classifier_methods.end(), method) == k_classifier_methods.end()) {
+      r.fail(*method_node, fmt::format("router.classifier \"{}\" is not a method; allowed: {}", method,
+                                       join(k_classifier_methods)));
+    }
+    router.classifier = method == "fasttext" ? classifier_method::fasttext : classifier_method::examples;
+  }
   if (const toml::node* n = r.read_string(t, "router", "model_file", router.model_file)) {
     if (router.model_file.empty()) r.fail(*n, "router.model_file must not be empty (leave it out to train from examples)");
     router.model_file = relative_to(r.source(), router.model_file);
+    if (method_node != nullptr && router.classifier != classifier_method::fasttext) {
+      r.fail(*method_node, "router.model_file is a fastText model: it needs router.classifier = \"fasttext\" "
+                           "(or leave classifier out)");
+    }
+    router.classifier = classifier_method::fasttext;
   }
   r.read_uint(t, "router", "semantic_bytes", router.semantic_bytes, 16, 65536);
   r.read_bool(t, "router", "include_system", router.include_system);

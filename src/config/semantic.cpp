@@ -310,10 +310,29 @@ std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, co
       throw config_error(fmt::format("{}: group name \"{}\" holds a space; the classifier's labels cannot", where, n));
     }
   }
-  auto ft = train_semantic_fasttext(names, examples);
-  auto m = semantic_model_from(*ft, names, where);
   size_t total = 0;
   for (const auto& e : examples) total += e.size();
+  if (cfg.router.classifier == classifier_method::examples) {
+    // The labels are the groups with examples, in the groups' order (as
+    // fastText's are).
+    auto m = std::make_shared<semantic_model>();
+    m->method = classifier_method::examples;
+    std::vector<std::vector<std::string>> by_label;
+    for (size_t g = 0; g < names.size(); ++g) {
+      if (examples[g].empty()) continue;
+      m->labels.push_back(names[g]);
+      by_label.push_back(std::move(examples[g]));
+    }
+    m->examples = build_example_model(by_label);
+    m->nlabels = static_cast<int32_t>(m->labels.size());
+    if (m->examples.nexamples == 0) {
+      throw config_error(fmt::format("{}: router.semantic = \"classifier\": no example holds a word", where));
+    }
+    m->origin = fmt::format("naive Bayes and nearest examples over {} examples of {} groups", total, with_examples);
+    return m;
+  }
+  auto ft = train_semantic_fasttext(names, examples);
+  auto m = semantic_model_from(*ft, names, where);
   m->origin = fmt::format("trained on {} examples of {} groups", total, with_examples);
   return m;
 }

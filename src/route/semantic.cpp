@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <cstring>
+#include <span>
 
 #include "sluice/core/assert.hpp"
 
@@ -55,6 +57,20 @@ semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_
   // punctuation at worst, plus the space between them.
   const size_t text = size_t{text_bytes_max} * 6 + 1;
   _text.resize(text);
+  if (_model->method == config::classifier_method::examples) {
+    const config::example_model& m = _model->examples;
+    _output.resize(m.nlabels);
+    _stamp.assign(m.nfeatures, 0);
+    _count.resize(m.nfeatures);
+    _seen.resize(m.nfeatures);
+    _example_dot.resize(m.nexamples);
+    _bayes.resize(m.nlabels);
+    _best.resize(size_t{m.nlabels} * config::example_model::k_nearest);
+    _cache_mask = token_cache == 0 ? 0 : token_cache - 1;
+    _way_mask = token_cache >= 2 ? 1 : 0;
+    _example_slots.resize(token_cache);
+    return;
+  }
   _word.resize(text + 2);
   _hashes.resize(text / 2 + 1);
   _hidden.resize(static_cast<size_t>(_model->dim));
@@ -205,7 +221,153 @@ void semantic_classifier::add_subwords(std::string_view token) noexcept {
   }
 }
 
-int32_t semantic_classifier::infer(std::string_view text) noexcept {
+int32_t semantic_classifier::infer(std::string_view text, uint8_t shape) noexcept {
+  if (_model->method == config::classifier_method::examples) return infer_examples(text, shape);
+  return infer_fasttext(text);
+}
+
+namespace {
+
+// 1 + log(c) for the counts a feature mostly has in a prompt.
+const std::array<double, 16> k_tf = [] {
+  std::array<double, 16> t{};
+  for (size_t c = 1; c < t.size(); ++c) t[c] = 1.0 + std::log(static_cast<double>(c));
+  return t;
+}();
+
+// probabilities[i] = softmax(scores)[i], in place.
+template <class T>
+void softmax(std::span<T> v, double scale) noexcept {
+  double max = static_cast<double>(v[0]);
+  for (T x : v) max = std::max(max, static_cast<double>(x));
+  double z = 0;
+  for (T& x : v) {
+    x = static_cast<T>(std::exp((static_cast<double>(x) - max) * scale));
+    z += static_cast<double>(x);
+  }
+  for (T& x : v) x = static_cast<T>(static_cast<double>(x) / z);
+}
+
+}  // namespace
+
+int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape) noexcept {
+  using config::example_model;
+  const example_model& m = _model->examples;
+  if (++_generation == 0) {  // wrapped: no stamp may match a past call's
+    std::fill(_stamp.begin(), _stamp.end(), 0);
+    _generation = 1;
+  }
+  size_t distinct = 0;
+  bool token = false;
+  const auto add = [&](uint32_t f) {
+    if (_stamp[f] != _generation) {
+      _stamp[f] = _generation;
+      _count[f] = 0;
+      _seen[distinct++] = f;
+    }
+    ++_count[f];
+  };
+  // The features in for_each_feature's order.
+  for (int b = 0; b < config::k_shape_bits; ++b) {
+    if ((shape >> b) & 1) {
+      if (const uint32_t f = m.find(config::shape_key(b)); f != UINT32_MAX) add(f);
+    }
+  }
+  uint64_t prev = 0;
+  config::for_each_token(text, [&](std::string_view tok, bool ascii) {
+    token = true;
+    const uint64_t w = config::word_key(tok);
+    const bool cacheable = !_example_slots.empty() && tok.size() <= sizeof(example_slot::bytes);
+    // Fibonacci hashing: FNV-1a's bits of a short token are poorly mixed.
+    const size_t set = (static_cast<size_t>((w * 0x9E3779B97F4A7C15ull) >> 40) & _cache_mask) & ~_way_mask;
+    bool hit = false;
+    if (cacheable) {
+      for (size_t way = 0; way <= _way_mask && !hit; ++way) {
+        const example_slot& e = _example_slots[set + way];
+        if (e.len != tok.size() || !same_bytes(e.bytes, tok.data(), tok.size())) continue;
+        for (size_t j = 0; j < e.ids; ++j) add(e.id[j]);
+        hit = true;
+      }
+    }
+    if (hit) {
+      ++_token_hits;
+    } else {
+      // Read from the vocabulary, and kept when it fits.
+      example_slot fresh;
+      bool fits = cacheable;
+      const auto known = [&](uint32_t f) {
+        if (f == UINT32_MAX) return;
+        add(f);
+        if (fits && fresh.ids == k_example_ids) fits = false;
+        if (fits) fresh.id[fresh.ids++] = f;
+      };
+      known(m.find(w));
+      config::for_each_chargram(tok, ascii, [&](uint64_t c) { known(m.find(c)); });
+      if (cacheable) {
+        ++_token_misses;
+        if (fits) {
+          fresh.len = static_cast<uint8_t>(tok.size());
+          std::memcpy(fresh.bytes, tok.data(), tok.size());
+          if (_way_mask != 0) _example_slots[set + 1] = _example_slots[set];
+          _example_slots[set] = fresh;
+        }
+      }
+    }
+    if (prev != 0) {
+      if (const uint32_t f = m.find(config::bigram_key(prev, w)); f != UINT32_MAX) add(f);
+    }
+    prev = w;
+  });
+  if (!token) return -1;
+  const size_t labels = m.nlabels;
+  std::fill(_bayes.begin(), _bayes.end(), 0.0);
+  std::fill(_example_dot.begin(), _example_dot.end(), 0.0f);
+  double norm = 0;
+  for (size_t i = 0; i < distinct; ++i) {
+    const uint32_t f = _seen[i];
+    if (config::bayes_reads(m.kind[f])) {
+      const float* lk = m.likelihood.data() + size_t{f} * labels;
+      for (size_t l = 0; l < labels; ++l) _bayes[l] += static_cast<double>(lk[l]);
+    }
+    const uint32_t c = _count[f];
+    const double w = (c < k_tf.size() ? k_tf[c] : 1.0 + std::log(static_cast<double>(c))) * static_cast<double>(m.idf[f]);
+    if (w == 0) continue;
+    norm += w * w;
+    // Restrict: the dots are no posting, so the loop need not reload the
+    // postings after each store.
+    float* __restrict dot = _example_dot.data();
+    const uint32_t* __restrict example = m.posting_example.data();
+    const float* __restrict weight = m.posting_weight.data();
+    const auto wf = static_cast<float>(w);
+    for (uint32_t p = m.posting_offset[f], end = m.posting_offset[f + 1]; p < end; ++p) dot[example[p]] += wf * weight[p];
+  }
+  // Each label's best k cosines (0 where it has fewer examples).
+  constexpr size_t k = example_model::k_nearest;
+  std::fill(_best.begin(), _best.end(), 0.0f);
+  for (uint32_t e = 0; e < m.nexamples; ++e) {
+    float* best = _best.data() + size_t{m.example_label[e]} * k;
+    float x = _example_dot[e];
+    for (size_t j = 0; j < k; ++j) {
+      if (x > best[j]) std::swap(x, best[j]);
+    }
+  }
+  const double inv_norm = norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
+  for (size_t l = 0; l < labels; ++l) {
+    double sum = 0;
+    for (size_t j = 0; j < k; ++j) sum += static_cast<double>(_best[l * k + j]);
+    _output[l] = static_cast<float>(sum / k * inv_norm);
+  }
+  softmax(std::span<float>(_output), 1.0 / static_cast<double>(example_model::k_temperature));
+  softmax(std::span<double>(_bayes), 1.0);
+  int32_t best = 0;
+  for (size_t l = 0; l < labels; ++l) {
+    _output[l] = static_cast<float>((static_cast<double>(_output[l]) + _bayes[l]) / 2);
+    if (_output[l] > _output[static_cast<size_t>(best)]) best = static_cast<int32_t>(l);
+  }
+  return best;
+}
+
+int32_t semantic_classifier::infer_fasttext(std::string_view text) noexcept {
   const config::semantic_model& m = *_model;
   std::fill(_hidden.begin(), _hidden.end(), 0.0f);
   std::fill(_output.begin(), _output.end(), 0.0f);
@@ -276,8 +438,12 @@ int32_t semantic_classifier::classify(std::string_view system, std::string_view 
     n = config::semantic_normalize(config::utf8_prefix(system, _text_bytes_max), _text.data(), _text.size() / 2);
     if (n != 0) _text[n++] = ' ';
   }
-  n += config::semantic_normalize(config::utf8_prefix(user, _text_bytes_max), _text.data() + n, _text.size() - n);
-  return infer(std::string_view(_text.data(), n));
+  const std::string_view user_prefix = config::utf8_prefix(user, _text_bytes_max);
+  n += config::semantic_normalize(user_prefix, _text.data() + n, _text.size() - n);
+  if (_model->method != config::classifier_method::examples) return infer_fasttext(std::string_view(_text.data(), n));
+  uint8_t shape = config::semantic_shape(user_prefix);
+  if (!system.empty()) shape |= config::semantic_shape(config::utf8_prefix(system, _text_bytes_max));
+  return infer_examples(std::string_view(_text.data(), n), shape);
 }
 
 }  // namespace sluice::route

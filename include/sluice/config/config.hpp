@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/config/semantic_examples.hpp"
+
 namespace sluice::config {
 
 struct semantic_model;  // sluice/config/semantic.hpp
@@ -157,14 +159,18 @@ struct health_config {
 // used when no rule matches ("" = none: such a request gets 404).
 //
 // semantic = "classifier": the auto model's group is also picked by what the
-// prompt means (README "Semantic routing"): a fastText classifier trained at
-// load from the groups' examples (or read from model_file).
+// prompt means (README "Semantic routing"): the example scorer (naive Bayes and
+// the nearest examples) built at load from the groups' examples, or fastText
+// (trained from them, or read from model_file).
 enum class semantic_mode : uint8_t { off, classifier, embeddings };
 struct router_config {
   std::string auto_model = "auto";
   std::string default_group;
   uint32_t default_group_index = UINT32_MAX;  // resolved at load; UINT32_MAX = none
   semantic_mode semantic = semantic_mode::off;
+  // examples: naive Bayes + nearest examples over the groups' examples;
+  // fasttext: fastText's supervised model (always with model_file).
+  classifier_method classifier = classifier_method::examples;
   double min_confidence = 0.5;               // the classifier's top probability below this: not its decision
   std::string model_file;                    // a fastText supervised model (.bin); "" = train from examples
   uint32_t semantic_bytes = 2048;            // leading bytes of the text the classifier reads (cut at UTF-8)

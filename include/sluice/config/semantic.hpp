@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/config/semantic_examples.hpp"
+
 namespace sluice::config {
 
 // An allocator of cache-line-aligned storage: a 64-byte row (dim 16) then
@@ -32,10 +34,13 @@ struct cache_line_allocator {
   friend bool operator==(const cache_line_allocator&, const cache_line_allocator&) noexcept { return true; }
 };
 
-// fastText's model, copied out of it: input rows are words (0..nwords) then
-// hashed subword / word-n-gram buckets (nwords..nwords+bucket); output rows
-// are labels.
+// The classifier's model. By fastText: copied out of it: input rows are
+// words (0..nwords) then hashed subword / word-n-gram buckets
+// (nwords..nwords+bucket); output rows are labels. By examples: `examples`
+// (the fastText fields empty).
 struct semantic_model {
+  classifier_method method = classifier_method::fasttext;
+  example_model examples;
   int32_t dim = 0;
   int32_t minn = 0, maxn = 0;       // character n-gram lengths (UTF-8 characters)
   int32_t word_ngrams = 1;

@@ -38,10 +38,12 @@ class semantic_classifier {
   semantic_classifier& operator=(const semantic_classifier&) = delete;
 
   // Classifies already normalised text (whitespace-separated tokens, as
-  // semantic_normalize writes them; at most text_capacity() bytes).
-  // Returns: the most probable label, or -1 when the text has no token;
-  // probabilities() then holds every label's probability.
-  int32_t infer(std::string_view normalized) noexcept;
+  // semantic_normalize writes them; at most text_capacity() bytes), with
+  // the raw text's shape bits (config::semantic_shape; the example scorer
+  // reads them, fastText does not). Returns: the most probable label, or
+  // -1 when the text has no token; probabilities() then holds every
+  // label's probability.
+  int32_t infer(std::string_view normalized, uint8_t shape = 0) noexcept;
 
   // The request path: the first `text_bytes_max` bytes of `system` (when not
   // empty) and then of `user`, each cut at a UTF-8 boundary, normalised into
@@ -56,6 +58,10 @@ class semantic_classifier {
   uint64_t token_misses() const noexcept { return _token_misses; }
 
  private:
+  int32_t infer_fasttext(std::string_view normalized) noexcept;
+  // The example scorer (config::example_model): naive Bayes and the
+  // nearest examples, averaged.
+  int32_t infer_examples(std::string_view normalized, uint8_t shape) noexcept;
   int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
   void add_row(int64_t row) noexcept;       // queued (prefetched), summed by flush_rows()
   void flush_rows() noexcept;               // sums the queued rows onto _hidden, in order
@@ -89,6 +95,29 @@ class semantic_classifier {
   std::vector<float, config::cache_line_allocator<float>> _vectors;  // (slots + 1) x dim: + a scratch row
   uint64_t _token_hits = 0, _token_misses = 0;
   std::vector<float> _output;      // nlabels
+  // The example scorer's scratch, sized at construction: a feature's
+  // count in this text (valid where its stamp is this call's), the
+  // distinct features seen, each example's dot product, each label's
+  // naive-Bayes sum and best cosines.
+  std::vector<uint32_t> _stamp, _count, _seen;
+  uint32_t _generation = 0;
+  std::vector<float> _example_dot;
+  std::vector<double> _bayes;
+  std::vector<float> _best;        // nlabels x example_model::k_nearest
+  // Its token cache (sized by token_cache, set-associative as the one
+  // below): a token's features that some example has (its word and its
+  // character n-grams), in the order they are read, so a decision is the
+  // same bits cached or not. A token with more than k_example_ids of them
+  // is not kept.
+  static constexpr size_t k_example_ids = 25;
+  struct alignas(32) example_slot {
+    uint8_t len = 0;  // 0: empty
+    uint8_t ids = 0;
+    char bytes[26] = {};
+    uint32_t id[k_example_ids] = {};
+  };
+  static_assert(sizeof(example_slot) == 128);
+  std::vector<example_slot> _example_slots;
   uint64_t _rows = 0;              // rows added to _hidden
   static constexpr size_t k_row_block = 64;     // rows queued before a sum (their prefetches fit L1)
   std::array<const float*, k_row_block> _queued{};

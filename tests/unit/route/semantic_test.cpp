@@ -25,16 +25,6 @@ namespace {
 
 const std::vector<std::string> k_groups = {"code", "math", "translation", "chat"};
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  std::vector<std::string> out;
-  for (std::string l; std::getline(in, l);) {
-    if (!l.empty() && l[0] != '#') out.push_back(l);
-  }
-  return out;
-}
-
 std::vector<std::vector<std::string>> training_set() {
   std::vector<std::vector<std::string>> ex;
   for (const auto& g : k_groups) ex.push_back(read_lines(std::string(SLUICE_ROUTER_DATA) + "/" + g + ".txt"));
@@ -251,7 +241,7 @@ TEST_SUITE("route::semantic") {
     ::close(fd);
     ft->saveModel(path);
     auto loaded = load_for_test(router_toml(std::string("model_file = \"") + path + "\""));
-    auto trained = load_for_test(router_toml());
+    auto trained = load_for_test(router_toml("classifier = \"fasttext\""));
     std::remove(path);
     REQUIRE(loaded->router.model != nullptr);
     CHECK(loaded->router.model->origin == path);
