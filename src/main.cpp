@@ -18,6 +18,7 @@
 #include "sluice/control/gateway.hpp"
 #include "sluice/tls/tls.hpp"
 #include "sluice/control/health.hpp"
+#include "sluice/control/responses.hpp"
 #include "sluice/control/status.hpp"
 #include "sluice/control/inherit.hpp"
 #include "sluice/control/notify.hpp"
@@ -90,6 +91,7 @@ struct control_state {
   control::budget_keeper* budgets = nullptr;
   control::cluster_keeper* cluster = nullptr;  // [cluster] mode only
   control::embeddings_loader* embeddings = nullptr;
+  control::response_keeper* responses = nullptr;
   control::status_sampler* status = nullptr;
   control::binary_upgrade* upgrade = nullptr;
   int admin_fd = -1;  // the admin listener's fd (admin_server owns it), for SIGUSR2
@@ -136,6 +138,7 @@ struct control_state {
       g->reload(next);
       health->reload(next);
       embeddings->reload(next);
+      responses->reload(*next);
       if (cluster != nullptr) cluster->reload(*next);
       if (next->cluster.redis != cfg->cluster.redis || next->cluster.key_prefix != cfg->cluster.key_prefix) {
         log::warn("SIGHUP: [cluster] changed; the running instance keeps its Redis until it restarts");
@@ -338,6 +341,7 @@ int main(int argc, char** argv) {
     control::health_checker health(*r, *g, cfg);
     admin.set_health(&health);
     control::embeddings_loader embeddings(*r, cfg);
+    control::response_keeper responses(*r, *g, *cfg);
     control::status_sampler status(*g);
     admin.set_status(&status);
 
@@ -347,6 +351,7 @@ int main(int argc, char** argv) {
     ctl.admin = &admin;
     ctl.health = &health;
     ctl.embeddings = &embeddings;
+    ctl.responses = &responses;
     ctl.budgets = &budgets;
     ctl.status = &status;
     ctl.cfg = cfg;
@@ -395,6 +400,7 @@ int main(int argc, char** argv) {
       c->g->flush_control();
       c->health->on_iteration(c->r->now_ms());
       c->embeddings->on_iteration(c->r->now_ms());
+      c->responses->on_iteration(c->r->now_ms());
       c->status->on_iteration(c->r->now_ms());
       if (c->cluster != nullptr) c->cluster->on_iteration(c->r->now_ms());
       c->log_settled_reloads(c->r->now_ms());

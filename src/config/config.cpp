@@ -32,7 +32,9 @@ using detail::names;
 using detail::reader;
 using detail::type_name;
 
-const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key", "health", "router", "rule", "cluster"};
+const names k_root_keys = {"server", "upstream", "quota", "audit", "group", "key", "health", "router", "rule", "cluster",
+                           "responses"};
+const names k_responses_keys = {"store", "store_ttl_s", "store_max_bytes"};
 const names k_cluster_keys = {"redis", "password_env", "key_prefix", "expected_instances", "timeout_ms",
                               "fallback_share", "lease_window_ms", "lease_ttl_ms"};
 const names k_server_keys = {
@@ -159,6 +161,22 @@ void read_secret_env(const reader& r, const toml::table& t, std::string_view tab
                            "remove it", table_name, key, env_name));
   }
   value_out = value != nullptr ? value : "";
+}
+
+void read_responses(const reader& r, const toml::table& t, responses_config& c) {
+  r.check_keys(t, "[responses]", k_responses_keys);
+  std::string mode;
+  if (const toml::node* n = r.read_string(t, "responses", "store", mode)) {
+    if (mode == "local") {
+      c.store = response_store_mode::local;
+    } else if (mode == "off") {
+      c.store = response_store_mode::off;
+    } else {
+      r.fail(*n, fmt::format("responses.store \"{}\" is not a store; allowed: off, local", mode));
+    }
+  }
+  r.read_uint(t, "responses", "store_ttl_s", c.store_ttl_s, 1, 30u * 86400u, " s");
+  r.read_uint(t, "responses", "store_max_bytes", c.store_max_bytes, 1u << 16, uint64_t{1} << 40);
 }
 
 void read_cluster(const reader& r, const toml::table& t, cluster_config& c) {
@@ -605,6 +623,7 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
   }
   if (const toml::table* t = r.table(root, "health", "health")) read_health(r, *t, "health", cfg->health);
   if (const toml::table* t = r.table(root, "cluster", "cluster")) read_cluster(r, *t, cfg->cluster);
+  if (const toml::table* t = r.table(root, "responses", "responses")) read_responses(r, *t, cfg->responses);
 
   std::vector<group_draft> drafts;
   for (const toml::table* t : r.tables(root, "group")) {

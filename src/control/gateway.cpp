@@ -47,6 +47,7 @@ struct gateway::mesh_storage {
   // [cluster]: by shard, its queues to and from the lender (empty: none).
   std::vector<std::unique_ptr<proxy::mesh_queue>> to_lender, from_lender;
   std::atomic<shard::reactor*> control_reactor{nullptr};
+  std::atomic<shard::reactor*> store_reactor{nullptr};
 
   mesh_storage(size_t n, size_t keys, bool lender);
   // Shard i's view; `to_control` is its outcome queue.
@@ -167,6 +168,8 @@ bool held_elsewhere(const config::socket_address& la) {
 
 // Frees what a control message owns (a reload's snapshot and context).
 void release_control(control_message& m) noexcept {
+  delete m.record;
+  m.record = nullptr;
   delete m.snapshot;
   delete m.tls;
   m.snapshot = nullptr;
@@ -256,6 +259,7 @@ proxy::shard_mesh gateway::mesh_storage::view(size_t i, proxy::outcome_queue& to
   }
   m.count = static_cast<uint32_t>(count);
   m.to_control = &to_control;
+  m.store_reactor = &store_reactor;
   m.quota_levels = quota_levels.get();
   m.quota_keys_max = keys_max;
   m.budgets = budgets;
@@ -337,6 +341,7 @@ void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cp
   l.cfg = cfg;
   l.metrics = &_metrics->shard(l.index);
   l.mesh = _mesh->view(l.index, l.outcomes);
+  l.mesh.to_store = &l.store_ops;
   _shards.push_back(std::move(s));
 }
 
@@ -367,6 +372,9 @@ gateway::~gateway() {
     while (s->link.inbox.try_pop(m)) release_control(m);
     for (control_message& b : s->backlog) release_control(b);
     s->backlog.clear();
+    // Store operations nobody took: their records.
+    proxy::store_op op;
+    while (s->link.store_ops.try_pop(op)) delete op.record;
   }
 }
 
@@ -466,6 +474,27 @@ void gateway::reload(std::shared_ptr<const config::config> next) {
 }
 
 bool gateway::lending() const noexcept { return !_mesh->to_lender.empty(); }
+
+void gateway::set_store_reactor(shard::reactor* r) noexcept {
+  _mesh->store_reactor.store(r, std::memory_order_release);
+}
+
+void gateway::take_store_ops(void (*fn)(void* ctx, uint32_t shard, const proxy::store_op& op), void* ctx) noexcept {
+  for (auto& s : _shards) {
+    proxy::store_op op;
+    while (s->link.store_ops.try_pop(op)) fn(ctx, s->link.index, op);
+  }
+}
+
+bool gateway::answer_store(uint32_t s, uint64_t seq, proxy::store_record* record) noexcept {
+  control_message m;
+  m.what = control_message::kind::store;
+  m.store_seq = seq;
+  m.record = record;
+  if (s < _shards.size() && send_control(*_shards[s], m)) return true;
+  delete record;
+  return false;
+}
 
 void gateway::set_control_reactor(shard::reactor* r) noexcept {
   _mesh->control_reactor.store(r, std::memory_order_release);

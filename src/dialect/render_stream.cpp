@@ -468,6 +468,15 @@ void stream_renderer::end(W& w, bool failed, std::string_view message) {
   w.raw("}\n\n");
 }
 
+bool stream_renderer::write_response(std::string& out) {
+  if (_d != client_dialect::responses || !_done || _out.error) return false;
+  out.clear();
+  openai::detail::string_sink sink{out};
+  sw w(sink);
+  response_object(w, _out.finish_reason == "length" ? "incomplete" : "completed");
+  return true;
+}
+
 render_status stream_renderer::feed(std::string_view data, char* out, size_t cap, size_t& written) noexcept {
   written = 0;
   if (_done) return render_status::ok;

@@ -14,6 +14,7 @@
 //   reasoning.effort (reasoning_effort), stream
 // Other item and tool types are a 400 naming them.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "request_common.hpp"
@@ -100,15 +101,21 @@ struct call_ids {
   }
 };
 
-bool input_items(job& j, element input, uint32_t& count) {
+// The items of `lists` (the stored conversation's, then the request's), in
+// order, as chat messages.
+// `outputs_on_trust`: a function_call_output may answer a call not given
+// here (previous_response_id names a conversation not read in yet).
+bool input_items(job& j, std::initializer_list<element> lists, uint32_t& count, bool outputs_on_trust = false) {
   auto next = [&] { j.w.raw(count++ == 0 ? "" : ","); };
   call_ids calls;
+  calls.overflow = outputs_on_trust;
   bool calls_open = false;  // an assistant message with tool_calls is open
   auto close_calls = [&] {
     if (calls_open) j.w.raw("]}");
     calls_open = false;
   };
   uint32_t i = 0;
+  for (element input : lists)
   for (element item : as_array(input)) {
     if (!item.is_object()) return j.fail(j.at("input[%u]", i), "must be an object");
     std::string_view type = get_string(item, "type");
@@ -173,7 +180,6 @@ bool input_items(job& j, element input, uint32_t& count) {
     ++i;
   }
   close_calls();
-  if (count == 0) return j.fail("input", "input: at least one message is required");
   return true;
 }
 
@@ -245,7 +251,7 @@ bool text_format(job& j, element text) {
 }  // namespace
 
 bool request_translator::responses(std::string_view body, std::string& out, translated_request& t,
-                                   openai::request_error& err) {
+                                   openai::request_error& err, std::string_view history, std::string* items) {
   t = {};
   out.clear();
   openai::detail::string_sink sink{out};
@@ -259,10 +265,20 @@ bool request_translator::responses(std::string_view body, std::string& out, tran
   if (model.empty()) return j.fail("model", "Missing required parameter: 'model'.");
   element v;
   if (member(root, "previous_response_id", v)) {
-    t.previous_response_id = v.is_string() ? std::string_view(v.get_string().value_unsafe()) : std::string_view("?");
+    if (!v.is_string() || v.get_string().value_unsafe().empty()) return j.fail("previous_response_id", "must be a response id");
+    t.previous_response_id = v.get_string().value_unsafe();
   }
+  if (member(root, "store", v) && v.get_bool().get(t.store) != simdjson::SUCCESS) return j.fail("store", "must be a boolean");
   element input;
   if (!member(root, "input", input)) return j.fail("input", "Missing required parameter: 'input'.");
+  // The stored conversation this one continues (previous_response_id).
+  element earlier;
+  if (!history.empty()) {
+    _history.assign("[").append(history).append("]");
+    if (_history_parser.parse(_history).get(earlier) != simdjson::SUCCESS || !earlier.is_array()) {
+      return j.fail("previous_response_id", "the stored conversation could not be read");
+    }
+  }
   w.raw("{\"model\":");
   w.str(model);
   w.raw(",\"messages\":[");
@@ -275,15 +291,37 @@ bool request_translator::responses(std::string_view body, std::string& out, tran
     ++count;
   }
   if (input.is_string()) {
+    if (!history.empty() && !input_items(j, {earlier}, count)) return false;
     w.raw(count++ == 0 ? "{\"role\":\"user\",\"content\":" : ",{\"role\":\"user\",\"content\":");
     w.str(input.get_string().value_unsafe());
     w.raw("}");
   } else if (input.is_array()) {
-    if (!input_items(j, input, count)) return false;
+    // A conversation named but not given: its calls are not known here (a
+    // native backend holds them; a translated group reads them in first).
+    const bool on_trust = history.empty() && !t.previous_response_id.empty();
+    if (!(history.empty() ? input_items(j, {input}, count, on_trust) : input_items(j, {earlier, input}, count))) return false;
+    if (count == 0) return j.fail("input", "input: at least one message is required");
   } else {
     return j.fail("input", "must be a string or an array of items");
   }
   w.raw("]");
+  if (items != nullptr) {
+    // The conversation so far as items, for the response store.
+    items->assign(history);
+    if (input.is_string()) {
+      if (!items->empty()) items->push_back(',');
+      openai::detail::string_sink isink{*items};
+      writer iw(isink);
+      iw.raw("{\"type\":\"message\",\"role\":\"user\",\"content\":");
+      iw.str(input.get_string().value_unsafe());
+      iw.raw("}");
+    } else {
+      for (element item : as_array(input)) {
+        if (!items->empty()) items->push_back(',');
+        *items += simdjson::minify(item);
+      }
+    }
+  }
   if (member(root, "max_output_tokens", v)) {
     int64_t n = 0;
     if (v.get_int64().get(n) != simdjson::SUCCESS || n < 1) return j.fail("max_output_tokens", "must be a positive integer");

@@ -334,6 +334,10 @@ constexpr stat_row k_stat_rows[] = {
      "Auto-model decisions in embeddings mode by the shard's cache: hit (decided from an earlier call's answer) or "
      "miss (a call was needed)."},
     {stat::router_embeddings_cache_misses, "sluice_router_embeddings_cache_total", "counter", "result=\"miss\"", ""},
+    {stat::responses_stored, "sluice_responses_stored_total", "counter", "result=\"kept\"",
+     "[responses] store: rendered Responses replies sent to the store to keep (kept), or not sent because the "
+     "shard's queue to it was full (dropped)."},
+    {stat::responses_store_dropped, "sluice_responses_stored_total", "counter", "result=\"dropped\"", ""},
 };
 
 }  // namespace

@@ -102,6 +102,18 @@ void shard_server::unpark(exchange& x) noexcept {
     _embed.detach(x);  // the call goes on without it
     return;
   }
+  if (x.waiting == exchange::waiting_in::store) {
+    // Out of the store's waiters; its answer, when it comes, finds no one.
+    if (x.wait_hook.prev != nullptr) {
+      x.wait_hook.prev->wait_hook.next = x.wait_hook.next;
+    } else {
+      _store_waiters = x.wait_hook.next;
+    }
+    if (x.wait_hook.next != nullptr) x.wait_hook.next->wait_hook.prev = x.wait_hook.prev;
+    x.wait_hook = {};
+    x.waiting = exchange::waiting_in::none;
+    return;
+  }
   if (x.waiting == exchange::waiting_in::walk) {
     // In a walk's detached chain: unlinked from it (the walk goes on past it).
     if (x.wait_hook.prev != nullptr) x.wait_hook.prev->wait_hook.next = x.wait_hook.next;

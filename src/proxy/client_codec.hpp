@@ -95,6 +95,9 @@ class client_codec {
   // codec was told to wait (after_upstream_send::next_request): go on.
   virtual void request_bytes_free(exchange& x) noexcept = 0;
 
+  // The exchange's policy (null in a test's fake codec).
+  shard_server* policy() const noexcept { return _policy; }
+
  protected:
   client_codec() noexcept = default;
   client_codec(shard_server& policy, metrics::shard_metrics& m) noexcept : _policy(&policy), _counters(&m) {}

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "client_codec.hpp"
+#include "shard_server.hpp"
 #include "wire.hpp"
 #include "sluice/dialect/dialect.hpp"
 
@@ -50,6 +51,9 @@ void take_outcome(exchange& x) noexcept {
   if (r.done()) s.done = true;
   set_facts(s, r.outcome());
   s.content_events = r.outcome().deltas;
+  // Kept before its last bytes go out, so a client's next request never
+  // comes before the store has it.
+  if (r.done() && x.req.store_put && x.codec->policy() != nullptr) x.codec->policy()->keep_response(x);
 }
 
 bool render_batch(exchange& x, byte_buf& f, bool end_client) noexcept {
@@ -111,6 +115,7 @@ bool render_body(exchange& x, std::string_view chat) noexcept {
     ok = false;
   }
   if (ok) set_facts(x.rsp.facts, o);
+  if (ok && !o.error && x.req.store_put && x.codec->policy() != nullptr) x.codec->policy()->keep_response(x);
   return ok;
 }
 

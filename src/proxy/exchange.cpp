@@ -237,17 +237,32 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
     method_ok = x.head.meth == http::method::get;
     x.req.is_models = true;
   } else if (path.starts_with("/v1/responses/") && path.size() > 14) {
-    // GET / DELETE /v1/responses/{id}: served from a response store, and
-    // this gateway keeps none ([responses] store): not found, said plainly.
+    // GET / DELETE /v1/responses/{id}: served from the response store
+    // ([responses] store), after the key is checked (each key sees its own).
     x.req.speaks = dialect::client_dialect::responses;
     if (x.head.meth != http::method::get && x.head.meth != http::method::delete_) {
       method_ok = false;
-    } else {
+    } else if (_cfg->responses.store == config::response_store_mode::off) {
       x.codec->answer_error(x, 404,
                             "No response with this id is kept here: this gateway has no response store "
                             "([responses] store).",
                             "invalid_request_error", {}, "not_found", has_body);
       return false;
+    } else {
+      const std::string_view id = path.substr(14);
+      if (id.size() > 128 || id.find('/') != std::string_view::npos) {
+        x.codec->answer_error(x, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error",
+                              {}, "unknown_url", has_body);
+        return false;
+      }
+      try {
+        x.mem->store_id.assign(id);
+      } catch (...) {
+        x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, has_body);
+        return false;
+      }
+      x.req.store_call = x.head.meth == http::method::get ? canonical_request::store_verb::get
+                                                          : canonical_request::store_verb::remove;
     }
   } else {
     known = false;
@@ -285,6 +300,10 @@ void shard_server::dispatch(exchange& x) noexcept {
   x.inflight_counted = true;
   if (x.req.is_models) {
     answer_models(x);
+    return;
+  }
+  if (x.req.store_call != canonical_request::store_verb::none) {
+    ask_store(x, x.req.store_call == canonical_request::store_verb::get ? store_op::kind::get : store_op::kind::remove);
     return;
   }
   // The shard's in-flight and memory caps: answered before the body is
@@ -366,13 +385,21 @@ void shard_server::route_request(exchange& x) noexcept {
   const config::group_config& grp = _cfg->groups[g];
   if (translated_request(x) && !x.req.count_tokens && !pass_native(x, grp)) return;  // answered
   if (x.req.continues && !x.req.native) {
-    // A translated group has no state of its own to continue from.
-    x.codec->answer_error(x, 400,
-                          "previous_response_id needs a response store, and this gateway keeps none for this model: "
-                          "send the conversation as input items, or set [responses] store.",
-                          "invalid_request_error", "previous_response_id", "unsupported_parameter", false);
-    return;
+    // A translated group has no state of its own to continue from: the
+    // store's conversation is read before the request's input.
+    if (_cfg->responses.store == config::response_store_mode::off) {
+      x.codec->answer_error(x, 400,
+                            "previous_response_id needs a response store, and this gateway keeps none for this model: "
+                            "send the conversation as input items, or set [responses] store.",
+                            "invalid_request_error", "previous_response_id", "unsupported_parameter", false);
+      return;
+    }
+    if (!x.req.history_fetched) {
+      ask_store(x, store_op::kind::get);  // parked: the answer calls route_request() again
+      return;
+    }
   }
+  x.req.store_put = x.req.store_put && !x.req.native;
   const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
   if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
     const std::string_view field = f.max_tokens_named_completion ? "max_completion_tokens" : "max_tokens";
@@ -424,9 +451,15 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
   dialect::translated_request t;
   std::string& out = x.mem->dialect_body;
   bool ok = false;
+  const bool store = _cfg->responses.store != config::response_store_mode::off;
   try {
-    ok = x.req.speaks == dialect::client_dialect::messages ? _translator.messages(body, x.req.count_tokens, out, t, e)
-                                                       : _translator.responses(body, out, t, e);
+    if (x.req.speaks == dialect::client_dialect::messages) {
+      ok = _translator.messages(body, x.req.count_tokens, out, t, e);
+    } else {
+      ok = _translator.responses(body, out, t, e, x.req.history_fetched ? std::string_view(x.mem->store_history) : std::string_view(),
+                                 store ? &x.mem->store_items : nullptr);
+      if (ok && !t.previous_response_id.empty()) x.mem->store_id.assign(t.previous_response_id);
+    }
     out.reserve(out.size() + simdjson::SIMDJSON_PADDING);  // the reader parses it in place
   } catch (...) {  // the string's growth: out of memory
     x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
@@ -437,6 +470,7 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
     return false;
   }
   x.req.continues = !t.previous_response_id.empty();
+  x.req.store_put = store && t.store && x.req.speaks == dialect::client_dialect::responses;
   x.req.body = out;
   return true;
 }

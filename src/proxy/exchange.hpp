@@ -167,6 +167,12 @@ struct exchange_memory {
   std::unique_ptr<dialect::stream_renderer> renderer;
   std::string dialect_reply;
   byte_buf dialect_frame;
+  // [responses] store (response_state.cpp): the response id asked for
+  // (previous_response_id, or GET / DELETE's), the stored conversation it
+  // continues, and this request's conversation so far as items (a put).
+  std::string store_id;
+  std::string store_history;
+  std::string store_items;
   // The usage cut past the largest buffer (relay_state::reframe): made on
   // the connection's first such stream and kept (16 KiB: not on every one).
   std::unique_ptr<usage_event_filter> usage_filter;
@@ -188,6 +194,14 @@ struct canonical_request {
   uint32_t native_model_end = 0;
   std::string_view body;           // a Responses / Messages request: the canonical chat body, in mem->dialect_body
   bool is_models = false;          // GET /v1/models: answered by sluice
+  // [responses] store: GET / DELETE /v1/responses/{id} (mem->store_id); a
+  // previous_response_id's conversation fetched (mem->store_history); this
+  // response to be kept at the end; the operation parked on.
+  enum class store_verb : uint8_t { none, get, remove };
+  store_verb store_call = store_verb::none;
+  bool history_fetched = false;
+  bool store_put = false;
+  uint64_t store_seq = 0;
   uint8_t model_len = 0;
   char model[128] = {};            // the client's model name, for audit and replies (truncated)
 };
@@ -253,7 +267,8 @@ struct exchange {
   // waiters detached (unpark must unlink it from the one it is in).
   // `embeddings`: parked in an embed_router slot (embed_slot), not linked.
   // `fair`: queued for a slot in its group's fair_queue (adm.wait).
-  enum class waiting_in : uint8_t { none, list, walk, embeddings, fair };
+  // `store`: in the shard's list of exchanges waiting on a store answer.
+  enum class waiting_in : uint8_t { none, list, walk, embeddings, fair, store };
   waiting_in waiting = waiting_in::none;
   // Embeddings mode: a call decided (`decided`: route_group, route_how,
   // route_confidence hold it) or could not (`fallback`: the classifier and

@@ -45,6 +45,10 @@ void apply(shard_server& srv, control_message& m, uint64_t now_ms) noexcept {
   if (m.what == control_message::kind::handover) srv.begin_drain(now_ms + m.drain_ms, true);
   if (m.what == control_message::kind::reopen_audit) srv.reopen_audit();
   if (m.what == control_message::kind::route) srv.apply_route(m.r);
+  if (m.what == control_message::kind::store) {
+    srv.on_store_answer(m.store_seq, m.record);  // the record is the shard's now
+    m.record = nullptr;
+  }
   if (m.what == control_message::kind::reload) {
     std::unique_ptr<std::shared_ptr<const config::config>> next(m.snapshot);
     std::unique_ptr<std::shared_ptr<const tls::context>> tls(m.tls);

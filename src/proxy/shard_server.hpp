@@ -133,6 +133,12 @@ class shard_server {
   // The group speaks the client's dialect: its bytes will pass (x.req.native),
   // once checked to read one way only. Returns: false when it answered (400).
   bool pass_native(exchange& x, const config::group_config& grp) noexcept;
+  // [responses] store (response_state.cpp): the control thread's answer to
+  // operation `seq` (`record`: this shard's, null when not found).
+  void on_store_answer(uint64_t seq, store_record* record) noexcept;
+  // A translated Responses reply rendered whole (x.req.store_put): sent to
+  // the store to keep, once (fire and forget), before its last bytes go out.
+  void keep_response(exchange& x) noexcept;
   // The client went away mid-exchange: cancelled, audited 499.
   void cancel(exchange& x) noexcept;
   // A parked exchange leaves the waiter list (its client side closes).
@@ -160,6 +166,12 @@ class shard_server {
 
  private:
   void answer_models(exchange& x) noexcept;
+  // [responses] store (response_state.cpp): posts a get or remove of
+  // x.mem->store_id for x's key and parks x until the answer (false: not
+  // posted, x answered 503); GET / DELETE /v1/responses/{id} answered from
+  // it; a finished translated response kept (fire and forget).
+  bool ask_store(exchange& x, store_op::kind k) noexcept;
+  void answer_store_call(exchange& x, const store_record* r) noexcept;
   // exchange: admission (admission.cpp)
   void admit(exchange& x) noexcept;
   void answer_rate_limited(exchange& x, const quota::decision& q) noexcept;
@@ -214,6 +226,8 @@ class shard_server {
   exchange* _waiters = nullptr;   // parked for quota, oldest first
   exchange* _waiters_tail = nullptr;
   exchange* _walk_next = nullptr;  // a walk of detached waiters: the next one (unpark advances it)
+  exchange* _store_waiters = nullptr;  // parked on a store answer (wait_hook, waiting_in::store)
+  uint64_t _store_seq = 0;
   // Fair admission: each fair group's queue (null: fcfs), what the peers
   // were last told it queues, and a load report owed at once (a borrowed
   // slot).

@@ -323,6 +323,17 @@ struct cluster_config {
   bool enabled() const { return !redis.empty(); }
 };
 
+// [responses]: the response store that previous_response_id, GET and
+// DELETE /v1/responses/{id} read on groups that translate Responses (README
+// "Responses state"). Kept by the control thread; shards reach it by
+// messages and never wait on it.
+enum class response_store_mode : uint8_t { off, local };
+struct responses_config {
+  response_store_mode store = response_store_mode::off;
+  uint32_t store_ttl_s = 3600;                 // an entry lives this long after its response
+  uint64_t store_max_bytes = 64ull << 20;      // the store's entries together; the oldest go first beyond
+};
+
 struct config {
   std::string source;  // file path, or "<embedded default>"
   server_config server;
@@ -336,6 +347,7 @@ struct config {
   router_config router;                  // [router]
   std::vector<rule_config> rules;        // [[rule]], in file order
   cluster_config cluster;                // [cluster]
+  responses_config responses;            // [responses]
 };
 
 // Command-line flags as parsed; empty optionals mean "not given".

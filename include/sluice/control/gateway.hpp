@@ -22,6 +22,8 @@
 
 namespace sluice::proxy {
 struct control_message;
+struct store_op;
+struct store_record;
 }  // namespace sluice::proxy
 
 namespace sluice::control {
@@ -115,6 +117,17 @@ class gateway {
   // The published quota levels (the lender's row is shard_count()).
   std::atomic<int64_t>* quota_cells() const noexcept;
   uint32_t quota_stride() const noexcept;
+
+  // [responses] store: the control thread, once its reactor exists, is
+  // woken when a shard posts a store operation.
+  void set_store_reactor(shard::reactor* r) noexcept;
+  // Control thread: every store operation the shards posted, in order per
+  // shard (the shard's index with it). A put's record becomes the callee's.
+  void take_store_ops(void (*fn)(void* ctx, uint32_t shard, const proxy::store_op& op), void* ctx) noexcept;
+  // Control thread: the answer to shard `s`'s operation `seq` (`record`
+  // null: not found). The record becomes the shard's (deleted here when the
+  // shard has stopped). Returns: false when it could not be queued.
+  bool answer_store(uint32_t s, uint64_t seq, proxy::store_record* record) noexcept;
 
   // Stop accepting, finish in-flight requests up to drain_ms, then stop.
   void drain(uint32_t drain_ms) noexcept;

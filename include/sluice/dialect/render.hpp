@@ -85,6 +85,10 @@ class stream_renderer {
   render_status finish(bool failed, char* out, size_t cap, size_t& written) noexcept;
 
   bool done() const noexcept { return _done; }
+  // Responses, once done() without an error: the response object its
+  // response.completed (or .incomplete) carried, into `out` (replaced), for
+  // the response store. Returns: false when there is none. Cold path.
+  bool write_response(std::string& out);
   const reply_outcome& outcome() const noexcept { return _out; }
 
  private:

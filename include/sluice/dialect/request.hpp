@@ -20,6 +20,7 @@ struct translated_request {
   bool stream = false;
   // Responses: `previous_response_id` was given (a store must hold it).
   std::string_view previous_response_id;
+  bool store = true;  // Responses: `store` (false: the response is not kept)
 };
 
 // Shard-local, one per shard. `body` needs simdjson's padding readable
@@ -37,11 +38,18 @@ class request_translator {
   // `count_only`: count_tokens, which has no max_tokens.
   bool messages(std::string_view body, bool count_only, std::string& out, translated_request& t,
                 openai::request_error& err);
-  // OpenAI Responses (POST /v1/responses).
-  bool responses(std::string_view body, std::string& out, translated_request& t, openai::request_error& err);
+  // OpenAI Responses (POST /v1/responses). `history`: the stored
+  // conversation it continues (previous_response_id), as comma-separated
+  // item objects, read before `input`. `items` (when not null): replaced by
+  // the conversation up to this request as such items (history, then
+  // input), for the response store.
+  bool responses(std::string_view body, std::string& out, translated_request& t, openai::request_error& err,
+                 std::string_view history = {}, std::string* items = nullptr);
 
  private:
   simdjson::dom::parser _parser;
+  simdjson::dom::parser _history_parser;
+  std::string _history;
   char _param[96] = {};
 };
 

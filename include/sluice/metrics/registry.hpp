@@ -126,6 +126,8 @@ enum class stat : uint8_t {
   router_embeddings_busy,    // pending decisions that found every call slot of the shard busy
   router_embeddings_cache_hits,    // auto-model decisions taken from the shard's embeddings cache
   router_embeddings_cache_misses,  // ... that needed a call
+  responses_stored,          // [responses] store: responses sent to the store to keep
+  responses_store_dropped,   // ... not sent: the shard's queue to the store was full
   count_
 };
 inline constexpr size_t stat_count = static_cast<size_t>(stat::count_);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "sluice/config/config.hpp"
@@ -41,6 +42,28 @@ struct upstream_outcome {
 };
 using outcome_queue = shard::spsc_queue<upstream_outcome, 4096>;
 
+// The response store's entry ([responses] store, kept by the control
+// thread: control::response_store), as it travels between a shard and the
+// control thread on the heap: a put's record is the control thread's once
+// pushed; a get's answer is the shard's once popped.
+struct store_record {
+  std::string id;        // "resp_" + the request id
+  std::string key_id;    // the key that made it: no other key reads or deletes it
+  // The conversation as Responses input items, comma-separated JSON objects.
+  // A put: up to this response's input (the store adds its output items).
+  std::string items;
+  std::string response;  // the response object, as GET answers it
+};
+
+// Shard -> control: one operation on the store. get / remove name the id
+// and the asking key in `record` (id, key_id) and are answered with `seq`.
+struct store_op {
+  enum class kind : uint8_t { get, put, remove } what = kind::get;
+  uint64_t seq = 0;
+  store_record* record = nullptr;
+};
+using store_queue = shard::spsc_queue<store_op, 1024>;
+
 // The shards' queues to each other, owned by the control thread's gateway
 // (which outlives every shard thread); each shard holds this view of them.
 struct shard_mesh {
@@ -51,6 +74,10 @@ struct shard_mesh {
   std::atomic<int64_t>* quota_levels = nullptr;            // see quota::slices_options::published
   uint32_t quota_keys_max = 0;                             // keys per shard in quota_levels (reload room)
   quota::budget_board* budgets = nullptr;                  // budget counters (this shard's cells) and flags
+  // [responses] store: this shard's operations, and the control thread's
+  // reactor to wake for them (null until it runs).
+  store_queue* to_store = nullptr;
+  std::atomic<shard::reactor*> const* store_reactor = nullptr;
   // [cluster] mode: this shard's queues to and from the lender (peer
   // `count` of the quota slices; the control thread), and the control
   // thread's reactor to wake (null until it runs). Null: no lender.
@@ -64,7 +91,9 @@ struct shard_mesh {
 struct control_message {
   // handover: a drain whose listening sockets live on in the process that
   // took over (SIGUSR2): accepting stops without shutting them down.
-  enum class kind : uint8_t { drain, reopen_audit, route, reload, handover } what = kind::drain;
+  // store: the answer to the store operation `store_seq`: `record` (the
+  // shard's to delete), or null when the store has no such response.
+  enum class kind : uint8_t { drain, reopen_audit, route, reload, handover, store } what = kind::drain;
   uint32_t drain_ms = 0;  // drain, handover
   route::message r;  // kind::route
   // kind::reload: a heap copy of the snapshot's owner, taken over (and
@@ -74,6 +103,8 @@ struct control_message {
   // reload: the TLS listener's context for new connections (null: none, or
   // unchanged); owned like `snapshot`.
   std::shared_ptr<const tls::context>* tls = nullptr;
+  uint64_t store_seq = 0;             // store
+  store_record* record = nullptr;     // store; owned like `snapshot`
 };
 // 64 control messages: a full inbox means the shard is far behind, and the
 // control thread then waits for it (control ops are rare and cold).
@@ -105,6 +136,7 @@ struct shard_link {
 
   // Shard -> control: the shard pushes, the control thread pops.
   outcome_queue outcomes;
+  store_queue store_ops;
 
   // Written by the shard thread, read by the control thread. `reactor` is
   // set before `ready` (whose release publishes it) and stays null when the

@@ -250,7 +250,7 @@ TEST_SUITE("metrics::registry") {
         "sluice_h2_refused_streams_total", "sluice_h2_client_resets_total", "sluice_h2_defence_goaways_total",
         "sluice_h2_header_lists_too_large_total", "sluice_tls_handshakes_total", "sluice_tls_ktls_connections_total",
         "sluice_edge_protocol_mismatches_total", "sluice_router_embeddings_calls_total",
-        "sluice_router_embeddings_cache_total",
+        "sluice_router_embeddings_cache_total", "sluice_responses_stored_total",
         "sluice_requests_total",         "sluice_tokens_total",        "sluice_router_decisions_total",
         "sluice_dialect_requests_total", "sluice_quota_rejected_total",   "sluice_key_requests_total",  "sluice_key_tokens_total",
         "sluice_key_queued_total", "sluice_key_queued_seconds_total", "sluice_admission_queue_depth",

@@ -1,0 +1,98 @@
+#pragma once
+// control: the response store ([responses] store = "local"): the responses
+// sluice rendered for Responses clients on translated groups, by id, so
+// that previous_response_id continues a conversation and GET / DELETE
+// /v1/responses/{id} find it (README "Responses state").
+//
+// Control-thread-local: shards reach it only through store operations on
+// their shard_link (proxy::store_op), which response_keeper answers each
+// loop turn; a shard parks the exchange meanwhile and never waits.
+// Bounded: entries live store_ttl_s after their response, and beyond
+// store_max_bytes the oldest go first.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "sluice/config/config.hpp"
+#include "sluice/proxy/shard.hpp"
+#include "sluice/shard/reactor.hpp"
+
+namespace sluice::control {
+
+class gateway;
+
+class response_store {
+ public:
+  response_store(uint64_t max_bytes, uint64_t ttl_ms) noexcept : _max_bytes(max_bytes), _ttl_ms(ttl_ms) {}
+
+  // Keeps `r` (replacing an entry of its id), its items completed with the
+  // output items of its response object. Returns: false when the response
+  // is not a response object (nothing kept).
+  bool put(proxy::store_record&& r, uint64_t now_ms);
+  // The entry of `id` made by `key_id`, or null (none, expired, or another
+  // key's).
+  const proxy::store_record* get(std::string_view id, std::string_view key_id, uint64_t now_ms) const noexcept;
+  // Returns: whether an entry of `id` made by `key_id` was there (it is not now).
+  bool remove(std::string_view id, std::string_view key_id);
+  // Drops what expired by now.
+  void expire(uint64_t now_ms);
+  void set_limits(uint64_t max_bytes, uint64_t ttl_ms) noexcept;
+
+  size_t size() const noexcept { return _map.size(); }
+  uint64_t bytes() const noexcept { return _bytes; }
+
+ private:
+  struct entry {
+    proxy::store_record r;
+    uint64_t expires_ms = 0;
+    uint64_t stamp = 0;  // which put made it (the order's entries of older puts are stale)
+  };
+  static uint64_t size_of(const proxy::store_record& r) noexcept;
+  void drop(std::unordered_map<std::string, entry>::iterator it);
+  void trim(uint64_t now_ms);
+
+  uint64_t _max_bytes;
+  uint64_t _ttl_ms;
+  uint64_t _bytes = 0;
+  uint64_t _stamp = 0;
+  std::unordered_map<std::string, entry> _map;
+  std::deque<std::pair<uint64_t, std::string>> _order;  // (stamp, id), oldest first
+};
+
+// Control thread: the store and its service. Each loop turn, every shard's
+// store operations are applied and get / remove answered.
+class response_keeper {
+ public:
+  response_keeper(shard::reactor& r, gateway& g, const config::config& cfg);
+  ~response_keeper();
+  response_keeper(const response_keeper&) = delete;
+  response_keeper& operator=(const response_keeper&) = delete;
+  void on_iteration(uint64_t now_ms);
+  void reload(const config::config& cfg) noexcept;
+  const response_store& store() const noexcept { return _store; }
+
+ private:
+  // A get or remove, answered once the turn's puts are in.
+  struct ask {
+    uint32_t shard = 0;
+    proxy::store_op::kind what = proxy::store_op::kind::get;
+    uint64_t seq = 0;
+    proxy::store_record* record = nullptr;  // owned until answered
+    uint32_t read = 0;                      // which read of the queues this turn took it
+  };
+  static constexpr uint32_t k_reads_max = 8;  // reads of the queues a turn
+  static void on_op(void* ctx, uint32_t shard, const proxy::store_op& op);
+  void answer(const ask& a);
+  gateway& _g;
+  response_store _store;
+  std::vector<ask> _asks;
+  uint32_t _reads = 0;  // reads of the queues this turn
+  uint64_t _now_ms = 0;
+  uint64_t _next_expiry_ms = 0;
+};
+
+}  // namespace sluice::control
