@@ -274,7 +274,11 @@ bool request_translator::responses(std::string_view body, std::string& out, tran
   // The stored conversation this one continues (previous_response_id).
   element earlier;
   if (!history.empty()) {
-    _history.assign("[").append(history).append("]");
+    _history.clear();
+    _history.reserve(history.size() + 2 + simdjson::SIMDJSON_PADDING);
+    _history.push_back('[');
+    _history.append(history.data(), history.size());
+    _history.push_back(']');
     if (_history_parser.parse(_history).get(earlier) != simdjson::SUCCESS || !earlier.is_array()) {
       return j.fail("previous_response_id", "the stored conversation could not be read");
     }
@@ -306,8 +310,15 @@ bool request_translator::responses(std::string_view body, std::string& out, tran
   }
   w.raw("]");
   if (items != nullptr) {
-    // The conversation so far as items, for the response store.
-    items->assign(history);
+    // The conversation so far as items, for the response store (the
+    // stored ones as read, so that the list is whole JSON whatever came).
+    items->clear();
+    if (!history.empty()) {
+      for (element item : as_array(earlier)) {
+        if (!items->empty()) items->push_back(',');
+        *items += simdjson::minify(item);
+      }
+    }
     if (input.is_string()) {
       if (!items->empty()) items->push_back(',');
       openai::detail::string_sink isink{*items};

@@ -1,6 +1,7 @@
 // Fuzz target: the client dialects on arbitrary bytes. The whole input is a
 // Messages request and a Responses request (translated to the canonical chat
-// body), a chat.completion body (rendered as a message and as a response),
+// body), a stored Responses conversation a request continues, a
+// chat.completion body (rendered as a message and as a response),
 // and a native reply body (its usage read); cut at blank lines, it is a
 // chat stream's events (rendered in both dialects) and a native stream's
 // (its usage read). What comes out must be what a client or backend can read:
@@ -148,6 +149,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t len) {
   }
   if (translator.responses(input, out, t, err)) {
     SLUICE_FUZZ_CHECK(is_json_object(parser, out));
+  } else {
+    SLUICE_FUZZ_CHECK(!err.message.empty());
+  }
+  // The same bytes as a stored conversation (the items a response store
+  // keeps) before a request that continues it: read or refused, and the
+  // items written for the store, with the stored ones, read as a JSON array.
+  static constexpr std::string_view k_next = R"({"model":"m","previous_response_id":"resp_1","input":[{"role":"user","content":"next"}]})";
+  std::string next_body(k_next);
+  next_body.reserve(next_body.size() + simdjson::SIMDJSON_PADDING);
+  std::string items;
+  if (translator.responses(std::string_view(next_body.data(), k_next.size()), out, t, err, input, &items)) {
+    SLUICE_FUZZ_CHECK(is_json_object(parser, out));
+    SLUICE_FUZZ_CHECK(is_json_object(parser, "{\"items\":[" + items + "]}"));
   } else {
     SLUICE_FUZZ_CHECK(!err.message.empty());
   }

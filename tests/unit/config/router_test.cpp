@@ -1,5 +1,5 @@
-// [router] semantic and the groups' examples: what loads, and each error's
-// FILE:LINE message.
+// [router] semantic and the groups' examples, and [responses]: what loads,
+// and each error's FILE:LINE message.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -169,5 +169,24 @@ TEST_SUITE("config::router") {
     CHECK(norm("翻译", 4) == "翻");  // never half a character
     CHECK(cfg::fasttext_hash("a") == 0xe40c292cu);
     CHECK(cfg::fasttext_hash("\xe7") == 0xe1f37b86u);  // signed char: not 0x620b5c86 (unsigned FNV-1a)
+  }
+}
+
+TEST_SUITE("config::responses") {
+  TEST_CASE("[responses]: off by default; local with its bounds; each wrong value named") {
+    const std::string groups(k_groups);
+    auto d = cfg::load(groups, "test.toml", {});
+    CHECK(d->responses.store == cfg::response_store_mode::off);
+    CHECK(d->responses.store_ttl_s == 3600);
+    CHECK(d->responses.store_max_bytes == (64ull << 20));
+    auto l = cfg::load("[responses]\nstore = \"local\"\nstore_ttl_s = 60\nstore_max_bytes = 1048576\n" + groups, "test.toml", {});
+    CHECK(l->responses.store == cfg::response_store_mode::local);
+    CHECK(l->responses.store_ttl_s == 60);
+    CHECK(l->responses.store_max_bytes == 1048576);
+    CHECK(error_of("[responses]\nstore = \"redis\"\n" + groups) ==
+          "test.toml:2: responses.store \"redis\" is not a store; allowed: off, local");
+    CHECK(error_of("[responses]\nstore_ttl_s = 0\n" + groups).find("store_ttl_s") != std::string::npos);
+    CHECK(error_of("[responses]\nstore_max_bytes = 10\n" + groups).find("store_max_bytes") != std::string::npos);
+    CHECK(error_of("[responses]\nttl = 5\n" + groups).find("ttl") != std::string::npos);
   }
 }

@@ -176,3 +176,43 @@ TEST_CASE("Responses: what is refused names its field") {
   CHECK(r.ok);
   CHECK(r.t.previous_response_id == "resp_1");
 }
+
+TEST_CASE("Responses: a stored conversation is read before the input; the items for the store; store: false") {
+  static request_translator tr;
+  request_error e;
+  translated_request t;
+  std::string out, items;
+  const std::string history =
+      R"({"type":"message","role":"user","content":"weather?"},)"
+      R"({"id":"fc_1","type":"function_call","status":"completed","call_id":"c1","name":"w","arguments":"{}"})";
+  // A function_call_output may answer the stored call; instructions are this request's.
+  std::string body = padded(R"({"model":"m","instructions":"now","previous_response_id":"resp_1",)"
+                            R"("input":[{"type":"function_call_output","call_id":"c1","output":"sunny"}]})");
+  REQUIRE(tr.responses(body, out, t, e, history, &items));
+  CHECK(t.previous_response_id == "resp_1");
+  CHECK(t.store);
+  CHECK(out == R"({"model":"m","messages":[{"role":"system","content":"now"},{"role":"user","content":"weather?"},)"
+               R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w",)"
+               R"("arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]})");
+  std::string expect = history;
+  expect.append(R"(,{"type":"function_call_output","call_id":"c1","output":"sunny"})");
+  CHECK(items == expect);
+  // A string input after the stored items; store: false said.
+  body = padded(R"({"model":"m","input":"and?","store":false,"previous_response_id":"resp_1"})");
+  REQUIRE(tr.responses(body, out, t, e, R"({"role":"user","content":"a"},{"role":"assistant","content":"b"})", &items));
+  CHECK_FALSE(t.store);
+  CHECK(out == R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},)"
+               R"({"role":"user","content":"and?"}]})");
+  CHECK(items == R"({"role":"user","content":"a"},{"role":"assistant","content":"b"},)"
+                 R"({"type":"message","role":"user","content":"and?"})");
+  // Without its conversation read in yet, an output naming a call not given
+  // is taken on trust (the conversation comes before it once read).
+  body = padded(R"({"model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"c9","output":"x"}]})");
+  CHECK(tr.responses(body, out, t, e));
+  // A stored conversation that is not JSON items is refused, naming previous_response_id.
+  body = padded(R"({"model":"m","input":"x","previous_response_id":"resp_1"})");
+  CHECK_FALSE(tr.responses(body, out, t, e, "not json", &items));
+  CHECK(e.param == "previous_response_id");
+  CHECK(responses(R"({"model":"m","input":"x","previous_response_id":7})").param == "previous_response_id");
+  CHECK(responses(R"({"model":"m","input":"x","store":"no"})").param == "store");
+}
