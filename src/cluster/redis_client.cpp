@@ -117,7 +117,7 @@ struct redis_client::io {
 };
 
 struct redis_client::pending {
-  enum class kind : uint8_t { auth, load, call };
+  enum class kind : uint8_t { auth, load, call, command };
   redis_client* owner = nullptr;
   pending* prev = nullptr;
   pending* next = nullptr;
@@ -129,6 +129,7 @@ struct redis_client::pending {
   std::vector<std::string> args;  // call: KEYS, then ARGV
   bucket_fn fn;                   // the bucket scripts' answer
   budget_fn budget_done;          // script::budget's
+  command_fn command_done;        // kind::command's (args: the whole argv)
 };
 
 namespace {
@@ -354,7 +355,9 @@ void redis_client::on_reply(redisAsyncContext* /*ac*/, void* reply, void* privda
     delete p;
     return;
   }
-  if (p->k == pending::kind::call) {
+  if (p->k == pending::kind::command) {
+    self->on_command_reply(p, reply);
+  } else if (p->k == pending::kind::call) {
     self->on_script_reply(p, reply);
   } else {
     self->on_setup_reply(p, reply);
@@ -388,6 +391,12 @@ void redis_client::on_setup_reply(pending* p, const void* reply) {
 
 void redis_client::fail(pending* p, errc why) {
   ++_stats.errors;
+  if (p->k == pending::kind::command) {
+    command_fn fn = std::move(p->command_done);
+    delete p;
+    fn(why);
+    return;
+  }
   if (p->s == script::budget) {
     budget_fn fn = std::move(p->budget_done);
     delete p;
@@ -496,21 +505,58 @@ void redis_client::on_budget_reply(pending* p, const void* reply) {
   fn(std::move(out));
 }
 
+void redis_client::on_command_reply(pending* p, const void* reply) {
+  if (reply == nullptr) {
+    fail(p, _drop_reason);
+    return;
+  }
+  const redisReply* r = as_reply(reply);
+  command_reply out;
+  switch (r->type) {
+    case REDIS_REPLY_NIL: out.nil = true; break;
+    case REDIS_REPLY_INTEGER: out.integer = r->integer; break;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS: out.text.assign(r->str, r->len); break;
+    default:
+      _last_error = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len)
+                                                 : fmt::format("unexpected reply type {}", r->type);
+      fail(p, errc::upstream_protocol);
+      return;
+  }
+  command_fn fn = std::move(p->command_done);
+  delete p;
+  fn(std::move(out));
+}
+
+bool redis_client::command(std::vector<std::string> argv, command_fn fn) {
+  if (!_ready || _ac == nullptr || _dropping || argv.empty()) return false;
+  auto* p = new pending;
+  p->owner = this;
+  p->k = pending::kind::command;
+  p->args = std::move(argv);
+  p->command_done = std::move(fn);
+  if (!send_argv(p, {})) {
+    delete p;
+    return false;
+  }
+  return true;
+}
+
 bool redis_client::send_script(pending* p, bool by_sha) {
   if (_ac == nullptr || _dropping) return false;
   p->by_sha = by_sha;
   const unsigned i = static_cast<unsigned>(p->s);
-  const std::string_view head[2] = {by_sha ? "EVALSHA" : "EVAL",
-                                    by_sha ? std::string_view(_sha[i]) : script_source(p->s)};
+  const std::string keys = std::to_string(p->keys);
+  return send_argv(p, {by_sha ? "EVALSHA" : "EVAL", by_sha ? std::string_view(_sha[i]) : script_source(p->s), keys});
+}
+
+bool redis_client::send_argv(pending* p, std::initializer_list<std::string_view> head) {
   std::vector<const char*> ptrs;
   std::vector<size_t> lens;
   for (std::string_view h : head) {
     ptrs.push_back(h.data());
     lens.push_back(h.size());
   }
-  const std::string keys = std::to_string(p->keys);
-  ptrs.push_back(keys.data());
-  lens.push_back(keys.size());
   for (const std::string& a : p->args) {
     ptrs.push_back(a.data());
     lens.push_back(a.size());

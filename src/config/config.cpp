@@ -169,10 +169,12 @@ void read_responses(const reader& r, const toml::table& t, responses_config& c) 
   if (const toml::node* n = r.read_string(t, "responses", "store", mode)) {
     if (mode == "local") {
       c.store = response_store_mode::local;
+    } else if (mode == "redis") {
+      c.store = response_store_mode::redis;
     } else if (mode == "off") {
       c.store = response_store_mode::off;
     } else {
-      r.fail(*n, fmt::format("responses.store \"{}\" is not a store; allowed: off, local", mode));
+      r.fail(*n, fmt::format("responses.store \"{}\" is not a store; allowed: off, local, redis", mode));
     }
   }
   r.read_uint(t, "responses", "store_ttl_s", c.store_ttl_s, 1, 30u * 86400u, " s");
@@ -623,7 +625,12 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
   }
   if (const toml::table* t = r.table(root, "health", "health")) read_health(r, *t, "health", cfg->health);
   if (const toml::table* t = r.table(root, "cluster", "cluster")) read_cluster(r, *t, cfg->cluster);
-  if (const toml::table* t = r.table(root, "responses", "responses")) read_responses(r, *t, cfg->responses);
+  if (const toml::table* t = r.table(root, "responses", "responses")) {
+    read_responses(r, *t, cfg->responses);
+    if (cfg->responses.store == response_store_mode::redis && !cfg->cluster.enabled()) {
+      r.fail(*t->get("store"), "responses.store = \"redis\" keeps the responses in the cluster's Redis: set [cluster] redis");
+    }
+  }
 
   std::vector<group_draft> drafts;
   for (const toml::table* t : r.tables(root, "group")) {

@@ -486,11 +486,12 @@ void gateway::take_store_ops(void (*fn)(void* ctx, uint32_t shard, const proxy::
   }
 }
 
-bool gateway::answer_store(uint32_t s, uint64_t seq, proxy::store_record* record) noexcept {
+bool gateway::answer_store(uint32_t s, uint64_t seq, proxy::store_record* record, bool unavailable) noexcept {
   control_message m;
   m.what = control_message::kind::store;
   m.store_seq = seq;
   m.record = record;
+  m.store_unavailable = unavailable;
   if (s < _shards.size() && send_control(*_shards[s], m)) return true;
   delete record;
   return false;

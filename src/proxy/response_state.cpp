@@ -57,13 +57,18 @@ bool shard_server::ask_store(exchange& x, store_op::kind k) noexcept {
   return true;
 }
 
-void shard_server::on_store_answer(uint64_t seq, store_record* record) noexcept {
+void shard_server::on_store_answer(uint64_t seq, store_record* record, bool unavailable) noexcept {
   std::unique_ptr<store_record> r(record);
   exchange* x = _store_waiters;
   while (x != nullptr && x->req.store_seq != seq) x = x->wait_hook.next;
   if (x == nullptr) return;  // its client went
   unpark(*x);
   x->codec->wait_for_backend(*x, deadline_kind::none, 0);  // as dispatch left it
+  if (unavailable) {
+    x->codec->answer_error(*x, 503, "The response store cannot be reached. Please try again.", "server_error", {},
+                           "store_unavailable", false, "retry-after: 1\r\n");
+    return;
+  }
   if (x->req.store_call != canonical_request::store_verb::none) {
     answer_store_call(*x, r.get());
     return;

@@ -46,7 +46,7 @@ void apply(shard_server& srv, control_message& m, uint64_t now_ms) noexcept {
   if (m.what == control_message::kind::reopen_audit) srv.reopen_audit();
   if (m.what == control_message::kind::route) srv.apply_route(m.r);
   if (m.what == control_message::kind::store) {
-    srv.on_store_answer(m.store_seq, m.record);  // the record is the shard's now
+    srv.on_store_answer(m.store_seq, m.record, m.store_unavailable);  // the record is the shard's now
     m.record = nullptr;
   }
   if (m.what == control_message::kind::reload) {

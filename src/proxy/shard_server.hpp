@@ -134,8 +134,9 @@ class shard_server {
   // once checked to read one way only. Returns: false when it answered (400).
   bool pass_native(exchange& x, const config::group_config& grp) noexcept;
   // [responses] store (response_state.cpp): the control thread's answer to
-  // operation `seq` (`record`: this shard's, null when not found).
-  void on_store_answer(uint64_t seq, store_record* record) noexcept;
+  // operation `seq` (`record`: this shard's, null when not found;
+  // `unavailable`: the store could not be asked).
+  void on_store_answer(uint64_t seq, store_record* record, bool unavailable = false) noexcept;
   // A translated Responses reply rendered whole (x.req.store_put): sent to
   // the store to keep, once (fire and forget), before its last bytes go out.
   void keep_response(exchange& x) noexcept;

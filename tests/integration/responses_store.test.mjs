@@ -5,7 +5,9 @@
 // receives is the stored conversation before the new input: the earlier
 // input items and the rendered output items, tool calls included. Each key
 // sees its own responses only; `store: false` keeps nothing; the store is
-// bounded by bytes (oldest first) and by time.
+// bounded by bytes (oldest first) and by time. With store = "redis" two
+// instances share the conversations (a real redis-server), and a Redis
+// that is away is a 503, never a wrong "not found".
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
@@ -13,6 +15,7 @@ import OpenAI from 'openai';
 
 import { gateway_config, poll, samples, scrape } from './lib/gateway.mjs';
 import { bound_ms, start_sluice, stop_all, test_key } from './lib/harness.mjs';
+import { start_redis } from './lib/redis.mjs';
 import { chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 
 const other_key = 'sk-responses-other-0001';
@@ -181,5 +184,56 @@ describe('Responses state: store_ttl_s', () => {
       }
     }, { what: 'the response to expire', timeout_ms: bound_ms(5000) });
     assert.ok(Date.now() - started >= 900, 'not before its second');
+  });
+});
+
+describe('Responses state: store = "redis", two instances', () => {
+  let backend, redis, a, b, via_a, via_b;
+  before(async () => {
+    backend = await chat_backend();
+    redis = await start_redis();
+    const config = gateway_config({
+      tables: { health: { interval_ms: 0 }, cluster: { redis: redis.url }, responses: { store: 'redis', store_ttl_s: 60 } },
+      groups: [{ name: 'chat', models: ['mock-model'], backends: [backend.url] }],
+      keys: [{ id: 'test', key: test_key }, { id: 'other', key: other_key }],
+    });
+    a = await start_sluice({ config });
+    b = await start_sluice({ config });
+    const opts = { maxRetries: 0, timeout: bound_ms(10000) };
+    via_a = new OpenAI({ apiKey: test_key, baseURL: `${a.url}/v1`, ...opts });
+    via_b = new OpenAI({ apiKey: test_key, baseURL: `${b.url}/v1`, ...opts });
+    await Promise.all([a, b].map((s) => s.proc.wait_for_line(/cluster: redis .* connected/, { timeout_ms: bound_ms(5000) })));
+  });
+  after(() => stop_all(a, b, redis, backend));
+
+  it('a response kept by one instance is read, continued and deleted through the other', async () => {
+    const first = await via_a.responses.create({ model: 'mock-model', input: 'Remember 42.' });
+    // The put reaches Redis as the reply goes out: poll the other instance for it.
+    const kept = await poll(async () => (await via_b.responses.retrieve(first.id)).id === first.id,
+      { what: 'the response through the other instance' });
+    assert.ok(kept);
+    await via_b.responses.create({ model: 'mock-model', input: 'Which number?', previous_response_id: first.id });
+    assert.deepEqual(sent(backend), ['user: Remember 42.', `assistant: ${text_of(first)}`, 'user: Which number?']);
+    const other = new OpenAI({ apiKey: other_key, baseURL: `${b.url}/v1`, maxRetries: 0, timeout: bound_ms(10000) });
+    await assert.rejects(other.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+    await via_b.responses.delete(first.id);
+    await assert.rejects(via_a.responses.retrieve(first.id), (e) => e instanceof OpenAI.NotFoundError);
+  });
+
+  it('Redis away: asking the store is a 503 saying so, not a 404; nothing is forwarded', async () => {
+    const r = await via_a.responses.create({ model: 'mock-model', input: 'x' });
+    await redis.stop();
+    const before = backend.requests.length;
+    await poll(async () => {
+      try {
+        await via_a.responses.retrieve(r.id);
+        return false;
+      } catch (e) {
+        return e.status === 503 && /response store/.test(e.message);
+      }
+    }, { what: 'a 503 from the store' });
+    await assert.rejects(via_a.responses.create({ model: 'mock-model', input: 'y', previous_response_id: r.id }),
+      (e) => e.status === 503);
+    assert.equal(backend.requests.length, before);
   });
 });

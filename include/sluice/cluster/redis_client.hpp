@@ -22,6 +22,7 @@
 // issue new commands; they must not destroy the client.
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -80,6 +81,15 @@ struct budget_sums {
 // Errors as bucket_fn's; on success one budget_sums per counter, in order.
 using budget_fn = std::function<void(result<std::vector<budget_sums>>)>;
 
+// A plain command's answer: a bulk or status string, an integer, or nil.
+struct command_reply {
+  bool nil = false;
+  std::string text;
+  int64_t integer = 0;
+};
+// Errors as bucket_fn's (an error reply: upstream_protocol).
+using command_fn = std::function<void(result<command_reply>)>;
+
 class redis_client {
  public:
   struct counters {
@@ -124,6 +134,11 @@ class redis_client {
   // (fn is then never called); else fn is called exactly once, later.
   [[nodiscard]] bool budget(const std::vector<budget_counter>& hashes, std::string_view instance_id, budget_fn fn);
 
+  // A plain command (GET, SET, DEL...), `argv` whole. Returns: false when
+  // not connected (fn is then never called); else fn is called exactly
+  // once, later.
+  [[nodiscard]] bool command(std::vector<std::string> argv, command_fn fn);
+
   // The Redis key holding key_id's bucket.
   std::string bucket_key(std::string_view key_id) const;
   // The hash of one subject's budget window: `subject` "key" or "group",
@@ -143,8 +158,11 @@ class redis_client {
   void on_setup_reply(pending* p, const void* reply);
   void on_script_reply(pending* p, const void* reply);
   void on_budget_reply(pending* p, const void* reply);
+  void on_command_reply(pending* p, const void* reply);
   void fail(pending* p, errc why);
   bool send_script(pending* p, bool by_sha);
+  // Sends `head` then p->args; on success p is linked with its deadline.
+  bool send_argv(pending* p, std::initializer_list<std::string_view> head);
   bool call(script s, std::vector<std::string> args, bucket_fn fn);  // args: KEYS[1], then ARGV
   bool send(pending* p);  // a new call's first send (EVALSHA); false: p is freed, its callback never runs
   void link(pending* p);

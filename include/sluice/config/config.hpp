@@ -327,7 +327,7 @@ struct cluster_config {
 // DELETE /v1/responses/{id} read on groups that translate Responses (README
 // "Responses state"). Kept by the control thread; shards reach it by
 // messages and never wait on it.
-enum class response_store_mode : uint8_t { off, local };
+enum class response_store_mode : uint8_t { off, local, redis };
 struct responses_config {
   response_store_mode store = response_store_mode::off;
   uint32_t store_ttl_s = 3600;                 // an entry lives this long after its response

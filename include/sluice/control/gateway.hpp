@@ -127,7 +127,8 @@ class gateway {
   // Control thread: the answer to shard `s`'s operation `seq` (`record`
   // null: not found). The record becomes the shard's (deleted here when the
   // shard has stopped). Returns: false when it could not be queued.
-  bool answer_store(uint32_t s, uint64_t seq, proxy::store_record* record) noexcept;
+  // `unavailable`: the store could not be asked (the shard answers 503).
+  bool answer_store(uint32_t s, uint64_t seq, proxy::store_record* record, bool unavailable = false) noexcept;
 
   // Stop accepting, finish in-flight requests up to drain_ms, then stop.
   void drain(uint32_t drain_ms) noexcept;

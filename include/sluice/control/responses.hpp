@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sluice/cluster/redis_client.hpp"
 #include "sluice/config/config.hpp"
 #include "sluice/proxy/shard.hpp"
 #include "sluice/shard/reactor.hpp"
@@ -33,6 +34,9 @@ class response_store {
   // output items of its response object. Returns: false when the response
   // is not a response object (nothing kept).
   bool put(proxy::store_record&& r, uint64_t now_ms);
+  // r.items completed by the output items of r.response (what put() keeps).
+  // Returns: false when the response is not a response object.
+  static bool complete(proxy::store_record& r);
   // The entry of `id` made by `key_id`, or null (none, expired, or another
   // key's).
   const proxy::store_record* get(std::string_view id, std::string_view key_id, uint64_t now_ms) const noexcept;
@@ -64,7 +68,11 @@ class response_store {
 };
 
 // Control thread: the store and its service. Each loop turn, every shard's
-// store operations are applied and get / remove answered.
+// store operations are applied and get / remove answered: from the local
+// store, or (store = "redis") from the cluster's Redis, where an entry is
+// one string key ("<key_prefix>resp:<len>:<key id>:<response id>", the
+// owner in its name) holding the items, a newline and the response object,
+// with the store's TTL; Redis's own memory policy bounds the bytes.
 class response_keeper {
  public:
   response_keeper(shard::reactor& r, gateway& g, const config::config& cfg);
@@ -82,15 +90,20 @@ class response_keeper {
     proxy::store_op::kind what = proxy::store_op::kind::get;
     uint64_t seq = 0;
     proxy::store_record* record = nullptr;  // owned until answered
-    uint32_t read = 0;                      // which read of the queues this turn took it
   };
   static constexpr uint32_t k_reads_max = 8;  // reads of the queues a turn
   static void on_op(void* ctx, uint32_t shard, const proxy::store_op& op);
   void answer(const ask& a);
+  void answer_guarded(const ask& a) noexcept;  // answer(); out of memory: "unavailable"
+  // store = "redis": a put sent, an ask sent (answered from its reply).
+  void put_remote(proxy::store_record& r);
+  void ask_remote(const ask& a);
+  std::string remote_key(std::string_view key_id, std::string_view id) const;
   gateway& _g;
   response_store _store;
+  std::unique_ptr<cluster::redis_client> _redis;  // store = "redis"
+  uint64_t _ttl_ms = 0;
   std::vector<ask> _asks;
-  uint32_t _reads = 0;  // reads of the queues this turn
   uint64_t _now_ms = 0;
   uint64_t _next_expiry_ms = 0;
 };

@@ -105,6 +105,7 @@ struct control_message {
   std::shared_ptr<const tls::context>* tls = nullptr;
   uint64_t store_seq = 0;             // store
   store_record* record = nullptr;     // store; owned like `snapshot`
+  bool store_unavailable = false;     // store: the store could not be asked (Redis away): not "not found"
 };
 // 64 control messages: a full inbox means the shard is far behind, and the
 // control thread then waits for it (control ops are rare and cold).

@@ -183,8 +183,11 @@ TEST_SUITE("config::responses") {
     CHECK(l->responses.store == cfg::response_store_mode::local);
     CHECK(l->responses.store_ttl_s == 60);
     CHECK(l->responses.store_max_bytes == 1048576);
-    CHECK(error_of("[responses]\nstore = \"redis\"\n" + groups) ==
-          "test.toml:2: responses.store \"redis\" is not a store; allowed: off, local");
+    CHECK(error_of("[responses]\nstore = \"memcached\"\n" + groups) ==
+          "test.toml:2: responses.store \"memcached\" is not a store; allowed: off, local, redis");
+    CHECK(error_of("[responses]\nstore = \"redis\"\n" + groups).find("set [cluster] redis") != std::string::npos);
+    auto r = cfg::load("[cluster]\nredis = \"redis://127.0.0.1:6379\"\n[responses]\nstore = \"redis\"\n" + groups, "test.toml", {});
+    CHECK(r->responses.store == cfg::response_store_mode::redis);
     CHECK(error_of("[responses]\nstore_ttl_s = 0\n" + groups).find("store_ttl_s") != std::string::npos);
     CHECK(error_of("[responses]\nstore_max_bytes = 10\n" + groups).find("store_max_bytes") != std::string::npos);
     CHECK(error_of("[responses]\nttl = 5\n" + groups).find("ttl") != std::string::npos);
