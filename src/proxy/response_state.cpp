@@ -23,6 +23,15 @@ std::string_view key_id_of(const config::config& cfg, const exchange& x) noexcep
   return x.key_index >= 0 ? std::string_view(cfg.keys[static_cast<size_t>(x.key_index)].id) : std::string_view();
 }
 
+// `pattern` with its one {} the response id (its first 128 bytes, JSON-
+// escaped), written into x.scratch. Returns: the text.
+std::string_view with_id(exchange& x, fmt::format_string<std::string_view> pattern, std::string_view id) noexcept {
+  char quoted[160];
+  const size_t ql = openai::json_escape(quoted, sizeof quoted, id.substr(0, id.size() < 128 ? id.size() : 128));
+  const auto out = fmt::format_to_n(x.scratch, sizeof x.scratch, pattern, std::string_view(quoted, ql));
+  return std::string_view(x.scratch, out.size < sizeof x.scratch ? out.size : sizeof x.scratch);
+}
+
 }  // namespace
 
 bool shard_server::ask_store(exchange& x, store_op::kind k) noexcept {
@@ -75,12 +84,7 @@ void shard_server::on_store_answer(uint64_t seq, store_record* record, bool unav
   }
   // previous_response_id: the conversation it continues, or a 400.
   if (!r) {
-    char quoted[160];
-    const std::string_view id = x->mem->store_id;
-    const size_t ql = openai::json_escape(quoted, sizeof quoted, id.substr(0, id.size() < 128 ? id.size() : 128));
-    auto msg = fmt::format_to_n(x->scratch, sizeof x->scratch, "Previous response with id '{}' not found.",
-                                std::string_view(quoted, ql));
-    x->codec->answer_error(*x, 400, std::string_view(x->scratch, msg.size < sizeof x->scratch ? msg.size : sizeof x->scratch),
+    x->codec->answer_error(*x, 400, with_id(*x, "Previous response with id '{}' not found.", x->mem->store_id),
                            "invalid_request_error", "previous_response_id", "previous_response_not_found", false);
     return;
   }
@@ -91,12 +95,7 @@ void shard_server::on_store_answer(uint64_t seq, store_record* record, bool unav
 
 void shard_server::answer_store_call(exchange& x, const store_record* r) noexcept {
   if (r == nullptr) {
-    char quoted[160];
-    const std::string_view id = x.mem->store_id;
-    const size_t ql = openai::json_escape(quoted, sizeof quoted, id.substr(0, id.size() < 128 ? id.size() : 128));
-    auto msg = fmt::format_to_n(x.scratch, sizeof x.scratch, "Response with id '{}' not found.",
-                                std::string_view(quoted, ql));
-    x.codec->answer_error(x, 404, std::string_view(x.scratch, msg.size < sizeof x.scratch ? msg.size : sizeof x.scratch),
+    x.codec->answer_error(x, 404, with_id(x, "Response with id '{}' not found.", x.mem->store_id),
                           "invalid_request_error", {}, "not_found", false);
     return;
   }
@@ -105,11 +104,7 @@ void shard_server::answer_store_call(exchange& x, const store_record* r) noexcep
     return;
   }
   // DELETE, as OpenAI answers it.
-  char quoted[160];
-  const size_t ql = openai::json_escape(quoted, sizeof quoted, std::string_view(r->id).substr(0, 128));
-  auto body = fmt::format_to_n(x.scratch, sizeof x.scratch, "{{\"id\":\"{}\",\"object\":\"response\",\"deleted\":true}}",
-                               std::string_view(quoted, ql));
-  x.codec->answer(x, 200, std::string_view(x.scratch, body.size < sizeof x.scratch ? body.size : sizeof x.scratch), false,
+  x.codec->answer(x, 200, with_id(x, "{{\"id\":\"{}\",\"object\":\"response\",\"deleted\":true}}", r->id), false,
                   {}, {});
 }
 
