@@ -90,9 +90,52 @@ void response_store::set_limits(uint64_t max_bytes, uint64_t ttl_ms) noexcept {
   _ttl_ms = ttl_ms;  // entries already kept keep their expiry
 }
 
+std::string route_book::name_of(std::string_view key_id, std::string_view id) {
+  // The key's id with its length first: no pair of ids makes another's name.
+  return fmt::format("{}:{}:{}", key_id.size(), key_id, id);
+}
+
+void route_book::put(std::string_view key_id, std::string_view id, std::string_view backend, uint64_t now_ms) {
+  std::string name = name_of(key_id, id);
+  const uint64_t stamp = ++_stamp;
+  _order.emplace_back(stamp, name);
+  _map.insert_or_assign(std::move(name), entry{std::string(backend), now_ms + _ttl_ms, stamp});
+  trim(now_ms);
+}
+
+const std::string* route_book::get(std::string_view key_id, std::string_view id, uint64_t now_ms) const {
+  const auto it = _map.find(name_of(key_id, id));
+  if (it == _map.end() || it->second.expires_ms <= now_ms) return nullptr;
+  return &it->second.backend;
+}
+
+void route_book::trim(uint64_t now_ms) {
+  // Oldest first (every entry has the same lifetime): expired ones, then
+  // any beyond the bound.
+  while (!_order.empty()) {
+    const auto& [stamp, name] = _order.front();
+    const auto it = _map.find(name);
+    if (it == _map.end() || it->second.stamp != stamp) {
+      _order.pop_front();  // replaced by a later put
+      continue;
+    }
+    if (it->second.expires_ms > now_ms && _map.size() <= _max_entries) break;
+    _map.erase(it);
+    _order.pop_front();
+  }
+}
+
+void route_book::expire(uint64_t now_ms) { trim(now_ms); }
+
+void route_book::set_limits(size_t max_entries, uint64_t ttl_ms) noexcept {
+  _max_entries = max_entries;
+  _ttl_ms = ttl_ms;
+}
+
 response_keeper::response_keeper(shard::reactor& r, gateway& g, const config::config& cfg)
     : _g(g),
       _store(cfg.responses.store_max_bytes, uint64_t{cfg.responses.store_ttl_s} * 1000),
+      _routes(route_book::entries_for(cfg.responses.store_max_bytes), uint64_t{cfg.responses.store_ttl_s} * 1000),
       _ttl_ms(uint64_t{cfg.responses.store_ttl_s} * 1000) {
   _g.set_store_reactor(&r);
   if (cfg.responses.store != config::response_store_mode::redis) return;
@@ -110,10 +153,10 @@ response_keeper::response_keeper(shard::reactor& r, gateway& g, const config::co
   log::info("responses: the response store is Redis {} (entries live {} s)", cfg.cluster.redis, cfg.responses.store_ttl_s);
 }
 
-std::string response_keeper::remote_key(std::string_view key_id, std::string_view id) const {
+std::string response_keeper::remote_key(std::string_view kind, std::string_view key_id, std::string_view id) const {
   // The owner's id in the name, its length first, so that no pair of ids
   // makes another key's name.
-  return fmt::format("{}resp:{}:{}:{}", _redis->options().key_prefix, key_id.size(), key_id, id);
+  return fmt::format("{}{}:{}:{}:{}", _redis->options().key_prefix, kind, key_id.size(), key_id, id);
 }
 
 void response_keeper::put_remote(proxy::store_record& r) {
@@ -124,7 +167,7 @@ void response_keeper::put_remote(proxy::store_record& r) {
   std::string value;
   value.reserve(r.items.size() + 1 + r.response.size());
   value.append(r.items).append("\n").append(r.response);
-  const bool sent = _redis->command({"SET", remote_key(r.key_id, r.id), std::move(value), "PX", std::to_string(_ttl_ms)},
+  const bool sent = _redis->command({"SET", remote_key("resp", r.key_id, r.id), std::move(value), "PX", std::to_string(_ttl_ms)},
                                     [](result<cluster::command_reply>) {});
   if (!sent) log::warn("responses: Redis is away; a response is not kept");
 }
@@ -134,14 +177,21 @@ void response_keeper::ask_remote(const ask& a) {
   const uint32_t shard = a.shard;
   const uint64_t seq = a.seq;
   gateway* g = &_g;
-  const bool get = a.what == proxy::store_op::kind::get;
-  std::vector<std::string> argv{get ? "GET" : "DEL", remote_key(rec->key_id, rec->id)};
-  const bool sent = _redis->command(std::move(argv), [g, shard, seq, rec, get](result<cluster::command_reply> reply) {
+  const bool route = a.what == proxy::store_op::kind::route_get;
+  const bool get = a.what == proxy::store_op::kind::get || route;
+  std::vector<std::string> argv{get ? "GET" : "DEL", remote_key(route ? "route" : "resp", rec->key_id, rec->id)};
+  const bool sent = _redis->command(std::move(argv), [g, shard, seq, rec, get, route](result<cluster::command_reply> reply) {
     if (!reply) {
       g->answer_store(shard, seq, nullptr, true);
       return;
     }
     const cluster::command_reply& v = reply.value();
+    if (route) {
+      proxy::store_record* out = v.nil ? nullptr : new (std::nothrow) proxy::store_record(*rec);
+      if (out != nullptr) out->backend = v.text;
+      g->answer_store(shard, seq, out, !v.nil && out == nullptr);
+      return;
+    }
     if (!get) {
       g->answer_store(shard, seq, v.integer > 0 ? new proxy::store_record(*rec) : nullptr);
       return;
@@ -167,6 +217,7 @@ response_keeper::~response_keeper() { _g.set_store_reactor(nullptr); }
 
 void response_keeper::reload(const config::config& cfg) noexcept {
   _store.set_limits(cfg.responses.store_max_bytes, uint64_t{cfg.responses.store_ttl_s} * 1000);
+  _routes.set_limits(route_book::entries_for(cfg.responses.store_max_bytes), uint64_t{cfg.responses.store_ttl_s} * 1000);
   _ttl_ms = uint64_t{cfg.responses.store_ttl_s} * 1000;
   if ((cfg.responses.store == config::response_store_mode::redis) != (_redis != nullptr)) {
     log::warn("SIGHUP: [responses] store changed between local and redis; the running instance keeps its store "
@@ -189,6 +240,21 @@ void response_keeper::on_op(void* ctx, uint32_t shard, const proxy::store_op& op
       }
     } catch (const std::bad_alloc&) {
       log::error("responses: out of memory in the response store; a response is not kept");
+    }
+    return;
+  }
+  if (op.what == proxy::store_op::kind::route_put) {
+    try {
+      if (k->_redis) {
+        const bool sent = k->_redis->command(
+            {"SET", k->remote_key("route", rec->key_id, rec->id), std::move(rec->backend), "PX", std::to_string(k->_ttl_ms)},
+            [](result<cluster::command_reply>) {});
+        if (!sent) log::warn("responses: Redis is away; a native response's backend is not kept");
+      } else {
+        k->_routes.put(rec->key_id, rec->id, rec->backend, k->_now_ms);
+      }
+    } catch (const std::bad_alloc&) {
+      log::error("responses: out of memory; a native response's backend is not kept");
     }
     return;
   }
@@ -215,6 +281,11 @@ void response_keeper::answer(const ask& a) {
   }
   std::unique_ptr<proxy::store_record> rec(a.record);
   const auto found = [&] {
+    if (a.what == proxy::store_op::kind::route_get) {
+      const std::string* b = _routes.get(rec->key_id, rec->id, _now_ms);
+      if (b != nullptr) rec->backend = *b;
+      return b != nullptr;
+    }
     if (a.what == proxy::store_op::kind::remove) return _store.remove(rec->id, rec->key_id);
     const proxy::store_record* r = _store.get(rec->id, rec->key_id, _now_ms);
     if (r != nullptr) *rec = *r;  // the copy travels; the store keeps its own
@@ -244,6 +315,7 @@ void response_keeper::on_iteration(uint64_t now_ms) {
   _asks.clear();
   if (now_ms >= _next_expiry_ms) {
     _store.expire(now_ms);
+    _routes.expire(now_ms);
     _next_expiry_ms = now_ms + 1000;
   }
 }

@@ -161,7 +161,7 @@ member_scan top_level_member(std::string_view body, std::string_view key, uint32
   }
 }
 
-void scan_native_event(client_dialect d, std::string_view data, native_usage& u) noexcept {
+void scan_native_event(client_dialect d, std::string_view data, native_usage& u, std::string_view* response_id) noexcept {
   u.content = false;
   const bool messages = d == client_dialect::messages;
   const std::string_view fast = type_of(data);
@@ -190,6 +190,10 @@ void scan_native_event(client_dialect d, std::string_view data, native_usage& u)
     return;
   }
   if (root["response"]["usage"].get(e) == simdjson::SUCCESS && e.is_object()) read_usage(d, e, u, false);
+  std::string_view id;
+  if (response_id != nullptr && type == "response.created" && root["response"]["id"].get_string().get(id) == simdjson::SUCCESS) {
+    *response_id = id;
+  }
 }
 
 native_usage native_body_usage(client_dialect d, std::string_view body) noexcept {

@@ -399,6 +399,13 @@ void shard_server::route_request(exchange& x) noexcept {
       return;
     }
   }
+  if (x.req.continues && x.req.native && x.req.speaks == dialect::client_dialect::responses && !x.req.route_fetched) {
+    // The group's backends hold the conversation: the request goes to the
+    // one that made the response it continues, as far as sluice saw it.
+    x.req.route_fetched = true;
+    if (ask_store(x, store_op::kind::route_get)) return;  // parked: the answer calls route_request() again
+  }
+  x.req.keep_route = x.req.keep_route && x.req.native;
   x.req.store_put = x.req.store_put && !x.req.native;
   const uint64_t group_cap = grp.max_tokens_cap != 0 ? grp.max_tokens_cap : _cfg->quota.max_tokens_cap;
   if (f.max_tokens > 0 && static_cast<uint64_t>(f.max_tokens) > group_cap) {
@@ -416,6 +423,7 @@ void shard_server::route_request(exchange& x) noexcept {
   _prng ^= _prng >> 7;
   _prng ^= _prng << 17;
   x.route_key = route::route_key(_routes->keys(g), x.req.endpoint, f, grp.name, x.head.session_id, _prng);
+  x.route_key.pinned = x.req.pinned_backend;
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
   // the group's default cap) x output_weight (DESIGN.md §4), for each answer
   // the backend generates (n, best_of, prompts of a completions batch).
@@ -471,6 +479,7 @@ bool shard_server::translate_request(exchange& x, std::string_view body) noexcep
   }
   x.req.continues = !t.previous_response_id.empty();
   x.req.store_put = store && t.store && x.req.speaks == dialect::client_dialect::responses;
+  x.req.keep_route = t.store && x.req.speaks == dialect::client_dialect::responses;  // (native groups only)
   x.req.body = out;
   return true;
 }

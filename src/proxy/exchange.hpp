@@ -202,6 +202,14 @@ struct canonical_request {
   bool history_fetched = false;
   bool store_put = false;
   uint64_t store_seq = 0;
+  // A native Responses group's backends hold the conversation: a reply's
+  // backend is kept by its id (keep_route), and previous_response_id asks
+  // for it (route_asked, then route_fetched) to be routed there (pinned,
+  // a global backend index; UINT32_MAX = not known).
+  bool keep_route = false;
+  bool route_asked = false;
+  bool route_fetched = false;
+  uint32_t pinned_backend = UINT32_MAX;
   uint8_t model_len = 0;
   char model[128] = {};            // the client's model name, for audit and replies (truncated)
 };

@@ -108,6 +108,9 @@ class openai_http final : public backend_adapter {
   static void give_back(buffer_lender* l) noexcept;
   // A send of the response's bytes completed: the relay goes on.
   void after_body_sent(exchange& x) noexcept;
+  // A native Responses reply read whole (x.req.keep_route): its backend
+  // kept by the body's top-level "id" (shard_server::keep_route).
+  void keep_body_route(exchange& x) noexcept;
   // An HTTP/1.0 client: the batch's payload, de-chunked, after the head.
   void send_dechunked(exchange& x, bool with_head, bool end_client) noexcept;
   void end_after_done(exchange& x) noexcept;

@@ -20,6 +20,7 @@
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/dialect/native.hpp"
 #include "sluice/http/chunked.hpp"
 #include "sluice/net/socket.hpp"
 #include "sluice/openai/error.hpp"
@@ -152,6 +153,7 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
   }
   r.complete = bs.complete;
+  if (bs.complete && x.req.keep_route) keep_body_route(x);  // before the reply's last bytes go out
   const uint32_t parsed_end = parse_from + static_cast<uint32_t>(bs.consumed);
   if (bs.complete && parsed_end != u->buf.len) r.reusable = false;  // bytes past the end
   if (r.translated && !r.hold_reply && !r.client_done) {
@@ -556,6 +558,20 @@ void openai_http::finish_exchange(exchange& x) noexcept {
     release_upstream(u, x.rsp.reusable);
   }
   x.codec->response_done(x);
+}
+
+void openai_http::keep_body_route(exchange& x) noexcept {
+  // The body is kept up to 1 MiB (on_body_data); a larger one's id is not
+  // read, and its continuation is routed as any request.
+  const relay_state& r = x.rsp;
+  x.req.keep_route = false;
+  if (r.head.event_stream || r.body_overflow || x.status < 200 || x.status > 299 || x.up == nullptr) return;
+  const std::string_view body(x.mem->body.data, x.mem->body.len);
+  uint32_t b = 0, e = 0;
+  if (dialect::top_level_member(body, "id", b, e) != dialect::member_scan::found || e - b < 3 || body[b] != '"') return;
+  const std::string_view id = body.substr(b + 1, e - b - 2);
+  if (id.find('\\') != std::string_view::npos) return;  // ids are plain; an escaped one is not kept
+  _x.keep_route(x, x.up->backend, id);
 }
 
 }  // namespace sluice::proxy

@@ -128,7 +128,9 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
     stream_facts& s = x.rsp.facts;
     dialect::native_usage& u = x.rsp.native_usage;
     ++s.events;
-    if (!ev.truncated) dialect::scan_native_event(x.req.speaks, ev.data, u);
+    std::string_view id;
+    if (!ev.truncated) dialect::scan_native_event(x.req.speaks, ev.data, u, x.req.keep_route ? &id : nullptr);
+    if (!id.empty()) x.up->adapter->_x.keep_route(x, x.up->backend, id);  // before this event goes out
     if (u.content && x.first_token_ms == 0) x.first_token_ms = x.up->adapter->_s.now_ms();
     s.prompt_tokens = u.prompt_tokens;
     s.completion_tokens = u.completion_tokens;

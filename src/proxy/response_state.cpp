@@ -32,6 +32,15 @@ std::string_view with_id(exchange& x, fmt::format_string<std::string_view> patte
   return std::string_view(x.scratch, out.size < sizeof x.scratch ? out.size : sizeof x.scratch);
 }
 
+// The global index of `url` among group `g`'s backends, or UINT32_MAX.
+uint32_t backend_of(const config::config& cfg, uint32_t g, std::string_view url) noexcept {
+  if (g >= cfg.groups.size()) return UINT32_MAX;
+  for (const uint32_t b : cfg.groups[g].backends) {
+    if (cfg.backends[b].url == url && !cfg.backends[b].removed) return b;
+  }
+  return UINT32_MAX;
+}
+
 }  // namespace
 
 bool shard_server::ask_store(exchange& x, store_op::kind k) noexcept {
@@ -50,6 +59,7 @@ bool shard_server::ask_store(exchange& x, store_op::kind k) noexcept {
   }
   if (!ok || _mesh.to_store == nullptr || !_mesh.to_store->try_push(op)) {
     delete op.record;
+    if (k == store_op::kind::route_get) return false;  // routed as if unknown
     x.codec->answer_error(x, 503, "The response store is busy. Please try again.", "server_error", {}, "overloaded",
                           false, "retry-after: 1\r\n");
     return false;
@@ -58,6 +68,7 @@ bool shard_server::ask_store(exchange& x, store_op::kind k) noexcept {
     if (shard::reactor* r = _mesh.store_reactor->load(std::memory_order_acquire)) r->wake();
   }
   x.req.store_seq = op.seq;
+  x.req.route_asked = k == store_op::kind::route_get;
   x.waiting = exchange::waiting_in::store;
   x.wait_hook = {};
   x.wait_hook.next = _store_waiters;
@@ -73,6 +84,15 @@ void shard_server::on_store_answer(uint64_t seq, store_record* record, bool unav
   if (x == nullptr) return;  // its client went
   unpark(*x);
   x->codec->wait_for_backend(*x, deadline_kind::none, 0);  // as dispatch left it
+  if (x->req.route_asked) {
+    // The backend that made the response continued on a native group; not
+    // known (or the store away): routed as any request, and the backend
+    // says whether it holds the conversation.
+    x->req.route_asked = false;
+    if (r && !unavailable) x->req.pinned_backend = backend_of(*_cfg, x->group, r->backend);
+    route_request(*x);
+    return;
+  }
   if (unavailable) {
     x->codec->answer_error(*x, 503, "The response store cannot be reached. Please try again.", "server_error", {},
                            "store_unavailable", false, "retry-after: 1\r\n");
@@ -138,6 +158,28 @@ void shard_server::keep_response(exchange& x) noexcept {
   }
   rec.release();  // the control thread's now
   _metrics.at(metrics::stat::responses_stored).add();
+  if (_mesh.store_reactor != nullptr) {
+    if (shard::reactor* r = _mesh.store_reactor->load(std::memory_order_acquire)) r->wake();
+  }
+}
+
+void shard_server::keep_route(exchange& x, uint32_t backend, std::string_view response_id) noexcept {
+  x.req.keep_route = false;  // once
+  if (response_id.empty() || response_id.size() > 256 || backend >= _cfg->backends.size()) return;
+  auto rec = std::unique_ptr<store_record>(new (std::nothrow) store_record);
+  if (!rec) return;
+  try {
+    rec->id = response_id;
+    rec->key_id = key_id_of(*_cfg, x);
+    rec->backend = _cfg->backends[backend].url;
+  } catch (...) {
+    return;  // out of memory: not kept (a continuation is routed as any request)
+  }
+  store_op op;
+  op.what = store_op::kind::route_put;
+  op.record = rec.get();
+  if (_mesh.to_store == nullptr || !_mesh.to_store->try_push(op)) return;
+  rec.release();  // the control thread's now
   if (_mesh.store_reactor != nullptr) {
     if (shard::reactor* r = _mesh.store_reactor->load(std::memory_order_acquire)) r->wake();
   }

@@ -140,6 +140,10 @@ class shard_server {
   // A translated Responses reply rendered whole (x.req.store_put): sent to
   // the store to keep, once (fire and forget), before its last bytes go out.
   void keep_response(exchange& x) noexcept;
+  // A native Responses reply of `backend` (x.req.keep_route) named
+  // `response_id`: the backend kept by it (fire and forget, once), before
+  // the reply's last bytes go out, so that previous_response_id reaches it.
+  void keep_route(exchange& x, uint32_t backend, std::string_view response_id) noexcept;
   // The client went away mid-exchange: cancelled, audited 499.
   void cancel(exchange& x) noexcept;
   // A parked exchange leaves the waiter list (its client side closes).

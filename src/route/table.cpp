@@ -185,6 +185,11 @@ choice table::pick(uint32_t group, const route_key_result& key, uint64_t tried_m
   group_state& s = _groups_state[group];
   const uint64_t skip = s.skip | tried_mask | (s.fair ? full_mask(group, _admit_level) : 0);
   uint32_t p = k_none;
+  if (key.pinned != k_none) {
+    for (uint32_t i = 0; i < s.ring.size(); ++i) {
+      if (s.ring.backend(i) == key.pinned && ((skip >> i) & 1) == 0) return {key.pinned, i};
+    }
+  }
   switch (s.keys.mode) {
     case balance_mode::session:
     case balance_mode::prefix:

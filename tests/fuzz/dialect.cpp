@@ -173,7 +173,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t len) {
     std::string_view rest = input;
     while (!rest.empty()) {
       const size_t end = rest.find("\n\n");
-      scan_native_event(d, rest.substr(0, end), u);
+      std::string_view id;
+      scan_native_event(d, rest.substr(0, end), u, &id);
+      // The id is a string the event held (its own bytes, or unescaped).
+      SLUICE_FUZZ_CHECK(id.size() <= end || end == std::string_view::npos);
       rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 2);
     }
     (void)native_body_usage(d, input);

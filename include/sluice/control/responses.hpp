@@ -67,12 +67,49 @@ class response_store {
   std::deque<std::pair<uint64_t, std::string>> _order;  // (stamp, id), oldest first
 };
 
+// The backends that made the responses of groups that speak Responses
+// natively (their backends hold the conversation, so previous_response_id
+// is routed back to the one that made it): (key id, response id) -> the
+// backend's URL. Bounded like the store: entries live store_ttl_s, and
+// beyond `max_entries` the oldest go first.
+class route_book {
+ public:
+  route_book(size_t max_entries, uint64_t ttl_ms) noexcept : _max_entries(max_entries), _ttl_ms(ttl_ms) {}
+  void put(std::string_view key_id, std::string_view id, std::string_view backend, uint64_t now_ms);
+  // The backend of `id` made for `key_id`, or null (none, expired, another key's).
+  const std::string* get(std::string_view key_id, std::string_view id, uint64_t now_ms) const;
+  void expire(uint64_t now_ms);
+  void set_limits(size_t max_entries, uint64_t ttl_ms) noexcept;
+  size_t size() const noexcept { return _map.size(); }
+  // The entries a store of `store_max_bytes` allows (a route is small).
+  static size_t entries_for(uint64_t store_max_bytes) noexcept {
+    return static_cast<size_t>(store_max_bytes / 256 > 1024 ? store_max_bytes / 256 : 1024);
+  }
+
+ private:
+  struct entry {
+    std::string backend;
+    uint64_t expires_ms = 0;
+    uint64_t stamp = 0;
+  };
+  static std::string name_of(std::string_view key_id, std::string_view id);
+  void trim(uint64_t now_ms);
+  size_t _max_entries;
+  uint64_t _ttl_ms;
+  uint64_t _stamp = 0;
+  std::unordered_map<std::string, entry> _map;
+  std::deque<std::pair<uint64_t, std::string>> _order;  // (stamp, name), oldest first
+};
+
 // Control thread: the store and its service. Each loop turn, every shard's
 // store operations are applied and get / remove answered: from the local
 // store, or (store = "redis") from the cluster's Redis, where an entry is
 // one string key ("<key_prefix>resp:<len>:<key id>:<response id>", the
 // owner in its name) holding the items, a newline and the response object,
-// with the store's TTL; Redis's own memory policy bounds the bytes.
+// with the store's TTL; Redis's own memory policy bounds the bytes. Routes
+// of native groups' responses live in the route book, or (store =
+// "redis") as "<key_prefix>route:<len>:<key id>:<response id>" keys
+// holding the backend's URL, so that every instance routes them alike.
 class response_keeper {
  public:
   response_keeper(shard::reactor& r, gateway& g, const config::config& cfg);
@@ -82,6 +119,7 @@ class response_keeper {
   void on_iteration(uint64_t now_ms);
   void reload(const config::config& cfg) noexcept;
   const response_store& store() const noexcept { return _store; }
+  const route_book& routes() const noexcept { return _routes; }
 
  private:
   // A get or remove, answered once the turn's puts are in.
@@ -98,9 +136,10 @@ class response_keeper {
   // store = "redis": a put sent, an ask sent (answered from its reply).
   void put_remote(proxy::store_record& r);
   void ask_remote(const ask& a);
-  std::string remote_key(std::string_view key_id, std::string_view id) const;
+  std::string remote_key(std::string_view kind, std::string_view key_id, std::string_view id) const;
   gateway& _g;
   response_store _store;
+  route_book _routes;
   std::unique_ptr<cluster::redis_client> _redis;  // store = "redis"
   uint64_t _ttl_ms = 0;
   std::vector<ask> _asks;

@@ -38,8 +38,11 @@ struct native_usage {
 // One SSE event's data of a native stream. Events that carry no usage are
 // told apart without a parse (by a "type" that stands first or last); the
 // others are parsed (a thread-local parser and padded copy: no allocation
-// once warm).
-void scan_native_event(client_dialect d, std::string_view data, native_usage& u) noexcept;
+// once warm). `response_id`: set to a Responses stream's id where this
+// event is its response.created (a view valid until the next call on this
+// thread).
+void scan_native_event(client_dialect d, std::string_view data, native_usage& u,
+                       std::string_view* response_id = nullptr) noexcept;
 
 // A non-stream native reply's usage: the last "usage" object in `body` (its
 // whole or its tail), parsed alone.

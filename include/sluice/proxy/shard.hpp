@@ -53,12 +53,19 @@ struct store_record {
   // A put: up to this response's input (the store adds its output items).
   std::string items;
   std::string response;  // the response object, as GET answers it
+  // A route (route_put, route_get's answer): the URL of the backend that
+  // made response `id` on a group that speaks Responses natively, where
+  // previous_response_id must reach that backend again.
+  std::string backend;
 };
 
 // Shard -> control: one operation on the store. get / remove name the id
-// and the asking key in `record` (id, key_id) and are answered with `seq`.
+// and the asking key in `record` (id, key_id) and are answered with `seq`;
+// route_put and route_get do the same for the routes of native groups'
+// responses (kept whatever [responses] store says: local unless it says
+// "redis").
 struct store_op {
-  enum class kind : uint8_t { get, put, remove } what = kind::get;
+  enum class kind : uint8_t { get, put, remove, route_put, route_get } what = kind::get;
   uint64_t seq = 0;
   store_record* record = nullptr;
 };

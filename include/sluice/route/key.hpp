@@ -27,6 +27,10 @@ enum class key_source : uint8_t { session, prefix, random };
 struct route_key_result {
   uint64_t hash = 0;
   key_source source = key_source::random;
+  // A global backend index the request must reach while it can take it
+  // (previous_response_id on a native Responses group: the backend that
+  // holds the conversation); UINT32_MAX = none.
+  uint32_t pinned = UINT32_MAX;
 };
 
 // Precedence: X-Session-ID (mode session, non-empty) -> XXH3 of `model`, then

@@ -74,7 +74,8 @@ class table {
   void apply(const message& m) noexcept;
 
   // Picks the backend for `key` in `group` by the group's balance mode,
-  // skipping down / draining backends and the positions in `tried_mask`.
+  // skipping down / draining backends and the positions in `tried_mask`;
+  // key.pinned first, where it is an eligible member of the group.
   // Returns: a choice; choice.backend == k_none when none is eligible.
   choice pick(uint32_t group, const route_key_result& key, uint64_t tried_mask = 0) noexcept;
 

@@ -8,6 +8,7 @@
 #include "sluice/control/responses.hpp"
 
 using sluice::control::response_store;
+using sluice::control::route_book;
 using sluice::proxy::store_record;
 
 namespace {
@@ -89,4 +90,34 @@ TEST_SUITE("control::response_store") {
     CHECK(s.get("resp_big", "k", 4) == nullptr);
     CHECK(s.get("resp_12", "k", 4) != nullptr);
   }
+
+  TEST_CASE("route book: per key, replaced by a later put, bounded by count oldest first, and by time") {
+    route_book b(3, 5000);
+    b.put("k", "resp_1", "http://a:1", 1000);
+    b.put("k", "resp_2", "http://b:2", 1000);
+    REQUIRE(b.get("k", "resp_1", 1001) != nullptr);
+    CHECK(*b.get("k", "resp_1", 1001) == "http://a:1");
+    CHECK(b.get("other", "resp_1", 1001) == nullptr);  // another key's response is not its own
+    // A key id and a response id that would run together stay apart.
+    b.put("k:1", "x", "http://c:3", 1000);
+    CHECK(b.get("k", "1:x", 1001) == nullptr);
+    // Put again: the newest backend; the old place in the order evicts nothing.
+    b.put("k", "resp_1", "http://b:2", 2000);
+    CHECK(*b.get("k", "resp_1", 2001) == "http://b:2");
+    CHECK(b.size() == 3);
+    b.put("k", "resp_3", "http://a:1", 2000);  // past 3: the oldest (resp_2) goes
+    CHECK(b.size() == 3);
+    CHECK(b.get("k", "resp_2", 2001) == nullptr);
+    CHECK(b.get("k", "resp_1", 2001) != nullptr);
+    CHECK(b.get("k", "resp_3", 2001) != nullptr);
+    // Time: "k:1"'s entry (put at 1000) expires at 6000; resp_1 and resp_3 at 7000.
+    CHECK(b.get("k:1", "x", 6000) == nullptr);
+    b.expire(6000);
+    CHECK(b.size() == 2);
+    b.expire(7000);
+    CHECK(b.size() == 0);
+    CHECK(route_book::entries_for(64u << 20) == (64u << 20) / 256);
+    CHECK(route_book::entries_for(0) == 1024);
+  }
 }
+

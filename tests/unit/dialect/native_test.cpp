@@ -68,6 +68,25 @@ TEST_CASE("a native Responses stream's usage: response.completed's, response.fai
   CHECK(f.error);
 }
 
+TEST_CASE("a native Responses stream's id: response.created's response.id, in any layout, and only there") {
+  native_usage u;
+  std::string_view id;
+  scan_native_event(client_dialect::responses,
+                    R"({ "sequence_number": 0, "response": { "object": "response", "id": "resp_abc", "status": "in_progress" }, "type": "response.created" })",
+                    u, &id);
+  CHECK(id == "resp_abc");
+  std::string_view none;
+  scan_native_event(client_dialect::responses,
+                    R"({"type":"response.completed","response":{"id":"resp_other","usage":{"input_tokens":1,"output_tokens":1}}})", u,
+                    &none);
+  CHECK(none.empty());
+  scan_native_event(client_dialect::responses, R"({"type":"response.created","response":{"id":7}})", u, &none);
+  CHECK(none.empty());
+  scan_native_event(client_dialect::messages, R"({"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":2}}})", u,
+                    &none);
+  CHECK(none.empty());
+}
+
 TEST_CASE("a native body's usage: the last usage object, in either dialect's names") {
   const native_usage m = native_body_usage(
       client_dialect::messages,

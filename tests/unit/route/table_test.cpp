@@ -61,6 +61,34 @@ TEST_SUITE("route::table") {
     CHECK(t.pick(0, key(3)).backend != 0);
   }
 
+  TEST_CASE("a pinned backend is picked whatever the key and mode, while it is eligible; else the key decides") {
+    for (std::string_view mode : {"session", "prefix", "least-loaded", "round-robin"}) {
+      auto cfg = load(mode, "health = { panic_threshold_percent = 0 }\n");
+      table t(*cfg, 0, 1);
+      for (uint64_t i = 0; i < 100; ++i) {
+        route_key_result k = key(i);
+        k.pinned = 1;
+        const choice c = t.pick(0, k);
+        CHECK(c.backend == 1);
+        CHECK(t.ring(0).backend(c.position) == 1);
+      }
+      route_key_result k = key(7);
+      k.pinned = 1;
+      const choice first = t.pick(0, k);
+      // Tried already (a retry), down, or not a member: the key decides.
+      CHECK(t.pick(0, k, uint64_t{1} << first.position).backend != 1);
+      k.pinned = 9;
+      CHECK(t.pick(0, k).backend != k_none);
+      k.pinned = 1;
+      t.apply({message_kind::backend_down, 0, 0, 1, k_none, 0});
+      for (uint64_t i = 0; i < 50; ++i) {
+        route_key_result d = key(i);
+        d.pinned = 1;
+        CHECK(t.pick(0, d).backend != 1);
+      }
+    }
+  }
+
   TEST_CASE("a retry skips the positions already tried") {
     auto cfg = load("session");
     table t(*cfg, 0, 1);
