@@ -41,7 +41,7 @@ const names k_server_keys = {
     "listen", "admin", "admin_token_env", "cpus", "reuseport_steering", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
     "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "memory_max_bytes", "splice",
-    "upstream_buffers", "idle_poll_us", "batch_wait_us", "h2c", "listen_tls", "tls_cert", "tls_key", "tls_min_version", "tls_h2",
+    "upstream_buffers", "idle_poll_us", "batch_wait_us", "ping_interval_ms", "h2c", "listen_tls", "tls_cert", "tls_key", "tls_min_version", "tls_h2",
     "h2_max_concurrent_streams", "h2_stream_window_bytes", "h2_connection_window_bytes", "h2_hpack_table_bytes",
     "h2_resets_per_second_max", "h2_memory_max_bytes"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
@@ -244,6 +244,7 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
   }
   r.read_uint(t, "server", "idle_poll_us", s.idle_poll_us, 0, 1000, " (0 = never poll)");
   r.read_uint(t, "server", "batch_wait_us", s.batch_wait_us, 0, 1000, " (0 = never batch)");
+  r.read_uint(t, "server", "ping_interval_ms", s.ping_interval_ms, 0, 3600000, " (0 = never ping)");
   r.read_bool(t, "server", "h2c", s.h2c);
   r.read_bool(t, "server", "tls_h2", s.tls_h2);
   if (const auto* n = r.read_string(t, "server", "listen_tls", text); n != nullptr && !text.empty()) {

@@ -39,6 +39,7 @@ bool openai_http::translated_head(exchange& x, bool rendered) noexcept {
   r.head_seen = true;
   r.reusable = rh.keep_alive;
   r.facts = stream_facts{};
+  set_pings(x, _cfg->server.ping_interval_ms);
   x.codec->stream_wait(x, _cfg->groups[x.group].upstream.stream_idle_timeout_ms);
   r.fwd_from = rh.head_bytes;
   if (rh.status != 200) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "conn_memory.hpp"
 #include "exchange.hpp"
@@ -47,6 +48,32 @@ inline uint64_t deadline_at(deadline_kind k, uint64_t now_ms, uint64_t ms, uint6
   return at;
 }
 
+// A stream's idle deadline `at` (deadline_at; 0 = none) with a rendered
+// Messages stream's pings (relay_state::ping_ms): kept in r.idle_due_ms;
+// returns when the timer falls due: the next ping tick when it comes first.
+inline uint64_t idle_or_ping_at(relay_state& r, uint64_t now_ms, uint64_t at) noexcept {
+  r.idle_due_ms = at;
+  if (r.ping_ms == 0) return at;
+  const uint64_t tick = now_ms + r.ping_ms;
+  return at == 0 || tick < at ? tick : at;
+}
+
+// Whether a stream's upstream_idle timer that fell due at `now_ms` is a
+// ping tick (its idle deadline still ahead); then the timer is armed again
+// for the rest of it: idle_rest_ms().
+inline bool ping_tick(const relay_state& r, uint64_t now_ms) noexcept {
+  return r.ping_ms != 0 && (r.idle_due_ms == 0 || now_ms < r.idle_due_ms);
+}
+inline uint64_t idle_rest_ms(const relay_state& r, uint64_t now_ms) noexcept {
+  return r.idle_due_ms == 0 ? 0 : r.idle_due_ms - now_ms;
+}
+
+// A ping event as sluice renders one (dialect::stream_renderer::start),
+// bare and as one chunk of an HTTP/1.1 chunked body.
+inline constexpr std::string_view k_ping_event = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
+inline constexpr std::string_view k_ping_chunk = "23\r\nevent: ping\ndata: {\"type\":\"ping\"}\n\n\r\n";
+static_assert(k_ping_event.size() == 0x23 && k_ping_chunk.size() == 0x23 + 6);
+
 enum class conn_state : uint8_t {
   idle,          // keep-alive, waiting for the next request's first byte
   head,          // reading the request head
@@ -78,6 +105,18 @@ struct downstream_conn {
   bool close_after_send = false;
   bool send_busy = false;          // a send is in flight: out / send_iov are the kernel's
   bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
+  // The send in flight is a ping (relay_state::ping_ms): the adapter's
+  // send or end that comes meanwhile is held until its completion.
+  bool ping_busy = false;
+  struct held_send {
+    bool live = false;             // send_response(with_head, body[0..n), lender, chunked)
+    bool done = false;             // response_done()
+    bool with_head = false;
+    uint8_t n = 0;
+    uint8_t chunked = 0;
+    iovec body[3] = {};
+    buffer_lender* lender = nullptr;  // given back if the connection closes meanwhile
+  } held;
   // The upstream connection whose receive buffer the downstream send in
   // flight reads (its buf_pinned): released at that send's completion.
   buffer_lender* send_pin = nullptr;

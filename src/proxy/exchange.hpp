@@ -106,7 +106,13 @@ struct relay_state {
   bool render_failed = false;     // the renderer could not be had (out of memory)
   bool rendered = false;
   bool sending = false;           // a send of the response's bytes is out (openai_http::send_batch .. on_sent)
-  dialect::native_usage native_usage;  // x.req.native: what the reply's events said of usage          // translated from an OpenAI backend for a Responses / Messages client (on_chat_event)
+  dialect::native_usage native_usage;  // x.req.native: what the reply's events said of usage
+  // A Messages stream sluice renders (server.ping_interval_ms; 0 = none):
+  // while the backend is quiet, the codec sends the client a ping event
+  // each ping_ms. The stream's idle deadline proper is idle_due_ms (0 =
+  // none); its timer falls due at the earlier of the two (downstream_conn.hpp).
+  uint32_t ping_ms = 0;
+  uint64_t idle_due_ms = 0;
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent

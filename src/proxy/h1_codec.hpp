@@ -97,8 +97,14 @@ class h1_codec final : public client_codec {
   void close_downstream(downstream_conn* d) noexcept;
   void maybe_free(downstream_conn* d) noexcept;
   // The send that read a lender's buffer completed (or failed): it is its
-  // lender's again.
+  // lender's again; so is a held send's, once the connection closes.
   void give_back_lent_buffer(downstream_conn* d) noexcept;
+  // A rendered Messages stream's ping (relay_state::ping_ms), sent while
+  // no send is in flight; what the adapter sends or ends meanwhile is held
+  // (downstream_conn::held) and goes on at its completion (resume_held).
+  void send_ping(downstream_conn* d) noexcept;
+  void resume_held(downstream_conn* d) noexcept;
+  void drop_held(downstream_conn* d) noexcept;
   void submit_accept() noexcept;
   void submit_tls_accept() noexcept;
   // Handover: closes each listener fd whose accept has ended.

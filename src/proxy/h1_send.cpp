@@ -150,7 +150,7 @@ void h1_codec::send_done(downstream_conn* d, int res) noexcept {
   // pin holds; anything else ends the send's use of the upstream buffer.
   if (d->state == conn_state::closing || res < 0 ||
       !advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
-    give_back_lent_buffer(d);
+    give_back_lent_buffer(d);  // (a ping: none, and what is held stays held unless closing)
   } else {
     // The client took bytes: a stream's idle time starts again (a slow
     // reader is not a stalled one).
@@ -160,16 +160,24 @@ void h1_codec::send_done(downstream_conn* d, int res) noexcept {
     submit_send(d);
     return;
   }
+  const bool ping = d->ping_busy;
+  d->ping_busy = false;
   if (d->state == conn_state::closing) {
     maybe_free(d);
     return;
   }
   if (res < 0) {
     // EPIPE/ECONNRESET: the client is gone.
+    drop_held(d);
     d->peer_eof = true;
     client_gone(d);
     return;
   }
+  if (ping && d->state == conn_state::streaming) {
+    resume_held(d);
+    return;
+  }
+  if (ping) drop_held(d);  // (the exchange left the stream meanwhile: nothing held is owed)
   switch (d->state) {
     case conn_state::body:
       process_input(d);  // 100 Continue is out; read on
@@ -289,6 +297,17 @@ void h1_codec::stream_wait(exchange& x, uint64_t idle_ms) noexcept {
 void h1_codec::send_response(exchange& x, bool with_head, const iovec* body, uint8_t n, buffer_lender* lender,
                              uint8_t chunked) noexcept {
   downstream_conn* d = x.conn;
+  if (d->ping_busy) {
+    // A ping is going out: this send follows it (resume_held).
+    SLUICE_VERIFY(!d->held.live && !d->held.done && n <= 3);
+    d->held.live = true;
+    d->held.with_head = with_head;
+    d->held.n = n;
+    d->held.chunked = chunked;
+    for (uint8_t i = 0; i < n; ++i) d->held.body[i] = body[i];
+    d->held.lender = lender;
+    return;
+  }
   SLUICE_VERIFY(!d->send_busy && d->send_pin == nullptr && n <= 3 && (with_head || n != 0) && chunked == 0);
   uint8_t k = 0;
   if (with_head) {
@@ -316,11 +335,41 @@ void h1_codec::send_response(exchange& x, bool with_head, const iovec* body, uin
 }
 
 void h1_codec::response_done(exchange& x) noexcept {
+  if (x.conn->ping_busy) {
+    x.conn->held.done = true;  // after the ping (resume_held)
+    return;
+  }
   x.conn->state = conn_state::local;  // so on_response_sent() counts it like any answer
   on_response_sent(x.conn);
 }
 
+void h1_codec::send_ping(downstream_conn* d) noexcept {
+  SLUICE_VERIFY(!d->send_busy && !d->ping_busy && !d->held.live && !d->held.done);
+  const std::string_view ping = takes_chunked(d->x) ? k_ping_chunk : k_ping_event;
+  d->send_iov[0] = {const_cast<char*>(ping.data()), ping.size()};
+  d->send_iov_count = 1;
+  d->ping_busy = true;
+  submit_send(d);
+}
+
+void h1_codec::resume_held(downstream_conn* d) noexcept {
+  downstream_conn::held_send h = d->held;
+  d->held = {};
+  if (h.live) {
+    send_response(d->x, h.with_head, h.body, h.n, h.lender, h.chunked);
+  } else if (h.done) {
+    response_done(d->x);
+  }
+}
+
+void h1_codec::drop_held(downstream_conn* d) noexcept {
+  buffer_lender* l = d->held.live ? d->held.lender : nullptr;
+  d->held = {};
+  if (l != nullptr) l->give_back(l);
+}
+
 void h1_codec::give_back_lent_buffer(downstream_conn* d) noexcept {
+  if (d->state == conn_state::closing) drop_held(d);
   buffer_lender* l = d->send_pin;
   if (l == nullptr) return;
   d->send_pin = nullptr;

@@ -283,7 +283,9 @@ void h2_codec::mark_ready(h2_stream* st) noexcept {
 }
 
 void h2_codec::set_deadline(h2_stream* st, deadline_kind k, uint64_t ms) noexcept {
-  const uint64_t at = deadline_at(k, now_ms(), ms, st->x.total_deadline_ms);
+  const uint64_t now = now_ms();
+  uint64_t at = deadline_at(k, now, ms, st->x.total_deadline_ms);
+  if (k == deadline_kind::upstream_idle) at = idle_or_ping_at(st->x.rsp, now, at);
   if (at == 0) {
     st->deadline = deadline_kind::none;
     _timers.cancel(st->timer);
@@ -441,6 +443,7 @@ void h2_codec::flush(h2_link& l, bool may_free) noexcept {
     st->in_ready = false;
     if (st->drained && !st->closed) {
       st->drained = false;
+      const bool sent = st->sending;  // false: a ping's bytes alone (send_ping), no send of the adapter's
       st->sending = false;
       give_back_pin(st);
       if (st->answered) {
@@ -454,7 +457,7 @@ void h2_codec::flush(h2_link& l, bool may_free) noexcept {
             l.session.reset_stream(st->id, h2::no_error);
           }
         }
-      } else if (st->state == conn_state::streaming && !st->finished) {
+      } else if (st->state == conn_state::streaming && !st->finished && sent) {
         // The client took the bytes: a stream's idle time starts again
         // (not the short wait for the backend's end after [DONE]).
         if (st->deadline == deadline_kind::upstream_idle && !st->x.rsp.client_done) {
@@ -815,6 +818,19 @@ void h2_codec::on_deadline(h2_stream* st) noexcept {
       }
       break;
     case deadline_kind::upstream_idle:
+      if (st->state == conn_state::streaming && ping_tick(st->x.rsp, now_ms())) {
+        // The backend is quiet, not yet idle too long: the client hears a
+        // ping, queued as DATA of the stream (static bytes: nothing to
+        // keep), unless the adapter's bytes are on their way anyway. A
+        // send the adapter makes meanwhile queues behind it.
+        set_deadline(st, deadline_kind::upstream_idle, idle_rest_ms(st->x.rsp, now_ms()));
+        if (!st->sending && !st->closed && !st->finished && !st->end_queued && st->x.response_started &&
+            !st->x.rsp.client_done) {
+          const iovec ping{const_cast<char*>(k_ping_event.data()), k_ping_event.size()};
+          (void)l.session.send_body(st->id, std::span<const iovec>(&ping, 1), false);  // false: no head out yet
+        }
+        break;
+      }
       if (st->state == conn_state::streaming && st->timer.deadline_ms != st->x.total_deadline_ms && st->sending &&
           d->send_busy) {
         // The connection's own send has not come back for the whole idle

@@ -74,6 +74,7 @@ void triton_grpc::start_reply(exchange& x) noexcept {
   x.mem->triton.reset(ctx, x.req.is_stream ? nullptr : &x.mem->triton_text);
   x.mem->frame.len = k_batch_room;
   if (renders(x) && x.req.is_stream && !start_rendering(x)) x.rsp.render_failed = true;
+  set_pings(x, _cfg->server.ping_interval_ms);  // from the next stream_wait on
 }
 
 bool triton_grpc::stage_stream_head(exchange& x) noexcept {

@@ -75,6 +75,7 @@ struct server_config {
   uint32_t upstream_buffers = 64;        // per shard, 64 KiB each, lent to backend receives while bytes are held
   uint32_t idle_poll_us = 50;            // a shard with few requests open polls this long before sleeping (0 = never)
   uint32_t batch_wait_us = 0;            // a shard with many requests open waits up to this long for a batch (0 = never)
+  uint32_t ping_interval_ms = 10000;     // a Messages stream sluice renders: a ping event after this long quiet (0 = never)
   // The client edge (TLS, HTTP/2): DESIGN.md §6a.
   bool h2c = true;                       // the plaintext listener also takes HTTP/2 with prior knowledge
   socket_address listen_tls;             // a TLS listener (ALPN h2, http/1.1); unset (length 0) = none

@@ -66,6 +66,7 @@ TEST_SUITE("config::load") {
     CHECK_FALSE(c->server.splice);  // the copy path wins the trickle workload (bench/RESULTS.md)
     CHECK(c->server.upstream_buffers == 64);
     CHECK(c->server.idle_poll_us == 50);
+    CHECK(c->server.ping_interval_ms == 10000);
     CHECK(c->server.batch_wait_us == 0);  // off: it costs CPU on shared cores and trickles (bench/RESULTS.md)
     CHECK(c->upstream.first_byte_timeout_ms == 120000);
     CHECK(c->audit.path == "sluice-audit.jsonl");
@@ -407,6 +408,7 @@ TEST_SUITE("config::errors") {
       {"no upstream buffers", "[server]\nupstream_buffers = 0\n", 2, "upstream_buffers = 0 is out of range"},
       {"poll window too long", "[server]\nidle_poll_us = 1001\n", 2, "server.idle_poll_us = 1001 is out of range"},
       {"batch wait too long", "[server]\nbatch_wait_us = 1001\n", 2, "server.batch_wait_us = 1001 is out of range"},
+      {"ping interval too long", "[server]\nping_interval_ms = 3600001\n", 2, "server.ping_interval_ms = 3600001 is out of range"},
       {"line larger than head", "[server]\nmax_head_bytes = 2048\nmax_line_bytes = 4096\n", 3, "larger than server.max_head_bytes"},
       {"bad listen address", "[server]\nlisten = \"localhost:80\"\n", 2, "server.listen: bad address \"localhost:80\""},
       {"listen without port", "[server]\nlisten = \"127.0.0.1\"\n", 2, "missing \":port\""},
