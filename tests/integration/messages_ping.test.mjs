@@ -7,13 +7,14 @@
 // quiet still ends the stream at stream_idle_timeout_ms. A Responses
 // stream (whose dialect has no ping) gets none.
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
+import http from 'node:http';
 import http2 from 'node:http2';
 import { after, before, describe, it } from 'node:test';
 
 import Anthropic from '@anthropic-ai/sdk';
 
 import { gateway_config } from './lib/gateway.mjs';
+import { post_h2 } from './lib/h2_gateway.mjs';
 import { bound_ms, http_post, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { chat_stream_events, chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 
@@ -43,23 +44,6 @@ function events_of(text) {
 // What a ping-laden stream would be without its pings: the event names.
 const names = (evs) => evs.map((e) => e.event);
 
-async function post_h2(url, path, body) {
-  const session = http2.connect(url);
-  session.on('error', () => {});
-  try {
-    const req = session.request({ ':method': 'POST', ':path': path, 'x-api-key': test_key, 'anthropic-version': '2023-06-01',
-      'content-type': 'application/json' });
-    req.end(JSON.stringify(body));
-    const [headers] = await once(req, 'response');
-    const parts = [];
-    req.on('data', (d) => parts.push(d));
-    await once(req, 'end');
-    return { status: headers[':status'], text: Buffer.concat(parts).toString('utf8') };
-  } finally {
-    session.close();
-  }
-}
-
 describe('Messages streams sluice renders: ping while the backend is quiet', () => {
   const pause_ms = 1200;
   const ping_ms = 200;
@@ -81,7 +65,7 @@ describe('Messages streams sluice renders: ping while the backend is quiet', () 
     messages: [{ role: 'user', content: 'Think first.' }], ...extra });
 
   for (const [proto, post] of [['HTTP/1.1', (p, b) => http_post(sluice.url, p, b, { headers: { 'x-api-key': test_key, 'anthropic-version': '2023-06-01' } })],
-    ['HTTP/2', (p, b) => post_h2(sluice.url, p, b)]]) {
+    ['HTTP/2', (p, b) => post_h2(sluice.url, b, test_key, { path: p, headers: { 'x-api-key': test_key, 'anthropic-version': '2023-06-01' } })]]) {
     it(`${proto}: pings come between whole events while the backend is quiet, and only then`, async () => {
       const r = await post('/v1/messages', body());
       assert.equal(r.status, 200, r.text);
@@ -181,7 +165,6 @@ describe('Messages streams: pings beside a client that reads slowly and a backen
       res.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
       res.on('error', reject);
     });
-    const http = await import('node:http');
     const h1 = await new Promise((resolve, reject) => {
       const req = http.request(`${sluice.url}/v1/messages`, { method: 'POST', headers }, (res) => slow_read(res).then(resolve, reject));
       req.on('error', reject);

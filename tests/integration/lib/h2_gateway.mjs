@@ -115,19 +115,20 @@ export async function curl_post(url, body, { args = [], headers = [], timeout_ms
   return { status: Number(status), http_version, content_type: ct.join(' '), body: r.stdout, stderr: r.stderr };
 }
 
-// One request over HTTP/2 (h2c prior knowledge): {status, text}.
-export async function post_h2(base_url, body, key = test_key) {
+// One request over HTTP/2 (h2c prior knowledge): {status, text}. `path`
+// and `headers` (instead of the bearer key's) for another endpoint.
+export async function post_h2(base_url, body, key = test_key, { path = '/v1/chat/completions', headers } = {}) {
   const session = http2.connect(base_url);
   session.on('error', () => {});
   try {
-    const req = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', authorization: `Bearer ${key}`,
+    const req = session.request({ ':method': 'POST', ':path': path, ...(headers ?? { authorization: `Bearer ${key}` }),
       'content-type': 'application/json' });
     req.end(JSON.stringify(body));
-    const [headers] = await once(req, 'response');
+    const [head] = await once(req, 'response');
     const parts = [];
     req.on('data', (d) => parts.push(d));
     await once(req, 'end');
-    return { status: headers[':status'], text: Buffer.concat(parts).toString('utf8') };
+    return { status: head[':status'], text: Buffer.concat(parts).toString('utf8') };
   } finally {
     session.close();
   }
