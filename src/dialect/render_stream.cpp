@@ -493,10 +493,22 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
         written = sink.size;
         return render_status::ok;
       }
-      if (data.size() > _event_bytes_max) return render_status::malformed;
-      std::memcpy(_padded.get(), data.data(), data.size());
+      if (data.size() > k_large_event_bytes_max) return render_status::malformed;
+      // The usual event in the kept buffers; a larger one in its own (freed
+      // at return, after every view into it is written out).
+      std::unique_ptr<char[]> large_copy;
+      std::unique_ptr<simdjson::dom::parser> large_parser;
+      char* padded = _padded.get();
+      simdjson::dom::parser* parser = &_parser;
+      if (data.size() > _event_bytes_max) {
+        large_copy.reset(new char[data.size() + simdjson::SIMDJSON_PADDING]);
+        large_parser = std::make_unique<simdjson::dom::parser>(data.size());
+        padded = large_copy.get();
+        parser = large_parser.get();
+      }
+      std::memcpy(padded, data.data(), data.size());
       element root;
-      if (_parser.parse(_padded.get(), data.size(), false).get(root) != simdjson::SUCCESS || !root.is_object()) {
+      if (parser->parse(padded, data.size(), false).get(root) != simdjson::SUCCESS || !root.is_object()) {
         return render_status::malformed;
       }
       if (!_started) begin(w);

@@ -136,6 +136,11 @@ void sse_scanner::reset() noexcept {
   _in_event = false;
   _state = line_state::start;
   _name_len = 0;
+  _limit = k_event_bytes_max;
+  if (_cap != k_event_bytes_max) {
+    _buf.reset();
+    _cap = k_event_bytes_max;
+  }
 }
 
 void sse_scanner::end_line(char eol) noexcept {
@@ -160,7 +165,8 @@ void sse_scanner::append(const char* data, size_t len) noexcept {
     _truncated = true;  // out of memory: the bytes still flow, the scan copy is cut
     return;
   }
-  const size_t room = k_event_bytes_max - _len;
+  if (!_truncated && len > _cap - _len) (void)grow(_len + len);  // at the limit: cut below
+  const size_t room = _cap - _len;
   const size_t n = len < room ? len : room;
   std::memcpy(_buf.get() + _len, data, n);
   _len += n;
@@ -171,8 +177,23 @@ bool sse_scanner::have_buffer() noexcept {
   // Made on the first event that needs a copy (several data lines, or one
   // that spans two pieces) and kept: a stream whose events all arrive whole
   // never holds it (an idle stream then costs ~16 KiB less).
-  if (!_buf) _buf.reset(new (std::nothrow) char[k_event_bytes_max]);
+  if (!_buf) {
+    _buf.reset(new (std::nothrow) char[k_event_bytes_max]);
+    _cap = k_event_bytes_max;
+  }
   return _buf != nullptr;
+}
+
+bool sse_scanner::grow(size_t need) noexcept {
+  if (need > _limit) return false;
+  size_t cap = _cap;
+  while (cap < need) cap = cap * 2 < _limit ? cap * 2 : _limit;
+  std::unique_ptr<char[]> b(new (std::nothrow) char[cap]);
+  if (!b) return false;
+  std::memcpy(b.get(), _buf.get(), _len);
+  _buf = std::move(b);
+  _cap = cap;
+  return true;
 }
 
 void sse_scanner::copy_view() noexcept {
@@ -185,7 +206,8 @@ void sse_scanner::copy_view() noexcept {
     _truncated = true;
     return;
   }
-  const size_t n = len < k_event_bytes_max ? len : k_event_bytes_max;
+  if (len > _cap) (void)grow(len);
+  const size_t n = len < _cap ? len : _cap;
   std::memcpy(_buf.get(), v, n);
   _len = n;
   if (n < len) _truncated = true;
@@ -207,6 +229,11 @@ void sse_scanner::dispatch() noexcept {
   _len = 0;
   _truncated = false;
   _has_data = false;
+  if (_cap != k_event_bytes_max) {
+    // A large event's buffer was its own: the stream goes on with the usual one.
+    _buf.reset();
+    _cap = k_event_bytes_max;
+  }
 }
 
 void sse_scanner::feed(const char* data, size_t len) noexcept {

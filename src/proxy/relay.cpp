@@ -75,6 +75,9 @@ void openai_http::on_response_head(exchange& x) noexcept {
       if (x.mem->sse) account_connection_memory(k_sse_scanner_bytes);
     }
     if (x.mem->sse) x.mem->sse->reset();
+    // A native Responses stream's usage is in its last event, which holds
+    // the whole response (all its text): read whole, however large.
+    if (x.mem->sse && x.req.native) x.mem->sse->set_event_limit(dialect::stream_renderer::k_large_event_bytes_max);
   }
   x.rsp.skip_allowed = rh.event_stream && rh.chunked && x.mem->sse &&
                        g.upstream.sse_scan == config::sse_scan_mode::boundaries;

@@ -17,7 +17,8 @@
 //   error                 response.failed                   event: error
 //
 // One renderer per streamed exchange (reused across them with reset()).
-// Its parser is allocated at construction for events up to event_bytes_max;
+// Its parser is allocated at construction for events up to event_bytes_max
+// (a rare larger one gets its own, for that event only);
 // a Responses stream keeps the current item's text (for its .done events
 // and response.completed) in buffers that grow by doubling and stay, so a
 // warm renderer does not allocate per event.
@@ -59,6 +60,11 @@ enum class render_status : uint8_t {
 class stream_renderer {
  public:
   static constexpr uint32_t k_items_max = 64;  // output items (text, tool calls) per reply
+  // An event past event_bytes_max (a whole tool call's arguments in one
+  // delta, as some backends' tool parsers write them) is parsed by a parser
+  // made for it and freed after, up to this; a longer one ends the stream
+  // as malformed.
+  static constexpr size_t k_large_event_bytes_max = 4u << 20;
 
   explicit stream_renderer(size_t event_bytes_max = 64 * 1024);
   stream_renderer(const stream_renderer&) = delete;

@@ -4,7 +4,10 @@
 // in one feed() call is reported in place. Otherwise it is assembled in a
 // bounded buffer of k_event_bytes_max, allocated on the first such event
 // and kept; a longer one is reported with `truncated` set (the bytes still
-// flow to the client; only the scan copy is cut).
+// flow to the client; only the scan copy is cut) -- unless the stream's
+// events must be read whole (set_event_limit: a stream sluice renders, or
+// whose usage lies in a large last event): then the buffer grows by
+// doubling up to that limit for the event, and goes back to its size after it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,7 +39,10 @@ class sse_scanner {
   using callback = void (*)(void* ctx, const sse_event& ev);
   sse_scanner(callback cb, void* ctx) noexcept : _cb(cb), _ctx(ctx) {}
 
+  // Forgets the stream; the event limit goes back to k_event_bytes_max.
   void reset() noexcept;
+  // Events up to `bytes` (at least k_event_bytes_max) are assembled whole.
+  void set_event_limit(size_t bytes) noexcept { _limit = bytes > k_event_bytes_max ? bytes : k_event_bytes_max; }
   // Feeds body bytes in any split; calls back once per complete event
   // (an event ends at an empty line: "\n\n", "\r\n\r\n" or "\r\r").
   // As the WHATWG EventSource parser does: several data lines are joined with
@@ -65,6 +71,9 @@ class sse_scanner {
   void append(const char* data, size_t len) noexcept;
   void copy_view() noexcept;
   bool have_buffer() noexcept;
+  // Room for `need` bytes in all (up to _limit): the buffer doubled, its
+  // bytes kept. Returns: false at the limit or out of memory.
+  bool grow(size_t need) noexcept;
   void dispatch() noexcept;
 
   callback _cb;
@@ -80,7 +89,9 @@ class sse_scanner {
   line_state _state = line_state::start;
   uint8_t _name_len = 0;
   char _name[5] = {};         // enough to tell "data" from anything else
-  std::unique_ptr<char[]> _buf;  // k_event_bytes_max, made on first need
+  std::unique_ptr<char[]> _buf;  // _cap bytes: k_event_bytes_max, made on first need; more only for one event
+  size_t _cap = k_event_bytes_max;
+  size_t _limit = k_event_bytes_max;
 };
 
 }  // namespace sluice::http

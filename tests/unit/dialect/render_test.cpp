@@ -176,6 +176,25 @@ TEST_CASE("a failure: an error event mid-stream, a stream cut short, a malformed
   CHECK(s.feed(R"({"choices":[{"index":0,"delta":{"content":"ab"}}]})", buf.data(), 16, n) == render_status::too_large);
 }
 
+TEST_CASE("an event past the renderer's own bound (a whole tool call in one delta) is rendered whole; past 4 MiB, malformed") {
+  const std::string args = std::string(R"({\"code\":\")") + std::string(200000, 'z') + R"(\"})";
+  std::vector<std::string> chunks = k_text_stream;
+  chunks[4] = R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":")" +
+              args + R"("}}]},"finish_reason":null}]})";
+  chunks.erase(chunks.begin() + 5);
+  const auto ev = events_of(render(client_dialect::messages, chunks));
+  simdjson::dom::parser p;
+  simdjson::dom::element root;
+  REQUIRE(p.parse(ev[6].data).get(root) == simdjson::SUCCESS);
+  CHECK(std::string(root["delta"]["partial_json"].get_string().value()) == "{\"code\":\"" + std::string(200000, 'z') + "\"}");
+  stream_renderer r(16 * 1024);
+  r.reset(client_dialect::responses, {"rid", 1, "m"});
+  const std::string huge = R"({"choices":[{"index":0,"delta":{"content":")" + std::string(stream_renderer::k_large_event_bytes_max, 'h') + R"("}}]})";
+  std::string buf(r.bound(huge.size()), '\0');
+  size_t n = 0;
+  CHECK(r.feed(huge, buf.data(), buf.size(), n) == render_status::malformed);
+}
+
 TEST_CASE("a warm renderer does not allocate per event") {
   stream_renderer r(16 * 1024);
   std::string buf(64 * 1024, '\0');

@@ -118,6 +118,32 @@ TEST_SUITE("http::sse_scanner") {
     CHECK(r.events[1] == "next");
   }
 
+  TEST_CASE("with an event limit, a long event over many pieces is assembled whole; past the limit, cut; reset forgets it") {
+    const std::string big(300000, 'y');
+    const std::string lines = "data: " + big.substr(0, 150000) + "\ndata: " + big.substr(150000) + "\n\n";
+    const std::string in = lines + "data: next\n\n" + "data: " + big + big + "\n\n";
+    recorder r;
+    auto s = std::make_unique<sse_scanner>(recorder::on_event, &r);
+    s->set_event_limit(400000);
+    for (size_t at = 0; at < in.size(); at += 7001) s->feed(in.data() + at, std::min<size_t>(7001, in.size() - at));
+    REQUIRE(r.events.size() == 3);
+    CHECK_FALSE(r.truncated[0]);
+    CHECK(r.events[0] == big.substr(0, 150000) + "\n" + big.substr(150000));
+    CHECK(r.events[1] == "next");
+    CHECK(r.truncated[2]);  // 600 kB: past the limit, cut at what the buffer held
+    CHECK(r.events[2].size() <= 400000);
+    CHECK(r.events[2].size() >= sse_scanner::k_event_bytes_max);
+    // reset(): the default bound again.
+    s->reset();
+    r = recorder{};
+    const std::string again = "data: " + big + "\n\n";
+    s->feed(again.data(), 1000);
+    s->feed(again.data() + 1000, again.size() - 1000);
+    REQUIRE(r.events.size() == 1);
+    CHECK(r.truncated[0]);
+    CHECK(r.events[0].size() == sse_scanner::k_event_bytes_max);
+  }
+
   TEST_CASE("an event with one data line inside one piece is reported in place, whatever its size") {
     const std::string big(sse_scanner::k_event_bytes_max + 100, 'x');
     const std::string in = "data: " + big + "\n\ndata: a\ndata: b\n\n: c\ndata: tail";
