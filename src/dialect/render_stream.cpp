@@ -40,6 +40,14 @@ constexpr std::string_view k_plain_head = "\"choices\":[{\"index\":0,\"delta\":{
 constexpr std::string_view k_plain_tail = "\"},\"logprobs\":null,\"finish_reason\":null}]}";
 
 bool json_string_body(std::string_view t) noexcept {
+  // Nearly every token's text is printable ASCII with nothing escaped: one
+  // branch-free pass says so; anything else is checked byte by byte.
+  bool plain = true;
+  for (const char ch : t) {
+    const auto c = static_cast<unsigned char>(ch);
+    plain &= (c >= 0x20) & (c < 0x80) & (c != '"') & (c != '\\');
+  }
+  if (plain) return true;
   for (size_t i = 0; i < t.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(t[i]);
     if (c == '"' || c < 0x20) return false;
@@ -70,6 +78,12 @@ bool stream_renderer::plain_content(std::string_view data, std::string_view& con
   // vLLM's exact layout, walked once (an id and a model name with no escape
   // in them); anything else is parsed.
   if (data.size() < k_plain_head.size() + k_plain_tail.size() || !data.ends_with(k_plain_tail)) return false;
+  const size_t kept = _plain_head_len;
+  if (kept != 0 && data.size() > kept + k_plain_tail.size() && std::memcmp(data.data(), _plain_head, kept) == 0) {
+    // The head an earlier event's walk checked, byte for byte.
+    content = data.substr(kept, data.size() - kept - k_plain_tail.size());
+    return json_string_body(content);
+  }
   size_t at = 0;
   const auto literal = [&](std::string_view l) {
     if (data.substr(at, l.size()) != l) return false;
@@ -90,7 +104,12 @@ bool stream_renderer::plain_content(std::string_view data, std::string_view& con
   const size_t to = data.size() - k_plain_tail.size();
   if (to <= at) return false;
   content = data.substr(at, to - at);
-  return json_string_body(content);
+  if (!json_string_body(content)) return false;
+  if (at <= sizeof _plain_head) {
+    std::memcpy(_plain_head, data.data(), at);
+    _plain_head_len = static_cast<uint16_t>(at);
+  }
+  return true;
 }
 
 stream_renderer::stream_renderer(size_t event_bytes_max)
@@ -112,6 +131,7 @@ void stream_renderer::reset(client_dialect d, const reply_context& ctx) noexcept
   _seq = 0;
   _out = {};
   _stop_sequence_len = 0;
+  _plain_head_len = 0;
   _delta_len = 0;
   _text.clear();
   _call_id.clear();

@@ -105,7 +105,10 @@ class stream_renderer {
   template <class W> void delta(W& w, open_kind k, std::string_view text, bool escaped);
   void make_delta_parts(open_kind k) noexcept;
   // vLLM's plain content event: its text, still escaped, without a parse.
-  static bool plain_content(std::string_view data, std::string_view& content) noexcept;
+  // The layout's head (id, created, model) is the same for every event of
+  // a stream: once walked, it is kept, and the next events are matched
+  // against it with one compare.
+  bool plain_content(std::string_view data, std::string_view& content) noexcept;
   template <class W> void end(W& w, bool failed, std::string_view message);
   template <class W> void seq(W& w, std::string_view type);
   template <class W> void item_id(W& w);
@@ -123,6 +126,8 @@ class stream_renderer {
   uint32_t _blocks = 0;           // blocks / output items opened so far
   uint64_t _seq = 0;              // Responses: sequence_number
   reply_outcome _out;
+  char _plain_head[320] = {};     // the last plain content event's bytes up to its text (plain_content)
+  uint16_t _plain_head_len = 0;   // 0: none yet
   char _stop_sequence[64] = {};   // vLLM's stop_reason when a stop string ended it
   uint8_t _stop_sequence_len = 0;
   char _item_id[416] = {};        // Responses: the open item's id, escaped and quoted (a 64-byte request id, 6 bytes a byte at worst)
