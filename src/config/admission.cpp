@@ -1,4 +1,4 @@
-// Fair admission (DESIGN.md §2c, §6b): a group's admission mode, its slots
+// Fair admission (docs/architecture.md §2c, §6b): a group's admission mode, its slots
 // per backend and its queue's bounds; a key's weight and priority.
 #include "reader.hpp"
 

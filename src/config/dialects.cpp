@@ -1,4 +1,4 @@
-// The group's dialects (DESIGN.md §6b): which client dialects its backends
+// The group's dialects (docs/architecture.md §6b): which client dialects its backends
 // speak natively, so those pass through and the others are translated.
 #include "reader.hpp"
 

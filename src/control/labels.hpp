@@ -1,5 +1,5 @@
 #pragma once
-// The `protocol` label of a backend's metric series (DESIGN.md §6a), for
+// The `protocol` label of a backend's metric series (docs/architecture.md §6a), for
 // the registry's names (gateway.cpp) and the health checker's own series
 // (health.cpp). Cold path: the control thread, at start, at reloads and
 // per scrape.

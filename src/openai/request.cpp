@@ -1,4 +1,4 @@
-// openai: request body validation and field extraction (DESIGN.md §1 step 3,
+// openai: request body validation and field extraction (docs/architecture.md §1 step 3,
 // §9 "JSON" / "max_tokens"). The scans of backend responses are in
 // response.cpp.
 //
@@ -35,7 +35,7 @@ inline bool is(std::string_view s, const char (&literal)[N]) noexcept {
   return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
 }
 
-constexpr uint32_t depth_max = 64;                // DESIGN.md §9
+constexpr uint32_t depth_max = 64;                // docs/architecture.md §9
 constexpr size_t initial_capacity = 64 * 1024;    // a typical chat body fits
 constexpr size_t pairwise_keys_max = 16;          // above: sort, then compare neighbours
 constexpr size_t quoted_key_max = 64;             // bytes of a key quoted in a message

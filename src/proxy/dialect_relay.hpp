@@ -1,5 +1,5 @@
 #pragma once
-// proxy (private): the client's dialect on the exchange's way (DESIGN.md
+// proxy (private): the client's dialect on the exchange's way (docs/architecture.md
 // §2b). A Responses or Messages request is written as the canonical chat
 // body before policy reads it (shard_server::route_request); every adapter
 // then answers in chat's shape, and what reaches the client is rendered in

@@ -425,7 +425,7 @@ void shard_server::route_request(exchange& x) noexcept {
   x.route_key = route::route_key(_routes->keys(g), x.req.endpoint, f, grp.name, x.head.session_id, _prng);
   x.route_key.pinned = x.req.pinned_backend;
   // Admission cost: estimated input tokens x input_weight + max_tokens (or
-  // the group's default cap) x output_weight (DESIGN.md §4), for each answer
+  // the group's default cap) x output_weight (docs/architecture.md §4), for each answer
   // the backend generates (n, best_of, prompts of a completions batch).
   const uint64_t default_max = grp.default_max_tokens != 0 ? grp.default_max_tokens : _cfg->quota.default_max_tokens;
   const uint64_t max_tokens = f.max_tokens > 0 ? static_cast<uint64_t>(f.max_tokens)

@@ -185,7 +185,7 @@ struct exchange_memory {
 };
 
 // The request as policy reads it, whatever dialect the client speaks
-// (DESIGN.md §2b): set from the path and the body, before routing.
+// (docs/architecture.md §2b): set from the path and the body, before routing.
 struct canonical_request {
   openai::endpoint endpoint = openai::endpoint::chat_completions;
   dialect::client_dialect speaks = dialect::client_dialect::chat;  // the client's dialect (its path)

@@ -1,4 +1,4 @@
-// Fair admission (DESIGN.md §2c, README "Fair admission"): a group with
+// Fair admission (docs/architecture.md §2c, README "Fair admission"): a group with
 // admission = "fair" runs at most max_inflight_per_backend requests per
 // backend; the rest wait here, in the group's quota::fair_queue, and are
 // released by virtual token counters as slots free.

@@ -85,7 +85,7 @@ void openai_http::on_response_head(exchange& x) noexcept {
   x.codec->stream_wait(x, g.upstream.stream_idle_timeout_ms);
 
   // A backend's error answer is held and answered in OpenAI's shape
-  // (DESIGN.md §8: vLLM's flat body, integer codes): nothing of it goes out
+  // (docs/architecture.md §8: vLLM's flat body, integer codes): nothing of it goes out
   // until its body is read. vLLM's are a few hundred bytes; a larger one
   // (or one of unknown length) is held up to the body buffer's bound.
   constexpr uint64_t k_error_hold_max = 64u << 10;

@@ -22,7 +22,7 @@ const rpm_key = 'sk-audit-rpm-1b1b1b';
 const reply_tokens = 10;
 const audit_name = 'sluice-audit.jsonl';
 
-// The fields of DESIGN.md §5 every line has (null where not known).
+// The fields of docs/architecture.md §5 every line has (null where not known).
 const audit_fields = ['time_ms', 'request_id', 'key_id', 'model', 'group', 'backend', 'session_id', 'status',
   'prompt_tokens', 'completion_tokens', 'total_tokens', 'quota_charged', 'ttft_ms', 'duration_ms', 'stream',
   'finish_reason', 'cancelled'];

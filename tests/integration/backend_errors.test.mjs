@@ -1,4 +1,4 @@
-// A backend's error answers (DESIGN.md §8): vLLM's flat error body, its
+// A backend's error answers (docs/architecture.md §8): vLLM's flat error body, its
 // integer codes and its --api-key 401 reach the client in OpenAI's shape;
 // a 502/503 before anything reached the client is retried on the next
 // backend of the ring (issue 3: retry), at most upstream.max_retries times.

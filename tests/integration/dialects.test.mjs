@@ -1,4 +1,4 @@
-// The client dialects (DESIGN.md §2b): the official OpenAI SDK's Responses
+// The client dialects (docs/architecture.md §2b): the official OpenAI SDK's Responses
 // API and the official Anthropic SDK's Messages API through sluice, over an
 // OpenAI-chat backend (mock-vllm, and a scripted backend that writes tool
 // calls in vLLM's shape but with CRLF events, several to a chunk), an

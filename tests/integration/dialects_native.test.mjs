@@ -1,5 +1,5 @@
 // Pass-through of a natively spoken dialect (group.native_dialects,
-// DESIGN.md §2b): a Messages client of a group whose backends serve
+// docs/architecture.md §2b): a Messages client of a group whose backends serve
 // /v1/messages themselves (mock-vllm's own Messages endpoint, and an
 // Anthropic backend, whose group speaks Messages natively by default) gets
 // the backend's bytes unchanged -- the same bytes as asked directly -- and

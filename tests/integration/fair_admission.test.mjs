@@ -1,4 +1,4 @@
-// Fair admission (issue 43, DESIGN.md §2c): a group with admission = "fair"
+// Fair admission (issue 43, docs/architecture.md §2c): a group with admission = "fair"
 // runs at most max_inflight_per_backend requests per backend; the rest wait
 // at the gateway and are released by virtual token counters, priority
 // first. mock-vllm's capacity model (--max-running) stands for vLLM's

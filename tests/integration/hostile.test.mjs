@@ -4,7 +4,7 @@
 // (mock-vllm's /debug/requests stays empty). A second, shorter table holds
 // the look-alike shapes sluice accepts (upgrades it does not honour, trailers
 // it drops, limits met exactly): for those the check is what the backend
-// received. DESIGN.md §9 is the reference for statuses and closes.
+// received. docs/architecture.md §9 is the reference for statuses and closes.
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 

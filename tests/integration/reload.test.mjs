@@ -1,4 +1,4 @@
-// Live reload (issue 3, DESIGN.md §6): SIGHUP re-reads the config file. A
+// Live reload (issue 3, docs/architecture.md §6): SIGHUP re-reads the config file. A
 // valid file becomes every shard's snapshot without dropping a request in
 // flight; an invalid one is logged with its line, counted, and the running
 // config stays. Backends, groups and keys keep their identity across the

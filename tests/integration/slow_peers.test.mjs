@@ -328,7 +328,7 @@ describe('slow reader of a 400 MiB stream', () => {
         assert.equal(running_at_quarter, 1, 'the backend was still generating when a quarter had been read');
         // Asserted in sanitizer builds too: ASan's quarantine would only
         // add to the growth if sluice allocated per event, which it must not
-        // (DESIGN.md §2); measured there, the growth is as small as here.
+        // (docs/architecture.md §2); measured there, the growth is as small as here.
         assert.ok(growth < rss_growth_max, `sluice's RSS grew ${(growth / MiB).toFixed(2)} MiB (limit 8 MiB)`);
         // And sluice still serves.
         const next = await http_post(sluice.url, '/v1/chat/completions', chat_body({ max_tokens: 4 }), { headers: auth });

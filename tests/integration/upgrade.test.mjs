@@ -1,4 +1,4 @@
-// Restart without dropping (issue 19, DESIGN.md §6a): SIGUSR2 re-executes
+// Restart without dropping (issue 19, docs/architecture.md §6a): SIGUSR2 re-executes
 // the program file -- a file replaced since the start is what runs -- with
 // the listening sockets inherited; once the new process serves, the old one
 // stops accepting, drains its streams and exits 0. A new binary that fails

@@ -1,5 +1,5 @@
 #pragma once
-// audit: the per-request record and its JSON line (DESIGN.md §5).
+// audit: the per-request record and its JSON line (docs/architecture.md §5).
 //
 // One record per answered request, rejected ones (401/404/429/4xx) included.
 // The record only borrows: every string is a view into request/session state
@@ -32,7 +32,7 @@ struct record {
   std::string_view finish_reason;   // "stop", "length", …
   std::string_view error;           // error code or reason ("rate_limit_exceeded")
   // The client's dialect: chat | completions | embeddings | responses |
-  // messages (DESIGN.md §6b); written after `error` when set.
+  // messages (docs/architecture.md §6b); written after `error` when set.
   std::string_view dialect;
   // Fair admission: how long the request waited at the gateway for a slot
   // (-1: it was never queued); written after `dialect` when >= 0.

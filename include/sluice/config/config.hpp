@@ -2,7 +2,7 @@
 // config: TOML file + flags -> one validated, immutable snapshot. Cold path
 // only (start-up and SIGHUP); exceptions are allowed here and stop at main().
 //
-// Layout and defaults: DESIGN.md §6 and README "Configuration". Every limit
+// Layout and defaults: docs/architecture.md §6 and README "Configuration". Every limit
 // and timeout has a default so that `sluice` with no arguments runs.
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -76,7 +76,7 @@ struct server_config {
   uint32_t idle_poll_us = 50;            // a shard with few requests open polls this long before sleeping (0 = never)
   uint32_t batch_wait_us = 0;            // a shard with many requests open waits up to this long for a batch (0 = never)
   uint32_t ping_interval_ms = 10000;     // a Messages stream sluice renders: a ping event after this long quiet (0 = never)
-  // The client edge (TLS, HTTP/2): DESIGN.md §6a.
+  // The client edge (TLS, HTTP/2): docs/architecture.md §6a.
   bool h2c = true;                       // the plaintext listener also takes HTTP/2 with prior knowledge
   socket_address listen_tls;             // a TLS listener (ALPN h2, http/1.1); unset (length 0) = none
   std::string tls_cert;                  // PEM: the leaf, then its chain; re-read on SIGHUP
@@ -206,7 +206,7 @@ struct rule_config {
   std::string origin;                        // "FILE:LINE" of the [[rule]], for logs
 };
 
-// The protocol a group's backends speak (DESIGN.md §6a): the client always
+// The protocol a group's backends speak (docs/architecture.md §6a): the client always
 // sees the OpenAI API.
 enum class backend_protocol : uint8_t {
   openai,     // OpenAI over HTTP/1.1: vLLM, SGLang, trtllm-serve, llama.cpp (passed through)
@@ -215,7 +215,7 @@ enum class backend_protocol : uint8_t {
 };
 std::string_view to_string(backend_protocol p) noexcept;
 
-// The client dialects a group's backends speak natively (DESIGN.md §6b), as
+// The client dialects a group's backends speak natively (docs/architecture.md §6b), as
 // bits: a client speaking one is passed through, any other is translated.
 namespace native {
 inline constexpr uint8_t chat = 1, responses = 2, messages = 4;
@@ -237,7 +237,7 @@ struct chat_template_config {
       generation_prefix;
 };
 
-// How a group's requests reach its backends (DESIGN.md §2c).
+// How a group's requests reach its backends (docs/architecture.md §2c).
 enum class admission_mode : uint8_t {
   fcfs,  // forwarded at once (the backend queues what it cannot run)
   fair,  // at most max_inflight_per_backend per backend; the rest wait at the
@@ -262,7 +262,7 @@ struct group_config {
   uint32_t default_max_tokens = 0;   // 0 = quota.default_max_tokens
   uint32_t max_tokens_cap = 0;       // 0 = quota.max_tokens_cap
   upstream_config upstream;          // [upstream] with this group's overrides
-  // Additions for routing (DESIGN.md §3):
+  // Additions for routing (docs/architecture.md §3):
   std::vector<uint32_t> weights;     // parallel to `backends`; 1..1000, default 1
   uint32_t prefix_messages = 2;      // route-key messages: 1 = system prompt, 2 = + first user, 3..8 = first K
   uint32_t prefix_bytes = 4096;      // /v1/completions: leading prompt bytes in the route key
@@ -280,7 +280,7 @@ struct group_config {
   uint64_t monthly_tokens = 0;
   double input_cost_per_mtok = 0;    // currency per 1M prompt tokens
   double output_cost_per_mtok = 0;   // currency per 1M completion tokens
-  // Fair admission (DESIGN.md §2c, README "Fair admission").
+  // Fair admission (docs/architecture.md §2c, README "Fair admission").
   admission_mode admission = admission_mode::fcfs;
   uint32_t max_inflight_per_backend = 0;  // slots per backend; 0 = unlimited (fcfs only)
   uint32_t queue_timeout_ms = 30000;      // queued longer: 429 queue_timeout
@@ -370,7 +370,7 @@ struct flags {
 flags parse_flags(int argc, const char* const* argv);
 std::string_view usage_text();
 
-// The TOML text used when no --config is given (DESIGN.md §6).
+// The TOML text used when no --config is given (docs/architecture.md §6).
 std::string_view embedded_default_toml();
 
 // Loads TOML text (`source` names it in messages), validates, applies flags.

@@ -1,5 +1,5 @@
 #pragma once
-// dialect: what a client speaks inside its HTTP frames (DESIGN.md §2b) --
+// dialect: what a client speaks inside its HTTP frames (docs/architecture.md §2b) --
 // OpenAI Chat Completions, OpenAI Responses, Anthropic Messages -- apart
 // from how it is framed (the codecs) and from what the backend speaks (the
 // adapters). The canonical request is an OpenAI chat completions body: a
@@ -31,7 +31,7 @@ inline constexpr size_t k_dialects = 5;
 // ({"type":"error","error":{"type","message"}}) rather than OpenAI's.
 constexpr bool anthropic_errors(client_dialect d) noexcept { return d == client_dialect::messages; }
 
-// Anthropic's error type for an HTTP status (DESIGN.md §6b): 400
+// Anthropic's error type for an HTTP status (docs/architecture.md §6b): 400
 // invalid_request_error, 401 authentication_error, 403 permission_error,
 // 404 not_found_error, 413 request_too_large, 429 rate_limit_error,
 // 503 / 529 overloaded_error, any other 5xx api_error.

@@ -5,7 +5,7 @@
 // continuation lines, bare CR / bare LF, NUL and CTL bytes in values, a Host
 // that is no `host[:port]`, first bytes that cannot begin a request line
 // (refused as they arrive: a TLS ClientHello on the plaintext port), and
-// the size limits of DESIGN.md §9. Nothing is ever repaired and forwarded.
+// the size limits of docs/architecture.md §9. Nothing is ever repaired and forwarded.
 //
 // Views in request_head point into the caller's buffer: the buffer must hold
 // the whole head and must not move while the views are used (see rebase()).

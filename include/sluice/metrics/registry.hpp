@@ -1,6 +1,6 @@
 #pragma once
 // metrics: per-shard counters and histograms, summed at scrape time into
-// Prometheus text exposition format 0.0.4 (DESIGN.md §5).
+// Prometheus text exposition format 0.0.4 (docs/architecture.md §5).
 //
 // Every label set is known when the config is loaded (groups, backends, keys,
 // a fixed set of status codes, token kinds, rejection reasons), so each shard
@@ -257,7 +257,7 @@ class registry {
     std::vector<std::string> keys;      // config.keys[i].id
     // Parallel to `backends`: the protocol its groups speak ("openai",
     // "triton", "anthropic"), the `protocol` label of every series that
-    // names a backend (DESIGN.md §6a). Shorter than `backends` (or "") where
+    // names a backend (docs/architecture.md §6a). Shorter than `backends` (or "") where
     // not known: the label is then empty.
     std::vector<std::string> backend_protocols;
   };

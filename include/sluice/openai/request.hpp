@@ -1,6 +1,6 @@
 #pragma once
 // openai: reads the fields sluice needs from an OpenAI request body, after
-// validating the whole body (DESIGN.md §9 "JSON"): well-formed JSON, UTF-8,
+// validating the whole body (docs/architecture.md §9 "JSON"): well-formed JSON, UTF-8,
 // no lone surrogates, depth <= 64, no duplicate keys at any level (compared
 // after unescaping), no NaN/Infinity, no BOM, no trailing bytes, top level an
 // object. vLLM's parser and sluice's must never disagree about a body, so a
@@ -77,7 +77,7 @@ struct request_fields {
   // prompt string(s) (completions), input string(s) (embeddings). A token-id
   // array counts 4 bytes per token, the usual bytes-per-token estimate.
   uint64_t input_bytes = 0;
-  // Route-key material (DESIGN.md §3): the content of the first "system" or
+  // Route-key material (docs/architecture.md §3): the content of the first "system" or
   // "developer" message and of the first "user" message (a string, or the
   // first text part of a content array); for completions first_user_message
   // is the prompt (its first string when an array). Empty if absent.

@@ -1,5 +1,5 @@
 #pragma once
-// quota: the queue of a saturated group under admission = "fair" (DESIGN.md
+// quota: the queue of a saturated group under admission = "fair" (docs/architecture.md
 // §2c): virtual token counters (Sheng et al., "Fairness in Serving Large
 // Language Models", OSDI 2024) with strict priorities and an age limit.
 //

@@ -1,6 +1,6 @@
 #pragma once
 // quota: every key's token, request and concurrency budget, split into one
-// slice per shard (DESIGN.md §4, "lock-free token-bucket slice").
+// slice per shard (docs/architecture.md §4, "lock-free token-bucket slice").
 //
 // Shard-local. One shard_slices per shard per config snapshot; from shard
 // start (or reload) until the shard stops. Only its shard calls it: no locks,
@@ -14,7 +14,7 @@
 //     == G, always. Set-up splits G evenly (the "home share" h_i ≈ G/N).
 //   - Each slice holds l_i <= c_i, and every message carries level <=
 //     capacity, so Σ levels (slices + in transit) <= G: the invariant of
-//     DESIGN.md §4.
+//     docs/architecture.md §4.
 //   - A slice refills at c_i per minute (token_bucket), so the slices' rates
 //     add up to at most the global rate: refill is owned by the slice that
 //     holds the capacity, and lending moves capacity (hence rate) and

@@ -1,5 +1,5 @@
 #pragma once
-// route: the route key of a request (DESIGN.md §3). A pure function of the
+// route: the route key of a request (docs/architecture.md §3). A pure function of the
 // request: the same request gives the same key on every shard and every
 // sluice instance, so affinity needs no shared state. No allocation.
 #include <cstdint>

@@ -91,7 +91,7 @@ class table {
     return {message_kind::load_report, 0, static_cast<uint16_t>(_shard), backend, k_none, _local[backend]};
   }
 
-  // --- fair admission (DESIGN.md §2c) -------------------------------------
+  // --- fair admission (docs/architecture.md §2c) -------------------------------------
   // A backend's slots (the least max_inflight_per_backend of the fair
   // groups it serves; 0 = unlimited) are split into per-shard slices:
   // shard i owns cap / shards, plus one when i < cap % shards. A shard

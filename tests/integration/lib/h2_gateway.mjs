@@ -1,6 +1,6 @@
 // Helpers for the TLS and HTTP/2 tests (h2.test.mjs, h2_hostile.test.mjs,
 // tls.test.mjs): sluice started with a TLS listener beside its plaintext one
-// (DESIGN.md §6a: [server] listen_tls, tls_cert, tls_key, tls_min_version,
+// (docs/architecture.md §6a: [server] listen_tls, tls_cert, tls_key, tls_min_version,
 // h2c), curl / h2load / openssl runs with bounds, sluice's RSS, the audit
 // file.
 import { spawn } from 'node:child_process';
