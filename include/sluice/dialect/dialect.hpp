@@ -5,8 +5,9 @@
 // adapters). The canonical request is an OpenAI chat completions body: a
 // Responses or Messages request is parsed once and written as one, so
 // routing, quota and every adapter read one shape. The canonical events
-// (canonical.hpp) are read from that body's reply and rendered in the
-// client's dialect (render.hpp). No I/O here.
+// (text, reasoning and tool-call deltas, finish, usage, error: render.hpp's
+// table) are read from that body's reply and rendered in the client's
+// dialect by render.hpp. No I/O here.
 #include <cstdint>
 #include <string_view>
 
