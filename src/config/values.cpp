@@ -15,6 +15,8 @@
 
 #include "values.hpp"
 
+#include "sluice/core/text.hpp"
+
 namespace sluice::config {
 
 namespace {
@@ -284,14 +286,8 @@ socket_address resolve(const parsed_url& u) {
 
 bool parse_hex_digest(std::string_view hex, std::array<uint8_t, 32>& out) {
   if (hex.size() != 64) return false;
-  const auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
   for (size_t i = 0; i < 32; ++i) {
-    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    const int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) return false;
     out[i] = static_cast<uint8_t>(hi << 4 | lo);
   }

@@ -299,9 +299,8 @@ std::string query_value(std::string_view target, std::string_view name) {
     std::string out;
     const std::string_view v = pair.substr(eq + 1);
     for (size_t i = 0; i < v.size(); ++i) {
-      auto hex = [](char h) { return h >= '0' && h <= '9' ? h - '0' : (h | 0x20) >= 'a' && (h | 0x20) <= 'f' ? (h | 0x20) - 'a' + 10 : -1; };
-      if (v[i] == '%' && i + 2 < v.size() && hex(v[i + 1]) >= 0 && hex(v[i + 2]) >= 0) {
-        out += static_cast<char>(hex(v[i + 1]) * 16 + hex(v[i + 2]));
+      if (v[i] == '%' && i + 2 < v.size() && hex_digit(v[i + 1]) >= 0 && hex_digit(v[i + 2]) >= 0) {
+        out += static_cast<char>(hex_digit(v[i + 1]) * 16 + hex_digit(v[i + 2]));
         i += 2;
       } else {
         out += v[i] == '+' ? ' ' : v[i];

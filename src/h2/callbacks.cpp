@@ -10,6 +10,7 @@
 
 #include "stream_state.hpp"
 #include "sluice/core/assert.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/http/chunked.hpp"
 
 namespace sluice::h2 {
@@ -35,17 +36,6 @@ http::method method_of(std::string_view m) noexcept {
   if (m == "CONNECT") return method::connect;
   if (m == "TRACE") return method::trace;
   return method::other;
-}
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
-    if (x != y) return false;
-  }
-  return true;
 }
 
 }  // namespace

@@ -10,19 +10,6 @@ namespace {
 
 constexpr uint32_t k_ext_bytes_max = 4096;  // per chunk
 
-bool is_hex(unsigned char c, unsigned& v) noexcept {
-  if (c >= '0' && c <= '9') {
-    v = c - '0';
-    return true;
-  }
-  const unsigned lc = c | 0x20u;
-  if (lc >= 'a' && lc <= 'f') {
-    v = lc - 'a' + 10;
-    return true;
-  }
-  return false;
-}
-
 bool is_field_ctl(unsigned char c) noexcept { return (c < 0x20 && c != '\t') || c == 0x7f; }
 
 }  // namespace
@@ -56,8 +43,8 @@ std::string_view chunk_message(chunk_error e) noexcept {
 bool read_chunk_size_line(const char* p, size_t n, size_t& i, uint64_t& size) noexcept {
   size_t j = i;
   uint64_t v = 0;
-  while (j < n && j - i < 17 && detail::k_hex_value[static_cast<unsigned char>(p[j])] < 16) {
-    v = v << 4 | detail::k_hex_value[static_cast<unsigned char>(p[j])];
+  while (j < n && j - i < 17 && k_hex_value[static_cast<unsigned char>(p[j])] < 16) {
+    v = v << 4 | k_hex_value[static_cast<unsigned char>(p[j])];
     ++j;
   }
   if (j == i || j - i > 16) return false;
@@ -107,8 +94,8 @@ bool chunk_walker::framing_byte(unsigned char c) noexcept {
   switch (_state) {
     case state::size_first:
     case state::size: {
-      unsigned digit = 0;
-      if (is_hex(c, digit)) {
+      const unsigned digit = k_hex_value[c];
+      if (digit < 16) {
         // 16 hex digits fill a uint64_t: the value below cannot wrap.
         if (++_digits > 16) return fail(chunk_error::size_too_many_digits);
         _size = (_size << 4) | digit;

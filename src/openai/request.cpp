@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "sluice/core/assert.hpp"
+#include "sluice/core/text.hpp"
 
 namespace sluice::openai {
 
@@ -109,13 +110,6 @@ size_t skip_value(const char* p, size_t len, size_t i) noexcept {
   return i;
 }
 
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Whether the raw (still escaped) key text equals the ASCII `name` once
 // unescaped: {"\u006dodel": ...} is the "model" key.
 bool key_equals(std::string_view raw, std::string_view name) noexcept {
@@ -139,7 +133,7 @@ bool key_equals(std::string_view raw, std::string_view name) noexcept {
         case 'u': {
           if (i + 4 > raw.size()) return false;
           int cp = 0;
-          for (int k = 0; k < 4; ++k) cp = cp * 16 + hex_value(raw[i + static_cast<size_t>(k)]);
+          for (int k = 0; k < 4; ++k) cp = cp * 16 + hex_digit(raw[i + static_cast<size_t>(k)]);
           i += 4;
           if (cp <= 0 || cp >= 0x80) return false;  // `name` is ASCII
           c = static_cast<char>(cp);

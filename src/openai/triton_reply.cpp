@@ -15,6 +15,7 @@
 
 #include "json_writer.hpp"
 #include "reply_writer.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/triton.hpp"
 
@@ -186,17 +187,6 @@ size_t triton_error_body(std::string_view message, char* out, size_t cap) noexce
 }
 
 // --- gRPC status -> OpenAI error -------------------------------------------
-
-namespace {
-
-int hex_digit(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
 
 size_t percent_decode(std::string_view in, char* out, size_t cap) noexcept {
   size_t n = 0;

@@ -513,12 +513,8 @@ size_t decode_segment(std::string_view in, char* out, size_t cap) noexcept {
   for (size_t i = 0; i < in.size(); ++i) {
     char c = in[i];
     if (c == '%') {
-      const auto hex = [](char h) {
-        const char l = static_cast<char>(h | 0x20);
-        return h >= '0' && h <= '9' ? h - '0' : l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
-      };
       if (in.size() - i < 3) return SIZE_MAX;  // "%" needs two hex digits after it
-      const int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
+      const int hi = hex_digit(in[i + 1]), lo = hex_digit(in[i + 2]);
       if (hi < 0 || lo < 0) return SIZE_MAX;
       c = static_cast<char>(hi * 16 + lo);
       i += 2;

@@ -27,8 +27,6 @@
 #include "sluice/core/text.hpp"
 #include "sluice/h2/session.hpp"
 #include "sluice/net/socket.hpp"
-#include "sluice/openai/error.hpp"
-#include "sluice/quota/estimate.hpp"
 
 namespace sluice::proxy {
 

@@ -16,7 +16,6 @@
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
-#include "sluice/openai/error.hpp"
 
 namespace sluice::proxy {
 

@@ -261,7 +261,7 @@ size_t dechunk_cursor::feed(const char* p, size_t n, char* out, bool& last) noex
   while (i < n && _at != at::done) {
     switch (_at) {
       case at::size: {
-        const uint8_t v = http::detail::k_hex_value[static_cast<unsigned char>(p[i])];
+        const uint8_t v = k_hex_value[static_cast<unsigned char>(p[i])];
         if (v < 16 && _digits < 16) {
           _size = _size << 4 | v;
           ++_digits;

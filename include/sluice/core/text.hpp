@@ -1,6 +1,7 @@
 #pragma once
 // core: text helpers for the hot path. ASCII case-insensitive equality
-// (HTTP field names and tokens: the one the tree uses), and a bounded text
+// (HTTP field names and tokens: the one the tree uses), hex digits (chunk
+// sizes, %-escapes, \u escapes: the one table the tree reads), and a bounded text
 // writer (heads, ids, audit lines): no allocation, no format-string
 // parsing. Every put checks room; after the first miss `ok` stays false and
 // nothing more is written. [begin, p) is always exactly what was written:
@@ -26,6 +27,26 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept {
     if (x != y) return false;
   }
   return true;
+}
+
+// Hex digit values by byte (0-9, a-f, A-F); 0xFF for any other byte.
+inline constexpr auto k_hex_value = [] {
+  struct table {
+    uint8_t v[256];
+    constexpr uint8_t operator[](unsigned char c) const { return v[c]; }
+  } t{};
+  for (unsigned c = 0; c < 256; ++c) {
+    t.v[c] = c >= '0' && c <= '9' ? static_cast<uint8_t>(c - '0')
+             : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? static_cast<uint8_t>((c | 0x20) - 'a' + 10)
+                                                      : uint8_t{0xFF};
+  }
+  return t;
+}();
+
+// A hex digit's value, or -1 for any other byte.
+inline int hex_digit(char c) noexcept {
+  const uint8_t v = k_hex_value[static_cast<unsigned char>(c)];
+  return v < 16 ? v : -1;
 }
 
 struct text_writer {

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "sluice/core/text.hpp"
+
 namespace sluice::http {
 
 struct chunk_limits {
@@ -57,21 +59,6 @@ struct chunk_step {
   size_t chunk_end = 0;
 };
 
-namespace detail {
-// Hex digit values by byte; 0xFF for anything else.
-inline constexpr auto k_hex_value = [] {
-  struct table {
-    uint8_t v[256];
-    constexpr uint8_t operator[](unsigned char c) const { return v[c]; }
-  } t{};
-  for (unsigned c = 0; c < 256; ++c) {
-    t.v[c] = c >= '0' && c <= '9' ? static_cast<uint8_t>(c - '0')
-             : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? static_cast<uint8_t>((c | 0x20) - 'a' + 10)
-                                                      : uint8_t{0xFF};
-  }
-  return t;
-}();
-}  // namespace detail
 
 // Chunk framing read again where the walker has already been over it (a
 // relay's batch of whole chunks, handed on to a codec that takes the
@@ -181,8 +168,8 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, On
     while (true) {
       size_t j = i;
       uint64_t size = 0;
-      while (j < len && j - i < 16 && detail::k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
-        size = size << 4 | detail::k_hex_value[static_cast<unsigned char>(data[j])];
+      while (j < len && j - i < 16 && k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
+        size = size << 4 | k_hex_value[static_cast<unsigned char>(data[j])];
         ++j;
       }
       if (size == 0 || len - j < 2 || data[j] != '\r' || data[j + 1] != '\n') break;
@@ -204,8 +191,8 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, On
       // The common size line, "<hex>CRLF" whole in this call: read at once.
       size_t j = i;
       uint64_t size = 0;
-      while (j < len && j - i < 16 && detail::k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
-        size = size << 4 | detail::k_hex_value[static_cast<unsigned char>(data[j])];
+      while (j < len && j - i < 16 && k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
+        size = size << 4 | k_hex_value[static_cast<unsigned char>(data[j])];
         ++j;
       }
       if (size != 0 && j + 1 < len && data[j] == '\r' && data[j + 1] == '\n' &&

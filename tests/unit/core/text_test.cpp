@@ -43,6 +43,15 @@ TEST_SUITE("core::text_writer") {
     }
   }
 
+  TEST_CASE("hex digits: the one table, both cases, every other byte refused") {
+    for (int c = 0; c < 256; ++c) {
+      const char ch = static_cast<char>(c);
+      const int want = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      CHECK(sluice::hex_digit(ch) == want);
+      CHECK((sluice::k_hex_value[static_cast<unsigned char>(c)] < 16) == (want >= 0));
+    }
+  }
+
   TEST_CASE("integers fit or are refused whole") {
     char buf[4];
     text_writer w(buf, sizeof buf);
