@@ -99,9 +99,9 @@ bool detail::line_end_sse2(const char* p, size_t n) noexcept {
 #endif
 }
 
-// 8.2 ns per vLLM content event with a memchr for each of CR and LF; 6.1
-// with one SSE2 pass for both; the minimum test above halves that pass's
-// instructions (SSE2) or quarters them (AVX2).
+// One SIMD pass for both CR and LF, cheaper than a memchr for each; the
+// minimum test above cuts that pass's instructions further (the figures:
+// bench/RESULTS.md, "Figures behind choices in the code").
 bool has_line_end(const char* p, size_t n) noexcept {
 #if defined(__SSE2__)
   return k_line_end(p, n);

@@ -30,7 +30,7 @@ using simdjson::dom::element_type;
 
 // A member name (or a short value) against a literal: the length first,
 // then a memcmp of a known size, which the compiler inlines (string_view's
-// operator== calls compare() and memcmp out of line, ~25 times a request).
+// operator== calls compare() and memcmp out of line, many times a request).
 template <size_t N>
 inline bool is(std::string_view s, const char (&literal)[N]) noexcept {
   return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;

@@ -4,8 +4,9 @@
 // Stream events use simdjson's DOM parser: it lives in the shared library,
 // which picks the CPU's fastest kernel at run time, while On-Demand is
 // header-only and compiled for the build's -march (the scalar fallback
-// without one). Measured on a ~200-byte vLLM chunk: DOM parse + walk ~330 ns,
-// On-Demand ~550 ns (with or without -march=native). The DOM also validates
+// without one), and on a vLLM chunk the DOM's parse and walk measured
+// cheaper than On-Demand, with or without -march=native (bench/RESULTS.md,
+// "Figures behind choices in the code"). The DOM also validates
 // the whole event, so `malformed` is exact. A non-stream body may be large
 // (embeddings: megabytes of floats); there On-Demand wins because it skips
 // "data" without converting a single number, so scan_response_usage uses it.

@@ -141,8 +141,9 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   stream_facts& s = x.rsp.facts;
   // Nearly every event of a stream is one content delta that vLLM ends with
   // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
-  // counted without a parse (a parse per event costs ~330 ns; this, a
-  // compare). The first event (the role chunk) and any other shape -- a
+  // counted without a parse, by a compare of their tail (a parse per event
+  // costs far more: bench/RESULTS.md, "Figures behind choices in the
+  // code"). The first event (the role chunk) and any other shape -- a
   // finish, usage or error chunk, other backends' layouts -- get the full
   // scan. vLLM writes compact JSON, so the tail is exact.
   std::string_view p = ev.data;

@@ -130,8 +130,8 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   // poll. Under load completions come back to back and a poll would only
   // fill the gaps; with many clients the loop dips to 2 open requests and
   // back all the time, each wake-up serves several of them, and the polls
-  // in the dips cost more than the wake-ups they save (32 connections of
-  // (a) pinned: ~1.2% of the shard's CPU in polls, half of them missed).
+  // in the dips cost more than the wake-ups they save (bench/RESULTS.md,
+  // "Figures behind choices in the code").
   const uint64_t open = _metrics.at(metrics::stat::requests_inflight).get();
   _r.allow_poll(open <= k_poll_open_max && _h1.connection_count() <= k_poll_connections_max);
   // The other end (server.batch_wait_us, off by default): with many

@@ -173,8 +173,9 @@ template <bool Popcnt>
   return static_cast<uint64_t>(cost);
 }
 
-// ~12 bit counts per 64 bytes: with POPCNT the ASCII path of a ~600-byte
-// chat body costs ~115 ns instead of ~170. The build targets baseline
+// ~12 bit counts per 64 bytes: POPCNT makes the ASCII path of a chat body
+// markedly cheaper (bench/RESULTS.md, "Figures behind choices in the
+// code"). The build targets baseline
 // x86-64, so the instruction is chosen at run time (every x86-64 CPU since
 // 2008 has it), unless the build's -march already allows it.
 uint64_t ascii_cost_portable(const unsigned char* p, size_t n) noexcept { return ascii_cost<false>(p, n); }

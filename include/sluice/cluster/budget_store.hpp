@@ -1,6 +1,6 @@
 #pragma once
 // cluster: budgets kept in Redis, shared by every instance (README
-// "Budgets"; issue 17 §3) -- the ledger's store (quota::budget_store) when
+// "Budgets") -- the ledger's store (quota::budget_store) when
 // [cluster] redis is set.
 //
 // Layout (scripts.hpp, "budget"): per subject (key id, group name) and

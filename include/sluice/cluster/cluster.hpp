@@ -1,6 +1,6 @@
 #pragma once
 // cluster: one quota across several sluice processes, through Redis
-// (issue 17 §1-2). This header is the module's map; it includes the parts.
+// (README "Running several instances"). This header is the module's map; it includes the parts.
 //
 //   redis_client.hpp  the connection: hiredis's async API on our reactor,
 //                     timeouts, reconnect with backoff, the three scripts

@@ -10,7 +10,7 @@
 //     probability by a softmax at temperature 0.05.
 // Nothing is trained (no epochs, no seed): the model is counts and weights
 // of the examples, built in microseconds at load. Chosen over the fastText
-// classifier on issue 41 §4's held-out evaluation (bench/router-eval
+// classifier on the held-out evaluation (bench/router-eval
 // --heldout: 77.5 % -> see README "Semantic routing"), with the method and
 // its settings picked on tests/data/router's own set.
 //

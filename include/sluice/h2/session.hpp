@@ -71,7 +71,7 @@ struct options {
   uint32_t max_concurrent_streams = 100;
   // SETTINGS_INITIAL_WINDOW_SIZE (the request body a stream may send before
   // the owner consume()s it) and the connection's receive window. Sized for
-  // chat bodies and for SSE (issue 16).
+  // chat bodies and for SSE.
   uint32_t stream_window_bytes = 64u << 10;
   uint32_t connection_window_bytes = 1u << 20;
   // SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 §6.5.2: names + values + 32

@@ -1,6 +1,6 @@
 #pragma once
 // quota: budgets -- tokens and spend per UTC calendar day and month, per key
-// and per group (README "Budgets", issue 17 §3). Four parts:
+// and per group (README "Budgets"). Four parts:
 //
 //  - the calendar: UTC windows of a wall-clock time given as a parameter
 //    (never read inside), so rollover is a unit test, not a wait;

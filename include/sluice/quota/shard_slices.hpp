@@ -53,7 +53,7 @@
 // 1 - 1/floor_divisor of the capacity and of the rate (93.75% with the
 // default 16; measured in tests/unit/quota/simulation_test.cpp).
 //
-// With a lender (slices_options::lender; [cluster] mode, issue 17): one more
+// With a lender (slices_options::lender; [cluster] mode): one more
 // peer, index shard_count (the control thread), is the only source of a
 // key's tokens, which it leases from a bucket shared by every instance. A
 // token slice then starts empty and never refills (the shared bucket does,

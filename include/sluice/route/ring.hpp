@@ -3,17 +3,11 @@
 // built on the cold path (start-up, reload, weight change); lookups are pure
 // reads of precomputed arrays and never allocate.
 //
-// Why Maglev (Eisenbud et al., NSDI 2016) and not weighted virtual nodes:
-// measured by tests/unit/route/ring_test.cpp ("the measured numbers"), XXH3-64
-// keys, 10 backends of weight 1, 100k keys, removal = rebuild without one:
-//
-//   ring                           max/mean   keys moved on removal           lookup
-//   Maglev, M = 65521               1.018     10.05 % (0.19 % of others')     one slot read
-//   virtual nodes, 160 per weight   1.181     10.36 % (its own share only)    log2(1600) steps
-//   virtual nodes, 1000 per weight  1.038     10.19 % (its own share only)    log2(10000) steps
-//
-// Virtual nodes move only the removed backend's keys, but at 160 points
-// they miss issue 3's max/mean <= 1.10, and 1000 points (160 KiB of points
+// Why Maglev (Eisenbud et al., NSDI 2016) and not weighted virtual nodes
+// (tests/unit/route/ring_test.cpp measures both, "the measured numbers";
+// the figures: bench/RESULTS.md, "Figures behind choices in the code"):
+// virtual nodes move only the removed backend's keys, but at 160 points
+// they miss the balance bound of max/mean <= 1.10, and 1000 points (160 KiB of points
 // per group per shard, a cache-missing binary search) still balance worse
 // than Maglev's 64 KiB table (uint8 entries) read once. Maglev's extra remap
 // on a rebuild (0.2 %) is well within the 1/N + 2 % bound. A backend that is

@@ -2,8 +2,9 @@
 // shard: how long a loop polls for its next completion before it sleeps.
 //
 // Sleeping costs a wake-up when the completion comes: the peer's IPI, the
-// idle core's exit, the scheduler's switch (on a virtual machine ~20-50 µs
-// for each hop). Polling costs the core while it polls. So a loop polls only
+// idle core's exit, the scheduler's switch (tens of µs a hop on a virtual
+// machine: bench/RESULTS.md, "Figures behind choices in the code").
+// Polling costs the core while it polls. So a loop polls only
 // while polling pays, and the window adapts the way KVM adapts its halt
 // polling, from how long each wait for a completion took (poll and sleep):
 //   - within the window: the poll caught it; the window stays;
