@@ -174,19 +174,6 @@ bool health_checker::set_draining(std::string_view url, bool draining) noexcept 
   return false;
 }
 
-namespace {
-// A JSON string (openai::json_escape: control bytes as \u00XX, invalid
-// UTF-8 replaced), with its quotes.
-void put_json_string(std::string& out, std::string_view s) {
-  const size_t at = out.size();
-  out.resize(at + 2 + s.size() * 6);
-  out[at] = '"';
-  const size_t n = openai::json_escape(out.data() + at + 1, s.size() * 6, s);
-  out[at + 1 + n] = '"';
-  out.resize(at + 2 + n);
-}
-}  // namespace
-
 void health_checker::describe_json(std::string& out) const {
   out += "{\"backends\":[";
   bool first = true;
@@ -196,7 +183,7 @@ void health_checker::describe_json(std::string& out) const {
     if (!first) out += ',';
     first = false;
     out += "{\"url\":";
-    put_json_string(out, _cfg->backends[b].url);
+    openai::append_json_string(out, _cfg->backends[b].url);
     fmt::format_to(std::back_inserter(out), ",\"up\":{},\"draining\":{},\"takes_requests\":{}}}",
                    p.health.state() == route::health_state::up, p.health.draining(), p.health.takes_requests());
   }

@@ -29,9 +29,8 @@ void put_html_escaped(std::string& out, std::string_view s) {
 }
 
 void put_json_string(std::string& out, std::string_view s) {
-  std::string escaped(s.size() * 6, '\0');
-  escaped.resize(openai::json_escape(escaped.data(), escaped.size(), s));
-  out += '"';
+  std::string escaped;
+  openai::append_json_string(escaped, s);
   for (char c : escaped) {
     if (c == '<') {
       out += "\\u003c";
@@ -43,7 +42,6 @@ void put_json_string(std::string& out, std::string_view s) {
       out += c;
     }
   }
-  out += '"';
 }
 
 void put_query_escaped(std::string& out, std::string_view s) {

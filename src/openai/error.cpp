@@ -106,6 +106,16 @@ size_t json_escape(char* out, size_t cap, std::string_view s) noexcept {
   return json_escape(out, cap, s, consumed);
 }
 
+void append_json_string(std::string& out, std::string_view s) {
+  // 6 bytes a byte at worst (\u00XX), and the quotes.
+  const size_t at = out.size();
+  out.resize(at + 2 + s.size() * 6);
+  out[at] = '"';
+  const size_t n = json_escape(out.data() + at + 1, s.size() * 6, s);
+  out[at + 1 + n] = '"';
+  out.resize(at + 2 + n);
+}
+
 size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept {
   static constexpr char hex[] = "0123456789abcdef";
   writer w{out, cap};

@@ -11,15 +11,6 @@ namespace sluice::route {
 
 namespace {
 
-void put_json_string(std::string& out, std::string_view s) {
-  const size_t at = out.size();
-  out.resize(at + s.size() * 6 + 2);
-  out[at] = '"';
-  const size_t n = openai::json_escape(out.data() + at + 1, s.size() * 6, s);
-  out[at + 1 + n] = '"';
-  out.resize(at + n + 2);
-}
-
 // ASCII case-insensitive prefix test.
 bool starts_with_nocase(std::string_view s, std::string_view p) noexcept {
   if (s.size() < p.size()) return false;
@@ -36,15 +27,15 @@ void write_embeddings_request(std::string& out, std::string_view host, std::stri
   std::string body;
   body.reserve(64 + model.size());
   body += "{\"model\":";
-  put_json_string(body, model);
+  openai::append_json_string(body, model);
   body += ",\"input\":";
   if (inputs.size() == 1) {
-    put_json_string(body, inputs[0]);
+    openai::append_json_string(body, inputs[0]);
   } else {
     body += '[';
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (i != 0) body += ',';
-      put_json_string(body, inputs[i]);
+      openai::append_json_string(body, inputs[i]);
     }
     body += ']';
   }

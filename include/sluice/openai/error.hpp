@@ -4,6 +4,7 @@
 // written into a caller's fixed buffer (no allocation). Strings are JSON-escaped.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace sluice::openai {
@@ -29,6 +30,9 @@ size_t json_escape(char* out, size_t cap, std::string_view s) noexcept;
 // The same, and `consumed` says how much of `s` it took (all of it unless
 // `out` filled), so a caller can escape a long string in pieces.
 size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept;
+// Appends `s` to `out` as a JSON string, quotes included (json_escape's
+// rules). Cold paths: `out` grows (may throw std::bad_alloc).
+void append_json_string(std::string& out, std::string_view s);
 
 // The type/code OpenAI uses for an HTTP status when sluice itself answers
 // (the full table is in error.cpp): 4xx type invalid_request_error, 401 code
