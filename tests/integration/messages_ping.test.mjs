@@ -76,7 +76,9 @@ describe('Messages streams sluice renders: ping while the backend is quiet', () 
       // pause / ping_ms of them; a loaded machine sends fewer, never none).
       assert.deepEqual(names(evs).slice(0, 2), ['message_start', 'ping']);
       assert.ok(quiet.length >= 2 && quiet.every((n) => n === 'ping'), `pings in the pause: ${names(evs).join(' ')}`);
-      assert.ok(quiet.length <= Math.ceil(pause_ms / ping_ms) + 1, `no more than the pause holds: ${quiet.length}`);
+      // Not one a loop turn either: at most one a ping_ms (twice the pause
+      // allowed, for a loaded machine's late timers).
+      assert.ok(quiet.length <= Math.ceil((2 * pause_ms) / ping_ms) + 1, `no more than the pause holds: ${quiet.length}`);
       // The rest is the stream a quiet-free backend gives: no ping after the tokens came.
       const rest = names(evs).slice(2 + quiet.length);
       assert.deepEqual(rest, ['content_block_start', 'content_block_delta', 'content_block_delta', 'content_block_delta',

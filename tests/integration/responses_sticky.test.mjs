@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 
 import OpenAI from 'openai';
 
-import { gateway_config } from './lib/gateway.mjs';
+import { gateway_config, poll } from './lib/gateway.mjs';
 import { bound_ms, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { start_redis } from './lib/redis.mjs';
 import { chunk, start_scripted_backend } from './lib/scripted_backend.mjs';
@@ -181,7 +181,7 @@ describe('previous_response_id on a native group, store = "redis": every instanc
       // The route is written to Redis as the reply goes out: wait for the
       // key (its name holds the key id and the response id), not for luck.
       const name = `sluice:route:4:test:${c.id}`;
-      for (let k = 0; k < 200 && redis.cli('EXISTS', name) !== '1'; ++k) await new Promise((r) => setTimeout(r, 10));
+      await poll(() => redis.cli('EXISTS', name) === '1', { what: `the route of ${c.id} in Redis` });
       assert.equal(redis.cli('GET', name), c.maker === 'a' ? a.url : b.url);
       const r = await ask(via_two, `Continue ${i} elsewhere.`, { stream: i % 2 === 0, previous: c.id });
       assert.equal(r.text, `${c.maker} turn 2`);
