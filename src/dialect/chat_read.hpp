@@ -56,7 +56,7 @@ template <class W>
 void write_messages_usage(W& w, const reply_outcome& o) {
   const int64_t cached = o.cached_tokens < 0 ? 0 : o.cached_tokens;
   w.raw("{\"input_tokens\":");
-  w.num(o.prompt_tokens < 0 ? int64_t{0} : o.prompt_tokens - cached);
+  w.num(o.prompt_tokens < cached ? int64_t{0} : o.prompt_tokens - cached);  // (a backend's counts need not agree)
   w.raw(",\"cache_read_input_tokens\":");
   w.num(cached);
   w.raw(",\"output_tokens\":");
@@ -81,7 +81,9 @@ void write_responses_usage(W& w, const reply_outcome& o) {
   w.raw(",\"output_tokens_details\":{\"reasoning_tokens\":");
   w.num(o.reasoning_tokens < 0 ? int64_t{0} : o.reasoning_tokens);
   w.raw("},\"total_tokens\":");
-  w.num(o.prompt_tokens + out);
+  int64_t total = 0;  // a backend's counts: the total saturates
+  if (__builtin_add_overflow(o.prompt_tokens, out, &total)) total = INT64_MAX;  // (both >= 0 here)
+  w.num(total);
   w.raw("}");
 }
 

@@ -31,15 +31,19 @@ void reply_prefix(json_writer<Sink>& w, std::string_view id_prefix, std::string_
   w.raw(",\"choices\":[");
 }
 
-// vLLM's usage object (its key order); an unknown count (-1) is 0.
+// vLLM's usage object (its key order); an unknown count (-1) is 0. The
+// counts are a backend's (a hostile one's may be near INT64_MAX): their
+// total saturates.
 template <class Sink>
 void usage_object(json_writer<Sink>& w, int64_t prompt, int64_t completion, bool with_details) {
   prompt = prompt < 0 ? 0 : prompt;
   completion = completion < 0 ? 0 : completion;
+  int64_t total = 0;
+  if (__builtin_add_overflow(prompt, completion, &total)) total = INT64_MAX;
   w.raw("{\"prompt_tokens\":");
   w.num(prompt);
   w.raw(",\"total_tokens\":");
-  w.num(prompt + completion);
+  w.num(total);
   w.raw(",\"completion_tokens\":");
   w.num(completion);
   w.raw(with_details ? ",\"prompt_tokens_details\":null}" : "}");
