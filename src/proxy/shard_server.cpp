@@ -18,37 +18,6 @@
 namespace sluice::proxy {
 
 namespace {
-thread_local int64_t t_connection_memory = 0;
-}  // namespace
-
-int64_t connection_memory_bytes() noexcept { return t_connection_memory; }
-void account_connection_memory(int64_t delta) noexcept { t_connection_memory += delta; }
-
-byte_buf::~byte_buf() { release(); }
-
-bool byte_buf::reserve(size_t n) noexcept {
-  if (n <= cap) return true;
-  if (n > (1u << 30)) return false;
-  // 1 KiB first: a request head, a response head and most chat bodies fit;
-  // an idle stream then holds ~3 KiB of buffers, not ~12.
-  size_t next = cap == 0 ? 1024 : cap;
-  while (next < n) next *= 2;
-  void* p = std::realloc(data, next);
-  if (p == nullptr) return false;
-  data = static_cast<char*>(p);
-  t_connection_memory += static_cast<int64_t>(next) - cap;
-  cap = static_cast<uint32_t>(next);
-  return true;
-}
-
-void byte_buf::release() noexcept {
-  t_connection_memory -= cap;
-  std::free(data);
-  data = nullptr;
-  len = cap = 0;
-}
-
-namespace {
 std::vector<quota::key_limits> key_limits_of(const config::config& c) {
   std::vector<quota::key_limits> v;
   v.reserve(c.keys.size());
@@ -143,7 +112,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   _r.batch(open >= k_batch_open_min ? static_cast<unsigned>(std::min<uint64_t>(open, k_batch_max)) : 1);
   const shard::reactor::poll_stats& ps = _r.polls();
   _metrics.set_loop(_r.iterations(), _r.cqes(), ps.caught, ps.missed, ps.ns, _r.batched_waits());
-  _metrics.at(metrics::stat::memory_bytes).set(static_cast<uint64_t>(std::max<int64_t>(t_connection_memory, 0)));
+  _metrics.at(metrics::stat::memory_bytes).set(static_cast<uint64_t>(std::max<int64_t>(connection_memory_bytes(), 0)));
   _openai.on_iteration();
   _h1.on_iteration(now);
 }

@@ -1,31 +1,28 @@
 #pragma once
 // proxy (private): one shard's server, in parts that are objects of their
-// own, each in its own files:
+// own, each in its own library (docs/architecture.md §2a):
 //
-//   h1_codec             the HTTP/1.1 client codec: the listener and the
-//     (h1_codec.cpp,       client connections -- receive, parse, send,
-//      h1_send.cpp)        keep-alive, pipelining, close, deadlines
-//   h2_codec             the HTTP/2 client codec: a connection that spoke
-//     (h2_codec.cpp)       the preface keeps h1_codec's transport and gets
-//                          an nghttp2 session; each stream an exchange
-//   shard_server         the exchanges' policy: dispatch, models, auth,
-//     (exchange.cpp,       quota admission, accounting and audit, the
-//      admission.cpp)      shard mesh; and the shard's life (this file)
-//   openai_http          the OpenAI-over-HTTP/1.1 backend adapter: pools,
-//     (openai_http.cpp)    the forwarded request, connect / send / receive
-//   relay                the response on its way back (part of the
-//     (relay.cpp,          adapter): body relay, usage cut, SSE facts,
-//      relay_scan.cpp)     backend errors
-//   anthropic_http       the Anthropic Messages API adapter, on
-//     (anthropic_http.cpp, openai_http's transport; its relay translates
-//      anthropic_relay.cpp) the reply into OpenAI's
-//   triton_grpc          the KServe v2 gRPC adapter: HTTP/2 connections
-//     (triton_grpc.cpp,    with an nghttp2 session each, one stream per
-//      triton_reply.cpp)   exchange; the reply translated into OpenAI's
+//   src/client    h1_codec (h1_codec.cpp, h1_send.cpp, h1_tls.cpp): the
+//                 HTTP/1.1 client codec -- the listener and the client
+//                 connections; h2_codec: a connection that spoke the
+//                 preface keeps h1_codec's transport and gets an nghttp2
+//                 session, each stream an exchange
+//   src/proxy     shard_server: the exchanges' policy (policy.cpp,
+//                 admission.cpp, fair_admission.cpp, response_state.cpp,
+//                 embed_router.cpp: dispatch, models, auth, quota and fair
+//                 admission, accounting and audit, the store's messages,
+//                 the shard mesh) and the shard's life (this file)
+//   src/adapters  openai_http (+ relay.cpp, relay_scan.cpp,
+//                 rendered_relay.cpp): OpenAI over HTTP/1.1 -- pools, the
+//                 forwarded request, the response on its way back;
+//                 anthropic_http (+ anthropic_relay.cpp) on openai_http's
+//                 transport; triton_grpc (+ triton_reply.cpp): KServe v2
+//                 gRPC, an nghttp2 client session per connection
 //
 // The policy reaches the client side only through client_codec and the
-// backend side only through backend_adapter; the adapter reaches the client
-// only through client_codec (exchange.hpp has the picture).
+// backend side only through backend_adapter; the codecs and adapters reach
+// the policy only through exchange_policy, and the adapter reaches the
+// client only through client_codec (src/exchange).
 //
 // run_shard() (shard_main.cpp) makes and runs one on its shard thread; the
 // mesh's types and what the shard shares with the control thread are in
@@ -45,6 +42,7 @@
 #include <string_view>
 
 #include "exchange.hpp"
+#include "exchange_policy.hpp"
 #include "sluice/dialect/request.hpp"
 #include "h1_codec.hpp"
 #include "h2_codec.hpp"
@@ -71,8 +69,9 @@
 
 namespace sluice::proxy {
 
-// Shard-local; created and run by the shard thread.
-class shard_server {
+// Shard-local; created and run by the shard thread. The exchanges' policy
+// (exchange_policy) and the composition root of the shard's parts.
+class shard_server final : public exchange_policy {
  public:
   shard_server(uint32_t index, std::shared_ptr<const config::config> cfg, shard::reactor& r, int listen_fd,
                int tls_listen_fd, metrics::shard_metrics& m, const shard_mesh& mesh);
@@ -114,16 +113,16 @@ class shard_server {
   // --- the exchange's policy, as its codec and adapter call it ---------------
   // Accounting (audit + metrics) from the head's first byte until
   // end_request().
-  void open_request(exchange& x) noexcept;
-  void end_request(exchange& x) noexcept;
-  void make_request_id(exchange& x) noexcept;
+  void open_request(exchange& x) noexcept override;
+  void end_request(exchange& x) noexcept override;
+  void make_request_id(exchange& x) noexcept override;
   // A parsed head: the endpoint by path and method, and the bearer key,
   // before any body is read (a request sluice refuses never makes it send
   // 100 Continue or buffer 8 MiB). Returns: whether the request goes on;
   // else it was answered (404, 405, 401).
-  bool accept_head(exchange& x, bool has_body) noexcept;
+  bool accept_head(exchange& x, bool has_body) noexcept override;
   // The whole request is in: answered here, or admitted and sent on.
-  void dispatch(exchange& x) noexcept;
+  void dispatch(exchange& x) noexcept override;
   // From the body's parse on: model -> group (an embeddings call may park
   // the exchange and call this again when it ends), limits, admission.
   void route_request(exchange& x) noexcept;
@@ -139,27 +138,27 @@ class shard_server {
   void on_store_answer(uint64_t seq, store_record* record, bool unavailable = false) noexcept;
   // A translated Responses reply rendered whole (x.req.store_put): sent to
   // the store to keep, once (fire and forget), before its last bytes go out.
-  void keep_response(exchange& x) noexcept;
+  void keep_response(exchange& x) noexcept override;
   // A native Responses reply of `backend` (x.req.keep_route) named
   // `response_id`: the backend kept by it (fire and forget, once), before
   // the reply's last bytes go out, so that previous_response_id reaches it.
-  void keep_route(exchange& x, uint32_t backend, std::string_view response_id) noexcept;
+  void keep_route(exchange& x, uint32_t backend, std::string_view response_id) noexcept override;
   // The client went away mid-exchange: cancelled, audited 499.
-  void cancel(exchange& x) noexcept;
+  void cancel(exchange& x) noexcept override;
   // A parked exchange leaves the waiter list (its client side closes).
-  void unpark(exchange& x) noexcept;
+  void unpark(exchange& x) noexcept override;
   // Fair admission: a relayed batch of a request counted under it moves
   // its key's virtual counter by the output so far (fair_admission.cpp).
-  void fair_progress(exchange& x) noexcept;
+  void fair_progress(exchange& x) noexcept override;
   size_t write_rate_headers(const exchange& x, char* out, size_t cap) noexcept;
   // write_rate_headers() and sluice's other response fields (x-sluice-group).
-  size_t write_response_headers(const exchange& x, char* out, size_t cap) noexcept;
+  size_t write_response_headers(const exchange& x, char* out, size_t cap) noexcept override;
   // Passive health: failures always, a success only after a failure (that
   // is all the consecutive-failure count needs). Full queue: dropped.
-  void report_outcome(uint32_t backend, bool failure) noexcept;
+  void report_outcome(uint32_t backend, bool failure) noexcept override;
   // The backend adapter a new exchange starts with (until its model named
   // its group), and the one of a group's protocol.
-  backend_adapter* adapter() noexcept { return &_openai; }
+  backend_adapter* adapter() noexcept override { return &_openai; }
   backend_adapter* adapter_for(config::backend_protocol p) noexcept {
     switch (p) {
       case config::backend_protocol::anthropic: return &_anthropic;

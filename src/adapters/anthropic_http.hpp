@@ -1,0 +1,44 @@
+#pragma once
+// adapters (private): the Anthropic Messages API backend adapter (POST
+// /v1/messages: Anthropic itself, vLLM and SGLang's native endpoints). The
+// client's OpenAI chat (or legacy completions) request is rewritten into a
+// Messages request here; the transport -- pools, connect, send, receive,
+// retries -- is the OpenAI adapter's HTTP/1.1 one (openai_http), and its
+// relay translates the reply back (anthropic_relay.cpp:
+// reply_dialect::anthropic), so the client sees what the OpenAI adapter
+// gives for the same reply.
+#include <string>
+
+#include "backend_adapter.hpp"
+#include "openai_http.hpp"
+#include "shard_context.hpp"
+#include "sluice/openai/anthropic.hpp"
+
+namespace sluice::proxy {
+
+// Shard-local; a part of the shard's server.
+class anthropic_http final : public backend_adapter {
+ public:
+  anthropic_http(shard_context& s, openai_http& transport) noexcept : _s(s), _http(transport) {}
+  anthropic_http(const anthropic_http&) = delete;
+  anthropic_http& operator=(const anthropic_http&) = delete;
+
+  // --- backend_adapter ---
+  // The Messages request, head and body, in x.mem->up_head (the body is
+  // sluice's, not the client's bytes: nothing of the request is lent).
+  bool prepare(exchange& x, const openai::request_fields& f) noexcept override;
+  void start(exchange& x) noexcept override { _http.start(x); }
+  void release(exchange& x) noexcept override { _http.release(x); }
+  void on_timeout(exchange& x) noexcept override { _http.on_timeout(x); }
+  void on_sent(exchange& x) noexcept override { _http.on_sent(x); }
+
+  static constexpr std::string_view k_version = "2023-06-01";  // anthropic-version
+
+ private:
+  shard_context& _s;
+  openai_http& _http;
+  openai::anthropic_request_writer _writer;  // its parsers, reused
+  std::string _body;                         // the Messages body, reused (cold-ish: once per request)
+};
+
+}  // namespace sluice::proxy
