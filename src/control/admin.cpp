@@ -1,3 +1,4 @@
+#include "sluice/metrics/exposition.hpp"
 #include "sluice/control/admin.hpp"
 #include "sluice/control/cluster.hpp"
 
@@ -462,13 +463,13 @@ void admin_server::handle(conn* c) noexcept {
   if (path == "/metrics") {
     std::string m;
     m.reserve(4096);
-    fmt::format_to(std::back_inserter(m),
-                   "# HELP sluice_config_reloads_total SIGHUP reloads by result (failed: the running config stayed).\n"
-                   "# TYPE sluice_config_reloads_total counter\n"
-                   "sluice_config_reloads_total{{result=\"ok\"}} {}\nsluice_config_reloads_total{{result=\"failed\"}} {}\n"
-                   "# HELP sluice_config_last_reload_successful 1 unless the last reload failed.\n"
-                   "# TYPE sluice_config_last_reload_successful gauge\nsluice_config_last_reload_successful {}\n",
-                   _g.reloads_ok(), _g.reloads_failed(), _g.last_reload_ok() ? 1 : 0);
+    metrics::family reloads(m, "sluice_config_reloads_total", metrics::family_type::counter,
+                            "SIGHUP reloads by result (failed: the running config stayed).");
+    reloads.add({{"result", "ok"}}, _g.reloads_ok());
+    reloads.add({{"result", "failed"}}, _g.reloads_failed());
+    metrics::family(m, "sluice_config_last_reload_successful", metrics::family_type::gauge,
+                    "1 unless the last reload failed.")
+        .add({}, _g.last_reload_ok() ? 1 : 0);
     _g.metrics().render(m);
     if (_health != nullptr) _health->render_metrics(m);
     if (_budgets != nullptr) _budgets->render_metrics(**_cfg, static_cast<int64_t>(realtime_ms()), m);

@@ -1,5 +1,6 @@
 // Budgets on the control thread: the ledger's period, the state file's
 // saves, the budget metrics and GET /keys/{id} (sluice/control/budgets.hpp).
+#include "sluice/metrics/exposition.hpp"
 #include "sluice/control/budgets.hpp"
 
 #include <algorithm>
@@ -104,20 +105,17 @@ void budget_keeper::render_metrics(const config::config& cfg, int64_t unix_ms, s
     auto& row = rejected[cfg.keys[k].id];
     for (size_t r = 0; r < quota::budget_board::k_reasons; ++r) row[r] += b.rejections(k, r);
   }
-  out += "# HELP sluice_budget_rejections_total Requests refused 429 insufficient_quota, by key and the budget used up.\n"
-         "# TYPE sluice_budget_rejections_total counter\n";
+  metrics::family rejections(out, "sluice_budget_rejections_total", metrics::family_type::counter,
+                             "Requests refused 429 insufficient_quota, by key and the budget used up.");
   for (const auto& [id, row] : rejected) {
     for (size_t r = 0; r < row.size(); ++r) {
-      if (row[r] == 0) continue;
-      out += "sluice_budget_rejections_total{key=\"";
-      metrics::put_label_value(out, id);
-      fmt::format_to(std::back_inserter(out), "\",budget=\"{}\"}} {}\n", k_reasons[r], row[r]);
+      if (row[r] != 0) rejections.add({{"key", id}, {"budget", k_reasons[r]}}, row[r]);
     }
   }
   // Used amounts of the budgets that are set (spend in currency units).
   const quota::budget_windows now = quota::windows_at(unix_ms);
-  out += "# HELP sluice_budget_used Used in the current window, by key and budget (tokens; spend in currency).\n"
-         "# TYPE sluice_budget_used gauge\n";
+  metrics::family used(out, "sluice_budget_used", metrics::family_type::gauge,
+                       "Used in the current window, by key and budget (tokens; spend in currency).");
   for (uint32_t k = 0; k < keys; ++k) {
     const config::key_config& kc = cfg.keys[k];
     if (kc.removed) continue;
@@ -125,25 +123,21 @@ void budget_keeper::render_metrics(const config::config& cfg, int64_t unix_ms, s
     const quota::budget_usage u = _ledger->usage(quota::subject_kind::key, kc.id, now);
     for (size_t i = 0; i < quota::budget_kind_count; ++i) {
       if (limits[i] == 0) continue;
-      out += "sluice_budget_used{key=\"";
-      metrics::put_label_value(out, kc.id);
       if (i >= 2) {
-        fmt::format_to(std::back_inserter(out), "\",budget=\"{}\"}} {:.9f}\n", k_reasons[i], static_cast<double>(u.used[i]) / 1e9);
+        used.add_scaled({{"key", kc.id}, {"budget", k_reasons[i]}}, u.used[i], 9);  // nano-units of currency
       } else {
-        fmt::format_to(std::back_inserter(out), "\",budget=\"{}\"}} {}\n", k_reasons[i], u.used[i]);
+        used.add({{"key", kc.id}, {"budget", k_reasons[i]}}, u.used[i]);
       }
     }
   }
-  out += "# HELP sluice_group_budget_used_tokens Tokens used in the current window by a group's keys together.\n"
-         "# TYPE sluice_group_budget_used_tokens gauge\n";
+  metrics::family group_used(out, "sluice_group_budget_used_tokens", metrics::family_type::gauge,
+                             "Tokens used in the current window by a group's keys together.");
   for (const config::group_config& g : cfg.groups) {
     if (g.removed || (g.daily_tokens | g.monthly_tokens) == 0) continue;
     const quota::budget_usage u = _ledger->usage(quota::subject_kind::group, g.name, now);
     for (size_t i = 0; i < 2; ++i) {
       if ((i == 0 ? g.daily_tokens : g.monthly_tokens) == 0) continue;
-      out += "sluice_group_budget_used_tokens{group=\"";
-      metrics::put_label_value(out, g.name);
-      fmt::format_to(std::back_inserter(out), "\",budget=\"{}\"}} {}\n", k_reasons[i], u.used[i]);
+      group_used.add({{"group", g.name}, {"budget", k_reasons[i]}}, u.used[i]);
     }
   }
 }

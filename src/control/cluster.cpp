@@ -1,4 +1,5 @@
 // [cluster] mode on the control thread (sluice/control/cluster.hpp).
+#include "sluice/metrics/exposition.hpp"
 #include "sluice/control/cluster.hpp"
 
 #include <stdexcept>
@@ -101,28 +102,28 @@ void cluster_keeper::reload(const config::config& next) {
 
 void cluster_keeper::render_metrics(std::string& out) const {
   const cluster::redis_client::counters& st = _client->stats();
-  fmt::format_to(std::back_inserter(out),
-                 "# HELP sluice_cluster_connected 1 while the Redis of [cluster] answers (leases are shared), 0 while "
-                 "this instance serves on its fallback share.\n"
-                 "# TYPE sluice_cluster_connected gauge\nsluice_cluster_connected {}\n"
-                 "# HELP sluice_cluster_redis_errors_total Failed Redis calls and connection attempts.\n"
-                 "# TYPE sluice_cluster_redis_errors_total counter\nsluice_cluster_redis_errors_total {}\n"
-                 "# HELP sluice_cluster_redis_calls_total Lease, give-back and charge calls sent to Redis.\n"
-                 "# TYPE sluice_cluster_redis_calls_total counter\nsluice_cluster_redis_calls_total {}\n",
-                 _client->connected() ? 1 : 0, st.errors, st.commands);
-  out += "# HELP sluice_cluster_lease_tokens Tokens this instance holds of a key's shared bucket (not yet at a shard).\n"
-         "# TYPE sluice_cluster_lease_tokens gauge\n";
+  metrics::family(out, "sluice_cluster_connected", metrics::family_type::gauge,
+                  "1 while the Redis of [cluster] answers (leases are shared), 0 while this instance serves on its "
+                  "fallback share.")
+      .add({}, _client->connected() ? 1 : 0);
+  metrics::family(out, "sluice_cluster_redis_errors_total", metrics::family_type::counter,
+                  "Failed Redis calls and connection attempts.")
+      .add({}, st.errors);
+  metrics::family(out, "sluice_cluster_redis_calls_total", metrics::family_type::counter,
+                  "Lease, give-back and charge calls sent to Redis.")
+      .add({}, st.commands);
+  metrics::family held(out, "sluice_cluster_lease_tokens", metrics::family_type::gauge,
+                       "Tokens this instance holds of a key's shared bucket (not yet at a shard).");
   for (uint32_t k = 0; k < _lender->key_count() && k < _ids.size(); ++k) {
     if (_limits[k] == 0) continue;
-    fmt::format_to(std::back_inserter(out), "sluice_cluster_lease_tokens{{key=\"{}\"}} {:.0f}\n", _ids[k],
-                   _lender->view(k).held);
+    const double h = _lender->view(k).held;
+    held.add({{"key", _ids[k]}}, h > 0 ? static_cast<uint64_t>(h + 0.5) : 0);
   }
-  out += "# HELP sluice_cluster_granted_tokens_total Tokens the lease lent to this instance's shards.\n"
-         "# TYPE sluice_cluster_granted_tokens_total counter\n";
+  metrics::family granted(out, "sluice_cluster_granted_tokens_total", metrics::family_type::counter,
+                          "Tokens the lease lent to this instance's shards.");
   for (uint32_t k = 0; k < _lender->key_count() && k < _ids.size(); ++k) {
     if (_limits[k] == 0) continue;
-    fmt::format_to(std::back_inserter(out), "sluice_cluster_granted_tokens_total{{key=\"{}\"}} {}\n", _ids[k],
-                   _lender->view(k).granted);
+    granted.add({{"key", _ids[k]}}, _lender->view(k).granted);
   }
 }
 

@@ -1,3 +1,4 @@
+#include "sluice/metrics/exposition.hpp"
 #include "sluice/control/health.hpp"
 
 #include <sys/socket.h>
@@ -213,15 +214,12 @@ void health_checker::status_rows(std::vector<backend_view>& out) const {
 }
 
 void health_checker::render_metrics(std::string& out) const {
-  out += "# HELP sluice_backend_draining 1 while an operator drains the backend (no new requests).\n"
-         "# TYPE sluice_backend_draining gauge\n";
+  metrics::family draining(out, "sluice_backend_draining", metrics::family_type::gauge,
+                           "1 while an operator drains the backend (no new requests).");
   for (uint32_t b = 0; b < _cfg->backends.size(); ++b) {
     if (_cfg->backends[b].removed) continue;
-    out += "sluice_backend_draining{backend=\"";
-    metrics::put_label_value(out, _cfg->backends[b].url);
-    out += "\",protocol=\"";
-    metrics::put_label_value(out, backend_protocol_label(*_cfg, b));
-    fmt::format_to(std::back_inserter(out), "\"}} {}\n", _probes[b]->health.draining() ? 1 : 0);
+    draining.add({{"backend", _cfg->backends[b].url}, {"protocol", backend_protocol_label(*_cfg, b)}},
+                 _probes[b]->health.draining() ? 1 : 0);
   }
 }
 

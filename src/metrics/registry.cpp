@@ -1,4 +1,5 @@
 #include "sluice/metrics/registry.hpp"
+#include "sluice/metrics/exposition.hpp"
 
 #include <fmt/format.h>
 
@@ -54,10 +55,6 @@ void put_seconds(std::string& out, uint64_t us) {
   while (n > 0 && digits[n - 1] == '0') --n;
   out += '.';
   out.append(digits, static_cast<size_t>(n));
-}
-
-void put_family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
 std::string_view name_or_none(const std::vector<std::string>& names, size_t i) {
@@ -241,103 +238,103 @@ namespace {
 struct stat_row {
   stat s;
   const char* family;
-  const char* type;
+  family_type type;
   const char* label;  // "" or `name="value"`
   const char* help;
 };
 
 constexpr stat_row k_stat_rows[] = {
-    {stat::connections_accepted, "sluice_connections_accepted_total", "counter", "", "Downstream connections accepted."},
-    {stat::connections_open, "sluice_connections_open", "gauge", "", "Downstream connections open."},
-    {stat::requests_total, "sluice_requests_received_total", "counter", "", "Requests received (all endpoints)."},
-    {stat::responses_2xx, "sluice_responses_total", "counter", "class=\"2xx\"", "Responses by status class."},
-    {stat::responses_4xx, "sluice_responses_total", "counter", "class=\"4xx\"", ""},
-    {stat::responses_5xx, "sluice_responses_total", "counter", "class=\"5xx\"", ""},
-    {stat::local_errors, "sluice_local_errors_total", "counter", "",
+    {stat::connections_accepted, "sluice_connections_accepted_total", family_type::counter, "", "Downstream connections accepted."},
+    {stat::connections_open, "sluice_connections_open", family_type::gauge, "", "Downstream connections open."},
+    {stat::requests_total, "sluice_requests_received_total", family_type::counter, "", "Requests received (all endpoints)."},
+    {stat::responses_2xx, "sluice_responses_total", family_type::counter, "class=\"2xx\"", "Responses by status class."},
+    {stat::responses_4xx, "sluice_responses_total", family_type::counter, "class=\"4xx\"", ""},
+    {stat::responses_5xx, "sluice_responses_total", family_type::counter, "class=\"5xx\"", ""},
+    {stat::local_errors, "sluice_local_errors_total", family_type::counter, "",
      "Answers sluice made itself (errors before any backend)."},
-    {stat::upstream_requests, "sluice_upstream_requests_total", "counter", "", "Requests sent to backends (attempts)."},
-    {stat::upstream_connect_errors, "sluice_upstream_connect_errors_total", "counter", "", "Backend connect failures."},
-    {stat::upstream_retries, "sluice_upstream_retries_total", "counter", "",
+    {stat::upstream_requests, "sluice_upstream_requests_total", family_type::counter, "", "Requests sent to backends (attempts)."},
+    {stat::upstream_connect_errors, "sluice_upstream_connect_errors_total", family_type::counter, "", "Backend connect failures."},
+    {stat::upstream_retries, "sluice_upstream_retries_total", family_type::counter, "",
      "Retries on another attempt before any byte reached the client."},
-    {stat::upstream_timeouts, "sluice_upstream_timeouts_total", "counter", "", "Backend connect/first-byte/idle timeouts."},
-    {stat::upstream_reset_after_send, "sluice_upstream_reset_after_send_total", "counter", "",
+    {stat::upstream_timeouts, "sluice_upstream_timeouts_total", family_type::counter, "", "Backend connect/first-byte/idle timeouts."},
+    {stat::upstream_reset_after_send, "sluice_upstream_reset_after_send_total", family_type::counter, "",
      "Backend connections that failed after the whole request was written (502; never retried: the backend may have "
      "started it)."},
-    {stat::upstream_truncated, "sluice_upstream_truncated_total", "counter", "",
+    {stat::upstream_truncated, "sluice_upstream_truncated_total", family_type::counter, "",
      "Responses cut because the backend failed mid-response."},
-    {stat::downstream_aborts, "sluice_downstream_aborts_total", "counter", "",
+    {stat::downstream_aborts, "sluice_downstream_aborts_total", family_type::counter, "",
      "Exchanges cancelled because the client went away."},
-    {stat::client_stalls, "sluice_client_stalls_total", "counter", "",
+    {stat::client_stalls, "sluice_client_stalls_total", family_type::counter, "",
      "Responses cut because the client took no bytes for the stream idle timeout."},
-    {stat::upstream_own_buffers, "sluice_upstream_buffer_fallbacks_total", "counter", "",
+    {stat::upstream_own_buffers, "sluice_upstream_buffer_fallbacks_total", family_type::counter, "",
      "Backend receives that found every pooled receive buffer lent and used a buffer of their own."},
-    {stat::usage_chunks_cut, "sluice_usage_chunks_cut_total", "counter", "",
+    {stat::usage_chunks_cut, "sluice_usage_chunks_cut_total", family_type::counter, "",
      "Usage chunks sluice asked for and removed from client streams."},
-    {stat::usage_cut_failed, "sluice_usage_cut_failed_total", "counter", "",
+    {stat::usage_cut_failed, "sluice_usage_cut_failed_total", family_type::counter, "",
      "Usage chunks sluice asked for that it could not remove from a client stream (should stay 0)."},
-    {stat::sse_chunks_skipped, "sluice_sse_chunks_skipped_total", "counter", "",
+    {stat::sse_chunks_skipped, "sluice_sse_chunks_skipped_total", family_type::counter, "",
      "Event-stream chunks of one plain content event each, counted at their boundaries without scanning their bytes "
      "(upstream.sse_scan = \"boundaries\")."},
-    {stat::upstream_bad_replies, "sluice_upstream_bad_replies_total", "counter", "",
+    {stat::upstream_bad_replies, "sluice_upstream_bad_replies_total", family_type::counter, "",
      "Backend replies or stream events of a translated protocol (Anthropic, gRPC) that sluice could not read."},
-    {stat::shed_connections, "sluice_shed_connections_total", "counter", "",
+    {stat::shed_connections, "sluice_shed_connections_total", family_type::counter, "",
      "Connections refused over server.connections_max."},
-    {stat::shed_requests, "sluice_shed_requests_total", "counter", "reason=\"inflight\"",
+    {stat::shed_requests, "sluice_shed_requests_total", family_type::counter, "reason=\"inflight\"",
      "Requests refused with 503 + retry-after, by cap: server.inflight_max, upstream.connections_max, "
      "server.memory_max_bytes."},
-    {stat::shed_upstream_pool, "sluice_shed_requests_total", "counter", "reason=\"upstream_pool\"", ""},
-    {stat::shed_memory, "sluice_shed_requests_total", "counter", "reason=\"memory\"", ""},
-    {stat::audit_written, "sluice_audit_lines_total", "counter", "result=\"written\"",
+    {stat::shed_upstream_pool, "sluice_shed_requests_total", family_type::counter, "reason=\"upstream_pool\"", ""},
+    {stat::shed_memory, "sluice_shed_requests_total", family_type::counter, "reason=\"memory\"", ""},
+    {stat::audit_written, "sluice_audit_lines_total", family_type::counter, "result=\"written\"",
      "Audit lines by fate: written (on disk), dropped (buffers full at their bound, or no file), lost (a failed "
      "write)."},
-    {stat::audit_dropped, "sluice_audit_lines_total", "counter", "result=\"dropped\"", ""},
-    {stat::audit_lost, "sluice_audit_lines_total", "counter", "result=\"lost\"", ""},
-    {stat::audit_write_errors, "sluice_audit_write_errors_total", "counter", "",
+    {stat::audit_dropped, "sluice_audit_lines_total", family_type::counter, "result=\"dropped\"", ""},
+    {stat::audit_lost, "sluice_audit_lines_total", family_type::counter, "result=\"lost\"", ""},
+    {stat::audit_write_errors, "sluice_audit_write_errors_total", family_type::counter, "",
      "Audit writes that failed (each is retried after a backoff; the lines are kept)."},
-    {stat::audit_fsyncs, "sluice_audit_fsyncs_total", "counter", "result=\"ok\"",
+    {stat::audit_fsyncs, "sluice_audit_fsyncs_total", family_type::counter, "result=\"ok\"",
      "Audit fdatasyncs ([audit] fsync_interval_ms), by result."},
-    {stat::audit_fsync_errors, "sluice_audit_fsyncs_total", "counter", "result=\"failed\"", ""},
-    {stat::memory_bytes, "sluice_connection_memory_bytes", "gauge", "",
+    {stat::audit_fsync_errors, "sluice_audit_fsyncs_total", family_type::counter, "result=\"failed\"", ""},
+    {stat::memory_bytes, "sluice_connection_memory_bytes", family_type::gauge, "",
      "Connection objects and buffers held by the shards."},
-    {stat::h2_connections, "sluice_h2_connections_total", "counter", "",
+    {stat::h2_connections, "sluice_h2_connections_total", family_type::counter, "",
      "Client connections that spoke HTTP/2 (h2c with prior knowledge, or ALPN h2)."},
-    {stat::h2_streams, "sluice_h2_streams_total", "counter", "", "HTTP/2 request streams opened."},
-    {stat::h2_refused_streams, "sluice_h2_refused_streams_total", "counter", "",
+    {stat::h2_streams, "sluice_h2_streams_total", family_type::counter, "", "HTTP/2 request streams opened."},
+    {stat::h2_refused_streams, "sluice_h2_refused_streams_total", family_type::counter, "",
      "HTTP/2 streams refused over SETTINGS_MAX_CONCURRENT_STREAMS (server.h2_max_concurrent_streams)."},
-    {stat::h2_client_resets, "sluice_h2_client_resets_total", "counter", "", "RST_STREAM frames from clients."},
-    {stat::h2_rapid_resets, "sluice_h2_defence_goaways_total", "counter", "reason=\"rapid_reset\"",
+    {stat::h2_client_resets, "sluice_h2_client_resets_total", family_type::counter, "", "RST_STREAM frames from clients."},
+    {stat::h2_rapid_resets, "sluice_h2_defence_goaways_total", family_type::counter, "reason=\"rapid_reset\"",
      "HTTP/2 connections ended with GOAWAY by a defence: rapid or provoked resets, CONTINUATION floods, SETTINGS / "
      "PING floods, HPACK bombs, the per-connection memory cap, other protocol errors."},
-    {stat::h2_continuation_floods, "sluice_h2_defence_goaways_total", "counter", "reason=\"continuation_flood\"", ""},
-    {stat::h2_control_floods, "sluice_h2_defence_goaways_total", "counter", "reason=\"control_flood\"", ""},
-    {stat::h2_hpack_bombs, "sluice_h2_defence_goaways_total", "counter", "reason=\"hpack_bomb\"", ""},
-    {stat::h2_memory_refusals, "sluice_h2_defence_goaways_total", "counter", "reason=\"memory\"", ""},
-    {stat::h2_protocol_errors, "sluice_h2_defence_goaways_total", "counter", "reason=\"protocol_error\"", ""},
-    {stat::h2_header_lists_too_large, "sluice_h2_header_lists_too_large_total", "counter", "",
+    {stat::h2_continuation_floods, "sluice_h2_defence_goaways_total", family_type::counter, "reason=\"continuation_flood\"", ""},
+    {stat::h2_control_floods, "sluice_h2_defence_goaways_total", family_type::counter, "reason=\"control_flood\"", ""},
+    {stat::h2_hpack_bombs, "sluice_h2_defence_goaways_total", family_type::counter, "reason=\"hpack_bomb\"", ""},
+    {stat::h2_memory_refusals, "sluice_h2_defence_goaways_total", family_type::counter, "reason=\"memory\"", ""},
+    {stat::h2_protocol_errors, "sluice_h2_defence_goaways_total", family_type::counter, "reason=\"protocol_error\"", ""},
+    {stat::h2_header_lists_too_large, "sluice_h2_header_lists_too_large_total", family_type::counter, "",
      "HTTP/2 requests answered 431: the header list passed server.max_head_bytes."},
-    {stat::tls_handshakes, "sluice_tls_handshakes_total", "counter", "result=\"ok\"", "TLS handshakes, by result."},
-    {stat::tls_handshake_errors, "sluice_tls_handshakes_total", "counter", "result=\"failed\"", ""},
-    {stat::tls_ktls_connections, "sluice_tls_ktls_connections_total", "counter", "path=\"ktls\"",
+    {stat::tls_handshakes, "sluice_tls_handshakes_total", family_type::counter, "result=\"ok\"", "TLS handshakes, by result."},
+    {stat::tls_handshake_errors, "sluice_tls_handshakes_total", family_type::counter, "result=\"failed\"", ""},
+    {stat::tls_ktls_connections, "sluice_tls_ktls_connections_total", family_type::counter, "path=\"ktls\"",
      "TLS connections by how their records are encrypted: ktls (the kernel) or copy (OpenSSL, in user space)."},
-    {stat::tls_copy_connections, "sluice_tls_ktls_connections_total", "counter", "path=\"copy\"", ""},
-    {stat::edge_protocol_mismatches, "sluice_edge_protocol_mismatches_total", "counter", "",
+    {stat::tls_copy_connections, "sluice_tls_ktls_connections_total", family_type::counter, "path=\"copy\"", ""},
+    {stat::edge_protocol_mismatches, "sluice_edge_protocol_mismatches_total", family_type::counter, "",
      "Connections that spoke the wrong protocol for their port (plaintext HTTP on the TLS port, a ClientHello on "
      "the plaintext one): answered or closed at once."},
-    {stat::router_embeddings_ok, "sluice_router_embeddings_calls_total", "counter", "result=\"ok\"",
+    {stat::router_embeddings_ok, "sluice_router_embeddings_calls_total", family_type::counter, "result=\"ok\"",
      "The embeddings router's /v1/embeddings calls, by result: ok, failed (connect, status, reply, no backend up), "
      "timeout ([router] embeddings_timeout_ms), busy (every call slot of the shard in use: not made). Each one "
      "not ok left the decision to the classifier."},
-    {stat::router_embeddings_failed, "sluice_router_embeddings_calls_total", "counter", "result=\"failed\"", ""},
-    {stat::router_embeddings_timeouts, "sluice_router_embeddings_calls_total", "counter", "result=\"timeout\"", ""},
-    {stat::router_embeddings_busy, "sluice_router_embeddings_calls_total", "counter", "result=\"busy\"", ""},
-    {stat::router_embeddings_cache_hits, "sluice_router_embeddings_cache_total", "counter", "result=\"hit\"",
+    {stat::router_embeddings_failed, "sluice_router_embeddings_calls_total", family_type::counter, "result=\"failed\"", ""},
+    {stat::router_embeddings_timeouts, "sluice_router_embeddings_calls_total", family_type::counter, "result=\"timeout\"", ""},
+    {stat::router_embeddings_busy, "sluice_router_embeddings_calls_total", family_type::counter, "result=\"busy\"", ""},
+    {stat::router_embeddings_cache_hits, "sluice_router_embeddings_cache_total", family_type::counter, "result=\"hit\"",
      "Auto-model decisions in embeddings mode by the shard's cache: hit (decided from an earlier call's answer) or "
      "miss (a call was needed)."},
-    {stat::router_embeddings_cache_misses, "sluice_router_embeddings_cache_total", "counter", "result=\"miss\"", ""},
-    {stat::responses_stored, "sluice_responses_stored_total", "counter", "result=\"kept\"",
+    {stat::router_embeddings_cache_misses, "sluice_router_embeddings_cache_total", family_type::counter, "result=\"miss\"", ""},
+    {stat::responses_stored, "sluice_responses_stored_total", family_type::counter, "result=\"kept\"",
      "[responses] store: rendered Responses replies sent to the store to keep (kept), or not sent because the "
      "shard's queue to it was full (dropped)."},
-    {stat::responses_store_dropped, "sluice_responses_stored_total", "counter", "result=\"dropped\"", ""},
+    {stat::responses_store_dropped, "sluice_responses_stored_total", family_type::counter, "result=\"dropped\"", ""},
 };
 
 }  // namespace
@@ -354,7 +351,7 @@ void registry::render(std::string& out) const {
   for (const stat_row& r : k_stat_rows) {
     if (r.family != family) {
       family = r.family;
-      fmt::format_to(it, "# HELP {} {}\n# TYPE {} {}\n", r.family, r.help, r.family, r.type);
+      put_family_head(out, r.family, r.type, r.help);
     }
     if (*r.label != '\0') {
       fmt::format_to(it, "{}{{{}}} {}\n", r.family, r.label, sum(r.s));
@@ -378,7 +375,7 @@ void registry::render(std::string& out) const {
     return t;
   };
 
-  put_family(out, "sluice_requests_total", "counter",
+  put_family_head(out, "sluice_requests_total", family_type::counter,
              "Requests answered, by model group, backend (and its protocol) and status code.");
   for (size_t gi : group_rows) {
     for (size_t bi : backend_rows) {
@@ -402,7 +399,7 @@ void registry::render(std::string& out) const {
     }
   }
 
-  put_family(out, "sluice_tokens_total", "counter", "Tokens by model group and kind, from the backends' usage.");
+  put_family_head(out, "sluice_tokens_total", family_type::counter, "Tokens by model group and kind, from the backends' usage.");
   static constexpr std::string_view kinds[token_kind_count] = {"prompt", "completion"};
   for (size_t gi : group_rows) {
     const uint64_t v0 = sum(&shard_metrics::_tokens, gi * token_kind_count);
@@ -415,7 +412,7 @@ void registry::render(std::string& out) const {
     }
   }
 
-  put_family(out, "sluice_router_decisions_total", "counter",
+  put_family_head(out, "sluice_router_decisions_total", family_type::counter,
              "Auto-model requests by the group the router picked and how (rule, classifier, default, sticky).");
   for (size_t gi : group_rows) {
     for (size_t hi = 0; hi < router_how_count; ++hi) {
@@ -427,7 +424,7 @@ void registry::render(std::string& out) const {
     }
   }
 
-  put_family(out, "sluice_dialect_requests_total", "counter",
+  put_family_head(out, "sluice_dialect_requests_total", family_type::counter,
              "Answered requests by group and the client's dialect (chat, completions, embeddings, responses, messages).");
   for (size_t gi : group_rows) {
     for (size_t di = 0; di < dialect_count; ++di) {
@@ -460,7 +457,7 @@ void registry::render(std::string& out) const {
     return v;
   };
 
-  put_family(out, "sluice_quota_rejected_total", "counter", "Requests rejected by quota, by key id and reason.");
+  put_family_head(out, "sluice_quota_rejected_total", family_type::counter, "Requests rejected by quota, by key id and reason.");
   static constexpr std::string_view reasons[reject_reason_count] = {"tokens", "requests", "concurrency", "too_large"};
   for (size_t ki : key_rows) {
     for (size_t ri = 0; ri < reject_reason_count; ++ri) {
@@ -475,7 +472,7 @@ void registry::render(std::string& out) const {
   // Per key only where used: a gateway with many keys and little traffic
   // writes few lines. key="" is every request without a valid key.
   constexpr size_t kw = shard_metrics::key_usage_width;
-  put_family(out, "sluice_key_requests_total", "counter", "Requests answered, by key id (never the key).");
+  put_family_head(out, "sluice_key_requests_total", family_type::counter, "Requests answered, by key id (never the key).");
   for (size_t ki : key_rows) {
     const uint64_t v = key_sum(ki, &shard_metrics::_key_usage, kw, 0);
     if (v == 0) continue;
@@ -483,7 +480,7 @@ void registry::render(std::string& out) const {
     put_label_value(out, name_or_none(_names.keys, ki));
     fmt::format_to(it, "\"}} {}\n", v);
   }
-  put_family(out, "sluice_key_tokens_total", "counter", "Tokens billed, by key id and kind, from the backends' usage.");
+  put_family_head(out, "sluice_key_tokens_total", family_type::counter, "Tokens billed, by key id and kind, from the backends' usage.");
   for (size_t ki : key_rows) {
     const uint64_t v0 = key_sum(ki, &shard_metrics::_key_usage, kw, 1);
     const uint64_t v1 = key_sum(ki, &shard_metrics::_key_usage, kw, 2);
@@ -498,7 +495,7 @@ void registry::render(std::string& out) const {
   // Fair admission, per key only where used: requests that waited for a
   // slot, and how long (ms stored, seconds written).
   auto per_key = [&](std::string_view name, std::string_view help, size_t col, bool ms) {
-    put_family(out, name, "counter", help);
+    put_family_head(out, name, family_type::counter, help);
     for (size_t ki : key_rows) {
       const uint64_t v = key_sum(ki, &shard_metrics::_key_usage, kw, col);
       if (v == 0) continue;
@@ -514,7 +511,7 @@ void registry::render(std::string& out) const {
   per_key("sluice_key_queued_total", "Requests that waited in a fair-admission queue, by key id.", 3, false);
   per_key("sluice_key_queued_seconds_total", "Time requests waited in fair-admission queues, by key id.", 4, true);
 
-  put_family(out, "sluice_admission_queue_depth", "gauge",
+  put_family_head(out, "sluice_admission_queue_depth", family_type::gauge,
              "Requests waiting at the gateway for a slot of a group with admission = \"fair\".");
   for (size_t gi : group_rows) {
     if (gi == _group_rows) continue;
@@ -523,10 +520,10 @@ void registry::render(std::string& out) const {
     fmt::format_to(it, "\"}} {}\n", queue_depth(static_cast<uint32_t>(gi)));
   }
 
-  put_family(out, "sluice_inflight_requests", "gauge", "Requests in flight.");
+  put_family_head(out, "sluice_inflight_requests", family_type::gauge, "Requests in flight.");
   fmt::format_to(it, "sluice_inflight_requests {}\n", inflight());
 
-  put_family(out, "sluice_backend_up", "gauge", "1 when the backend passes health checks, else 0.");
+  put_family_head(out, "sluice_backend_up", family_type::gauge, "1 when the backend passes health checks, else 0.");
   for (size_t bi = 0; bi < _names.backends.size(); ++bi) {
     out += "sluice_backend_up{backend=\"";
     put_label_value(out, _names.backends[bi]);
@@ -545,14 +542,14 @@ void registry::render(std::string& out) const {
       fmt::format_to(it, "\"}} {}\n", v[col]);
     }
   };
-  put_family(out, "sluice_backend_inflight", "gauge", "Requests sluice has open to the backend now, every shard.");
+  put_family_head(out, "sluice_backend_inflight", family_type::gauge, "Requests sluice has open to the backend now, every shard.");
   per_backend("sluice_backend_inflight", 0);
-  put_family(out, "sluice_backend_failures_total", "counter",
+  put_family_head(out, "sluice_backend_failures_total", family_type::counter,
              "Failures sluice attributed to the backend: connect errors, resets, timeouts, replies it could not read.");
   per_backend("sluice_backend_failures_total", 1);
 
   auto histogram = [&](std::string_view name, std::string_view help, counter* shard_metrics::*field) {
-    put_family(out, name, "histogram", help);
+    put_family_head(out, name, family_type::histogram, help);
     constexpr size_t w = shard_metrics::histogram_width;
     for (size_t gi : group_rows) {
       uint64_t row[w] = {};
@@ -588,26 +585,26 @@ void registry::render(std::string& out) const {
   histogram("sluice_admission_wait_seconds", "Time a request waited at the gateway for a slot (admission = \"fair\").",
             &shard_metrics::_queue_wait);
 
-  put_family(out, "sluice_loop_iterations_total", "counter", "Reactor loop iterations per shard.");
+  put_family_head(out, "sluice_loop_iterations_total", family_type::counter, "Reactor loop iterations per shard.");
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_iterations_total{{shard=\"{}\"}} {}\n", s, _shards[s]._loop[0].get());
   }
-  put_family(out, "sluice_loop_cqes_total", "counter", "Completions handled per shard.");
+  put_family_head(out, "sluice_loop_cqes_total", family_type::counter, "Completions handled per shard.");
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_cqes_total{{shard=\"{}\"}} {}\n", s, _shards[s]._loop[1].get());
   }
-  put_family(out, "sluice_loop_polls_total", "counter",
+  put_family_head(out, "sluice_loop_polls_total", family_type::counter,
              "Polls for a completion before sleeping (server.idle_poll_us), by whether one came in time.");
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_polls_total{{shard=\"{}\",result=\"caught\"}} {}\n", s, _shards[s]._loop[2].get());
     fmt::format_to(it, "sluice_loop_polls_total{{shard=\"{}\",result=\"missed\"}} {}\n", s, _shards[s]._loop[3].get());
   }
-  put_family(out, "sluice_loop_poll_seconds_total", "counter", "Time spent polling for completions instead of sleeping.");
+  put_family_head(out, "sluice_loop_poll_seconds_total", family_type::counter, "Time spent polling for completions instead of sleeping.");
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_poll_seconds_total{{shard=\"{}\"}} {:.6f}\n", s,
                    static_cast<double>(_shards[s]._loop[4].get()) / 1e9);
   }
-  put_family(out, "sluice_loop_batched_waits_total", "counter",
+  put_family_head(out, "sluice_loop_batched_waits_total", family_type::counter,
              "Waits that asked for a batch of completions while many requests were open (server.batch_wait_us).");
   for (size_t s = 0; s < _shards.size(); ++s) {
     fmt::format_to(it, "sluice_loop_batched_waits_total{{shard=\"{}\"}} {}\n", s, _shards[s]._loop[5].get());
