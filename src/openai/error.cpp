@@ -1,9 +1,8 @@
 // openai: error bodies in OpenAI's shape, written into fixed buffers.
 //
-// The output is always valid JSON, whatever the message holds: quotes and
-// backslashes are escaped, control characters become \u00XX, and bytes that
-// are not valid UTF-8 become U+FFFD, because messages may quote client input
-// (a duplicate key, a model name) or a backend's words.
+// The output is always valid JSON, whatever the message holds (the core
+// escaper's rules, sluice/core/json_string.hpp), because messages may quote
+// client input (a duplicate key, a model name) or a backend's words.
 #include "sluice/openai/error.hpp"
 
 #include "json_writer.hpp"
@@ -14,39 +13,6 @@
 namespace sluice::openai {
 
 namespace {
-
-constexpr char replacement[] = "\xEF\xBF\xBD";  // U+FFFD, 3 bytes
-
-// Returns: the length of the valid UTF-8 sequence at s[i] (1-4), or 0 when
-// the bytes there are not one (overlong, surrogate, above U+10FFFF, cut).
-size_t utf8_sequence(std::string_view s, size_t i) noexcept {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) return 1;
-  size_t n = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;       // overlong
-    if (b0 == 0xED) hi = 0x9F;       // UTF-16 surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;       // overlong
-    if (b0 == 0xF4) hi = 0x8F;       // above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  const auto b1 = static_cast<unsigned char>(s[i + 1]);
-  if (b1 < lo || b1 > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if (b < 0x80 || b > 0xBF) return 0;
-  }
-  return n;
-}
 
 // Appends bytes when they fit whole. Returns: false (and writes nothing)
 // when they do not.
@@ -64,31 +30,13 @@ struct writer {
   bool put(std::string_view s) noexcept { return put(s.data(), s.size()); }
 };
 
-// Escaped size of `s`, for budgeting before anything is written.
-size_t escaped_size(std::string_view s) noexcept {
-  size_t n = 0;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      n += 2, ++i;
-    } else if (c < 0x20) {
-      n += 6, ++i;
-    } else {
-      size_t k = utf8_sequence(s, i);
-      n += k == 0 ? sizeof(replacement) - 1 : k;
-      i += k == 0 ? 1 : k;
-    }
-  }
-  return n;
-}
-
 // A quoted string member value, or null when empty.
 bool put_nullable(writer& w, std::string_view s) noexcept {
   if (s.empty()) return w.put("null", 4);
   if (!w.put("\"", 1)) return false;
   size_t n = json_escape(w.out + w.len, w.cap - w.len, s);
   w.len += n;
-  return n == escaped_size(s) && w.put("\"", 1);
+  return n == json_escaped_size(s) && w.put("\"", 1);
 }
 
 constexpr std::string_view head = "{\"error\":{\"message\":\"";
@@ -97,14 +45,9 @@ constexpr std::string_view param_key = "\",\"param\":";
 constexpr std::string_view code_key = ",\"code\":";
 constexpr std::string_view tail = "}}";
 
-size_t nullable_size(std::string_view s) noexcept { return s.empty() ? 4 : escaped_size(s) + 2; }
+size_t nullable_size(std::string_view s) noexcept { return s.empty() ? 4 : json_escaped_size(s) + 2; }
 
 }  // namespace
-
-size_t json_escape(char* out, size_t cap, std::string_view s) noexcept {
-  size_t consumed = 0;
-  return json_escape(out, cap, s, consumed);
-}
 
 void append_json_string(std::string& out, std::string_view s) {
   // 6 bytes a byte at worst (\u00XX), and the quotes.
@@ -114,54 +57,6 @@ void append_json_string(std::string& out, std::string_view s) {
   const size_t n = json_escape(out.data() + at + 1, s.size() * 6, s);
   out[at + 1 + n] = '"';
   out.resize(at + 2 + n);
-}
-
-size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept {
-  static constexpr char hex[] = "0123456789abcdef";
-  writer w{out, cap};
-  size_t i = 0;
-  for (; i < s.size();) {
-    // A run of plain printable ASCII -- nearly all of a token's text, an id,
-    // a model name -- goes in one copy, as much of it as fits.
-    size_t run = i;
-    while (run < s.size()) {
-      const auto d = static_cast<unsigned char>(s[run]);
-      if (d < 0x20 || d >= 0x80 || d == '"' || d == '\\') break;
-      ++run;
-    }
-    if (run != i) {
-      const size_t len = run - i;
-      const size_t room = w.cap - w.len;
-      const size_t n = len < room ? len : room;
-      if (n != 0) std::memcpy(w.out + w.len, s.data() + i, n);
-      w.len += n;
-      i += n;
-      if (n < len) break;  // out of room
-      continue;
-    }
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      const char esc[2] = {'\\', static_cast<char>(c)};
-      if (!w.put(esc, 2)) break;
-      ++i;
-    } else if (c < 0x20) {
-      const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xF]};
-      if (!w.put(esc, 6)) break;
-      ++i;
-    } else {
-      size_t k = utf8_sequence(s, i);
-      // A whole sequence or nothing: a cut one would make the output invalid.
-      if (k == 0) {
-        if (!w.put(replacement, sizeof(replacement) - 1)) break;
-        ++i;
-      } else {
-        if (!w.put(s.data() + i, k)) break;
-        i += k;
-      }
-    }
-  }
-  consumed = i;
-  return w.len;
 }
 
 size_t write_error_body(char* out, size_t cap, const error_fields& e) noexcept {
@@ -174,7 +69,7 @@ size_t write_error_body(char* out, size_t cap, const error_fields& e) noexcept {
   // then the type. Below the bare skeleton nothing valid fits.
   if (cap < skeleton + 2 * 4) return 0;
   auto fixed = [&] {
-    return skeleton + escaped_size(type) + nullable_size(param) + nullable_size(code);
+    return skeleton + json_escaped_size(type) + nullable_size(param) + nullable_size(code);
   };
   if (fixed() > cap) param = {}, code = {};
   if (fixed() > cap) type = {};

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "sluice/core/json_string.hpp"
+
 namespace sluice::openai {
 
 struct error_fields {
@@ -16,20 +18,16 @@ struct error_fields {
   std::string_view code;    // empty = null
 };
 
-// Always valid JSON: quotes and backslashes escaped, control characters as
-// \u00XX, invalid UTF-8 replaced by U+FFFD. When `cap` is too small the
+// Always valid JSON (json_escape's rules). When `cap` is too small the
 // message is shortened (never mid-character or mid-escape), then param and
 // code become null, then the type empty. Returns: bytes written; 0 only when
 // cap < 59 (the bare skeleton with two nulls does not fit). cap >= 128
 // always fits the type, param and code sluice uses with a shortened message.
 size_t write_error_body(char* out, size_t cap, const error_fields& e) noexcept;
 
-// Writes `s` JSON-escaped (without quotes), as whole escapes and whole UTF-8
-// characters only. Returns bytes written, <= cap.
-size_t json_escape(char* out, size_t cap, std::string_view s) noexcept;
-// The same, and `consumed` says how much of `s` it took (all of it unless
-// `out` filled), so a caller can escape a long string in pieces.
-size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept;
+// JSON string escaping is the core's (sluice/core/json_string.hpp), named
+// here as the callers of this module know it.
+using ::sluice::json_escape;
 // Appends `s` to `out` as a JSON string, quotes included (json_escape's
 // rules). Cold paths: `out` grows (may throw std::bad_alloc).
 void append_json_string(std::string& out, std::string_view s);

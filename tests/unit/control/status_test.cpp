@@ -61,7 +61,7 @@ TEST_SUITE("control::status escaping") {
 
   TEST_CASE("JSON: quotes, backslashes and control bytes escaped; < > & too, for a <script>") {
     CHECK(json("a\"b\\c") == R"("a\"b\\c")");
-    CHECK(json(std::string_view("\x01\n", 2)) == R"("\u0001\u000a")");
+    CHECK(json(std::string_view("\x01\n", 2)) == R"("\u0001\n")");
     CHECK(json("</script>&") == R"("\u003c/script\u003e\u0026")");
     CHECK(json("") == R"("")");
     // Invalid UTF-8 does not pass through as is.

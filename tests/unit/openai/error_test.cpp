@@ -77,7 +77,8 @@ TEST_SUITE("openai::error") {
     };
     const row rows[] = {
         {"quotes and backslash", "say \"hi\" \\ ok", R"(say \"hi\" \\ ok)", "say \"hi\" \\ ok"},
-        {"newline and tab", "a\nb\tc", R"(a\u000ab\u0009c)", "a\nb\tc"},
+        {"newline and tab", "a\nb\tc", R"(a\nb\tc)", "a\nb\tc"},
+        {"other control characters", "a\x01" "b\x1f", R"(a\u0001b\u001f)", "a\x01" "b\x1f"},
         {"NUL and other controls", std::string("x\0y\x1f", 4), R"(x\u0000y\u001f)",
          std::string("x\0y\x1f", 4)},
         {"DEL and slash pass through", "a\x7f/b", "a\x7f/b", "a\x7f/b"},
@@ -86,8 +87,8 @@ TEST_SUITE("openai::error") {
         {"UTF-8 surrogate", "\xED\xA0\x80!", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD!",
          "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD!"},
         {"overlong", "\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD", "\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"cut sequence at the end", "ok\xE2\x82", "ok\xEF\xBF\xBD\xEF\xBF\xBD",
-         "ok\xEF\xBF\xBD\xEF\xBF\xBD"},
+        // A cut sequence is one maximal ill-formed subpart: one U+FFFD.
+        {"cut sequence at the end", "ok\xE2\x82", "ok\xEF\xBF\xBD", "ok\xEF\xBF\xBD"},
         {"above U+10FFFF", "\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD",
          "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
     };
@@ -111,7 +112,8 @@ TEST_SUITE("openai::error") {
 
   TEST_CASE("json_escape writes whole escapes and characters only") {
     char buf[16];
-    CHECK(json_escape(buf, 5, "ab\ncd") == 2);       // \u000a needs 6 bytes
+    CHECK(json_escape(buf, 5, "ab\x01""cd") == 2);   // \u0001 needs 6 bytes
+    CHECK(json_escape(buf, 3, "ab\ncd") == 2);       // \n needs 2
     CHECK(json_escape(buf, 3, "a\"b") == 3);         // a \"
     CHECK(json_escape(buf, 2, "a\"b") == 1);
     CHECK(json_escape(buf, 3, "a😀") == 1);          // the emoji needs 4

@@ -1,0 +1,102 @@
+// The one JSON string escaper: its escapes, U+FFFD per maximal ill-formed
+// subpart, whole pieces only when out of room, and on any bytes at all an
+// output that is valid UTF-8 with no raw control byte, sized as predicted.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sluice/core/json_string.hpp"
+
+namespace {
+
+std::string escaped(std::string_view s) {
+  std::string out(s.size() * 6, '\0');
+  out.resize(sluice::json_escape(out.data(), out.size(), s));
+  return out;
+}
+
+constexpr std::string_view fffd = "\xEF\xBF\xBD";
+
+}  // namespace
+
+TEST_SUITE("core::json_string") {
+  TEST_CASE("quotes, backslashes and control characters are escaped; the short forms where JSON has them") {
+    CHECK(escaped("say \"hi\" \\ o/") == R"(say \"hi\" \\ o/)");
+    CHECK(escaped("\b\f\n\r\t") == R"(\b\f\n\r\t)");
+    CHECK(escaped(std::string_view("\x00\x01\x1f", 3)) == R"(\u0000\u0001\u001f)");
+    CHECK(escaped("\x7f") == "\x7f");  // DEL is not a JSON control character
+    CHECK(escaped("naïve 😀 中文") == "naïve 😀 中文");
+  }
+
+  TEST_CASE("each maximal ill-formed subpart becomes one U+FFFD") {
+    CHECK(escaped("ok\xE2\x82") == "ok" + std::string(fffd));                  // cut at the end
+    CHECK(escaped("\xE2\x82!") == std::string(fffd) + "!");                    // cut before ASCII
+    CHECK(escaped("\xF0\x9F\x98") == std::string(fffd));                       // 3 of 4 bytes
+    CHECK(escaped("\xC0\xAF") == std::string(fffd) + std::string(fffd));       // overlong: two
+    CHECK(escaped("\xED\xA0\x80") == std::string(fffd) + std::string(fffd) + std::string(fffd));  // surrogate
+    CHECK(escaped("\x80\x80") == std::string(fffd) + std::string(fffd));       // lone continuations
+    CHECK(escaped("\xF4\x90\x80\x80").size() == 4 * fffd.size());              // above U+10FFFF
+    CHECK(escaped("\xFF") == fffd);
+  }
+
+  TEST_CASE("out of room: whole escapes and whole characters only, and consumed says how far") {
+    char buf[16];
+    size_t consumed = 0;
+    CHECK(sluice::json_escape(buf, 5, "ab\x01" "cd", consumed) == 2);  // \u0001 needs 6
+    CHECK(consumed == 2);
+    CHECK(sluice::json_escape(buf, 3, "a\"b", consumed) == 3);
+    CHECK(consumed == 2);
+    CHECK(sluice::json_escape(buf, 4, "a😀", consumed) == 1);          // the emoji needs 4
+    CHECK(consumed == 1);
+    CHECK(sluice::json_escape(buf, 0, "abc", consumed) == 0);
+    CHECK(consumed == 0);
+    // In pieces: the same bytes as in one go.
+    const std::string text = "a\"😀\n\xE2\x82 tail";
+    std::string pieces;
+    for (size_t at = 0; at < text.size();) {
+      char small[7];
+      const size_t n = sluice::json_escape(small, sizeof small, std::string_view(text).substr(at), consumed);
+      REQUIRE(consumed > 0);
+      pieces.append(small, n);
+      at += consumed;
+    }
+    CHECK(pieces == escaped(text));
+  }
+
+  TEST_CASE("any bytes: valid UTF-8 out, no raw control byte, at most 6 bytes a byte, sized as predicted") {
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    auto next = [&] {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      return state;
+    };
+    for (int round = 0; round < 20000; ++round) {
+      std::string s(next() % 24, '\0');
+      for (char& c : s) {
+        // Mostly the bytes around UTF-8's edges.
+        static constexpr unsigned char edges[] = {0x00, 0x1f, '"', '\\', 'a', 0x7f, 0x80, 0xbf, 0xc0, 0xc2,
+                                                  0xdf, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff, 0x9f, 0xa0};
+        c = static_cast<char>(next() % 3 == 0 ? next() & 0xff : edges[next() % sizeof edges]);
+      }
+      const std::string out = escaped(s);
+      CHECK(out.size() == sluice::json_escaped_size(s));
+      CHECK(out.size() <= s.size() * 6);
+      const auto* u = reinterpret_cast<const unsigned char*>(out.data());
+      for (size_t i = 0; i < out.size();) {
+        REQUIRE(u[i] >= 0x20);
+        const int k = sluice::utf8_sequence(u + i, out.size() - i);
+        REQUIRE(k > 0);
+        if (u[i] == '\\') {
+          REQUIRE(i + 1 < out.size());
+          i += 2;  // the escaped byte: '"', '\\', a short form or 'u'
+          continue;
+        }
+        REQUIRE(u[i] != '"');
+        i += static_cast<size_t>(k);
+      }
+    }
+  }
+}
