@@ -16,6 +16,16 @@
 
 namespace sluice::proxy {
 
+// Shard-local; the Anthropic adapter's memory of a client connection (its
+// wing of exchange_memory, kept across exchanges): the reply's translator,
+// made on the connection's first translated Anthropic stream.
+struct anthropic_memory final : adapter_memory {
+  openai::anthropic_stream stream{http::sse_scanner::k_event_bytes_max};
+  // What the translator allocates besides itself (counted with it).
+  static constexpr int64_t k_extra_bytes = 2 * static_cast<int64_t>(http::sse_scanner::k_event_bytes_max);
+};
+inline constexpr size_t k_anthropic_wing = 0;  // exchange_memory::wings (triton_grpc.hpp has 1)
+
 // Shard-local; a part of the shard's server.
 class anthropic_http final : public backend_adapter {
  public:

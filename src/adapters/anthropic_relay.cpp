@@ -12,6 +12,7 @@
 //     client's own chunked body (or bare, to an HTTP/1.0 client).
 #include <cstring>
 
+#include "anthropic_http.hpp"
 #include "openai_http.hpp"
 
 #include "client_codec.hpp"
@@ -97,12 +98,8 @@ bool openai_http::open_translated_stream(exchange& x) noexcept {
 
 void openai_http::on_anthropic_head(exchange& x) noexcept {
   if (!translated_head(x, false)) return;  // answered, held whole, or failed
-  if (!x.mem->anthropic) {
-    x.mem->anthropic.reset(new (std::nothrow) openai::anthropic_stream(http::sse_scanner::k_event_bytes_max));
-    if (x.mem->anthropic) account_connection_memory(static_cast<int64_t>(sizeof(openai::anthropic_stream)) +
-                                                    2 * static_cast<int64_t>(http::sse_scanner::k_event_bytes_max));
-  }
-  if (!x.mem->anthropic) {
+  anthropic_memory* m = wing_of<anthropic_memory>(*x.mem, k_anthropic_wing, anthropic_memory::k_extra_bytes);
+  if (m == nullptr) {
     upstream_failed(x, errc::internal);
     return;
   }
@@ -112,14 +109,14 @@ void openai_http::on_anthropic_head(exchange& x) noexcept {
   ctx.model = std::string_view(x.req.model, x.req.model_len);
   ctx.include_usage = x.rsp.client_usage;
   ctx.kind = x.req.endpoint;
-  x.mem->anthropic->reset(ctx);
+  m->stream.reset(ctx);
   if (!open_translated_stream(x)) return;
   relay(x, x.rsp.head.head_bytes, true);
 }
 
 void openai_http::on_anthropic_event(exchange& x, const http::sse_event& ev) noexcept {
   relay_state& r = x.rsp;
-  openai::anthropic_stream& t = *x.mem->anthropic;
+  openai::anthropic_stream& t = made_wing<anthropic_memory>(*x.mem, k_anthropic_wing).stream;
   stream_facts& s = r.facts;
   if (s.done) return;  // after [DONE] (or an event it could not read): the backend's rest is dropped
   ++s.events;

@@ -455,7 +455,7 @@ bool openai_http::start_reframe(exchange& x, bool drop_usage) noexcept {
     if (!x.mem->usage_filter) {
       x.mem->usage_filter.reset(new (std::nothrow) usage_event_filter());
       if (!x.mem->usage_filter) return false;
-      account_connection_memory(static_cast<int64_t>(sizeof(usage_event_filter)));
+      x.mem->count(static_cast<int64_t>(sizeof(usage_event_filter)));
     }
     x.mem->usage_filter->reset(drop_usage);
   }

@@ -10,6 +10,7 @@
 #include "client_codec.hpp"
 #include "exchange_policy.hpp"
 #include "wire.hpp"
+#include "sluice/openai/anthropic.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"

@@ -285,7 +285,7 @@ void triton_grpc::fail_conn(h2_conn* c, errc why) noexcept {
   // elsewhere while the backend had not answered it; else cut).
   while (exchange* x = c->streams_head) {
     detach(*x, false);
-    grpc_attempt& a = x->grpc;
+    grpc_attempt& a = grpc_of(*x);
     a.closed = true;
     if (a.grpc_status < 0) {
       a.grpc_status = 14;
@@ -310,7 +310,7 @@ void triton_grpc::on_connect_cqe(h2_conn* c, int res) noexcept {
     return;
   }
   c->connected = true;
-  for (exchange* x = c->streams_head; x != nullptr; x = x->grpc.hook.next) {
+  for (exchange* x = c->streams_head; x != nullptr; x = grpc_of(*x).hook.next) {
     const config::group_config& g = _cfg->groups[x->group];
     x->codec->wait_for_backend(*x, deadline_kind::upstream_first_byte, g.upstream.first_byte_timeout_ms);
   }
@@ -395,15 +395,15 @@ int triton_grpc::on_header(nghttp2_session* s, const nghttp2_frame* frame, const
   if (n == ":status") {
     uint32_t st = 0;
     for (char ch : v) st = ch >= '0' && ch <= '9' && st < 1000 ? st * 10 + static_cast<uint32_t>(ch - '0') : 1000;
-    x->grpc.http_status = static_cast<uint16_t>(st < 1000 ? st : 0);
+    grpc_of(*x).http_status = static_cast<uint16_t>(st < 1000 ? st : 0);
   } else if (n == "grpc-status") {
     int32_t st = 0;
     for (char ch : v) st = ch >= '0' && ch <= '9' && st < 1000 ? st * 10 + (ch - '0') : 1000;
-    x->grpc.grpc_status = v.empty() || st >= 1000 ? 2 : st;  // unparsable: UNKNOWN
+    grpc_of(*x).grpc_status = v.empty() || st >= 1000 ? 2 : st;  // unparsable: UNKNOWN
   } else if (n == "grpc-message") {
-    const size_t k = v.size() < sizeof x->grpc.grpc_message ? v.size() : sizeof x->grpc.grpc_message;
-    std::memcpy(x->grpc.grpc_message, v.data(), k);
-    x->grpc.grpc_message_len = static_cast<uint8_t>(k);
+    const size_t k = v.size() < sizeof grpc_of(*x).grpc_message ? v.size() : sizeof grpc_of(*x).grpc_message;
+    std::memcpy(grpc_of(*x).grpc_message, v.data(), k);
+    grpc_of(*x).grpc_message_len = static_cast<uint8_t>(k);
   }
   return 0;
 }
@@ -414,7 +414,7 @@ int triton_grpc::on_data_chunk(nghttp2_session* s, uint8_t, int32_t stream_id, c
   c->consume_pending += len;  // the connection's window: given back after this receive
   exchange* x = stream_exchange(s, stream_id);
   if (x == nullptr) return 0;
-  x->grpc.unconsumed += static_cast<uint32_t>(len);  // the stream's window: given back once the client took them
+  grpc_of(*x).unconsumed += static_cast<uint32_t>(len);  // the stream's window: given back once the client took them
   c->adapter->mark_dirty(*x);
   const size_t used = c->adapter->feed_in_place(*x, reinterpret_cast<const char*>(data), len);
   data += used;
@@ -426,8 +426,8 @@ int triton_grpc::on_data_chunk(nghttp2_session* s, uint8_t, int32_t stream_id, c
   if (static_cast<uint64_t>(b.len) + len > k_message_bytes_max + k_stream_window_bytes ||
       !b.reserve(static_cast<size_t>(b.len) + len)) {
     // Sluice's reset, not the backend's: the status says so before the close.
-    x->grpc.grpc_status = 13;  // INTERNAL
-    set_message(x->grpc, "The backend sent more than sluice buffers for one stream.");
+    grpc_of(*x).grpc_status = 13;  // INTERNAL
+    set_message(grpc_of(*x), "The backend sent more than sluice buffers for one stream.");
     return nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_INTERNAL_ERROR) == 0
                ? 0
                : NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -441,12 +441,12 @@ int triton_grpc::on_frame_recv(nghttp2_session* s, const nghttp2_frame* frame, v
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
   exchange* x = stream_exchange(s, frame->hd.stream_id);
   if (x == nullptr) return 0;
-  if (x->grpc.http_status >= 100 && x->grpc.http_status < 200) {
+  if (grpc_of(*x).http_status >= 100 && grpc_of(*x).http_status < 200) {
     // An informational (1xx) head: the response's own comes after it.
-    x->grpc.http_status = 0;
+    grpc_of(*x).http_status = 0;
     return 0;
   }
-  x->grpc.head_seen = true;
+  grpc_of(*x).head_seen = true;
   static_cast<h2_conn*>(user)->adapter->mark_dirty(*x);
   return 0;
 }
@@ -454,7 +454,7 @@ int triton_grpc::on_frame_recv(nghttp2_session* s, const nghttp2_frame* frame, v
 int triton_grpc::on_stream_close(nghttp2_session* s, int32_t stream_id, uint32_t error_code, void* user) {
   exchange* x = stream_exchange(s, stream_id);
   if (x == nullptr) return 0;
-  grpc_attempt& a = x->grpc;
+  grpc_attempt& a = grpc_of(*x);
   a.closed = true;
   if (a.grpc_status < 0) {
     if (error_code != NGHTTP2_NO_ERROR) {
@@ -479,12 +479,12 @@ ssize_t triton_grpc::read_request(nghttp2_session* s, int32_t stream_id, uint8_t
   exchange* x = stream_exchange(s, stream_id);
   if (x == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // the exchange let go: reset
   const byte_buf& r = x->mem->up_head;
-  const uint32_t left = r.len - x->grpc.request_off;
+  const uint32_t left = r.len - grpc_of(*x).request_off;
   const size_t n = left < length ? left : length;
-  std::memcpy(buf, r.data + x->grpc.request_off, n);
-  x->grpc.request_off += static_cast<uint32_t>(n);
+  std::memcpy(buf, r.data + grpc_of(*x).request_off, n);
+  grpc_of(*x).request_off += static_cast<uint32_t>(n);
   // One request per stream: the client's half of the stream ends with it.
-  if (x->grpc.request_off == r.len) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (grpc_of(*x).request_off == r.len) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
   return static_cast<ssize_t>(n);
 }
 
@@ -526,10 +526,10 @@ void triton_grpc::start(exchange& x) noexcept {
 }
 
 bool triton_grpc::open_stream(exchange& x, h2_conn* c) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   a = grpc_attempt{};
   x.mem->body.len = 0;
-  x.mem->triton.reset({});  // the last exchange's reply is not this one's (start_reply sets it up)
+  triton_mem(x).stream.reset({});  // the last exchange's reply is not this one's (start_reply sets it up)
   const config::backend_config& b = _cfg->backends[c->backend];
   char timeout[16];
   size_t tl = 0;
@@ -557,21 +557,21 @@ bool triton_grpc::open_stream(exchange& x, h2_conn* c) noexcept {
   a.stream_id = id;
   a.hook.prev = nullptr;
   a.hook.next = c->streams_head;
-  if (c->streams_head != nullptr) c->streams_head->grpc.hook.prev = &x;
+  if (c->streams_head != nullptr) grpc_of(*c->streams_head).hook.prev = &x;
   c->streams_head = &x;
   ++c->streams;
   return true;
 }
 
 void triton_grpc::detach(exchange& x, bool cancel) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   h2_conn* c = a.conn;
   if (c == nullptr) return;
   if (a.dirty) {
     // Out of the connection's news list (run_dirty walks it afresh).
     exchange** p = &c->dirty_head;
-    while (*p != nullptr && *p != &x) p = &(*p)->grpc.dirty_next;
-    if (*p == &x) *p = x.grpc.dirty_next;
+    while (*p != nullptr && *p != &x) p = &grpc_of(**p).dirty_next;
+    if (*p == &x) *p = grpc_of(x).dirty_next;
     a.dirty = false;
     a.dirty_next = nullptr;
   }
@@ -582,11 +582,11 @@ void triton_grpc::detach(exchange& x, bool cancel) noexcept {
   // Its unread window goes back at the connection level; the stream's own
   // goes with the stream.
   if (a.hook.prev != nullptr) {
-    a.hook.prev->grpc.hook.next = a.hook.next;
+    grpc_of(*a.hook.prev).hook.next = a.hook.next;
   } else {
     c->streams_head = a.hook.next;
   }
-  if (a.hook.next != nullptr) a.hook.next->grpc.hook.prev = a.hook.prev;
+  if (a.hook.next != nullptr) grpc_of(*a.hook.next).hook.prev = a.hook.prev;
   a.hook = {};
   a.conn = nullptr;
   --c->streams;
@@ -604,7 +604,7 @@ void triton_grpc::release(exchange& x) noexcept {
 }
 
 void triton_grpc::mark_dirty(exchange& x) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   if (a.dirty || a.conn == nullptr) return;
   a.dirty = true;
   a.dirty_next = a.conn->dirty_head;
@@ -613,15 +613,15 @@ void triton_grpc::mark_dirty(exchange& x) noexcept {
 
 void triton_grpc::run_dirty(h2_conn* c) noexcept {
   while (exchange* x = c->dirty_head) {
-    c->dirty_head = x->grpc.dirty_next;
-    x->grpc.dirty = false;
-    x->grpc.dirty_next = nullptr;
+    c->dirty_head = grpc_of(*x).dirty_next;
+    grpc_of(*x).dirty = false;
+    grpc_of(*x).dirty_next = nullptr;
     advance(*x);
   }
 }
 
 void triton_grpc::give_back_stream_window(exchange& x) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   if (a.unconsumed == 0 || a.conn == nullptr || a.closed) {
     a.unconsumed = 0;
     return;
@@ -633,7 +633,7 @@ void triton_grpc::give_back_stream_window(exchange& x) noexcept {
 
 void triton_grpc::on_timeout(exchange& x) noexcept {
   _metrics.at(metrics::stat::upstream_timeouts).add();
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   if (a.sending) {
     // A deadline fell due while the client is still taking a batch (a slow
     // reader at the total deadline): the backend's stream ends now; the

@@ -39,6 +39,46 @@ namespace sluice::proxy {
 
 class exchange_policy;
 class triton_grpc;
+struct h2_conn;
+
+// Shard-local; the triton adapter's state of an exchange's attempt
+// (exchange::attempt: made in prepare, fresh again as a stream opens): one
+// HTTP/2 stream of a connection many exchanges share.
+struct grpc_attempt {
+  h2_conn* conn = nullptr;          // null: no stream open
+  int32_t stream_id = -1;
+  list_hook<exchange> hook;         // in conn's streams
+  exchange* dirty_next = nullptr;   // in conn's list of streams with news after a receive
+  bool dirty = false;
+  bool head_seen = false;           // the response's HEADERS came
+  bool closed = false;              // the stream closed (trailers, RST, or the connection went)
+  bool sending = false;             // a client send of this stream's output is out
+  bool messages = false;            // a message came: the backend took the request
+  bool head_pending = false;        // the client's head is staged, not yet sent
+  bool conn_failed = false;         // the connection went (the stream never ended by itself)
+  bool timed_out = false;           // a deadline of the attempt fell due
+  int32_t grpc_status = -1;         // from the trailers (or a Trailers-Only answer); -1: none
+  uint16_t http_status = 0;
+  uint32_t request_off = 0;         // bytes of the framed request (mem->up_head) given to nghttp2
+  uint32_t parsed = 0;              // bytes of mem->body decoded into messages
+  uint32_t unconsumed = 0;          // stream bytes decoded whose output has not yet reached the client
+  uint8_t grpc_message_len = 0;
+  char grpc_message[160] = {};      // grpc-message, still percent-encoded (truncated)
+};
+inline grpc_attempt& grpc_of(exchange& x) noexcept { return attempt_of<grpc_attempt>(x); }
+
+// Shard-local; the triton adapter's memory of a client connection (its
+// wing of exchange_memory, kept across exchanges): the reply's translation
+// (no buffers of its own), the layout of the last response decoded there,
+// and a non-stream reply's text as it accumulates.
+struct triton_memory final : adapter_memory {
+  openai::triton_stream stream;
+  grpc::decode_memo memo;
+  std::string text;
+};
+inline constexpr size_t k_triton_wing = 1;  // exchange_memory::wings (anthropic_http.hpp has 0)
+// Made in prepare (which answers 500 when it cannot be had).
+inline triton_memory& triton_mem(exchange& x) noexcept { return made_wing<triton_memory>(*x.mem, k_triton_wing); }
 
 // Shard-local. One HTTP/2 connection to a gRPC backend.
 struct h2_conn {

@@ -21,6 +21,11 @@ namespace sluice::proxy {
 // The request and the reply
 
 bool triton_grpc::prepare(exchange& x, const openai::request_fields& f) noexcept {
+  make_attempt<grpc_attempt>(x);
+  if (wing_of<triton_memory>(*x.mem, k_triton_wing) == nullptr) {
+    x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
+    return false;
+  }
   const config::group_config& g = _cfg->groups[x.group];
   x.rsp.dialect = reply_dialect::triton;
   x.rsp.translated = true;
@@ -61,7 +66,7 @@ bool triton_grpc::prepare(exchange& x, const openai::request_fields& f) noexcept
 }
 
 void triton_grpc::start_reply(exchange& x) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   a.messages = true;
   x.rsp.answered_ok = true;
   _x.report_outcome(x.backend_used, false);
@@ -71,7 +76,7 @@ void triton_grpc::start_reply(exchange& x) noexcept {
   ctx.model = std::string_view(x.req.model, x.req.model_len);
   ctx.kind = x.req.endpoint;
   ctx.include_usage = x.rsp.client_usage;
-  x.mem->triton.reset(ctx, x.req.is_stream ? nullptr : &x.mem->triton_text);
+  triton_mem(x).stream.reset(ctx, x.req.is_stream ? nullptr : &triton_mem(x).text);
   x.mem->frame.len = k_batch_room;
   if (renders(x) && x.req.is_stream && !start_rendering(x)) x.rsp.render_failed = true;
   set_pings(x, _cfg->server.ping_interval_ms);  // from the next stream_wait on
@@ -81,12 +86,12 @@ bool triton_grpc::stage_stream_head(exchange& x) noexcept {
   x.rsp.dechunk = !x.codec->takes_chunked(x);
   if (!x.codec->stage_response_head(x, translated_stream_head(), x.rsp.dechunk)) return false;
   x.status = 200;
-  x.grpc.head_pending = true;
+  grpc_of(x).head_pending = true;
   return true;
 }
 
 void triton_grpc::take_outcome(exchange& x) noexcept {
-  const openai::triton_outcome& o = x.mem->triton.outcome();
+  const openai::triton_outcome& o = triton_mem(x).stream.outcome();
   stream_facts& s = x.rsp.facts;
   s.prompt_tokens = o.prompt_tokens;
   s.completion_tokens = o.completion_tokens;
@@ -105,8 +110,8 @@ size_t triton_grpc::feed_in_place(exchange& x, const char* data, size_t len) noe
   // buffer first; anything else -- a message cut by the chunk's end, one
   // that does not read, an error message, the reply's end -- stops here and
   // goes the general way (advance) from its first byte.
-  grpc_attempt& a = x.grpc;
-  openai::triton_stream& t = x.mem->triton;
+  grpc_attempt& a = grpc_of(x);
+  openai::triton_stream& t = triton_mem(x).stream;
   byte_buf& f = x.mem->frame;
   if (x.mem->body.len != 0 || a.sending || !a.messages || !x.req.is_stream || t.done()) return 0;
   size_t at = 0;
@@ -114,7 +119,7 @@ size_t triton_grpc::feed_in_place(exchange& x, const char* data, size_t len) noe
     grpc::frame fr;
     if (grpc::read_frame(std::string_view(data + at, len - at), k_message_bytes_max, fr) != grpc::decode_status::ok) break;
     grpc::stream_response r;
-    if (grpc::decode_stream_response(fr.message, r, x.mem->grpc_memo) != grpc::decode_status::ok || !r.error_message.empty()) break;
+    if (grpc::decode_stream_response(fr.message, r, triton_mem(x).memo) != grpc::decode_status::ok || !r.error_message.empty()) break;
     const size_t need = static_cast<size_t>(f.len) + t.event_bytes_max(r) + 16;
     if (need > f.cap && !f.reserve(need)) break;
     const openai::triton_stream_result res = t.feed(r, f.data + f.len, f.cap - f.len - 16);
@@ -126,10 +131,10 @@ size_t triton_grpc::feed_in_place(exchange& x, const char* data, size_t len) noe
 }
 
 void triton_grpc::advance(exchange& x) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   if (a.sending) return;  // on_sent comes back here
   const config::group_config& g = _cfg->groups[x.group];
-  openai::triton_stream& t = x.mem->triton;
+  openai::triton_stream& t = triton_mem(x).stream;
   byte_buf& b = x.mem->body;
   byte_buf& f = x.mem->frame;
   if (a.head_seen && a.http_status != 200 && !a.messages && a.grpc_status < 0) {
@@ -158,7 +163,7 @@ void triton_grpc::advance(exchange& x) noexcept {
         grpc::read_frame(std::string_view(b.data + a.parsed, b.len - a.parsed), k_message_bytes_max, fr);
     if (st == grpc::decode_status::need_more) break;
     grpc::stream_response r;
-    const grpc::decode_status ds = st == grpc::decode_status::ok ? grpc::decode_stream_response(fr.message, r, x.mem->grpc_memo) : st;
+    const grpc::decode_status ds = st == grpc::decode_status::ok ? grpc::decode_stream_response(fr.message, r, triton_mem(x).memo) : st;
     if (ds != grpc::decode_status::ok) {
       bad_reply(x, grpc::describe(ds));
       return;
@@ -249,7 +254,7 @@ void triton_grpc::advance(exchange& x) noexcept {
 }
 
 void triton_grpc::send_output(exchange& x, bool end_client) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   byte_buf& f = x.mem->frame;
   const bool with_head = a.head_pending;
   if (f.len == k_batch_room && !with_head && !end_client) {
@@ -273,7 +278,7 @@ void triton_grpc::send_output(exchange& x, bool end_client) noexcept {
 }
 
 void triton_grpc::on_sent(exchange& x) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   a.sending = false;
   x.mem->frame.len = k_batch_room;
   if (x.rsp.client_done) {
@@ -292,7 +297,7 @@ void triton_grpc::finish(exchange& x) noexcept {
 
 void triton_grpc::answer_body(exchange& x) noexcept {
   detach(x, false);
-  openai::triton_stream& t = x.mem->triton;
+  openai::triton_stream& t = triton_mem(x).stream;
   byte_buf& f = x.mem->frame;
   if (!f.reserve(t.body_bytes_max())) {
     internal_failure(x);
@@ -335,7 +340,7 @@ void triton_grpc::bad_reply(exchange& x, std::string_view why) noexcept {
 }
 
 void triton_grpc::conclude_status(exchange& x) noexcept {
-  grpc_attempt& a = x.grpc;
+  grpc_attempt& a = grpc_of(x);
   char body[768];
   const openai::grpc_error_answer e = openai::grpc_status_to_openai(
       static_cast<uint32_t>(a.grpc_status), std::string_view(a.grpc_message, a.grpc_message_len), body, sizeof body);
@@ -369,7 +374,7 @@ void triton_grpc::conclude_status(exchange& x) noexcept {
 }
 
 void triton_grpc::conclude_error(exchange& x, uint16_t status, std::string_view message, bool) noexcept {
-  if (x.grpc.messages || x.response_started) {
+  if (grpc_of(x).messages || x.response_started) {
     char body[512];
     const size_t n = openai::triton_error_body(message, body, sizeof body);
     end_stream_with_error(x, std::string_view(body, n), status);

@@ -40,6 +40,7 @@ bool start_rendering(exchange& x) noexcept {
   if (!x.mem->renderer) {
     x.mem->renderer.reset(new (std::nothrow) dialect::stream_renderer(http::sse_scanner::k_event_bytes_max));
     if (!x.mem->renderer) return false;
+    x.mem->count(static_cast<int64_t>(sizeof(dialect::stream_renderer) + http::sse_scanner::k_event_bytes_max));
   }
   x.mem->renderer->reset(x.req.speaks, context_of(x));
   return true;

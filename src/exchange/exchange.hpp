@@ -20,21 +20,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "conn_memory.hpp"
 #include "wire.hpp"
 #include "sluice/http/request.hpp"
 #include "sluice/http/response.hpp"
-#include "sluice/grpc/kserve.hpp"
 #include "sluice/http/sse.hpp"
 #include "sluice/dialect/dialect.hpp"
 #include "sluice/dialect/native.hpp"
 #include "sluice/dialect/render.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/metrics/registry.hpp"
-#include "sluice/openai/anthropic.hpp"
-#include "sluice/openai/triton.hpp"
 #include "sluice/openai/request.hpp"
 #include "sluice/quota/fair_queue.hpp"
 #include "sluice/quota/shard_slices.hpp"
@@ -45,7 +45,6 @@ namespace sluice::proxy {
 
 struct downstream_conn;
 struct upstream_conn;
-struct h2_conn;
 struct h2_stream;
 struct exchange;
 class client_codec;
@@ -130,41 +129,28 @@ struct relay_state {
   stream_facts facts;
 };
 
-// Shard-local; part of an exchange. Its attempt on a gRPC backend: one
-// HTTP/2 stream of a connection many exchanges share (triton_grpc).
-struct grpc_attempt {
-  h2_conn* conn = nullptr;          // null: no stream open
-  int32_t stream_id = -1;
-  list_hook<exchange> hook;         // in conn's streams
-  exchange* dirty_next = nullptr;   // in conn's list of streams with news after a receive
-  bool dirty = false;
-  bool head_seen = false;           // the response's HEADERS came
-  bool closed = false;              // the stream closed (trailers, RST, or the connection went)
-  bool sending = false;             // a client send of this stream's output is out
-  bool messages = false;            // a message came: the backend took the request
-  bool head_pending = false;        // the client's head is staged, not yet sent
-  bool conn_failed = false;         // the connection went (the stream never ended by itself)
-  bool timed_out = false;           // a deadline of the attempt fell due
-  int32_t grpc_status = -1;         // from the trailers (or a Trailers-Only answer); -1: none
-  uint16_t http_status = 0;
-  uint32_t request_off = 0;         // bytes of the framed request (mem->up_head) given to nghttp2
-  uint32_t parsed = 0;              // bytes of mem->body decoded into messages
-  uint32_t unconsumed = 0;          // stream bytes decoded whose output has not yet reached the client
-  uint8_t grpc_message_len = 0;
-  char grpc_message[160] = {};      // grpc-message, still percent-encoded (truncated)
+// An adapter's memory that a connection keeps across its exchanges (a
+// translator and its buffers): made by the adapter on its first exchange
+// there (wing_of), its type the adapter's alone.
+struct adapter_memory {
+  adapter_memory() = default;
+  adapter_memory(const adapter_memory&) = delete;
+  adapter_memory& operator=(const adapter_memory&) = delete;
+  virtual ~adapter_memory() = default;
 };
 
 // Memory an exchange uses that its connection keeps across exchanges (not
 // state: grown once, then reused).
 struct exchange_memory {
+  exchange_memory() = default;
+  exchange_memory(const exchange_memory&) = delete;
+  exchange_memory& operator=(const exchange_memory&) = delete;
+  ~exchange_memory() { account_connection_memory(-counted); }
+
   byte_buf body;     // a non-stream response body, kept for its usage; a local answer's body; de-chunked bytes
   byte_buf up_head;  // the backend request's head
   byte_buf frame;    // what the relay makes for a send: a re-framed or de-chunked batch
   std::unique_ptr<http::sse_scanner> sse;  // made on the connection's first stream
-  std::unique_ptr<openai::anthropic_stream> anthropic;  // made on its first translated Anthropic stream
-  openai::triton_stream triton;  // a gRPC reply's translation (small: no buffers of its own)
-  grpc::decode_memo grpc_memo;   // the layout of the last gRPC response decoded here
-  std::string triton_text;       // a non-stream gRPC reply's text, accumulated
   // A Responses or Messages client (dialect_relay.hpp): its request written
   // as the canonical chat body (with simdjson's padding after it), the
   // renderer of its stream, its rendered non-stream reply, and the buffer
@@ -182,7 +168,66 @@ struct exchange_memory {
   // The usage cut past the largest buffer (relay_state::reframe): made on
   // the connection's first such stream and kept (16 KiB: not on every one).
   std::unique_ptr<usage_event_filter> usage_filter;
+  // The adapters' own memory (adapter_memory), one slot each for those that
+  // keep some; `tag` says whose type a slot holds (wing_of).
+  static constexpr size_t k_wing_slots = 2;
+  struct wing {
+    const void* tag = nullptr;
+    std::unique_ptr<adapter_memory> memory;
+  };
+  wing wings[k_wing_slots];
+
+  // What the connection memory counts of the objects above that are made
+  // on first use (the renderer, the usage filter, the adapters' memory):
+  // counted as made, uncounted when this memory goes with its connection.
+  int64_t counted = 0;
+  void count(int64_t bytes) noexcept {
+    counted += bytes;
+    account_connection_memory(bytes);
+  }
 };
+
+template <class T>
+inline constexpr char k_wing_tag = 0;
+
+// The adapter memory of type T in slot `slot` of `m`: made (and counted,
+// with `extra`: what T allocates itself) on first use. Returns: null when
+// out of memory.
+template <class T>
+T* wing_of(exchange_memory& m, size_t slot, int64_t extra = 0) noexcept {
+  static_assert(std::is_base_of_v<adapter_memory, T>);
+  exchange_memory::wing& w = m.wings[slot];
+  if (w.memory == nullptr) {
+    w.memory.reset(new (std::nothrow) T());
+    if (w.memory == nullptr) return nullptr;
+    w.tag = &k_wing_tag<T>;
+    m.count(static_cast<int64_t>(sizeof(T)) + extra);
+  }
+  SLUICE_ASSERT(w.tag == &k_wing_tag<T>);  // two adapters never share a slot
+  return static_cast<T*>(w.memory.get());
+}
+
+// The adapter memory T that wing_of made in slot `slot` of `m`.
+template <class T>
+T& made_wing(exchange_memory& m, size_t slot) noexcept {
+  exchange_memory::wing& w = m.wings[slot];
+  SLUICE_ASSERT(w.memory != nullptr && w.tag == &k_wing_tag<T>);
+  return *static_cast<T*>(w.memory.get());
+}
+
+// An adapter's own state of one attempt (its wing of the exchange): the
+// exchange holds the bytes; the adapter that runs the exchange alone knows
+// their type. Made by that adapter (make_attempt) before it reads them,
+// and trivially destructible, so the exchange's reset owes the adapter
+// nothing.
+struct attempt_slot {
+  static constexpr size_t k_bytes = 256;
+  alignas(8) unsigned char bytes[k_bytes];
+  const void* tag = nullptr;  // whose type the bytes hold (null: none yet)
+};
+
+template <class T>
+inline constexpr char k_attempt_tag = 0;
 
 // The request as policy reads it, whatever dialect the client speaks
 // (docs/architecture.md §2b): set from the path and the body, before routing.
@@ -315,7 +360,7 @@ struct exchange {
   uint64_t up_body_len = 0;
   msghdr up_msg = {};
 
-  grpc_attempt grpc;               // the attempt's stream on a gRPC backend
+  attempt_slot attempt;            // the adapter's own state of the attempt (make_attempt)
 
   // --- the response ---------------------------------------------------------
   relay_state rsp;
@@ -331,5 +376,19 @@ struct exchange {
   std::string_view error_code;     // static strings only
 
 };
+
+// Makes the attempt state T of `x` (its adapter's, fresh for this attempt).
+template <class T>
+T& make_attempt(exchange& x) noexcept {
+  static_assert(sizeof(T) <= attempt_slot::k_bytes && alignof(T) <= 8 && std::is_trivially_destructible_v<T>);
+  x.attempt.tag = &k_attempt_tag<T>;
+  return *std::construct_at(reinterpret_cast<T*>(x.attempt.bytes));
+}
+// The attempt state T of `x`, made before by make_attempt<T>.
+template <class T>
+T& attempt_of(exchange& x) noexcept {
+  SLUICE_ASSERT(x.attempt.tag == &k_attempt_tag<T>);
+  return *std::launder(reinterpret_cast<T*>(x.attempt.bytes));
+}
 
 }  // namespace sluice::proxy

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 
+import { start_anthropic_peer } from './lib/anthropic_peer.mjs';
 import { chat_body, start_mock_vllm, start_sluice, stop_all } from './lib/harness.mjs';
 import { gateway_config, poll, post_fresh, samples, scrape } from './lib/gateway.mjs';
 
@@ -151,5 +152,63 @@ describe('overload: connection memory over server.memory_max_bytes', () => {
     assert.equal(ok.status, 200);
     m = (await scrape(sluice.admin_url)).parsed;
     assert.ok(samples(m, 'sluice_connection_memory_bytes')[0].value < 400000);
+  });
+});
+
+describe('overload: memory a connection made on first use is uncounted when it closes', () => {
+  let mock;
+  let peer;
+  let sluice;
+
+  before(async () => {
+    mock = await start_mock_vllm({ reply_tokens: 3 });
+    peer = await start_anthropic_peer();
+    sluice = await start_sluice({
+      config: gateway_config({
+        groups: [{ name: 'claude', models: ['claude-*'], protocol: 'anthropic', backends: [peer.url] },
+                 { name: 'default', models: ['*'], backends: [mock.url] }],
+        keys: [{ id: 'test', key: 'test-key', groups: ['*'] }],
+      }),
+      extra_args: ['--cpus', '0'],
+    }).catch(async (err) => { await stop_all(mock, peer); throw err; });
+  });
+  after(() => stop_all(sluice, mock, peer));
+
+  const gauge = async () => samples((await scrape(sluice.admin_url)).parsed, 'sluice_connection_memory_bytes')[0].value;
+
+  // The Anthropic translator (32 KiB of event buffers a connection) and the
+  // Responses renderer are made on a connection's first such stream and
+  // kept for its next ones; the memory cap counts them while they live. A
+  // count that outlived its connection would, connection after connection,
+  // reach server.memory_max_bytes with nothing open and shed every request.
+  it('connections that streamed through the Anthropic translator and the renderer leave the count where it was', async () => {
+    // The backend connections these streams pool stay counted: the idle
+    // level is taken once the pools hold them (after one of each stream,
+    // and once the count stands still).
+    const once = async () => {
+      const a = await post_fresh(sluice.url, chat_body({ model: 'claude-x', stream: true, max_tokens: 5 }), { key: 'test-key' });
+      assert.equal(a.status, 200);
+      assert.match(a.text, /data: \[DONE\]/);
+      const r = await post_fresh(sluice.url, { model: 'mock-model', input: 'hi', stream: true, max_output_tokens: 5 },
+                                 { key: 'test-key', target: '/v1/responses' });
+      assert.equal(r.status, 200);
+      assert.match(r.text, /response\.completed/);
+    };
+    await once();
+    let idle = -1;
+    await poll(async () => {
+      const before = idle;
+      idle = await gauge();
+      return idle === before;
+    }, { interval_ms: 200, what: 'the connection memory count to stand still' });
+    for (let i = 0; i < 6; ++i) await once();
+    let last;
+    await poll(async () => {
+      last = await gauge();
+      return last <= idle;
+    }, { what: 'the connection memory count back at its idle level' }).catch((err) => {
+      throw new Error(`${err.message}: ${last} bytes counted with no connection open, ${idle} before`);
+    });
+    assert.equal(last, idle);
   });
 });
