@@ -194,7 +194,10 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
     // no event is ever split between what went out and what is held. The
     // rest waits at the front of the buffer.
     send_end = r.aligned_at != nullptr ? static_cast<uint32_t>(r.aligned_at - u->buf.data) : r.fwd_from;
-    end_client = r.facts.done && r.aligned_at != nullptr;
+    // [DONE] seen is not enough: its chunk's end may not have come yet,
+    // and aligned_at then lies before it (a receive that ends between the
+    // event's blank line and the chunk's CRLF).
+    end_client = r.done_covered && r.aligned_at != nullptr;
     aligned = true;
     if (send_end == r.fwd_from && u->buf.len >= u->buf.cap && !grow_upstream_buffer(u)) {
       // Held bytes fill the largest buffer without an event boundary (an

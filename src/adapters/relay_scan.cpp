@@ -76,6 +76,7 @@ void openai_http::chunk_scanned(exchange& x, const char* end) noexcept {
   if (between) {
     r.aligned_at = end;
     r.usage_covered = r.usage_in_batch;
+    r.done_covered = r.facts.done;
   }
   r.skip_ok = r.skip_allowed && between && r.facts.events > 0;
 }

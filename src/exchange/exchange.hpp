@@ -96,6 +96,10 @@ struct relay_state {
   // The end of the last chunk of this batch that ended between two SSE
   // events (on_chunk_end): what may go out while a cut may still come.
   const char* aligned_at = nullptr;
+  // A chunk end between two events came after [DONE] (in this batch or an
+  // earlier one): the chunk that holds [DONE] is whole, so the client's
+  // response may end at aligned_at. Until then [DONE] may lie past it.
+  bool done_covered = false;
   bool dechunk = false;           // an HTTP/1.0 client and a chunked answer: the payload goes out close-delimited
   bool client_done = false;       // sluice ended the client's response after [DONE]; the backend's rest is dropped
   reply_dialect dialect = reply_dialect::openai;
