@@ -627,7 +627,7 @@ void h1_codec::client_gone(downstream_conn* d) noexcept {
 void h1_codec::close_downstream(downstream_conn* d) noexcept {
   if (d->state == conn_state::closing) return;
   if (d->h2) _h2->on_close(d);  // every stream still open is cut (audited 499)
-  if (d->state == conn_state::quota_wait) _x.unpark(d->x);
+  if (d->state == conn_state::quota_wait || d->x.waiting != exchange::waiting_in::none) _x.unpark(d->x);
   if (d->x.request_open) _x.end_request(d->x);
   if (d->x.inflight_counted) {
     _metrics.at(metrics::stat::requests_inflight).sub();

@@ -537,7 +537,7 @@ void h2_codec::finish(h2_stream* st) noexcept {
   st->finished = true;
   _timers.cancel(st->timer);
   st->deadline = deadline_kind::none;
-  if (st->state == conn_state::quota_wait) _x.unpark(x);
+  if (st->state == conn_state::quota_wait || x.waiting != exchange::waiting_in::none) _x.unpark(x);
   _x.end_request(x);
   if (x.inflight_counted) {
     _metrics.at(metrics::stat::requests_inflight).sub();
@@ -568,7 +568,7 @@ void h2_codec::abandon(h2_stream* st, bool client_went) noexcept {
     x.status = 499;
     x.error_code = "client_closed";
   }
-  if (s == conn_state::quota_wait) _x.unpark(x);
+  if (s == conn_state::quota_wait || x.waiting != exchange::waiting_in::none) _x.unpark(x);
   if (x.request_open) _x.end_request(x);
   if (x.inflight_counted) {
     _metrics.at(metrics::stat::requests_inflight).sub();

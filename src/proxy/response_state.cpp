@@ -74,6 +74,9 @@ bool shard_server::ask_store(exchange& x, store_op::kind k) noexcept {
   x.wait_hook.next = _store_waiters;
   if (_store_waiters != nullptr) _store_waiters->wait_hook.prev = &x;
   _store_waiters = &x;
+  // Parked at its codec too: a client that leaves now unparks it (out of
+  // the list) before its connection, which holds it, goes.
+  x.codec->wait_for_quota(x);
   return true;
 }
 

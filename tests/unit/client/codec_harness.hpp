@@ -200,7 +200,10 @@ struct fake_policy final : proxy::exchange_policy {
     x.status = 499;
     x.error_code = "client_closed";
   }
-  void unpark(exchange&) noexcept override { ++unparks; }
+  void unpark(exchange& x) noexcept override {
+    ++unparks;
+    x.waiting = exchange::waiting_in::none;
+  }
   void end_request(exchange& x) noexcept override {
     if (!x.request_open) ++contract_breaks;
     x.request_open = false;

@@ -354,6 +354,30 @@ TEST_SUITE("client::h1_codec") {
     check_accounted(f.policy);
   }
 
+  TEST_CASE("a client gone while the policy holds its exchange parked: unparked once, whatever the codec was told") {
+    // The policy parks an exchange in a list of its own (the store's
+    // waiters, a fair queue); the connection that holds it must not go
+    // while it is linked there, even where the codec was last told to wait
+    // for a backend.
+    for (const bool told : {true, false}) {
+      CAPTURE(told);
+      shard_fixture f;
+      f.policy.on_dispatch = [&](exchange& x) {
+        x.codec->wait_for_backend(x, proxy::deadline_kind::none, 0);
+        x.waiting = exchange::waiting_in::store;
+        if (told) x.codec->wait_for_quota(x);
+      };
+      client_conn& c = f.connect();
+      f.send(c, post("/v1/chat/completions", "{}"));
+      REQUIRE(f.run_until([&] { return f.policy.dispatched.size() == 1; }));
+      c.close();
+      REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+      CHECK(f.policy.unparks == 1);
+      CHECK(f.policy.cancels == 1);
+      check_accounted(f.policy);
+    }
+  }
+
   TEST_CASE("a client that only connects and goes opens no request") {
     shard_fixture f;
     client_conn& c = f.connect();
