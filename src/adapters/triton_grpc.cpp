@@ -462,6 +462,10 @@ int triton_grpc::on_stream_close(nghttp2_session* s, int32_t stream_id, uint32_t
       // stream (REFUSED_STREAM: it never started; another backend may take it).
       a.grpc_status = error_code == NGHTTP2_REFUSED_STREAM ? 14 : 13;  // UNAVAILABLE : INTERNAL
       set_message(a, "The backend reset the stream (", nghttp2_http2_strerror(error_code), ").");
+      // Passive health, as a reset of an HTTP/1.1 backend counts: a failure
+      // (a refusal is a busy backend, not a failing one).
+      h2_conn* c = static_cast<h2_conn*>(user);
+      if (error_code != NGHTTP2_REFUSED_STREAM) c->adapter->_x.report_outcome(c->backend, true);
     } else if (!a.head_seen || a.http_status == 200) {
       // Ended without trailers, or trailers without grpc-status: the call's
       // outcome is unknown, so it failed (PROTOCOL-HTTP2.md: a missing
@@ -634,6 +638,9 @@ void triton_grpc::give_back_stream_window(exchange& x) noexcept {
 void triton_grpc::on_timeout(exchange& x) noexcept {
   _metrics.at(metrics::stat::upstream_timeouts).add();
   grpc_attempt& a = grpc_of(x);
+  // Passive health, as an HTTP/1.1 backend's timeout counts: a failure of
+  // the backend the stream is open on.
+  if (a.conn != nullptr) _x.report_outcome(a.conn->backend, true);
   if (a.sending) {
     // A deadline fell due while the client is still taking a batch (a slow
     // reader at the total deadline): the backend's stream ends now; the

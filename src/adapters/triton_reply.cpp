@@ -365,6 +365,17 @@ void triton_grpc::conclude_status(exchange& x) noexcept {
     return;
   }
   if (a.messages || x.response_started) {
+    if (!x.req.is_stream) {
+      // Failed after the backend had answered: a non-stream client's 502,
+      // with a body written for a 502 (not the shape of the status's own
+      // mapping, a 429's for RESOURCE_EXHAUSTED say). The credentials'
+      // refusals keep their hidden message.
+      const uint32_t code = a.grpc_status == 16 || a.grpc_status == 7 ? static_cast<uint32_t>(a.grpc_status) : 13;
+      const openai::grpc_error_answer m = openai::grpc_status_to_openai(
+          code, std::string_view(a.grpc_message, a.grpc_message_len), body, sizeof body);
+      end_stream_with_error(x, std::string_view(body, m.written), m.status);
+      return;
+    }
     end_stream_with_error(x, std::string_view(body, e.written));
     return;
   }

@@ -243,6 +243,22 @@ TEST_SUITE("adapters::triton_grpc") {
     CHECK(c.x.rsp.answered_ok);
   }
 
+  TEST_CASE("a non-stream reply that fails after its first message is a 502 with a 502's body, the backend's words in it") {
+    triton_shard f(config());
+    call& c = f.start(k_chat);
+    const grpc_request r = f.await_request();
+    r.peer->head(r.id);
+    r.peer->message(r.id, token_message("Hello", {}, 12, 1));
+    f.settle();
+    r.peer->trailers(r.id, 8, "busy");  // RESOURCE_EXHAUSTED
+    REQUIRE(f.pump([&] { return c.codec.ended(); }));
+    REQUIRE(c.codec.answered);
+    CHECK(c.codec.answer_status == 502);
+    CHECK(error_text(c.codec.answer_body) == "busy");
+    CHECK(c.codec.answer_body.find("\"type\":\"server_error\"") != std::string::npos);
+    CHECK(c.codec.answer_body.find("rate_limit_exceeded") == std::string::npos);  // not a 429's shape
+  }
+
   TEST_CASE("two exchanges at once share one connection, a stream each, and each gets its own reply") {
     triton_shard f(config());
     call& a = f.start(k_stream);
@@ -399,6 +415,18 @@ TEST_SUITE("adapters::triton_grpc") {
     CHECK(finish_of(c).empty());
     CHECK(c.x.error_code == "upstream_truncated");
     CHECK(c.x.rsp.facts.completion_tokens == 1);  // the token it was sent
+    // Passive health: a reset counts against the backend, as an HTTP/1.1
+    // backend's does.
+    CHECK(f.policy.failures_of(f.backend_index(0)) == 1);
+  }
+
+  TEST_CASE("a stream the backend refuses (REFUSED_STREAM) is a busy backend, not a failing one") {
+    triton_shard f(config());
+    call& c = f.start(k_chat);
+    const grpc_request r = f.await_request();
+    r.peer->reset(r.id, NGHTTP2_REFUSED_STREAM);
+    REQUIRE(f.pump([&] { return c.codec.answered || c.codec.ended(); }));
+    CHECK(f.policy.failures_of(f.backend_index(0)) == 0);
   }
 
   TEST_CASE("a connection the backend closes mid-stream: the stream ends in an error, a failure is reported, the next request reconnects") {
@@ -480,6 +508,7 @@ TEST_SUITE("adapters::triton_grpc") {
     f.triton->on_timeout(c.x);  // the codec's timer
     REQUIRE(c.codec.answered);
     CHECK(c.codec.answer_status == 504);
+    CHECK(f.policy.failures_of(f.backend_index(0)) == 1);  // passive health, as for HTTP/1.1
     CHECK(c.codec.answer_code == "upstream_timeout");
     REQUIRE(f.pump([&] { return r.stream().reset_by_sluice; }));
     CHECK(r.stream().reset_code == NGHTTP2_CANCEL);
