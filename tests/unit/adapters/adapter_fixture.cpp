@@ -157,7 +157,8 @@ uint32_t shard_fixture::backend_index(size_t i) const {
   return 0;
 }
 
-call& shard_fixture::start(std::string_view body, const call_options& o, proxy::backend_adapter* adapter) {
+call& start_call(std::vector<std::unique_ptr<call>>& calls, std::string_view body, const call_options& o,
+                 proxy::backend_adapter* adapter, openai::request_reader& reader, uint64_t now_ms) {
   calls.push_back(std::make_unique<call>());
   call& c = *calls.back();
   c.request_id = "req-" + std::to_string(calls.size());
@@ -170,7 +171,7 @@ call& shard_fixture::start(std::string_view body, const call_options& o, proxy::
   exchange& x = c.x;
   x.codec = &c.codec;
   x.mem = &c.mem;
-  x.adapter = adapter != nullptr ? adapter : http.get();
+  x.adapter = adapter;
   REQUIRE(c.parser.parse_head(c.head_bytes.data(), c.head_bytes.size(), x.head).ok());
   x.head_ok = true;
   std::memcpy(x.request_id, c.request_id.data(), c.request_id.size());
@@ -188,16 +189,22 @@ call& shard_fixture::start(std::string_view body, const call_options& o, proxy::
   x.group = o.group;
   x.route_key.pinned = o.pinned;
   x.start_wall_ms = 1700000000000;
-  x.request_start_ms = ring->now_ms();
+  x.request_start_ms = now_ms;
   if (x.adapter->prepare(x, f)) x.adapter->start(x);
   return c;
 }
 
-void shard_fixture::complete_sends() {
+call& shard_fixture::start(std::string_view body, const call_options& o, proxy::backend_adapter* adapter) {
+  return start_call(calls, body, o, adapter != nullptr ? adapter : http.get(), reader, ring->now_ms());
+}
+
+void complete_sends(std::vector<std::unique_ptr<call>>& calls) {
   for (auto& c : calls) {
     if (c->codec.send_for != nullptr) c->codec.complete_send();
   }
 }
+
+void shard_fixture::complete_sends() { adapters_test::complete_sends(calls); }
 
 bool shard_fixture::settled(const call& c) {
   if (c.codec.send_for != nullptr) return false;

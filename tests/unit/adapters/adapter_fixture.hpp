@@ -245,6 +245,14 @@ struct call_options {
   uint32_t pinned = UINT32_MAX;  // a global backend index the route must take
 };
 
+// A new call's request, made and handed to `adapter` as a shard's policy
+// would: its head parsed, its body read, then prepare and start. Shared by
+// every adapter's fixture.
+call& start_call(std::vector<std::unique_ptr<call>>& calls, std::string_view body, const call_options& o,
+                 proxy::backend_adapter* adapter, openai::request_reader& reader, uint64_t now_ms);
+// Every call's send that is out completes (as the codec's CQEs would).
+void complete_sends(std::vector<std::unique_ptr<call>>& calls);
+
 // One shard's OpenAI and Anthropic adapters on a config whose `{b0}`,
 // `{b1}` ... stand for the scripted backends' URLs, in order.
 struct shard_fixture {

@@ -279,43 +279,10 @@ uint32_t triton_shard::backend_index(size_t i) const {
 }
 
 call& triton_shard::start(std::string_view body, const call_options& o) {
-  calls.push_back(std::make_unique<call>());
-  call& c = *calls.back();
-  c.request_id = "req-" + std::to_string(calls.size());
-  c.head_bytes = "POST " + o.path + " HTTP/1.1\r\nhost: sluice.test\r\ncontent-type: application/json\r\ncontent-length: " +
-                 std::to_string(body.size()) + "\r\n" + o.headers + "\r\n";
-  c.codec.body = std::string(body) + std::string(simdjson::SIMDJSON_PADDING, '\0');
-  c.codec.body_len = body.size();
-  c.codec.chunked_client = !o.http10;
-  exchange& x = c.x;
-  x.codec = &c.codec;
-  x.mem = &c.mem;
-  x.adapter = triton.get();
-  REQUIRE(c.parser.parse_head(c.head_bytes.data(), c.head_bytes.size(), x.head).ok());
-  x.head_ok = true;
-  std::memcpy(x.request_id, c.request_id.data(), c.request_id.size());
-  x.request_id_len = static_cast<uint8_t>(c.request_id.size());
-  x.req.endpoint = o.path == "/v1/completions" ? openai::endpoint::completions : openai::endpoint::chat_completions;
-  openai::request_fields f;
-  openai::request_error e;
-  CAPTURE(e.message);
-  REQUIRE(reader.read(x.req.endpoint, c.codec.body.data(), c.codec.body_len, 1 << 20, f, e));
-  x.req.model_len = static_cast<uint8_t>(f.model.size());
-  std::memcpy(x.req.model, f.model.data(), f.model.size());
-  x.req.is_stream = f.stream;
-  x.group = o.group;
-  x.route_key.pinned = o.pinned;
-  x.start_wall_ms = 1700000000000;
-  x.request_start_ms = ring->now_ms();
-  if (x.adapter->prepare(x, f)) x.adapter->start(x);
-  return c;
+  return start_call(calls, body, o, triton.get(), reader, ring->now_ms());
 }
 
-void triton_shard::complete_sends() {
-  for (auto& c : calls) {
-    if (c->codec.send_for != nullptr) c->codec.complete_send();
-  }
-}
+void triton_shard::complete_sends() { adapters_test::complete_sends(calls); }
 
 void triton_shard::service_peers() {
   for (auto& b : backends) {
