@@ -73,7 +73,7 @@ TEST_SUITE("route::embeddings") {
     std::string out;
     const std::string_view one[] = {"say \"hi\"\n\x01"};
     write_embeddings_request(out, "10.0.0.1:8000", "bge-m3", "sk-backend", one);
-    const std::string body = R"({"model":"bge-m3","input":"say \"hi\"\u000a\u0001"})";
+    const std::string body = R"({"model":"bge-m3","input":"say \"hi\"\n\u0001"})";
     CHECK(out.find("POST /v1/embeddings HTTP/1.1\r\nHost: 10.0.0.1:8000\r\n") == 0);
     CHECK(out.find("\r\nConnection: close\r\n") != std::string::npos);
     CHECK(out.find("\r\nAuthorization: Bearer sk-backend\r\n") != std::string::npos);
