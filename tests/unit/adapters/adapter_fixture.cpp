@@ -104,26 +104,41 @@ void scripted_backend::close_all() {
   listen_fd = -1;
 }
 
+// --- shard_parts -----------------------------------------------------------------
+
+shard_parts make_shard_parts(std::string_view groups, std::string_view tag, const std::vector<std::string>& urls) {
+  std::string text = "[server]\nupstream_buffers = 8\n[audit]\npath = \"\"\n";
+  text += groups;
+  text += "\n[[key]]\nid = \"k\"\nkey = \"sk-client\"\n";
+  for (size_t i = 0; i < urls.size(); ++i) {
+    std::string t(1, '{');
+    t.append(tag).append(std::to_string(i)).push_back('}');
+    for (size_t at = text.find(t); at != std::string::npos; at = text.find(t)) text.replace(at, t.size(), urls[i]);
+  }
+  shard_parts p;
+  p.config = config::load(text, "adapters_test.toml", config::flags{});
+  p.ring = shard::reactor::create({});
+  REQUIRE(p.ring != nullptr);
+  metrics::registry::names n;
+  for (const auto& g : p.config->groups) n.groups.push_back(g.name);
+  for (const auto& b : p.config->backends) n.backends.push_back(b.url);
+  for (const auto& k : p.config->keys) n.keys.push_back(k.id);
+  p.registry = std::make_unique<metrics::registry>(1, std::move(n));
+  p.ctx = std::make_unique<proxy::shard_context>(0, p.config, *p.ring, p.registry->shard(0), 1);
+  return p;
+}
+
 // --- shard_fixture ---------------------------------------------------------------
 
 shard_fixture::shard_fixture(std::string_view groups, std::vector<bool> listening) {
   for (const bool l : listening) backends.push_back(std::make_unique<scripted_backend>(l));
-  std::string text = "[server]\nupstream_buffers = 8\n[audit]\npath = \"\"\n";
-  text += groups;
-  text += "\n[[key]]\nid = \"k\"\nkey = \"sk-client\"\n";
-  for (size_t i = 0; i < backends.size(); ++i) {
-    const std::string tag = "{b" + std::to_string(i) + "}";
-    for (size_t at = text.find(tag); at != std::string::npos; at = text.find(tag)) text.replace(at, tag.size(), backends[i]->url());
-  }
-  config = config::load(text, "adapters_test.toml", config::flags{});
-  ring = shard::reactor::create({});
-  REQUIRE(ring != nullptr);
-  metrics::registry::names n;
-  for (const auto& g : config->groups) n.groups.push_back(g.name);
-  for (const auto& b : config->backends) n.backends.push_back(b.url);
-  for (const auto& k : config->keys) n.keys.push_back(k.id);
-  registry = std::make_unique<metrics::registry>(1, std::move(n));
-  ctx = std::make_unique<proxy::shard_context>(0, config, *ring, registry->shard(0), 1);
+  std::vector<std::string> urls;
+  for (const auto& b : backends) urls.push_back(b->url());
+  shard_parts parts = make_shard_parts(groups, "b", urls);
+  config = std::move(parts.config);
+  ring = std::move(parts.ring);
+  registry = std::move(parts.registry);
+  ctx = std::move(parts.ctx);
   http = std::make_unique<proxy::openai_http>(*ctx, policy);
   REQUIRE(http->init());
   anthropic = std::make_unique<proxy::anthropic_http>(*ctx, *http);

@@ -245,6 +245,17 @@ struct call_options {
   uint32_t pinned = UINT32_MAX;  // a global backend index the route must take
 };
 
+// One shard's parts for an adapter under test: the config of `groups` (each
+// `{<tag>i}` in it replaced by urls[i], one key "sk-client"), its ring,
+// metrics and context. Shared by every adapter's fixture.
+struct shard_parts {
+  std::shared_ptr<const config::config> config;
+  std::unique_ptr<shard::reactor> ring;
+  std::unique_ptr<metrics::registry> registry;
+  std::unique_ptr<proxy::shard_context> ctx;
+};
+shard_parts make_shard_parts(std::string_view groups, std::string_view tag, const std::vector<std::string>& urls);
+
 // A new call's request, made and handed to `adapter` as a shard's policy
 // would: its head parsed, its body read, then prepare and start. Shared by
 // every adapter's fixture.

@@ -233,23 +233,13 @@ ssize_t grpc_peer::read_answer(nghttp2_session* session, int32_t id, uint8_t* bu
 
 triton_shard::triton_shard(std::string_view groups, std::vector<bool> listening) {
   for (const bool l : listening) backends.push_back(std::make_unique<scripted_backend>(l));
-  std::string text = "[server]\nupstream_buffers = 8\n[audit]\npath = \"\"\n";
-  text += groups;
-  text += "\n[[key]]\nid = \"k\"\nkey = \"sk-client\"\n";
-  for (size_t i = 0; i < backends.size(); ++i) {
-    const std::string tag = "{g" + std::to_string(i) + "}";
-    const std::string url = "grpc://127.0.0.1:" + std::to_string(backends[i]->port);
-    for (size_t at = text.find(tag); at != std::string::npos; at = text.find(tag)) text.replace(at, tag.size(), url);
-  }
-  config = config::load(text, "triton_test.toml", config::flags{});
-  ring = shard::reactor::create({});
-  REQUIRE(ring != nullptr);
-  metrics::registry::names n;
-  for (const auto& g : config->groups) n.groups.push_back(g.name);
-  for (const auto& b : config->backends) n.backends.push_back(b.url);
-  for (const auto& k : config->keys) n.keys.push_back(k.id);
-  registry = std::make_unique<metrics::registry>(1, std::move(n));
-  ctx = std::make_unique<proxy::shard_context>(0, config, *ring, registry->shard(0), 1);
+  std::vector<std::string> urls;
+  for (const auto& be : backends) urls.push_back("grpc://127.0.0.1:" + std::to_string(be->port));
+  shard_parts parts = make_shard_parts(groups, "g", urls);
+  config = std::move(parts.config);
+  ring = std::move(parts.ring);
+  registry = std::move(parts.registry);
+  ctx = std::move(parts.ctx);
   triton = std::make_unique<proxy::triton_grpc>(*ctx, policy);
   fds_after_setup = open_fds();
 }
