@@ -157,6 +157,11 @@ class openai_http final : public backend_adapter {
   // the chat reply rendered in the client's dialect as it comes.
   void on_rendered_head(exchange& x) noexcept;
   void on_chat_event(exchange& x, const http::sse_event& ev) noexcept;
+  // A chunk that is vLLM's plain token event alone, between two events of
+  // the scan: rendered from the chunk, without the scan. Returns: false,
+  // nothing done, for any other chunk (it is scanned).
+  bool rendered_plain_chunk(exchange& x, std::string_view chunk) noexcept;
+  void rendered(exchange& x, size_t n) noexcept;
   // A held chat.completion, read whole: answered in the client's dialect.
   void answer_chat_reply(exchange& x) noexcept;
   // `chat`, a chat.completion body, answered in the client's dialect (a 502

@@ -57,7 +57,9 @@ void openai_http::on_sse_chunk(void* ctx, const char* data, size_t len, const ch
   // call (the walker's fast path; on_body_data + on_chunk_end otherwise).
   exchange& x = *static_cast<exchange*>(ctx);
   if (!x.mem->sse) return;
-  x.mem->sse->feed(data, len);
+  if (!x.rsp.rendered || !x.up->adapter->rendered_plain_chunk(x, std::string_view(data, len))) {
+    x.mem->sse->feed(data, len);
+  }
   chunk_scanned(x, end);
 }
 

@@ -43,15 +43,18 @@ void openai_http::on_chat_event(exchange& x, const http::sse_event& ev) noexcept
   dialect::render_status st = dialect::render_status::too_large;
   size_t n = 0;
   if (!ev.truncated) {
-    // Room for the worst this event can write, and the chunk's tail (its
-    // CRLF, the terminal chunk) after it.
-    const size_t need = static_cast<size_t>(f.len) + t.bound(ev.data.size()) + 16;
-    if (need <= f.cap || f.reserve(need)) st = t.feed(ev.data, f.data + f.len, f.cap - f.len - 16, n);
+    // 16 bytes kept for the chunk's tail (its CRLF, the terminal chunk).
+    // What the frame has is enough for a token's delta; any other event
+    // asks for the worst it can write (more_room) and is fed again.
+    st = dialect::render_status::more_room;
+    if (f.cap >= f.len + 16u) st = t.feed(ev.data, f.data + f.len, f.cap - f.len - 16, n);
+    if (st == dialect::render_status::more_room) {
+      const size_t need = static_cast<size_t>(f.len) + t.bound(ev.data.size()) + 16;
+      st = f.reserve(need) ? t.feed(ev.data, f.data + f.len, f.cap - f.len - 16, n) : dialect::render_status::too_large;
+    }
   }
   if (st == dialect::render_status::ok) {
-    if (n != 0 && x.first_token_ms == 0 && s.events > 1) x.first_token_ms = _s.now_ms();
-    f.len += static_cast<uint32_t>(n);
-    s.content_events = t.outcome().deltas;
+    rendered(x, n);
   } else {
     // The stream cannot be read on: it ends with the dialect's failure
     // events, and the backend is cut.
@@ -66,6 +69,34 @@ void openai_http::on_chat_event(exchange& x, const http::sse_event& ev) noexcept
     s.done = true;
   }
   if (t.done()) take_outcome(x);
+}
+
+void openai_http::rendered(exchange& x, size_t n) noexcept {
+  // An event's `n` bytes rendered into the frame.
+  stream_facts& s = x.rsp.facts;
+  if (n != 0 && x.first_token_ms == 0 && s.events > 1) x.first_token_ms = _s.now_ms();
+  x.mem->frame.len += static_cast<uint32_t>(n);
+  s.content_events = x.mem->renderer->outcome().deltas;
+}
+
+bool openai_http::rendered_plain_chunk(exchange& x, std::string_view chunk) noexcept {
+  // "data: " + the event + "\n\n", after the first event and between two:
+  // the scan would call on_chat_event once with it (feed_plain's check
+  // leaves no CR or LF in a plain event), so the scan is not needed.
+  stream_facts& s = x.rsp.facts;
+  if (s.done || s.events == 0 || chunk.size() < 8 || !chunk.starts_with("data: ") || !chunk.ends_with("\n\n") ||
+      !x.mem->sse->between_events()) {
+    return false;
+  }
+  byte_buf& f = x.mem->frame;
+  size_t n = 0;
+  if (f.cap < f.len + 16u ||
+      !x.mem->renderer->feed_plain(chunk.substr(6, chunk.size() - 8), f.data + f.len, f.cap - f.len - 16, n)) {
+    return false;
+  }
+  ++s.events;
+  rendered(x, n);
+  return true;
 }
 
 bool openai_http::end_failed_stream(exchange& x) noexcept {

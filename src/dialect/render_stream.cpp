@@ -2,6 +2,9 @@
 // client's Responses or Messages stream (render.hpp has the table).
 #include <cctype>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "../openai/json_writer.hpp"
 #include "chat_read.hpp"
@@ -39,9 +42,55 @@ void event_head(bw& w, std::string_view type) {
 constexpr std::string_view k_plain_head = "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"";
 constexpr std::string_view k_plain_tail = "\"},\"logprobs\":null,\"finish_reason\":null}]}";
 
-bool json_string_body(std::string_view t) noexcept {
+#if defined(__SSE2__)
+__m128i load16(const char* p) noexcept { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// A 16-byte piece's bytes that a JSON string must escape or that are not
+// ASCII, as a bit mask: a signed compare below 0x20 takes both the control
+// bytes and those of 0x80 and above.
+unsigned not_plain16(const char* p) noexcept {
+  const __m128i v = load16(p);
+  const __m128i bad = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                                   _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
+  return static_cast<unsigned>(_mm_movemask_epi8(bad));
+}
+#endif
+
+// a[0, n) == b[0, n), n >= 16, inline: the head kept from an earlier event
+// and the plain event's tail, compared once per token.
+bool same_bytes(const char* a, const char* b, size_t n) noexcept {
+#if defined(__SSE2__)
+  __m128i diff = _mm_setzero_si128();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) diff = _mm_or_si128(diff, _mm_xor_si128(load16(a + i), load16(b + i)));
+  if (i != n) diff = _mm_or_si128(diff, _mm_xor_si128(load16(a + n - 16), load16(b + n - 16)));
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xFFFF;
+#else
+  return std::memcmp(a, b, n) == 0;
+#endif
+}
+
+// `readable`: the bytes that may be read from t.data() (the event's rest,
+// which in a plain event is at least its tail past the text).
+bool json_string_body(std::string_view t, size_t readable) noexcept {
   // Nearly every token's text is printable ASCII with nothing escaped: one
   // branch-free pass says so; anything else is checked byte by byte.
+#if defined(__SSE2__)
+  if (readable >= 16) {
+    unsigned bad = 0;
+    if (t.size() <= 16) {
+      bad = not_plain16(t.data()) & ((1u << t.size()) - 1);
+    } else {
+      size_t i = 0;
+      for (; i + 16 <= t.size(); i += 16) bad |= not_plain16(t.data() + i);
+      if (i != t.size()) bad |= not_plain16(t.data() + t.size() - 16);
+    }
+    if (bad == 0) return true;
+  }
+#else
+  (void)readable;
+#endif
   bool plain = true;
   for (const char ch : t) {
     const auto c = static_cast<unsigned char>(ch);
@@ -77,12 +126,15 @@ bool json_string_body(std::string_view t) noexcept {
 bool stream_renderer::plain_content(std::string_view data, std::string_view& content) noexcept {
   // vLLM's exact layout, walked once (an id and a model name with no escape
   // in them); anything else is parsed.
-  if (data.size() < k_plain_head.size() + k_plain_tail.size() || !data.ends_with(k_plain_tail)) return false;
-  const size_t kept = _plain_head_len;
-  if (kept != 0 && data.size() > kept + k_plain_tail.size() && std::memcmp(data.data(), _plain_head, kept) == 0) {
+  if (data.size() < k_plain_head.size() + k_plain_tail.size() ||
+      !same_bytes(data.data() + data.size() - k_plain_tail.size(), k_plain_tail.data(), k_plain_tail.size())) {
+    return false;
+  }
+  const size_t kept = _plain_head_len;  // at least k_plain_head's 43 bytes
+  if (kept != 0 && data.size() > kept + k_plain_tail.size() && same_bytes(data.data(), _plain_head, kept)) {
     // The head an earlier event's walk checked, byte for byte.
     content = data.substr(kept, data.size() - kept - k_plain_tail.size());
-    return json_string_body(content);
+    return json_string_body(content, content.size() + k_plain_tail.size());
   }
   size_t at = 0;
   const auto literal = [&](std::string_view l) {
@@ -95,6 +147,9 @@ bool stream_renderer::plain_content(std::string_view data, std::string_view& con
     if (q == nullptr) return false;
     const size_t end = static_cast<size_t>(static_cast<const char*>(q) - data.data());
     if (std::memchr(data.data() + at, '\\', end - at) != nullptr) return false;
+    for (size_t i = at; i < end; ++i) {  // nor a control byte (JSON has none raw; no CR or LF, see feed_plain)
+      if (static_cast<unsigned char>(data[i]) < 0x20) return false;
+    }
     at = end + 1;
     return true;
   };
@@ -104,7 +159,7 @@ bool stream_renderer::plain_content(std::string_view data, std::string_view& con
   const size_t to = data.size() - k_plain_tail.size();
   if (to <= at) return false;
   content = data.substr(at, to - at);
-  if (!json_string_body(content)) return false;
+  if (!json_string_body(content, content.size() + k_plain_tail.size())) return false;
   if (at <= sizeof _plain_head) {
     std::memcpy(_plain_head, data.data(), at);
     _plain_head_len = static_cast<uint16_t>(at);
@@ -278,20 +333,19 @@ void stream_renderer::delta(W& w, open_kind k, std::string_view text, bool escap
   // `escaped`: the text is a JSON string's content as the backend wrote it
   // (checked: whole escapes, no raw quote or control byte, valid UTF-8).
   ++_out.deltas;
-  if (_delta_len == 0) make_delta_parts(k);
-  const std::string_view head(_delta_head, _delta_head_len), mid(_delta_mid, _delta_len);
-  if (_d == client_dialect::messages) {
-    w.raw(mid);  // the event up to its text's opening quote, made at the block's open
-  } else {
+  if (_delta_len == 0 || (_d == client_dialect::responses && _delta_seq != _seq)) make_delta_parts(k);
+  if (_d == client_dialect::responses) {
     if (escaped) {  // _text keeps the item's text escaped, as it is written
       _text.append(text);
     } else {
       openai::detail::string_sink acc{_text};
       sw(acc).escaped(text);
     }
-    w.raw(head);
-    w.num(static_cast<int64_t>(_seq++));
-    w.raw(mid);
+  }
+  w.raw(std::string_view(_delta_pre, _delta_len));
+  if (_d == client_dialect::responses) {
+    ++_seq;
+    step_delta_seq();
   }
   if (escaped) {
     w.raw(text);
@@ -303,35 +357,88 @@ void stream_renderer::delta(W& w, open_kind k, std::string_view text, bool escap
                                        : std::string_view("\"}\n\n"));
 }
 
+bool stream_renderer::plain_delta(openai::detail::bounded_sink& s, std::string_view event, std::string_view text) {
+  if (_delta_len == 0 || (_d == client_dialect::responses && _delta_seq != _seq)) make_delta_parts(open_kind::text);
+  constexpr std::string_view messages_tail = "\"}}\n\n", responses_tail = "\",\"logprobs\":[]}\n\n";
+  // A token's text is a few bytes: copied as 16 when the event has them
+  // (its tail follows the text), the bytes past the text overwritten by
+  // the tail or left past the written size.
+  const size_t tail = _d == client_dialect::responses ? responses_tail.size() : messages_tail.size();
+  if (s.size > s.cap || s.cap - s.size < _delta_len + text.size() + tail) return false;
+  const bool short_text = text.size() <= 16 && event.data() + event.size() - text.data() >= 16 &&
+                          s.cap - s.size >= _delta_len + 16u;
+  if (_d == client_dialect::responses) _text.append(text);  // the item's text, escaped as written
+  char* o = s.out + s.size;
+  openai::detail::copy_bytes(o, _delta_pre, _delta_len);
+  o += _delta_len;
+  if (short_text) {
+    std::memcpy(o, text.data(), 16);
+  } else if (!text.empty()) {
+    openai::detail::copy_bytes(o, text.data(), text.size());
+  }
+  o += text.size();
+  if (_d == client_dialect::responses) {
+    std::memcpy(o, responses_tail.data(), responses_tail.size());
+    o += responses_tail.size();
+    ++_seq;
+    step_delta_seq();
+  } else {
+    std::memcpy(o, messages_tail.data(), messages_tail.size());
+    o += messages_tail.size();
+  }
+  s.size = static_cast<size_t>(o - s.out);
+  ++_out.deltas;
+  return true;
+}
+
+void stream_renderer::step_delta_seq() noexcept {
+  // The digits spell _delta_seq; now the next: a decimal increment in
+  // place, or, past 9...9, made again (one digit more) at the next delta.
+  ++_delta_seq;
+  char* d = _delta_pre + _delta_seq_end;
+  while (d != _delta_pre + _delta_seq_at) {
+    --d;
+    if (*d != '9') {
+      ++*d;
+      return;
+    }
+    *d = '0';
+  }
+  _delta_len = 0;
+}
+
 void stream_renderer::make_delta_parts(open_kind k) noexcept {
-  // A delta event's fixed text, written once per block: Messages' whole
-  // head up to the text; Responses' head up to the sequence number, and
-  // from it to the delta's text (the item's id and index in it).
-  openai::detail::bounded_sink hs{_delta_head, sizeof _delta_head};
-  openai::detail::bounded_sink ms{_delta_mid, sizeof _delta_mid};
-  bw h(hs), m(ms);
+  // A delta event's fixed text, written at the block's first delta:
+  // Messages' whole head up to the text; Responses' head, the next
+  // sequence number, then the item's id and index up to the delta's text.
+  openai::detail::bounded_sink ps{_delta_pre, sizeof _delta_pre};
+  bw p(ps);
   if (_d == client_dialect::messages) {
-    m.raw("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":");
-    m.num(static_cast<int64_t>(_blocks - 1));
-    m.raw(k == open_kind::text        ? ",\"delta\":{\"type\":\"text_delta\",\"text\":\""
+    p.raw("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":");
+    p.num(static_cast<int64_t>(_blocks - 1));
+    p.raw(k == open_kind::text        ? ",\"delta\":{\"type\":\"text_delta\",\"text\":\""
           : k == open_kind::reasoning ? ",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\""
                                       : ",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"");
+    _delta_seq_at = _delta_seq_end = 0;
   } else {
     const std::string_view type = k == open_kind::text        ? "response.output_text.delta"
                                   : k == open_kind::reasoning ? "response.reasoning_text.delta"
                                                               : "response.function_call_arguments.delta";
-    event_head(h, type);
-    h.raw(",\"sequence_number\":");
-    m.raw(",\"item_id\":");
-    item_id(m);
-    m.raw(",\"output_index\":");
-    m.num(static_cast<int64_t>(_blocks - 1));
-    m.raw(k != open_kind::tool ? ",\"content_index\":0,\"delta\":\"" : ",\"delta\":\"");
+    event_head(p, type);
+    p.raw(",\"sequence_number\":");
+    _delta_seq_at = static_cast<uint16_t>(ps.size);
+    p.num(static_cast<int64_t>(_seq));
+    _delta_seq_end = static_cast<uint16_t>(ps.size);
+    _delta_seq = _seq;
+    p.raw(",\"item_id\":");
+    item_id(p);
+    p.raw(",\"output_index\":");
+    p.num(static_cast<int64_t>(_blocks - 1));
+    p.raw(k != open_kind::tool ? ",\"content_index\":0,\"delta\":\"" : ",\"delta\":\"");
   }
-  // Both fit (ids are cut to 64 bytes): a bug otherwise.
-  SLUICE_VERIFY(hs.fits() && ms.fits());
-  _delta_head_len = static_cast<uint16_t>(hs.size);
-  _delta_len = static_cast<uint16_t>(ms.size);
+  // It fits (ids are cut to 64 bytes): a bug otherwise.
+  SLUICE_VERIFY(ps.fits());
+  _delta_len = static_cast<uint16_t>(ps.size);
 }
 
 template <class W>
@@ -497,6 +604,21 @@ bool stream_renderer::write_response(std::string& out) {
   return true;
 }
 
+bool stream_renderer::feed_plain(std::string_view data, char* out, size_t cap, size_t& written) noexcept {
+  written = 0;
+  std::string_view content;
+  if (_done || !_started || _open != open_kind::text || !plain_content(data, content)) return false;
+  if (content.empty()) return true;  // as a parsed event's empty text: nothing
+  openai::detail::bounded_sink sink{out, cap};
+  try {
+    if (!plain_delta(sink, data, content)) return false;
+  } catch (...) {  // the item's text could not grow: feed() says so
+    return false;
+  }
+  written = sink.size;
+  return true;
+}
+
 render_status stream_renderer::feed(std::string_view data, char* out, size_t cap, size_t& written) noexcept {
   written = 0;
   if (_done) return render_status::ok;
@@ -504,15 +626,11 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
   bw w(sink);
   try {
     if (data == "[DONE]") {
+      if (cap < bound(0)) return render_status::more_room;
       end(w, false, {});
     } else {
-      std::string_view content;
-      if (_started && _open == open_kind::text && plain_content(data, content)) {
-        delta(w, open_kind::text, content, true);
-        if (!sink.fits()) return render_status::too_large;
-        written = sink.size;
-        return render_status::ok;
-      }
+      if (feed_plain(data, out, cap, written)) return render_status::ok;
+      if (cap < bound(data.size())) return render_status::more_room;
       if (data.size() > k_large_event_bytes_max) return render_status::malformed;
       // The usual event in the kept buffers; a larger one in its own (freed
       // at return, after every view into it is written out).

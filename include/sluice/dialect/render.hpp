@@ -32,6 +32,10 @@
 
 #include "sluice/dialect/dialect.hpp"
 
+namespace sluice::openai::detail {
+struct bounded_sink;  // the renderer's output (src/openai/json_writer.hpp)
+}
+
 namespace sluice::dialect {
 
 struct reply_context {
@@ -55,6 +59,7 @@ enum class render_status : uint8_t {
   ok,         // `written` bytes (maybe 0)
   malformed,  // the event is not a chat chunk: the caller ends the stream (finish(true))
   too_large,  // the output did not fit in cap (call with cap >= bound())
+  more_room,  // feed(): nothing read or written; call again with cap >= bound(data.size())
 };
 
 class stream_renderer {
@@ -84,7 +89,18 @@ class stream_renderer {
 
   // One SSE event of the chat stream: its data (a chunk, an {"error"}
   // object, or [DONE]). Writes the dialect's events for it into out[0, cap).
+  // A plain token's delta needs only its own few hundred bytes; anything
+  // else asks for bound(data.size()) first (more_room, nothing consumed),
+  // so a caller need not work the bound out per event.
   render_status feed(std::string_view data, char* out, size_t cap, size_t& written) noexcept;
+  // vLLM's plain token event (one text delta of the open text block, in
+  // vLLM's exact layout, checked whole): rendered as feed() renders it.
+  // Returns: false, nothing read or written, for any other event or when
+  // its delta does not fit (then feed() it). A plain event has no byte
+  // below 0x20 -- no CR, no LF -- so a relay may take one from a chunk
+  // that holds "data: " + it + "\n\n" without an SSE scan: the scan would
+  // have found the same one event.
+  bool feed_plain(std::string_view data, char* out, size_t cap, size_t& written) noexcept;
   // The chat stream ended (or failed: `failed`) without [DONE]: the closing
   // events (Messages: an error event when failed; Responses:
   // response.failed). Nothing when done() already.
@@ -103,7 +119,12 @@ class stream_renderer {
   template <class W> void open_block(W& w, open_kind k, std::string_view id, std::string_view name);
   template <class W> void close_block(W& w);
   template <class W> void delta(W& w, open_kind k, std::string_view text, bool escaped);
+  // The plain content event's delta, written in three copies (the event up
+  // to its text, the text, the tail) after one room check. Returns: false,
+  // nothing written, when the room is short. `text` lies in `event`.
+  bool plain_delta(openai::detail::bounded_sink& s, std::string_view event, std::string_view text);
   void make_delta_parts(open_kind k) noexcept;
+  void step_delta_seq() noexcept;
   // vLLM's plain content event: its text, still escaped, without a parse.
   // The layout's head (id, created, model) is the same for every event of
   // a stream: once walked, it is kept, and the next events are matched
@@ -132,11 +153,15 @@ class stream_renderer {
   uint8_t _stop_sequence_len = 0;
   char _item_id[416] = {};        // Responses: the open item's id, escaped and quoted (a 64-byte request id, 6 bytes a byte at worst)
   uint16_t _item_id_len = 0;
-  // The open block's delta event, its fixed text (make_delta_parts).
-  char _delta_head[160] = {};
-  char _delta_mid[640] = {};
-  uint16_t _delta_head_len = 0;
+  // The open block's delta event up to its text (make_delta_parts, at the
+  // block's first delta): Messages' is fixed; Responses' holds the next
+  // sequence number's digits at [_delta_seq_at, _delta_seq_end), stepped in
+  // place after each delta (step_delta_seq), so one copy writes it.
+  char _delta_pre[800] = {};
   uint16_t _delta_len = 0;        // 0: not made yet
+  uint16_t _delta_seq_at = 0;
+  uint16_t _delta_seq_end = 0;
+  uint64_t _delta_seq = 0;        // the sequence number its digits spell
   // Responses: the open item's text (or arguments), kept JSON-escaped, its call id and name,
   // and the finished items as JSON for response.completed.
   std::string _text;

@@ -201,6 +201,10 @@ call& start_call(std::vector<std::unique_ptr<call>>& calls, std::string_view bod
   x.req.model_len = static_cast<uint8_t>(f.model.size());
   std::memcpy(x.req.model, f.model.data(), f.model.size());
   x.req.is_stream = f.stream;
+  if (o.speaks != dialect::client_dialect::chat) {
+    x.req.speaks = o.speaks;
+    x.req.body = std::string_view(c.codec.body.data(), c.codec.body_len);
+  }
   x.group = o.group;
   x.route_key.pinned = o.pinned;
   x.start_wall_ms = 1700000000000;

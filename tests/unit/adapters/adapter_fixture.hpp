@@ -243,6 +243,9 @@ struct call_options {
   bool http10 = false;
   uint32_t group = 0;
   uint32_t pinned = UINT32_MAX;  // a global backend index the route must take
+  // A Responses or Messages client: the body is then the canonical chat
+  // body its request was written as, and the reply is rendered.
+  dialect::client_dialect speaks = dialect::client_dialect::chat;
 };
 
 // One shard's parts for an adapter under test: the config of `groups` (each
@@ -326,6 +329,17 @@ struct shard_fixture {
 
 // --- bytes -------------------------------------------------------------------
 
+// One chat group on the first scripted backend; a stream request to it;
+// the head of a chunked event stream.
+inline constexpr std::string_view k_chat_group = R"(
+[[group]]
+name = "chat"
+models = ["chat-*"]
+backends = ["{b0}"]
+)";
+inline constexpr std::string_view k_chat_stream =
+    R"({"model":"chat-1","stream":true,"messages":[{"role":"user","content":"hi"}]})";
+
 // `payloads` framed as one chunk each, with the terminal chunk after them
 // (unless `terminal` is false).
 std::string chunked(const std::vector<std::string>& payloads, bool terminal = true);
@@ -336,6 +350,8 @@ bool dechunk(std::string_view body, std::string& payload);
 std::vector<std::string> sse_data(std::string_view payload);
 // A response head with the given status line, fields and the empty line.
 std::string response_head(std::string_view status_line, std::string_view fields);
+inline const std::string k_sse_head =
+    response_head("200 OK", "content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n");
 
 // The request head and body a backend got.
 struct parsed_request {

@@ -47,9 +47,6 @@ const std::vector<std::string> k_events = {
     event("message_stop", R"({"type":"message_stop"})"),
 };
 
-const std::string k_sse_head =
-    response_head("200 OK", "content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n");
-
 std::string json_reply(std::string_view body, std::string_view status = "200 OK") {
   return response_head(status, "content-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
                                    "\r\n") +

@@ -9,7 +9,7 @@ using namespace sluice::adapters_test;
 namespace {
 
 constexpr std::string_view k_chat = R"({"model":"chat-1","messages":[{"role":"user","content":"hello"}],"max_tokens":10})";
-constexpr std::string_view k_stream = R"({"model":"chat-1","stream":true,"messages":[{"role":"user","content":"hi"}]})";
+constexpr std::string_view k_stream = k_chat_stream;
 constexpr std::string_view k_reply_body = R"({"id":"cmpl-1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})";
 
 std::string group(std::string_view backends, std::string_view extra = {}) {
@@ -23,8 +23,6 @@ std::string json_reply(std::string_view body, std::string_view status = "200 OK"
          std::string(body);
 }
 
-const std::string k_sse_head =
-    response_head("200 OK", "content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n");
 
 }  // namespace
 

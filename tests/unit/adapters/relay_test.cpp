@@ -10,15 +10,10 @@ using namespace sluice::adapters_test;
 
 namespace {
 
-constexpr std::string_view k_group = R"(
-[[group]]
-name = "chat"
-models = ["chat-*"]
-backends = ["{b0}"]
-)";
+constexpr std::string_view k_group = k_chat_group;
 
 constexpr std::string_view k_chat = R"({"model":"chat-1","messages":[{"role":"user","content":"hello"}],"max_tokens":10})";
-constexpr std::string_view k_stream = R"({"model":"chat-1","stream":true,"messages":[{"role":"user","content":"hi"}]})";
+constexpr std::string_view k_stream = k_chat_stream;
 
 const std::string k_reply_body =
     R"({"id":"cmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},)"
@@ -30,8 +25,6 @@ std::string json_reply(std::string_view body, std::string_view extra = {}) {
          std::string(body);
 }
 
-const std::string k_sse_head =
-    response_head("200 OK", "content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n");
 
 // vLLM's stream, one event per chunk: role, two deltas, the finish, the
 // usage event asked for, [DONE].

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,18 @@ std::vector<sse> events_of(const std::string& out) {
     at = end + 2;
   }
   return v;
+}
+
+// The events once decoded: each data parsed and written again (minified).
+std::string decoded(const std::string& out) {
+  simdjson::dom::parser p;
+  std::string all;
+  for (const auto& e : events_of(out)) {
+    simdjson::dom::element root;
+    REQUIRE(p.parse(e.data).get(root) == simdjson::SUCCESS);
+    all += e.event + " " + simdjson::minify(root) + "\n";
+  }
+  return all;
 }
 
 std::string render(client_dialect d, const std::vector<std::string>& chunks, reply_outcome* o = nullptr) {
@@ -171,9 +184,16 @@ TEST_CASE("a failure: an error event mid-stream, a stream cut short, a malformed
   CHECK(s.finish(true, buf.data(), buf.size(), n) == render_status::ok);
   CHECK(std::string(buf.data(), n).find("event: response.failed") == 0);
   CHECK(s.outcome().error);
-  // Too small a buffer is said, not overrun.
+  // Too small a buffer is said, not overrun, and nothing is taken from the
+  // event: it is fed again with the room bound() names.
   s.reset(client_dialect::messages, {"rid", 1, "m"});
-  CHECK(s.feed(R"({"choices":[{"index":0,"delta":{"content":"ab"}}]})", buf.data(), 16, n) == render_status::too_large);
+  const std::string ab = R"({"choices":[{"index":0,"delta":{"content":"ab"}}]})";
+  CHECK(s.feed(ab, buf.data(), 16, n) == render_status::more_room);
+  CHECK(n == 0);
+  CHECK(s.feed(ab, buf.data(), buf.size(), n) == render_status::ok);
+  CHECK(std::string(buf.data(), n).find("event: message_start") == 0);
+  CHECK(s.finish(false, buf.data(), buf.size(), n) == render_status::ok);
+  CHECK(s.outcome().deltas == 1);
 }
 
 TEST_CASE("an event past the renderer's own bound (a whole tool call in one delta) is rendered whole; past 4 MiB, malformed") {
@@ -258,16 +278,6 @@ TEST_CASE("vLLM's plain content event, passed on escaped without a parse, render
       const std::vector<std::string> fast = {first, head + text + tail, "[DONE]"};
       const std::vector<std::string> slow = {first, spaced(text), "[DONE]"};
       // The same events once decoded (the escapes may be spelled otherwise).
-      const auto decoded = [](const std::string& out) {
-        simdjson::dom::parser p;
-        std::string all;
-        for (const auto& e : events_of(out)) {
-          simdjson::dom::element root;
-          REQUIRE(p.parse(e.data).get(root) == simdjson::SUCCESS);
-          all += e.event + " " + simdjson::minify(root) + "\n";
-        }
-        return all;
-      };
       CHECK(decoded(render(d, fast)) == decoded(render(d, slow)));
     }
   }
@@ -280,6 +290,119 @@ TEST_CASE("vLLM's plain content event, passed on escaped without a parse, render
   for (std::string bad : {std::string(R"("a\x")"), std::string("\"a\x01\""), std::string("\"\xff\""), std::string(R"("a\u12")")}) {
     CHECK(r.feed(head + bad + tail, buf.data(), buf.size(), n) == render_status::malformed);
   }
+}
+
+TEST_CASE("a long plain stream: sequence numbers past 9, 99 and 999, texts of every length, exact room") {
+  // The fast path's event head is made once per block and its sequence
+  // number stepped in place; the parsed path writes it whole. 1200 events,
+  // every seventh in a layout the fast path does not take, texts of 0 to
+  // 40 bytes (a short one copied as 16): both must render the same stream.
+  const std::string head = R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":)";
+  const std::string tail = R"(},"logprobs":null,"finish_reason":null}]})";
+  std::vector<std::string> fast = {head + R"("a"},"logprobs":null,"finish_reason":null}]})"};
+  std::vector<std::string> slow = fast;
+  for (int i = 0; i < 1200; ++i) {
+    std::string text(1, '"');
+    text.append(static_cast<size_t>(i % 41), static_cast<char>('a' + i % 26));
+    text += '"';
+    fast.push_back((i % 7 == 3 ? head + " " : head) + text + tail);
+    slow.push_back(head + " " + text + tail);
+  }
+  fast.push_back(head + R"("z"},"logprobs":null,"finish_reason":"stop"}]})");
+  slow.push_back(fast.back());
+  fast.push_back("[DONE]");
+  slow.push_back("[DONE]");
+  for (client_dialect d : {client_dialect::messages, client_dialect::responses}) {
+    const std::string out = render(d, fast);
+    CHECK(out == render(d, slow));
+    if (d == client_dialect::responses) {
+      simdjson::dom::parser p;
+      int64_t seq = 0;
+      for (const auto& e : events_of(out)) {
+        simdjson::dom::element root;
+        REQUIRE(p.parse(e.data).get(root) == simdjson::SUCCESS);
+        CHECK(root["sequence_number"].get_int64().value() == seq++);
+      }
+      CHECK(seq > 1000);
+    }
+    // Each event fed with exactly the room it needs; and, to a twin, one
+    // byte less first: it asks for more and takes nothing from the event.
+    stream_renderer sized(16 * 1024), tight(16 * 1024), short_one(16 * 1024);
+    for (auto* r : {&sized, &tight, &short_one}) r->reset(d, {"rid", 1700000000, "client-model"});
+    std::string big, exact;  // as bound() asks
+    std::string again, retried;
+    int in_exact_room = 0;
+    for (const auto& c : fast) {
+      INFO("event ", &c - fast.data(), " of dialect ", static_cast<int>(d), ": ", c);
+      size_t n = 0, m = 0;
+      big.resize(std::max(big.size(), sized.bound(c.size())));
+      exact.resize(big.size());
+      REQUIRE(sized.feed(c, big.data(), big.size(), n) == render_status::ok);
+      // A token's delta in exactly its room; any other event may ask for
+      // bound()'s first.
+      render_status st = tight.feed(c, exact.data(), n, m);
+      if (st == render_status::more_room) {
+        CHECK(m == 0);
+        st = tight.feed(c, exact.data(), exact.size(), m);
+      } else {
+        ++in_exact_room;
+      }
+      REQUIRE(st == render_status::ok);
+      REQUIRE(m == n);
+      again.append(exact.data(), m);
+      if (n != 0) {
+        REQUIRE(short_one.feed(c, exact.data(), n - 1, m) == render_status::more_room);
+        CHECK(m == 0);
+      }
+      REQUIRE(short_one.feed(c, big.data(), big.size(), m) == render_status::ok);
+      retried.append(big.data(), m);
+    }
+    CHECK(again == out);
+    CHECK(retried == out);
+    CHECK(in_exact_room > 1000);  // the plain events (six in seven, but the empty texts)
+  }
+}
+
+TEST_CASE("a token's text checked in 16-byte pieces: every length and place of a byte to escape, a bad byte, UTF-8") {
+  // The fast path's check reads the text in pieces of 16 (the last one
+  // overlapping, a short one masked); the parsed path is simdjson's. They
+  // must agree on every text: taken (the same events) or refused.
+  const std::string head = R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":)";
+  const std::string tail = R"(},"logprobs":null,"finish_reason":null}]})";
+  const std::string first = head + R"("a"},"logprobs":null,"finish_reason":null}]})";
+  const auto run = [&](client_dialect d, const std::string& event, std::string& out) {
+    stream_renderer r(16 * 1024);
+    r.reset(d, {"rid", 1, "m"});
+    std::string buf(r.bound(first.size()), '\0');
+    size_t n = 0;
+    REQUIRE(r.feed(first, buf.data(), buf.size(), n) == render_status::ok);
+    buf.resize(r.bound(event.size()));
+    const render_status st = r.feed(event, buf.data(), buf.size(), n);
+    out.assign(buf.data(), st == render_status::ok ? n : 0);
+    return st;
+  };
+  int taken = 0, refused = 0;
+  for (const std::string& odd : {std::string("\""), std::string("\x1f"), std::string("\x7f"), std::string("\xc3\xa9"),
+                                std::string("\xff"), std::string("\\n"), std::string("\\u00e9"), std::string("\\"),
+                                std::string("\\q")}) {
+    for (size_t len = 0; len <= 40; ++len) {
+      for (size_t at = 0; at <= len; ++at) {
+        std::string text(len, 'x');
+        text.insert(at, odd);
+        std::string fast_out, slow_out;
+        for (client_dialect d : {client_dialect::messages, client_dialect::responses}) {
+          const render_status fast = run(d, head + "\"" + text + "\"" + tail, fast_out);
+          const render_status slow = run(d, head + " \"" + text + "\"" + tail, slow_out);
+          INFO("text ", text, " dialect ", static_cast<int>(d));
+          REQUIRE(fast == slow);
+          CHECK(decoded(fast_out) == decoded(slow_out));  // an escape may be spelled otherwise
+          (fast == render_status::ok ? taken : refused) += 1;
+        }
+      }
+    }
+  }
+  CHECK(taken > 1000);
+  CHECK(refused > 1000);
 }
 
 TEST_CASE("reasoning deltas: a reasoning item for Responses, a thinking block for Messages, then the text") {
