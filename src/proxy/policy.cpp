@@ -215,6 +215,9 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
   const std::string_view path = x.head.path;
   bool known = true;
   bool method_ok = true;
+  // GET / DELETE /v1/responses/{id} that no store can answer: a 404 after
+  // the key check, as any request's.
+  enum { may_be_kept, no_store, no_such_url } not_kept = may_be_kept;
   if (path == "/v1/chat/completions") {
     x.req.endpoint = openai::endpoint::chat_completions;
     method_ok = x.head.meth == http::method::post;
@@ -243,18 +246,10 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
     if (x.head.meth != http::method::get && x.head.meth != http::method::delete_) {
       method_ok = false;
     } else if (_cfg->responses.store == config::response_store_mode::off) {
-      x.codec->answer_error(x, 404,
-                            "No response with this id is kept here: this gateway has no response store "
-                            "([responses] store).",
-                            "invalid_request_error", {}, "not_found", has_body);
-      return false;
+      not_kept = no_store;  // answered once the key is known: nothing of the setup before it
+    } else if (const std::string_view id = path.substr(14); id.size() > 128 || id.find('/') != std::string_view::npos) {
+      not_kept = no_such_url;
     } else {
-      const std::string_view id = path.substr(14);
-      if (id.size() > 128 || id.find('/') != std::string_view::npos) {
-        x.codec->answer_error(x, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error",
-                              {}, "unknown_url", has_body);
-        return false;
-      }
       try {
         x.mem->store_id.assign(id);
       } catch (...) {
@@ -287,6 +282,18 @@ bool shard_server::accept_head(exchange& x, bool has_body) noexcept {
                      : "You didn't provide an API key. You need to provide your API key in an Authorization "
                        "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
                  "invalid_request_error", {}, "invalid_api_key", has_body);
+    return false;
+  }
+  if (not_kept == no_store) {
+    x.codec->answer_error(x, 404,
+                          "No response with this id is kept here: this gateway has no response store "
+                          "([responses] store).",
+                          "invalid_request_error", {}, "not_found", has_body);
+    return false;
+  }
+  if (not_kept == no_such_url) {
+    x.codec->answer_error(x, 404, "Unknown request URL. Please check the URL and method.", "invalid_request_error", {},
+                          "unknown_url", has_body);
     return false;
   }
   return true;

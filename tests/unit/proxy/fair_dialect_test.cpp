@@ -376,13 +376,24 @@ TEST_SUITE("proxy::policy dialects") {
     r.end();
   }
 
-  TEST_CASE("GET /v1/responses/{id} with no store is 404 before anything is read") {
+  TEST_CASE("GET /v1/responses/{id} with no store is 404 before anything is read, after the key check") {
     policy_fixture f(k_config);
     request r(f, "GET", "/v1/responses/resp_1", bearer("sk-a"), "");
     r.run();
     CHECK(r.codec.status == 404);
     CHECK(r.codec.code == "not_found");
     r.end();
+    // Without a key, or with a wrong one, nothing of the set-up is told:
+    // a 401, as any request's.
+    for (const std::string& key : {std::string(), bearer("sk-wrong")}) {
+      for (const char* method : {"GET", "DELETE"}) {
+        request anon(f, method, "/v1/responses/resp_1", key, "");
+        anon.run();
+        CHECK(anon.codec.status == 401);
+        CHECK(anon.codec.code == "invalid_api_key");
+        anon.end();
+      }
+    }
   }
 }
 
