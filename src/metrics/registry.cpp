@@ -175,7 +175,7 @@ uint64_t registry::queue_depth(uint32_t group) const noexcept {
 }
 
 void registry::key_usage(uint32_t key, uint64_t out[key_usage_width]) const noexcept {
-  out[0] = out[1] = out[2] = 0;
+  for (size_t i = 0; i < shard_metrics::key_usage_width; ++i) out[i] = 0;  // every output, whatever it held
   if (key > _key_rows) return;
   for (const shard_metrics& m : _shards) {
     for (size_t i = 0; i < shard_metrics::key_usage_width; ++i) {

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -376,10 +379,16 @@ TEST_SUITE("metrics::registry") {
     CHECK(x.samples.count(R"(sluice_key_queued_total{key="bob"})") == 0);
     CHECK(x.types.at("sluice_admission_queue_depth") == "gauge");
     CHECK(x.types.at("sluice_admission_wait_seconds") == "histogram");
-    uint64_t usage[registry::key_usage_width] = {};
+    uint64_t usage[registry::key_usage_width];
+    std::fill(std::begin(usage), std::end(usage), ~uint64_t{0});  // what the caller's array held is replaced, not added to
     r.key_usage(0, usage);
+    CHECK(usage[0] == 0);
     CHECK(usage[3] == 2);
     CHECK(usage[4] == 2040);
+    std::fill(std::begin(usage), std::end(usage), uint64_t{7});
+    r.key_usage(1, usage);  // a key that never queued
+    CHECK(usage[3] == 0);
+    CHECK(usage[4] == 0);
   }
 
   TEST_CASE("a group's totals sum its answers over shards and backends, its tokens and histograms") {
