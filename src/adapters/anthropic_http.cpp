@@ -17,6 +17,7 @@ namespace sluice::proxy {
 bool anthropic_http::prepare(exchange& x, const openai::request_fields& f) noexcept {
   const config::group_config& g = _s.cfg->groups[x.group];
   x.rsp.dialect = reply_dialect::anthropic;
+  x.rsp.reader = this;
   x.rsp.cut_usage = false;
   x.rsp.client_usage = f.include_usage;
   if (x.req.endpoint == openai::endpoint::embeddings) {

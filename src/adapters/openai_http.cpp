@@ -258,6 +258,7 @@ bool openai_http::build_upstream_request(exchange& x, const openai::request_fiel
 
 bool openai_http::prepare(exchange& x, const openai::request_fields& f) noexcept {
   x.rsp.dialect = reply_dialect::openai;
+  x.rsp.reader = nullptr;
   if (build_upstream_request(x, f)) return true;
   x.codec->answer_error(x, 500, "Internal error.", "server_error", {}, {}, true);
   return false;

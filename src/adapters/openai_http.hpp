@@ -5,7 +5,10 @@
 // most two byte edits), connect / send / receive, retries, the failures a
 // client is answered for (openai_http.cpp), and the relay of the response
 // (relay.cpp, relay_scan.cpp: the backend's framing passed through to a
-// client codec that takes it, else de-chunked; SSE facts; the usage cut).
+// client codec that takes it, else de-chunked; SSE facts; the usage cut),
+// or a reply translated (translated_relay.cpp): rendered for a Responses or
+// Messages client (rendered_relay.cpp), or read by an adapter whose backend
+// speaks another HTTP dialect (an http_reply_reader: anthropic_http).
 // It reaches the client only through the exchange's codec (client_codec).
 #include <sys/uio.h>
 
@@ -23,6 +26,30 @@
 namespace sluice::proxy {
 
 class exchange_policy;
+
+// What an adapter whose backend speaks another HTTP dialect (Anthropic's
+// Messages API) adds to this transport: the transport connects, sends,
+// parses the framing and scans the events; the reader turns the reply into
+// the client's answer. Set per exchange in relay_state::reader.
+class http_reply_reader {
+ public:
+  // Whether `status` is the backend's own "overloaded", retried on another
+  // backend as a 502 or 503 is.
+  virtual bool overloaded(uint16_t status) const noexcept = 0;
+  // A held error answer's body in OpenAI's shape (normalize_backend_error's
+  // contract; `overflow`: the body was past the hold bound).
+  virtual size_t error_to_openai(uint16_t status, std::string_view body, bool overflow, char* out, size_t cap,
+                                 uint16_t& status_out) const noexcept = 0;
+  // The reply translated (not called when the client's dialect is the
+  // backend's own, x.req.native: its bytes pass): its head, each of its
+  // SSE events, a non-stream reply held and read whole.
+  virtual void on_reply_head(exchange& x) noexcept = 0;
+  virtual void on_reply_event(exchange& x, const http::sse_event& ev) noexcept = 0;
+  virtual void on_whole_reply(exchange& x) noexcept = 0;
+
+ protected:
+  ~http_reply_reader() = default;
+};
 
 // Shard-local; a part of the shard's server.
 class openai_http final : public backend_adapter {
@@ -48,6 +75,27 @@ class openai_http final : public backend_adapter {
     after_body_sent(x);
   }
 
+  // --- what an http_reply_reader calls: the transport's part of a translated reply ---
+  // The response was read: the exchange lets go of its attempt's connection
+  // (if it still holds one), pooled when x.rsp.reusable.
+  void end_attempt(exchange& x) noexcept;
+  void upstream_failed(exchange& x, errc why) noexcept;
+  // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
+  // the response head first when with_head).
+  void relay(exchange& x, uint32_t parse_from, bool with_head) noexcept;
+  // A translated reply's head (translated_relay.cpp): a reader's, or an
+  // OpenAI backend's rendered for a Responses / Messages client
+  // (`rendered`). An error is held, a non-stream body held whole, or an
+  // event stream readied to translate (scanner and renderer). Returns: true
+  // only in the last case; else it answered, relayed or failed.
+  bool translated_head(exchange& x, bool rendered) noexcept;
+  // The client's translated stream head staged; the frame ready for its
+  // first batch. Returns: false when it failed the exchange.
+  bool open_translated_stream(exchange& x) noexcept;
+  // `chat`, a chat.completion body, answered in the client's dialect (a 502
+  // when it is not one).
+  void answer_rendered(exchange& x, std::string_view chat) noexcept;
+
  private:
   // The forwarded body as iovecs (x.up_iov[1..]): the client's bytes with at
   // most two byte edits (model, include_usage). Returns: its length.
@@ -62,9 +110,6 @@ class openai_http final : public backend_adapter {
   void release_upstream(upstream_conn* u, bool reusable) noexcept;
   // The exchange lets go of its attempt's connection (closed, not pooled).
   void drop_attempt(exchange& x) noexcept;
-  // The response was read: the exchange lets go of its attempt's connection
-  // (if it still holds one), pooled when x.rsp.reusable.
-  void end_attempt(exchange& x) noexcept;
   void close_upstream(upstream_conn* u) noexcept;
   void maybe_free(upstream_conn* u) noexcept;
   // An upstream CQE's first step: counts the operation done. Returns:
@@ -85,7 +130,6 @@ class openai_http final : public backend_adapter {
   void on_up_connect_cqe(upstream_conn* u, int res) noexcept;
   void on_up_send_cqe(upstream_conn* u, int res) noexcept;
   void on_up_recv_cqe(upstream_conn* u, int res) noexcept;
-  void upstream_failed(exchange& x, errc why) noexcept;
   // The client's answer to an attempt that failed and is not retried.
   void answer_upstream_failure(exchange& x, errc why) noexcept;
   // The upstream send that read x's request bytes has completed: what
@@ -94,9 +138,6 @@ class openai_http final : public backend_adapter {
 
   // The relay (relay.cpp, relay_scan.cpp)
   void on_response_head(exchange& x) noexcept;
-  // Parses u->buf[parse_from, len) and sends [fwd_from, send_end) (with
-  // the response head first when with_head).
-  void relay(exchange& x, uint32_t parse_from, bool with_head) noexcept;
   // The batch [fwd_from, send_end) holds the usage event sluice asked for:
   // sent without it (its chunk cut out, or the batch re-framed).
   void send_cut(exchange& x, bool with_head, bool end_client) noexcept;
@@ -133,25 +174,10 @@ class openai_http final : public backend_adapter {
   // A held backend error (hold_error), read whole: answered in OpenAI's shape.
   void answer_backend_error(exchange& x) noexcept;
 
-  // The relay's Anthropic dialect (anthropic_relay.cpp): the reply is
-  // translated into OpenAI's, as reply_dialect says.
-  void on_anthropic_head(exchange& x) noexcept;
-  // A translated reply's head (Anthropic's, or an OpenAI backend's for a
-  // Responses / Messages client: `rendered`): an error held, a non-stream
-  // body held whole, or an event stream to translate (scanner and renderer
-  // ready). Returns: true only in the last case; else it answered, relayed
-  // or failed.
-  bool translated_head(exchange& x, bool rendered) noexcept;
-  // The client's translated stream head staged; the frame ready for its
-  // first batch. Returns: false when it failed the exchange.
-  bool open_translated_stream(exchange& x) noexcept;
-  void on_anthropic_event(exchange& x, const http::sse_event& ev) noexcept;
   // The batch's translated events, in x.mem->frame after its size room,
   // sent as one chunk (the terminal chunk after it once the client's
   // response ends).
   void send_translated(exchange& x, bool with_head, uint32_t parsed_end, bool complete) noexcept;
-  // A held non-stream reply, read whole: answered as a chat.completion.
-  void answer_anthropic_reply(exchange& x) noexcept;
 
   // A Responses or Messages client of an OpenAI backend (rendered_relay.cpp):
   // the chat reply rendered in the client's dialect as it comes.
@@ -164,9 +190,6 @@ class openai_http final : public backend_adapter {
   void rendered(exchange& x, size_t n) noexcept;
   // A held chat.completion, read whole: answered in the client's dialect.
   void answer_chat_reply(exchange& x) noexcept;
-  // `chat`, a chat.completion body, answered in the client's dialect (a 502
-  // when it is not one).
-  void answer_rendered(exchange& x, std::string_view chat) noexcept;
   // The backend failed after a Responses or Messages stream began: the
   // events rendered so far, the dialect's failure events (response.failed,
   // an error event) and the terminal chunk go out, so the client reads a

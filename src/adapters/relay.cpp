@@ -40,9 +40,9 @@ void openai_http::on_response_head(exchange& x) noexcept {
   // Only when another backend can take it: with none, the client gets this
   // backend's own answer (status kept, in OpenAI's shape), not sluice's
   // "no backend".
-  // Anthropic's own "overloaded" is 529.
+  // Another dialect's own "overloaded" too (Anthropic's 529).
   const bool unavailable = rh.status == 502 || rh.status == 503 ||
-                           (rh.status == 529 && x.rsp.dialect == reply_dialect::anthropic);
+                           (x.rsp.reader != nullptr && x.rsp.reader->overloaded(rh.status));
   if (unavailable && x.attempts < g.upstream.max_retries && x.up != nullptr &&
       _routes->pick(x.group, x.route_key, tried).backend != route::k_none) {
     drop_attempt(x);  // its body is not read: the connection cannot be reused
@@ -57,8 +57,8 @@ void openai_http::on_response_head(exchange& x) noexcept {
   // The skip (chunk_scanned) starts off for every response: never the
   // first chunk, which the scan reads whole (the role chunk).
   x.rsp.skip_allowed = x.rsp.skip_ok = false;
-  if (x.rsp.dialect == reply_dialect::anthropic && !x.req.native) {
-    on_anthropic_head(x);
+  if (x.rsp.reader != nullptr && !x.req.native) {  // another dialect's reply, translated by its reader
+    x.rsp.reader->on_reply_head(x);
     return;
   }
   if (renders(x)) {  // a Responses or Messages client
@@ -178,7 +178,8 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
       if (r.rendered) {
         answer_chat_reply(x);
       } else {
-        answer_anthropic_reply(x);
+        SLUICE_ASSERT(x.rsp.reader != nullptr);  // only a translated reply is held whole
+        x.rsp.reader->on_whole_reply(x);
       }
     } else {
       after_body_sent(x);

@@ -10,7 +10,6 @@
 #include "client_codec.hpp"
 #include "exchange_policy.hpp"
 #include "wire.hpp"
-#include "sluice/openai/anthropic.hpp"
 #include "sluice/core/text.hpp"
 #include "sluice/openai/error.hpp"
 #include "sluice/openai/request.hpp"
@@ -120,8 +119,8 @@ openai::stream_event_info usage_only_from_prefix(std::string_view data) noexcept
 
 void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   exchange& x = *static_cast<exchange*>(ctx);
-  if (x.rsp.dialect == reply_dialect::anthropic && !x.req.native) {
-    x.up->adapter->on_anthropic_event(x, ev);
+  if (x.rsp.reader != nullptr && !x.req.native) {  // another dialect's events, translated by its reader
+    x.rsp.reader->on_reply_event(x, ev);
     return;
   }
   if (x.rsp.rendered) {  // a Responses or Messages client
@@ -211,10 +210,10 @@ void openai_http::answer_backend_error(exchange& x) noexcept {
   char body[1024];
   uint16_t status = x.status;
   const std::string_view held(x.mem->body.data, x.mem->body.len);
-  const size_t bl = x.rsp.dialect == reply_dialect::anthropic
-                        ? openai::anthropic_error_to_openai(x.status, x.rsp.body_overflow ? std::string_view{} : held,
-                                                            body, sizeof body, status)
-                        : openai::normalize_backend_error(x.status, held, x.rsp.body_overflow, body, sizeof body, status);
+  const size_t bl =
+      x.rsp.reader != nullptr
+          ? x.rsp.reader->error_to_openai(x.status, held, x.rsp.body_overflow, body, sizeof body, status)
+          : openai::normalize_backend_error(x.status, held, x.rsp.body_overflow, body, sizeof body, status);
   x.codec->answer(x, status, std::string_view(body, bl), false, std::string_view(extra, el), "upstream_error");
 }
 

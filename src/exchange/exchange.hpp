@@ -77,6 +77,11 @@ struct stream_facts {
 // client's head and body are sluice's, and `facts` holds what billing reads.
 enum class reply_dialect : uint8_t { openai, anthropic, triton };
 
+// An adapter whose backend speaks an HTTP dialect other than OpenAI's over
+// the OpenAI adapter's transport: it reads the reply itself (adapters'
+// openai_http.hpp).
+class http_reply_reader;
+
 // Shard-local; part of an exchange. The response of the current attempt on
 // its way to the client: the parser of the backend's framing, what the SSE
 // scan saw, and the state of the usage cut. Byte offsets are into the
@@ -103,6 +108,7 @@ struct relay_state {
   bool dechunk = false;           // an HTTP/1.0 client and a chunked answer: the payload goes out close-delimited
   bool client_done = false;       // sluice ended the client's response after [DONE]; the backend's rest is dropped
   reply_dialect dialect = reply_dialect::openai;
+  http_reply_reader* reader = nullptr;  // set by the adapter at prepare (null: OpenAI's own reply)
   bool translated = false;        // a translated reply began: `facts` has its counts (end_request reads them)
   bool answered_ok = false;       // translated: the backend took the request and answers it (billed as a 200)
   bool hold_reply = false;        // translated, non-stream: the backend's body is read whole, then answered
