@@ -332,7 +332,15 @@ void openai_http::start(exchange& x) noexcept {
 
 upstream_conn* openai_http::acquire_upstream(uint32_t backend, uint32_t open_max) noexcept {
   backend_state& bs = _backends[backend];
+  const uint64_t idle_max_ms = _cfg->upstream.pool_idle_timeout_ms;
   while (upstream_conn* u = bs.idle_head) {
+    if (idle_max_ms != 0 && _s.now_ms() - u->idle_since_ms >= idle_max_ms) {
+      // Idle past the pool's timeout, the backend may be closing it now
+      // (pool_idle_timeout_ms): closed, not reused. The pool is newest
+      // first, so all behind it are as old.
+      close_upstream(u);
+      continue;
+    }
     bs.idle_head = u->pool_hook.next;
     if (bs.idle_head != nullptr) bs.idle_head->pool_hook.prev = nullptr;
     u->pool_hook = {};
@@ -380,6 +388,7 @@ void openai_http::release_upstream(upstream_conn* u, bool reusable) noexcept {
   }
   u->in_pool = true;
   u->reused = false;
+  u->idle_since_ms = _s.now_ms();
   u->pool_hook.prev = nullptr;
   u->pool_hook.next = bs.idle_head;
   if (bs.idle_head != nullptr) bs.idle_head->pool_hook.prev = u;

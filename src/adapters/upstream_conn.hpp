@@ -33,6 +33,7 @@ struct upstream_conn : buffer_lender {
   bool in_pool = false;
   bool closing = false;
   bool reused = false;          // taken from the pool (a stale socket may fail: retry)
+  uint64_t idle_since_ms = 0;   // pooled: when (the shard's now_ms)
   bool recv_armed = false;      // a receive is in flight (also while idle in the pool)
   bool buf_lent = false;        // buf is the shard's upstream ring buffer buf_bid
   bool buf_pinned = false;      // a downstream send reads buf (counted in ops): it stays until that completes

@@ -45,7 +45,7 @@ const names k_server_keys = {
     "h2_max_concurrent_streams", "h2_stream_window_bytes", "h2_connection_window_bytes", "h2_hpack_table_bytes",
     "h2_resets_per_second_max", "h2_memory_max_bytes"};
 const names k_upstream_keys = {"connect_timeout_ms", "first_byte_timeout_ms", "stream_idle_timeout_ms",
-                                   "total_timeout_ms", "max_retries", "pool_idle_max", "connections_max",
+                                   "total_timeout_ms", "max_retries", "pool_idle_max", "pool_idle_timeout_ms", "connections_max",
                                    "sse_scan"};
 const names k_quota_keys = {"input_weight", "output_weight", "default_max_tokens", "max_tokens_cap", "image_tokens",
                              "budget_state_file"};
@@ -102,6 +102,7 @@ void read_upstream(const reader& r, const toml::table& t, std::string_view name,
   r.read_timeout(t, name, "total_timeout_ms", u.total_timeout_ms, 0);
   r.read_uint(t, name, "max_retries", u.max_retries, 0, 10);
   r.read_uint(t, name, "pool_idle_max", u.pool_idle_max, 0, 65536);
+  r.read_timeout(t, name, "pool_idle_timeout_ms", u.pool_idle_timeout_ms, 0);
   r.read_uint(t, name, "connections_max", u.connections_max, 1, 1u << 20);
   std::string scan = u.sse_scan == sse_scan_mode::full ? "full" : "boundaries";
   if (const toml::node* n = r.read_string(t, name, "sse_scan", scan)) {

@@ -103,6 +103,11 @@ struct upstream_config {
   uint32_t total_timeout_ms = 0;          // 0 = none
   uint32_t max_retries = 1;               // only before any response byte reached the client
   uint32_t pool_idle_max = 256;           // idle keep-alive connections per backend per shard (an HTTP/2 client brings up to 100 streams per connection)
+  // A pooled connection idle this long is closed rather than reused: under
+  // the backend's own keep-alive timeout (vLLM's uvicorn: 5 s), so no
+  // request is written into a connection the backend is closing (its FIN
+  // still on the way), where a POST is lost, not sent twice. 0 = no limit.
+  uint32_t pool_idle_timeout_ms = 4000;
   uint32_t connections_max = 1024;        // open connections per backend per shard; beyond: 503
   sse_scan_mode sse_scan = sse_scan_mode::boundaries;
 };

@@ -76,6 +76,34 @@ TEST_SUITE("adapters::openai_http connections") {
     CHECK(f.policy.failures_of(f.backend_index(0)) == 0);
   }
 
+  TEST_CASE("a pooled connection idle past pool_idle_timeout_ms is closed, not reused; one idle less long is reused") {
+    // The backend may be closing a connection idle as long as its own
+    // keep-alive timeout: a request written into it would be lost.
+    for (const uint32_t timeout_ms : {1u, 60000u}) {
+      CAPTURE(timeout_ms);
+      shard_fixture f("[upstream]\npool_idle_timeout_ms = " + std::to_string(timeout_ms) + "\n" + group("\"{b0}\""));
+      call& c = f.start(k_chat);
+      f.serve(c, {json_reply(k_reply_body)});
+      REQUIRE(f.pump([&] { return c.codec.ended(); }));
+      const uint64_t pooled_at = f.ring->now_ms();
+      REQUIRE(f.pump([&] { return f.ring->now_ms() >= pooled_at + 2; }));  // 2 ms idle, by the shard's clock
+      call& next = f.start(k_chat);
+      f.serve(next, {json_reply(k_reply_body)});
+      REQUIRE(f.pump([&] { return next.codec.ended(); }));
+      CHECK(next.codec.done);
+      CHECK(next.x.attempts == 0);
+      if (timeout_ms == 1) {
+        CHECK(f.last_conn == 1);  // a new connection
+        CHECK(f.pump([&] { return f.backend().peer_closed(0); }));
+        CHECK(next.codec.backend_waits.front() == sluice::proxy::deadline_kind::upstream_connect);
+      } else {
+        CHECK(f.last_conn == 0);
+        CHECK(f.backend().conns.size() == 1);
+      }
+      CHECK(f.policy.failures_of(f.backend_index(0)) == 0);  // closing an old idle one is no failure
+    }
+  }
+
   TEST_CASE("at the group's connections_max the next request is shed with a 503 and a retry time") {
     shard_fixture f(group("\"{b0}\"", "upstream = { connections_max = 1 }"));
     call& busy = f.start(k_chat);

@@ -118,6 +118,7 @@ stream_idle_timeout_ms = 700
 total_timeout_ms = 800
 max_retries = 3
 pool_idle_max = 5
+pool_idle_timeout_ms = 900
 connections_max = 7
 sse_scan = "full"
 
@@ -183,6 +184,7 @@ groups = ["qw*"]
     CHECK(c->upstream.total_timeout_ms == 800);
     CHECK(c->upstream.max_retries == 3);
     CHECK(c->upstream.pool_idle_max == 5);
+    CHECK(c->upstream.pool_idle_timeout_ms == 900);
     CHECK(c->upstream.connections_max == 7);
     CHECK(c->upstream.sse_scan == cfg::sse_scan_mode::full);
     CHECK(c->quota.input_weight == 2);
