@@ -56,9 +56,10 @@ bool openai_http::translated_head(exchange& x, bool rendered) noexcept {
     return false;
   }
   x.mem->sse->reset();
-  // The renderer reads each chat event whole, however large (a whole tool
-  // call in one delta); the Anthropic translator takes its own bound.
-  if (rendered) x.mem->sse->set_event_limit(dialect::stream_renderer::k_large_event_bytes_max);
+  // Each event is read whole, however large (a whole tool call in one
+  // delta): by the renderer, or by a reader's translator (each takes up
+  // to 4 MiB).
+  x.mem->sse->set_event_limit(dialect::stream_renderer::k_large_event_bytes_max);
   return true;
 }
 

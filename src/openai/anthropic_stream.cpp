@@ -182,11 +182,25 @@ anthropic_stream_result anthropic_stream::feed(std::string_view event, std::stri
                                                size_t cap) noexcept {
   using status = anthropic_stream_status;
   if (_state.done) return {status::ended, 0, 0};
-  if (data.size() > _event_bytes_max) return {status::too_large, 0, 0};
-  std::memcpy(_padded.get(), data.data(), data.size());
-  std::memset(_padded.get() + data.size(), 0, simdjson::SIMDJSON_PADDING);
+  if (data.size() > k_large_event_bytes_max) return {status::too_large, 0, 0};
+  // The usual event in the kept buffers; a larger one (a whole tool call's
+  // input in one delta) in its own, freed at return, after every view into
+  // it is written out.
+  std::unique_ptr<char[]> large_copy;
+  std::unique_ptr<simdjson::dom::parser> large_parser;
+  char* padded = _padded.get();
+  simdjson::dom::parser* parser = &_parser;
+  if (data.size() > _event_bytes_max) {
+    large_copy.reset(new (std::nothrow) char[data.size() + simdjson::SIMDJSON_PADDING]);
+    large_parser.reset(new (std::nothrow) simdjson::dom::parser(data.size()));
+    if (!large_copy || !large_parser) return {status::too_large, 0, 0};
+    padded = large_copy.get();
+    parser = large_parser.get();
+  }
+  std::memcpy(padded, data.data(), data.size());
+  std::memset(padded + data.size(), 0, simdjson::SIMDJSON_PADDING);
   element root;
-  if (_parser.parse(_padded.get(), data.size(), false).get(root) != simdjson::SUCCESS || !root.is_object()) {
+  if (parser->parse(padded, data.size(), false).get(root) != simdjson::SUCCESS || !root.is_object()) {
     return {status::malformed, 0, 0};
   }
   std::string_view type = get_string(root, "type");

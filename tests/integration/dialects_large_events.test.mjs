@@ -70,17 +70,40 @@ function native_backend() {
   });
 }
 
+// An Anthropic Messages backend: the same long text in one text_delta, or
+// one tool_use block whose whole input comes in a single input_json_delta,
+// each event written in small pieces.
+function anthropic_backend() {
+  return start_scripted_backend(async (socket, request) => {
+    const body = request.body ?? {};
+    const tools = Array.isArray(body.tools) && body.tools.length > 0;
+    const ev = (type, extra) => chunk(`event: ${type}\ndata: ${JSON.stringify({ type, ...extra })}\n\n`).toString('latin1');
+    const block = tools ? { type: 'tool_use', id: 'toolu_big', name: 'write_file', input: {} } : { type: 'text', text: '' };
+    const delta = tools ? { type: 'input_json_delta', partial_json: big_args } : { type: 'text_delta', text: big_text };
+    await trickle(socket, sse_head +
+      ev('message_start', { message: { id: 'msg_big', type: 'message', role: 'assistant', model: body.model, content: [],
+        stop_reason: null, usage: { input_tokens: 12, output_tokens: 1 } } }) +
+      ev('content_block_start', { index: 0, content_block: block }) +
+      ev('content_block_delta', { index: 0, delta }) +
+      ev('content_block_stop', { index: 0 }) +
+      ev('message_delta', { delta: { stop_reason: tools ? 'tool_use' : 'end_turn' }, usage: { output_tokens: 4000 } }) +
+      ev('message_stop', {}) + '0\r\n\r\n');
+  });
+}
+
 describe('events larger than a receive buffer on the dialects\' streams', () => {
-  let chat, native, sluice, openai, anthropic;
+  let chat, native, messages, sluice, openai, anthropic;
   const audit = () => read_audit(path.join(sluice.dir, 'sluice-audit.jsonl'));
   before(async () => {
     chat = await chat_backend();
     native = await native_backend();
+    messages = await anthropic_backend();
     sluice = await start_sluice({
       config: gateway_config({
         tables: { health: { interval_ms: 0 } },
         groups: [{ name: 'chat', models: ['chat-model'], backends: [chat.url] },
-          { name: 'native', models: ['native-model'], native_dialects: ['chat', 'responses'], backends: [native.url] }],
+          { name: 'native', models: ['native-model'], native_dialects: ['chat', 'responses'], backends: [native.url] },
+          { name: 'anthropic', models: ['claude-model'], protocol: 'anthropic', backends: [messages.url] }],
         keys: [{ id: 'test', key: test_key }],
       }),
     });
@@ -88,7 +111,7 @@ describe('events larger than a receive buffer on the dialects\' streams', () => 
     openai = new OpenAI({ ...opts, baseURL: `${sluice.url}/v1` });
     anthropic = new Anthropic({ ...opts, baseURL: sluice.url });
   });
-  after(() => stop_all(sluice, chat, native));
+  after(() => stop_all(sluice, chat, native, messages));
 
   const tool = { type: 'function', name: 'write_file', parameters: { type: 'object', properties: { path: { type: 'string' } } } };
 
@@ -115,6 +138,26 @@ describe('events larger than a receive buffer on the dialects\' streams', () => 
     assert.ok(use, JSON.stringify(call.content).slice(0, 300));
     assert.deepEqual(use.input, JSON.parse(big_args));
     assert.equal(call.stop_reason, 'tool_use');
+  });
+
+  it('an Anthropic backend: a 60 kB text_delta and a 280 kB input_json_delta reach a chat and a Responses client whole', async () => {
+    let text = '';
+    for await (const c of await openai.chat.completions.create({ model: 'claude-model', stream: true,
+      messages: [{ role: 'user', content: 'Write.' }] })) {
+      text += c.choices[0]?.delta?.content ?? '';
+    }
+    assert.ok(text === big_text, `the text exactly (${text.length} of ${big_text.length} bytes)`);
+    const calls = await openai.chat.completions.stream({ model: 'claude-model', messages: [{ role: 'user', content: 'Write the file.' }],
+      tools: [{ type: 'function', function: { name: 'write_file', parameters: { type: 'object' } } }] }).finalChatCompletion();
+    const call = calls.choices[0].message.tool_calls?.[0];
+    assert.ok(call, JSON.stringify(calls.choices[0].message).slice(0, 300));
+    assert.equal(call.function.name, 'write_file');
+    assert.equal(call.function.arguments, big_args);
+    assert.equal(calls.choices[0].finish_reason, 'tool_calls');
+    const r = await openai.responses.stream({ model: 'claude-model', input: 'Write the file.', tools: [tool] }).finalResponse();
+    const fc = r.output.find((o) => o.type === 'function_call');
+    assert.ok(fc, JSON.stringify(r.output).slice(0, 300));
+    assert.equal(fc.arguments, big_args);
   });
 
   it('a native Responses stream: the usage of a response.completed of 130 kB over many reads is billed', async () => {

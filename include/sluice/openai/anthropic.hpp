@@ -118,11 +118,15 @@ struct anthropic_stream_result {
 // when asked, `data: [DONE]` (completions: text chunks, the finish chunk,
 // the usage chunk, [DONE]). Its parser and padded copy buffer are
 // allocated once, at construction, for events up to event_bytes_max: feeding
-// never allocates.
+// such events never allocates (a larger one is read in buffers of its own).
 class anthropic_stream {
  public:
   // Anthropic numbers content blocks; tool calls in blocks past this are refused.
   static constexpr uint32_t k_blocks_max = 128;
+  // An event past event_bytes_max (a whole tool call's input in one
+  // delta) is parsed by a parser made for it and freed after, up to this;
+  // a longer one is too_large.
+  static constexpr size_t k_large_event_bytes_max = 4u << 20;
 
   explicit anthropic_stream(size_t event_bytes_max = 64 * 1024);
   anthropic_stream(const anthropic_stream&) = delete;

@@ -451,9 +451,35 @@ TEST_SUITE("openai::anthropic stream") {
     CHECK(s.feed("message_start", "[1,2]", buf, sizeof(buf)).status == anthropic_stream_status::malformed);
     CHECK(s.feed("content_block_delta", R"({"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{"}})",
                  buf, sizeof(buf)).status == anthropic_stream_status::malformed);
+  }
+
+  TEST_CASE("an event past the stream's own capacity is read in buffers of its own, up to 4 MiB; past that, too_large") {
+    // A whole tool call's input in one delta, as some backends write it.
     anthropic_stream small(64);
     small.reset(k_ctx);
-    CHECK(small.feed("message_start", k_text_stream[0].data, buf, sizeof(buf)).status == anthropic_stream_status::too_large);
+    std::vector<char> out(1 << 20);
+    REQUIRE(small.feed("message_start", k_text_stream[0].data, out.data(), out.size()).status == anthropic_stream_status::ok);
+    REQUIRE(small.feed("content_block_start",
+                       R"({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"write","input":{}}})",
+                       out.data(), out.size()).status == anthropic_stream_status::ok);
+    std::string input = "{\\\"content\\\":\\\"";  // {\"content\":\" as JSON string content
+    input.append(100000, 'z');
+    input += "\\\"}";
+    const std::string delta =
+        R"({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":")" + input + R"("}})";
+    const auto r = small.feed("content_block_delta", delta, out.data(), out.size());
+    REQUIRE(r.status == anthropic_stream_status::ok);
+    simdjson::dom::parser p;
+    const std::string chunk(out.data() + 6, r.written - 8);  // "data: " .. "\n\n"
+    simdjson::dom::element root;
+    REQUIRE(p.parse(chunk).get(root) == simdjson::SUCCESS);
+    const std::string_view args = root["choices"].at(0)["delta"]["tool_calls"].at(0)["function"]["arguments"].get_string().value();
+    CHECK(args.size() == 100000 + 14);  // {"content":" .. "}
+    CHECK(args.starts_with(R"({"content":"zzz)"));
+    std::string huge = R"({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":")";
+    huge.append(anthropic_stream::k_large_event_bytes_max, 'z');
+    huge += "\"}}";
+    CHECK(small.feed("content_block_delta", huge, out.data(), out.size()).status == anthropic_stream_status::too_large);
   }
 
   TEST_CASE("output that does not fit says how much it needs and changes nothing") {
