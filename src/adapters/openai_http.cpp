@@ -305,7 +305,7 @@ void openai_http::start(exchange& x) noexcept {
   if (u == nullptr) {
     // The backend's pool is at upstream.connections_max on this shard (or
     // a socket/allocation failed): shed, with a time to come back.
-    const bool pool_full = _backends[backend].open >= g.upstream.connections_max;
+    const bool pool_full = _backends[backend].open - _backends[backend].closing >= g.upstream.connections_max;
     _metrics.at(pool_full ? metrics::stat::shed_upstream_pool : metrics::stat::shed_memory).add();
     x.codec->answer_error(x, 503, pool_full ? "Too many requests to the backend right now. Please try again."
                                    : "The server is overloaded. Please try again.",
@@ -350,7 +350,7 @@ upstream_conn* openai_http::acquire_upstream(uint32_t backend, uint32_t open_max
     u->reused = true;
     return u;
   }
-  if (bs.open >= open_max) return nullptr;
+  if (bs.open - bs.closing >= open_max) return nullptr;
   auto* u = new (std::nothrow) upstream_conn();
   if (u == nullptr) return nullptr;
   const config::backend_config& b = _cfg->backends[backend];
@@ -440,6 +440,7 @@ void openai_http::drop_upstream_buffer(upstream_conn* u) noexcept {
 void openai_http::close_upstream(upstream_conn* u) noexcept {
   if (u->closing) return;
   u->closing = true;
+  ++_backends[u->backend].closing;
   if (u->in_pool) {
     backend_state& bs = _backends[u->backend];
     if (u->pool_hook.prev != nullptr) {
@@ -464,6 +465,7 @@ void openai_http::maybe_free(upstream_conn* u) noexcept {
   _r.unregister_file(u->slot);  // no operation is left on it (ops is 0)
   ::close(u->fd);
   --_backends[u->backend].open;
+  --_backends[u->backend].closing;
   account_connection_memory(-static_cast<int64_t>(sizeof(upstream_conn)));
   delete u;
 }

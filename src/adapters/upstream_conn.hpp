@@ -61,7 +61,9 @@ struct backend_state {
   upstream_conn* idle_head = nullptr;
   uint32_t idle_count = 0;
   uint32_t inflight = 0;
-  uint32_t open = 0;            // connections to it, pooled or busy (upstream.connections_max)
+  uint32_t open = 0;            // connections to it, pooled, busy or closing
+  uint32_t closing = 0;         // of those, shut down: freed at their last completion, no load on the
+                                // backend, so not counted against upstream.connections_max
 };
 
 }  // namespace sluice::proxy

@@ -559,6 +559,7 @@ void h1_codec::next_request(downstream_conn* d) noexcept {
   // answer for it.
   reset_exchange(d);
   d->mem.body.len = 0;
+  d->mem.trim();
   d->raw_end = d->body_begin = d->body_len = 0;
   if (_draining && d->in.len == 0 && !_handover) {
     close_downstream(d);

@@ -254,8 +254,7 @@ void h2_codec::free_stream(h2_stream* st) noexcept {
   st->body.len = st->head.len = st->answer.len = 0;
   st->mem.body.len = st->mem.frame.len = st->mem.up_head.len = 0;
   if (st->body.cap > k_keep_buffer_bytes) st->body.release();
-  if (st->mem.body.cap > k_keep_buffer_bytes) st->mem.body.release();
-  if (st->mem.frame.cap > k_keep_buffer_bytes) st->mem.frame.release();
+  st->mem.trim(k_keep_buffer_bytes);
   if (_pooled < k_pool_max) {
     st->free_next = _pool;
     _pool = st;

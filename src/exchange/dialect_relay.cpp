@@ -74,7 +74,8 @@ bool render_batch(exchange& x, byte_buf& f, bool end_client) noexcept {
     if (need > g.cap && !g.reserve(need)) return false;
     size_t n = 0;
     const dialect::render_status st = r.feed(ev, g.data + g.len, g.cap - g.len - 16, n);
-    if (st == dialect::render_status::too_large) return false;
+    // cap >= bound(): never more_room; were it, the event would be lost.
+    if (st == dialect::render_status::too_large || st == dialect::render_status::more_room) return false;
     if (st == dialect::render_status::malformed) break;  // finish(true) below
     g.len += static_cast<uint32_t>(n);
   }

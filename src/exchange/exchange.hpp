@@ -195,6 +195,16 @@ struct exchange_memory {
     counted += bytes;
     account_connection_memory(bytes);
   }
+
+  // Between exchanges, nothing in them in use: a buffer one large reply
+  // grew past `keep` (an event of megabytes, a long body) goes back, so a
+  // keep-alive connection does not hold what one answer needed.
+  static constexpr uint32_t k_keep_buffer_bytes = 256u << 10;
+  void trim(uint32_t keep = k_keep_buffer_bytes) noexcept {
+    for (byte_buf* b : {&body, &up_head, &frame, &dialect_frame}) {
+      if (b->cap > keep) b->release();
+    }
+  }
 };
 
 template <class T>

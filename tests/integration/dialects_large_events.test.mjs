@@ -8,13 +8,14 @@
 // native stream's usage must be read from its last event however long the
 // output was (billing, the audit record).
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 
-import { gateway_config, poll, read_audit } from './lib/gateway.mjs';
+import { gateway_config, poll, read_audit, samples, scrape } from './lib/gateway.mjs';
 import { bound_ms, start_sluice, stop_all, test_key } from './lib/harness.mjs';
 import { chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.mjs';
 
@@ -158,6 +159,31 @@ describe('events larger than a receive buffer on the dialects\' streams', () => 
     const fc = r.output.find((o) => o.type === 'function_call');
     assert.ok(fc, JSON.stringify(r.output).slice(0, 300));
     assert.equal(fc.arguments, big_args);
+  });
+
+  it('the buffers a large event grew go back when its answer is done, the keep-alive connection still open', async () => {
+    // A Responses stream of the 280 kB tool call over one connection held
+    // open: the translator's and the renderer's room (megabytes) must not
+    // stay with the connection for its next requests.
+    const gauge = async () => samples((await scrape(sluice.admin_url)).parsed, 'sluice_connection_memory_bytes')[0].value;
+    const body = JSON.stringify({ model: 'claude-model', input: 'Write the file.', stream: true, tools: [tool] });
+    const socket = net.connect(Number(new URL(sluice.url).port), '127.0.0.1');
+    try {
+      let got = '';
+      const ended = new Promise((resolve, reject) => {
+        socket.on('data', (d) => { got += d.toString('latin1'); if (got.endsWith('0\r\n\r\n')) resolve(); });
+        socket.on('error', reject);
+        socket.on('close', () => reject(new Error(`closed early: ${got.slice(0, 300)}`)));
+      });
+      socket.write(`POST /v1/responses HTTP/1.1\r\nhost: sluice\r\nauthorization: Bearer ${test_key}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      await ended;
+      assert.ok(got.includes('response.completed'), got.slice(0, 300));
+      await poll(async () => (await gauge()) < 1_500_000, { what: 'the connection memory back under 1.5 MB, the connection open' });
+      assert.ok(!socket.destroyed, 'the connection is still open');
+    } finally {
+      socket.destroy();
+    }
   });
 
   it('a native Responses stream: the usage of a response.completed of 130 kB over many reads is billed', async () => {

@@ -104,6 +104,21 @@ TEST_SUITE("adapters::openai_http connections") {
     }
   }
 
+  TEST_CASE("at connections_max, an old pooled connection closed for its age does not count: the request connects anew") {
+    shard_fixture f("[upstream]\npool_idle_timeout_ms = 1\n" + group("\"{b0}\"", "upstream = { connections_max = 1 }"));
+    call& c = f.start(k_chat);
+    f.serve(c, {json_reply(k_reply_body)});
+    REQUIRE(f.pump([&] { return c.codec.ended(); }));
+    const uint64_t pooled_at = f.ring->now_ms();
+    REQUIRE(f.pump([&] { return f.ring->now_ms() >= pooled_at + 2; }));
+    call& next = f.start(k_chat);  // the old one is shut down here; its memory goes at its last completion
+    CHECK_FALSE(next.codec.answered);
+    f.serve(next, {json_reply(k_reply_body)});
+    REQUIRE(f.pump([&] { return next.codec.ended(); }));
+    CHECK(next.codec.done);
+    CHECK(f.last_conn == 1);
+  }
+
   TEST_CASE("at the group's connections_max the next request is shed with a 503 and a retry time") {
     shard_fixture f(group("\"{b0}\"", "upstream = { connections_max = 1 }"));
     call& busy = f.start(k_chat);
