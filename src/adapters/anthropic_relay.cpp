@@ -26,15 +26,6 @@
 
 namespace sluice::proxy {
 
-namespace {
-
-// The most one event may need, per the translator's bound (anthropic.hpp).
-constexpr size_t event_output_bound(const exchange& x, size_t data_bytes) noexcept {
-  return 2 * (256 + 6 * (size_t{x.request_id_len} + x.req.model_len)) + 6 * data_bytes;
-}
-
-}  // namespace
-
 void anthropic_http::on_reply_head(exchange& x) noexcept {
   if (!_http.translated_head(x, false)) return;  // answered, held whole, or failed
   anthropic_memory* m = wing_of<anthropic_memory>(*x.mem, k_anthropic_wing, anthropic_memory::k_extra_bytes);
@@ -64,13 +55,26 @@ void anthropic_http::on_reply_event(exchange& x, const http::sse_event& ev) noex
   if (ev.truncated) {
     res.status = openai::anthropic_stream_status::too_large;
   } else {
-    // Room for the worst this event can write, and the chunk's tail (its
-    // CRLF, the terminal chunk) after it.
-    const size_t need = static_cast<size_t>(f.len) + event_output_bound(x, ev.data.size()) + 16;
-    if (need > f.cap && !f.reserve(need)) {
-      res.status = openai::anthropic_stream_status::too_large;
-    } else {
+    // Into the room the frame has (16 bytes kept for the chunk's tail: its
+    // CRLF, the terminal chunk); when the output does not fit, the
+    // translator says what it needs and is fed again with exactly that
+    // (it changed nothing).
+    if (f.cap >= f.len + 16u) {
       res = t.feed({}, ev.data, f.data + f.len, f.cap - f.len - 16);
+    } else {
+      res.status = openai::anthropic_stream_status::need_space;
+      res.needed = 0;
+    }
+    if (res.status == openai::anthropic_stream_status::need_space) {
+      const size_t need = static_cast<size_t>(f.len) + (res.needed != 0 ? res.needed : 4096) + 16;
+      if (!f.reserve(need)) {
+        res.status = openai::anthropic_stream_status::too_large;
+      } else {
+        res = t.feed({}, ev.data, f.data + f.len, f.cap - f.len - 16);
+        if (res.status == openai::anthropic_stream_status::need_space && f.reserve(f.len + res.needed + 16u)) {
+          res = t.feed({}, ev.data, f.data + f.len, f.cap - f.len - 16);  // the 4096 guess was short
+        }
+      }
     }
   }
   switch (res.status) {
@@ -80,7 +84,7 @@ void anthropic_http::on_reply_event(exchange& x, const http::sse_event& ev) noex
       break;
     case openai::anthropic_stream_status::ended:
       break;
-    case openai::anthropic_stream_status::need_space:  // the bound above makes this a bug
+    case openai::anthropic_stream_status::need_space:  // it said what it needs and got it: a bug
     case openai::anthropic_stream_status::malformed:
     case openai::anthropic_stream_status::too_large: {
       // The stream cannot be read on: it ends as a vLLM stream that fails
