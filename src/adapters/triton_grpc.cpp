@@ -17,6 +17,7 @@
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/grpc/h2_client.hpp"
 #include "sluice/net/socket.hpp"
 
 namespace sluice::proxy {
@@ -25,31 +26,6 @@ namespace {
 
 constexpr uint32_t k_recv_bytes = 64u << 10;
 constexpr std::string_view k_path = "/inference.GRPCInferenceService/ModelStreamInfer";
-
-// A request field for nghttp2_submit_request. Names are string literals
-// (NO_COPY_NAME: they outlive the session); values are copied at submit:
-// the HEADERS frame is encoded later, in mem_send, after the stack buffer
-// of a grpc-timeout is gone, and after a SIGHUP may have freed the config
-// snapshot an :authority lies in.
-template <size_t N>
-nghttp2_nv header(const char (&name)[N], std::string_view value) noexcept {
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), N - 1, value.size(),
-          NGHTTP2_NV_FLAG_NO_COPY_NAME};
-}
-
-// grpc-timeout: at most 8 digits and a unit (PROTOCOL-HTTP2.md).
-size_t write_grpc_timeout(char* out, uint64_t ms) noexcept {
-  text_writer w(out, 16);
-  if (ms < 100'000'000) {
-    w.put_int(ms);
-    w.put('m');
-  } else {
-    w.put_int(ms / 1000 < 100'000'000 ? ms / 1000 : 99'999'999);
-    w.put('S');
-  }
-  return static_cast<size_t>(w.p - out);
-}
 
 // A completion handler's hold on its connection: counted as an operation,
 // so nothing the handler sets off (a stream's end, the connection's
@@ -77,9 +53,8 @@ triton_grpc::triton_grpc(shard_context& s, exchange_policy& x) noexcept : _s(s),
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(_callbacks, &triton_grpc::on_data_chunk);
   nghttp2_session_callbacks_set_on_frame_recv_callback(_callbacks, &triton_grpc::on_frame_recv);
   nghttp2_session_callbacks_set_on_stream_close_callback(_callbacks, &triton_grpc::on_stream_close);
-  nghttp2_option_new(&_options);
   // Stream windows are given back as clients take the bytes (backpressure).
-  nghttp2_option_set_no_auto_window_update(_options, 1);
+  _options = grpc::new_client_options(true);
 }
 
 triton_grpc::~triton_grpc() {
@@ -539,23 +514,16 @@ bool triton_grpc::open_stream(exchange& x, h2_conn* c) noexcept {
   size_t tl = 0;
   if (x.total_deadline_ms != 0) {
     const uint64_t now = _s.now_ms();
-    tl = write_grpc_timeout(timeout, x.total_deadline_ms > now ? x.total_deadline_ms - now : 1);
+    tl = grpc::write_timeout(timeout, x.total_deadline_ms > now ? x.total_deadline_ms - now : 1);
   }
-  const nghttp2_nv nva[] = {
-      header(":method", "POST"),
-      header(":scheme", "http"),
-      header(":path", k_path),
-      header(":authority", b.host_header),
-      header("content-type", "application/grpc"),
-      header("te", "trailers"),
-      header("user-agent", "sluice"),
-      header("grpc-accept-encoding", "identity"),
-      header("grpc-timeout", std::string_view(timeout, tl)),
-  };
+  // The values are copied at submit: the HEADERS frame is encoded later, in
+  // mem_send, after `timeout` is gone and a SIGHUP may have freed the
+  // config snapshot the :authority lies in.
+  nghttp2_nv nva[grpc::k_call_head_fields_max];
+  const size_t fields = grpc::call_head(nva, k_path, b.host_header, "sluice", std::string_view(timeout, tl), true);
   nghttp2_data_provider dp{};
   dp.read_callback = &triton_grpc::read_request;
-  const int32_t id = nghttp2_submit_request(c->session, nullptr, nva, tl != 0 ? std::size(nva) : std::size(nva) - 1,
-                                            &dp, &x);
+  const int32_t id = nghttp2_submit_request(c->session, nullptr, nva, fields, &dp, &x);
   if (id < 0) return false;
   a.conn = c;
   a.stream_id = id;

@@ -5,11 +5,11 @@
 // or, for an error, Trailers-Only: grpc-status in the one HEADERS frame.
 #include "grpc_probe.hpp"
 
-#include <fmt/format.h>
 
 #include <charconv>
 #include <cstring>
 
+#include "sluice/grpc/h2_client.hpp"
 #include "sluice/grpc/kserve.hpp"
 
 namespace sluice::control {
@@ -17,14 +17,6 @@ namespace {
 
 constexpr std::string_view k_server_ready_path = "/inference.GRPCInferenceService/ServerReady";
 constexpr std::string_view k_model_ready_path = "/inference.GRPCInferenceService/ModelReady";
-
-nghttp2_nv header(std::string_view name, std::string_view value) noexcept {
-  // nghttp2 copies names and values at submit (no NO_COPY flags); it never
-  // writes through these pointers.
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
-          NGHTTP2_NV_FLAG_NONE};
-}
 
 // A small non-negative decimal; -1 for anything else.
 int parse_status(std::string_view v) noexcept {
@@ -42,13 +34,7 @@ void grpc_ready_probe::set_target(std::string_view authority, std::string_view m
   _model.assign(model);
   // grpc-timeout: at most 8 digits, then the unit; the probe's own timeout,
   // so a server may give up when sluice does.
-  if (timeout_ms <= 99999999) {
-    auto r = fmt::format_to_n(_grpc_timeout, sizeof _grpc_timeout, "{}m", timeout_ms);
-    _grpc_timeout_len = r.size;
-  } else {
-    auto r = fmt::format_to_n(_grpc_timeout, sizeof _grpc_timeout, "{}S", timeout_ms / 1000);
-    _grpc_timeout_len = r.size;
-  }
+  _grpc_timeout_len = grpc::write_timeout(_grpc_timeout, timeout_ms);
 }
 
 bool grpc_ready_probe::begin() noexcept {
@@ -69,16 +55,12 @@ bool grpc_ready_probe::begin() noexcept {
   nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &on_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_stream_close);
-  nghttp2_option* opt = nullptr;
-  if (nghttp2_option_new(&opt) != 0) {
+  nghttp2_option* opt = grpc::new_client_options(false);
+  if (opt == nullptr) {
     nghttp2_session_callbacks_del(cbs);
     decide(outcome::failed, "out of memory");
     return false;
   }
-  // Bounds on what a backend can make the session hold: few SETTINGS
-  // entries, few CONTINUATION frames per header block.
-  nghttp2_option_set_max_settings(opt, 32);
-  nghttp2_option_set_max_continuations(opt, 8);
   const int rv = nghttp2_session_client_new2(&_session, cbs, this, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
@@ -103,20 +85,13 @@ bool grpc_ready_probe::begin() noexcept {
 bool grpc_ready_probe::submit(call& c, std::string_view path, const char* request, size_t request_len) noexcept {
   c.request = request;
   c.request_len = request_len;
-  const nghttp2_nv nva[] = {
-      header(":method", "POST"),
-      header(":scheme", "http"),
-      header(":path", path),
-      header(":authority", _authority),
-      header("content-type", "application/grpc"),
-      header("te", "trailers"),
-      header("grpc-timeout", std::string_view(_grpc_timeout, _grpc_timeout_len)),
-      header("user-agent", "sluice-health"),
-  };
+  nghttp2_nv nva[grpc::k_call_head_fields_max];
+  const size_t fields = grpc::call_head(nva, path, _authority, "sluice-health",
+                                        std::string_view(_grpc_timeout, _grpc_timeout_len), false);
   nghttp2_data_provider body;
   body.source.ptr = &c;
   body.read_callback = &read_request;
-  const int32_t id = nghttp2_submit_request(_session, nullptr, nva, std::size(nva), &body, &c);
+  const int32_t id = nghttp2_submit_request(_session, nullptr, nva, fields, &body, &c);
   if (id < 0) {
     decide(outcome::failed, "out of memory");
     return false;
