@@ -26,9 +26,9 @@ struct upstream_conn;
 struct h2_link;
 
 // A stream's idle deadline `at` (deadline_at; 0 = none) with a rendered
-// Messages stream's pings (relay_state::ping_ms): kept in r.idle_due_ms;
+// Messages stream's pings (stream_pings): kept in r.idle_due_ms;
 // returns when the timer falls due: the next ping tick when it comes first.
-inline uint64_t idle_or_ping_at(relay_state& r, uint64_t now_ms, uint64_t at) noexcept {
+inline uint64_t idle_or_ping_at(stream_pings& r, uint64_t now_ms, uint64_t at) noexcept {
   r.idle_due_ms = at;
   if (r.ping_ms == 0) return at;
   const uint64_t tick = now_ms + r.ping_ms;
@@ -38,10 +38,10 @@ inline uint64_t idle_or_ping_at(relay_state& r, uint64_t now_ms, uint64_t at) no
 // Whether a stream's upstream_idle timer that fell due at `now_ms` is a
 // ping tick (its idle deadline still ahead); then the timer is armed again
 // for the rest of it: idle_rest_ms().
-inline bool ping_tick(const relay_state& r, uint64_t now_ms) noexcept {
+inline bool ping_tick(const stream_pings& r, uint64_t now_ms) noexcept {
   return r.ping_ms != 0 && (r.idle_due_ms == 0 || now_ms < r.idle_due_ms);
 }
-inline uint64_t idle_rest_ms(const relay_state& r, uint64_t now_ms) noexcept {
+inline uint64_t idle_rest_ms(const stream_pings& r, uint64_t now_ms) noexcept {
   return r.idle_due_ms == 0 ? 0 : r.idle_due_ms - now_ms;
 }
 
@@ -82,7 +82,7 @@ struct downstream_conn {
   bool close_after_send = false;
   bool send_busy = false;          // a send is in flight: out / send_iov are the kernel's
   bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
-  // The send in flight is a ping (relay_state::ping_ms): the adapter's
+  // The send in flight is a ping (stream_pings): the adapter's
   // send or end that comes meanwhile is held until its completion.
   bool ping_busy = false;
   struct held_send {

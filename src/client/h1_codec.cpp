@@ -225,7 +225,7 @@ void h1_codec::accept_connection(int fd, bool tls_port) noexcept {
 void h1_codec::set_deadline(downstream_conn* d, deadline_kind k, uint64_t ms) noexcept {
   const uint64_t now = now_ms();
   uint64_t at = deadline_at(k, now, ms, d->x.total_deadline_ms);
-  if (k == deadline_kind::upstream_idle) at = idle_or_ping_at(d->x.rsp, now, at);
+  if (k == deadline_kind::upstream_idle) at = idle_or_ping_at(d->x.pings, now, at);
   if (at == 0) {
     d->deadline = deadline_kind::none;
     _timers.cancel(d->timer);
@@ -758,10 +758,10 @@ void h1_codec::on_deadline(downstream_conn* d) noexcept {
       close_downstream(d);
       return;
     case deadline_kind::upstream_idle:
-      if (d->state == conn_state::streaming && ping_tick(d->x.rsp, now_ms())) {
+      if (d->state == conn_state::streaming && ping_tick(d->x.pings, now_ms())) {
         // The backend is quiet, not yet idle too long: the client hears a
         // ping (unless bytes are on their way to it anyway).
-        set_deadline(d, deadline_kind::upstream_idle, idle_rest_ms(d->x.rsp, now_ms()));
+        set_deadline(d, deadline_kind::upstream_idle, idle_rest_ms(d->x.pings, now_ms()));
         if (!d->send_busy && d->x.response_started && !d->x.rsp.client_done) send_ping(d);
         return;
       }

@@ -91,7 +91,7 @@ class h1_codec final : public client_codec, public conn_transport {
   // The send that read a lender's buffer completed (or failed): it is its
   // lender's again; so is a held send's, once the connection closes.
   void give_back_lent_buffer(downstream_conn* d) noexcept;
-  // A rendered Messages stream's ping (relay_state::ping_ms), sent while
+  // A rendered Messages stream's ping (stream_pings), sent while
   // no send is in flight; what the adapter sends or ends meanwhile is held
   // (downstream_conn::held) and goes on at its completion (resume_held).
   void send_ping(downstream_conn* d) noexcept;

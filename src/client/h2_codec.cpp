@@ -282,7 +282,7 @@ void h2_codec::mark_ready(h2_stream* st) noexcept {
 void h2_codec::set_deadline(h2_stream* st, deadline_kind k, uint64_t ms) noexcept {
   const uint64_t now = now_ms();
   uint64_t at = deadline_at(k, now, ms, st->x.total_deadline_ms);
-  if (k == deadline_kind::upstream_idle) at = idle_or_ping_at(st->x.rsp, now, at);
+  if (k == deadline_kind::upstream_idle) at = idle_or_ping_at(st->x.pings, now, at);
   if (at == 0) {
     st->deadline = deadline_kind::none;
     _timers.cancel(st->timer);
@@ -815,12 +815,12 @@ void h2_codec::on_deadline(h2_stream* st) noexcept {
       }
       break;
     case deadline_kind::upstream_idle:
-      if (st->state == conn_state::streaming && ping_tick(st->x.rsp, now_ms())) {
+      if (st->state == conn_state::streaming && ping_tick(st->x.pings, now_ms())) {
         // The backend is quiet, not yet idle too long: the client hears a
         // ping, queued as DATA of the stream (static bytes: nothing to
         // keep), unless the adapter's bytes are on their way anyway. A
         // send the adapter makes meanwhile queues behind it.
-        set_deadline(st, deadline_kind::upstream_idle, idle_rest_ms(st->x.rsp, now_ms()));
+        set_deadline(st, deadline_kind::upstream_idle, idle_rest_ms(st->x.pings, now_ms()));
         if (!st->sending && !st->closed && !st->finished && !st->end_queued && st->x.response_started &&
             !st->x.rsp.client_done) {
           const iovec ping{const_cast<char*>(k_ping_event.data()), k_ping_event.size()};

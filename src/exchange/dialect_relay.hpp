@@ -34,11 +34,11 @@ std::string_view request_body(const exchange& x) noexcept;
 // reset for this one. Returns: false out of memory.
 bool start_rendering(exchange& x) noexcept;
 
-// The pings of x's reply (relay_state::ping_ms), set before its stream's
+// The pings of x's reply (stream_pings), set before its stream's
 // idle deadline is first armed: a rendered Messages stream is pinged each
 // `interval_ms` the backend is quiet (server.ping_interval_ms).
 inline void set_pings(exchange& x, uint32_t interval_ms) noexcept {
-  x.rsp.ping_ms = renders(x) && x.req.is_stream && x.req.speaks == dialect::client_dialect::messages ? interval_ms : 0;
+  x.pings.ping_ms = renders(x) && x.req.is_stream && x.req.speaks == dialect::client_dialect::messages ? interval_ms : 0;
 }
 
 // The chat SSE events an adapter wrote in f[k_batch_room, len), rendered in

@@ -82,6 +82,17 @@ enum class reply_dialect : uint8_t { openai, anthropic, triton };
 // openai_http.hpp).
 class http_reply_reader;
 
+// Shard-local; part of an exchange. The pings of a Messages stream sluice
+// renders (server.ping_interval_ms; 0 = none): while the backend is quiet,
+// the client codec sends a ping event each ping_ms. The stream's idle
+// deadline proper is idle_due_ms (0 = none); its timer falls due at the
+// earlier of the two (the codecs' downstream_conn.hpp). Set by the relay
+// (set_pings), read by the codecs' stream timer alone.
+struct stream_pings {
+  uint32_t ping_ms = 0;
+  uint64_t idle_due_ms = 0;
+};
+
 // Shard-local; part of an exchange. The response of the current attempt on
 // its way to the client: the parser of the backend's framing, what the SSE
 // scan saw, and the state of the usage cut. Byte offsets are into the
@@ -116,12 +127,6 @@ struct relay_state {
   bool rendered = false;
   bool sending = false;           // a send of the response's bytes is out (openai_http::send_batch .. on_sent)
   dialect::native_usage native_usage;  // x.req.native: what the reply's events said of usage
-  // A Messages stream sluice renders (server.ping_interval_ms; 0 = none):
-  // while the backend is quiet, the codec sends the client a ping event
-  // each ping_ms. The stream's idle deadline proper is idle_due_ms (0 =
-  // none); its timer falls due at the earlier of the two (downstream_conn.hpp).
-  uint32_t ping_ms = 0;
-  uint64_t idle_due_ms = 0;
   bool client_usage = false;      // the client asked for the usage chunk (stream_options.include_usage)
   uint32_t fwd_from = 0;          // first byte of the receive buffer not yet sent
   uint32_t send_end = 0;          // end of the bytes being sent
@@ -384,6 +389,7 @@ struct exchange {
 
   // --- the response ---------------------------------------------------------
   relay_state rsp;
+  stream_pings pings;
   bool response_started = false;   // a byte of the response reached the socket
 
   // --- accounting and audit -------------------------------------------------

@@ -19,7 +19,7 @@ TEST_SUITE("client deadlines") {
   }
 
   TEST_CASE("a pinged stream's timer: the next ping tick when it comes first; the idle deadline kept apart") {
-    relay_state r;
+    stream_pings r;
     CHECK(idle_or_ping_at(r, 100, 5000) == 5000);  // no pings: the deadline itself
     CHECK(r.idle_due_ms == 5000);
     CHECK_FALSE(ping_tick(r, 4000));

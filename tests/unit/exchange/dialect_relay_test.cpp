@@ -113,21 +113,21 @@ TEST_SUITE("exchange::dialect_relay") {
     exchange_fixture f;
     speak(f, client_dialect::messages, true);
     proxy::set_pings(f.x, 10000);
-    CHECK(f.x.rsp.ping_ms == 10000);
+    CHECK(f.x.pings.ping_ms == 10000);
     SUBCASE("not a stream") {
       f.x.req.is_stream = false;
       proxy::set_pings(f.x, 10000);
-      CHECK(f.x.rsp.ping_ms == 0);
+      CHECK(f.x.pings.ping_ms == 0);
     }
     SUBCASE("a Responses stream") {
       f.x.req.speaks = client_dialect::responses;
       proxy::set_pings(f.x, 10000);
-      CHECK(f.x.rsp.ping_ms == 0);
+      CHECK(f.x.pings.ping_ms == 0);
     }
     SUBCASE("a native Messages stream: the backend pings") {
       f.x.req.native = true;
       proxy::set_pings(f.x, 10000);
-      CHECK(f.x.rsp.ping_ms == 0);
+      CHECK(f.x.pings.ping_ms == 0);
     }
   }
 
