@@ -1,7 +1,9 @@
 #pragma once
-// client (private): the client side's connection object. The HTTP/1.1 codec
-// (h1_codec) drives it: receive, parse, keep-alive, pipelining,
-// send; its exchange (exchange.hpp) is the request in flight.
+// client (private): the client side's connection object. The transport
+// (client_transport) owns it: the socket, TLS, the receive and the send,
+// its deadline and its close; the protocol it speaks (conn_protocol:
+// h1_codec, h2_codec) keeps its own state here -- HTTP/1.1 the request
+// buffers and the exchange in flight (exchange.hpp), HTTP/2 its session.
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -21,7 +23,8 @@
 
 namespace sluice::proxy {
 
-class h1_codec;
+class client_transport;
+class conn_protocol;
 struct upstream_conn;
 struct h2_link;
 
@@ -72,7 +75,8 @@ enum class conn_state : uint8_t {
 // (maybe_free). While x.up_send_inflight, `in`, `stash`'s merge and
 // `mem.up_head` stay where they are; while send_busy, `out` and send_iov do.
 struct downstream_conn {
-  h1_codec* codec = nullptr;
+  client_transport* transport = nullptr;
+  conn_protocol* proto = nullptr;  // what it speaks; null until its first bytes (or ALPN) say
   int fd = -1;
   shard::file_slot slot;  // fd in the ring's registered-file table: the receive and sends use it
   int ops = 0;
@@ -81,6 +85,7 @@ struct downstream_conn {
   bool peer_eof = false;
   bool close_after_send = false;
   bool send_busy = false;          // a send is in flight: out / send_iov are the kernel's
+  uint32_t sent_bytes = 0;         // of the send in flight, what went so far (a short send goes on)
   bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
   // The send in flight is a ping (stream_pings): the adapter's
   // send or end that comes meanwhile is held until its completion.
@@ -130,7 +135,6 @@ struct downstream_conn {
   // HTTP/2: the session and its streams, once the connection spoke the
   // preface (h2_codec.hpp); `x` is unused then. Freed with the connection.
   std::unique_ptr<h2_link> h2;
-  bool spoke = false;              // a request (or the preface) started on this connection
 
   // TLS (accepted on the TLS listener): the session between the socket and
   // the codec. A send (send_busy, send_iov: plaintext) is encrypted into the

@@ -1,9 +1,7 @@
 // The HTTP/1.1 client codec's output: the answers sluice writes itself, the
 // response relayed from a backend (its head written here, its body in the
-// backend's framing or de-chunked by the relay), the send and its
-// completion, and the lingering close after an error answer.
-#include <sys/socket.h>
-
+// backend's framing or de-chunked by the relay), and what follows each
+// send's completion (the transport sends).
 #include <cstring>
 
 #include "h1_codec.hpp"
@@ -20,10 +18,6 @@
 namespace sluice::proxy {
 
 namespace {
-
-// Lingering after an error answer that closes: how long input is read and
-// dropped before the close (the reading side: h1_codec.cpp).
-constexpr uint64_t k_linger_ms = 5000;
 
 std::string_view reason_phrase(uint16_t status) noexcept {
   switch (status) {
@@ -63,7 +57,7 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   // caller's extra fields and the fixed ones.
   constexpr size_t k_head_room = 2048;
   if (!d->out.reserve(bl + k_head_room)) {
-    close_downstream(d);
+    _t.close_conn(d);
     return;
   }
   char rate[1024];
@@ -76,7 +70,7 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   // format_to_n reports the untruncated size: past the room the head was
   // cut, and the size is no offset to write the body at.
   if (r.size > k_head_room) {
-    close_downstream(d);
+    _t.close_conn(d);
     return;
   }
   if (bl != 0) std::memcpy(d->out.data + r.size, body.data(), bl);
@@ -99,77 +93,29 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   }
   d->send_iov[0] = {d->out.data, d->out.len};
   d->send_iov_count = 1;
-  submit_send(d);
+  _t.send_output(d);
 }
 
-void h1_codec::submit_send(downstream_conn* d) noexcept {
-  SLUICE_VERIFY(!d->send_busy);  // one send at a time: send_iov is the kernel's until its completion
-  d->send_busy = true;
-  if (d->tls) {
-    // Encrypted into the session's ring, sent from there (h1_tls.cpp).
-    ++d->ops;
-    d->tls_iov_count = d->send_iov_count;
-    d->tls_plain_bytes = 0;
-    for (uint8_t i = 0; i < d->send_iov_count; ++i) {
-      d->tls_iov[i] = d->send_iov[i];
-      d->tls_plain_bytes += static_cast<uint32_t>(d->send_iov[i].iov_len);
-    }
-    tls_pump(d);
-    return;
+void h1_codec::on_progress(downstream_conn* d) noexcept {
+  // The client took bytes: a stream's idle time starts again (a slow
+  // reader is not a stalled one).
+  if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {
+    set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
   }
-  // One piece (an SSE batch, an answer with its body in `out`) is a plain send.
-  io_uring_sqe* s = _r.sqe(&d->send_op);
-  prep_send_iov(s, d->fd, d->send_iov, d->send_iov_count, d->down_msg);
-  shard::aim(s, d->slot);
-  ++d->ops;
 }
 
-void h1_codec::on_send(shard::completion* c, const io_uring_cqe* cqe) {
-  auto* d = static_cast<op<downstream_conn>*>(c)->owner;
-  d->codec->on_send_cqe(d, cqe);
-}
-
-void h1_codec::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
-  --d->ops;
-  d->send_busy = false;
-  send_done(d, cqe->res);
-}
-
-void h1_codec::send_done(downstream_conn* d, int res) noexcept {
-  if (d->h2) {
-    // The session's output: it takes what went and refills.
-    if (d->state == conn_state::closing) {
-      maybe_free(d);
-      return;
-    }
-    _h2->on_sent(d, res);
-    return;
-  }
-  // A short send resubmits the rest (below), which still reads what the
-  // pin holds; anything else ends the send's use of the upstream buffer.
-  if (d->state == conn_state::closing || res < 0 ||
-      !advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
-    give_back_lent_buffer(d);  // (a ping: none, and what is held stays held unless closing)
-  } else {
-    // The client took bytes: a stream's idle time starts again (a slow
-    // reader is not a stalled one).
-    if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {
-      set_deadline(d, deadline_kind::upstream_idle, _cfg->groups[d->x.group].upstream.stream_idle_timeout_ms);
-    }
-    submit_send(d);
-    return;
-  }
+void h1_codec::on_sent(downstream_conn* d, int res) noexcept {
+  // The send is over: it no longer reads the upstream buffer it was lent
+  // (a ping's: none, and what is held stays held unless closing).
+  give_back_lent_buffer(d);
   const bool ping = d->ping_busy;
   d->ping_busy = false;
-  if (d->state == conn_state::closing) {
-    maybe_free(d);
-    return;
-  }
+  if (d->state == conn_state::closing) return;
   if (res < 0) {
     // EPIPE/ECONNRESET: the client is gone.
     drop_held(d);
     d->peer_eof = true;
-    client_gone(d);
+    on_peer_gone(d);
     return;
   }
   if (ping && d->state == conn_state::streaming) {
@@ -186,7 +132,7 @@ void h1_codec::send_done(downstream_conn* d, int res) noexcept {
         d->local_pending = false;
         d->send_iov[0] = {d->out.data, d->out.len};
         d->send_iov_count = 1;
-        submit_send(d);
+        _t.send_output(d);
         return;
       }
       on_response_sent(d);
@@ -214,25 +160,16 @@ void h1_codec::on_response_sent(downstream_conn* d) noexcept {
   }
   if (d->close_after_send) {
     if (d->x.status >= 400 && !d->peer_eof) {
-      linger(d);
+      // A client that sent its whole body with its head (every SDK does)
+      // would turn a close with unread input into an RST, which destroys
+      // the answer before the client reads it.
+      _t.linger(d);
       return;
     }
-    close_downstream(d);
+    _t.close_conn(d);
     return;
   }
   next_request(d);
-}
-
-void h1_codec::linger(downstream_conn* d) noexcept {
-  // What nginx's lingering_close does: a client that sent its whole body
-  // with its head (every SDK does) would turn a close with unread input
-  // into an RST, which destroys the answer before the client reads it. So
-  // the write side is shut (the client sees the answer, then EOF) and what
-  // it still sends is read and dropped, for a bounded time and size.
-  ::shutdown(d->fd, SHUT_WR);
-  d->state = conn_state::lingering;
-  d->linger_bytes = 0;
-  set_deadline(d, deadline_kind::linger, k_linger_ms);
 }
 
 bool h1_codec::takes_chunked(const exchange& x) const noexcept {
@@ -330,7 +267,7 @@ void h1_codec::send_response(exchange& x, bool with_head, const iovec* body, uin
   for (uint8_t i = 0; i < n; ++i) d->send_iov[k++] = body[i];
   d->send_iov_count = k;
   d->send_pin = lender;  // given back at this send's completion
-  submit_send(d);
+  _t.send_output(d);
 }
 
 void h1_codec::response_done(exchange& x) noexcept {
@@ -348,7 +285,7 @@ void h1_codec::send_ping(downstream_conn* d) noexcept {
   d->send_iov[0] = {const_cast<char*>(ping.data()), ping.size()};
   d->send_iov_count = 1;
   d->ping_busy = true;
-  submit_send(d);
+  _t.send_output(d);
 }
 
 void h1_codec::resume_held(downstream_conn* d) noexcept {

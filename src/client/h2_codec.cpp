@@ -1,6 +1,6 @@
 // The HTTP/2 client codec: streams as exchanges, the session's events, the
 // response as DATA frames, and the session's output through the
-// connection's send (conn_transport, transport.hpp: the HTTP/1.1 codec).
+// connection's send (conn_transport, transport.hpp: client_transport).
 #include "h2_codec.hpp"
 
 #include "dialect_relay.hpp"
@@ -113,6 +113,8 @@ bool h2_codec::adopt(downstream_conn* d, std::string_view first) noexcept {
   account_connection_memory(static_cast<int64_t>(sizeof(h2_link)));
   _metrics.at(metrics::stat::h2_connections).add();
   on_bytes(d, first);
+  // The preface's bytes are read; the request buffer is HTTP/1.1's, unused here.
+  d->in.release();
   return true;
 }
 
@@ -130,7 +132,21 @@ void h2_codec::on_bytes(downstream_conn* d, std::string_view bytes) noexcept {
   _t.after_call(d);
 }
 
+void h2_codec::on_progress(downstream_conn* d) noexcept { _t.arm_conn_deadline(d, true, false); }
+
+void h2_codec::on_peer_gone(downstream_conn* d) noexcept { _t.end_conn(d, true); }
+
+void h2_codec::on_deadline(downstream_conn* d, deadline_kind k) noexcept {
+  if (k == deadline_kind::idle && !_s.draining) {
+    drain(d);  // GOAWAY: its send's deadline closes a client that does not take it
+    return;
+  }
+  if (k == deadline_kind::send) _metrics.at(metrics::stat::client_stalls).add();
+  _t.close_conn(d);
+}
+
 void h2_codec::on_sent(downstream_conn* d, int res) noexcept {
+  if (d->state == conn_state::closing) return;  // the session's output goes with it
   h2_link& l = *d->h2;
   if (res <= 0) {
     _t.end_conn(d, true);

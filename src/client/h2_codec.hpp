@@ -1,9 +1,9 @@
 #pragma once
 // client (private): the HTTP/2 client codec. A connection that starts with
 // the client preface (h2c with prior knowledge on the plaintext listener,
-// or ALPN h2 after a TLS handshake) keeps its transport -- the socket, the
-// receive and the send, TLS when there is one -- in the HTTP/1.1 codec's
-// connection object (downstream_conn), and gets an h2_link: an nghttp2
+// or ALPN h2 after a TLS handshake) is handed over by the client transport
+// (client_transport: the socket, the receive and the send, TLS when there
+// is one), and gets an h2_link: an nghttp2
 // server session (sluice/h2/session.hpp) and its streams. Each stream is one
 // exchange on the same policy and adapters as an HTTP/1.1 request; the
 // response's body goes out as DATA frames, without the backend's chunk
@@ -106,8 +106,8 @@ struct h2_link final : h2::session_owner {
   h2_stream* find(int32_t id) const noexcept;
 };
 
-// Shard-local; a part of the shard's server beside the HTTP/1.1 codec, which
-// owns the connections and hands the HTTP/2 ones over (adopt).
+// Shard-local; a part of the shard's server beside the HTTP/1.1 codec, on the
+// same transport, which hands it the HTTP/2 connections (adopt).
 class h2_codec final : public client_codec, public conn_protocol {
  public:
   h2_codec(shard_context& s, exchange_policy& x, conn_transport& transport) noexcept;
@@ -115,14 +115,22 @@ class h2_codec final : public client_codec, public conn_protocol {
   h2_codec(const h2_codec&) = delete;
   h2_codec& operator=(const h2_codec&) = delete;
 
-  // --- the transport's calls (h1_codec) ----------------------------------
+  // --- the transport's calls (conn_protocol) -----------------------------
   // `d` speaks HTTP/2 from now on; `first` holds its first plaintext bytes
   // (the preface, and what followed). Returns: false when out of memory.
   bool adopt(downstream_conn* d, std::string_view first) noexcept override;
   // Plaintext from the client.
   void on_bytes(downstream_conn* d, std::string_view bytes) noexcept override;
+  // Part of the session's output went: the client takes bytes, so its send
+  // deadline starts again.
+  void on_progress(downstream_conn* d) noexcept override;
   // The send of session output completed (res: bytes, or -errno).
   void on_sent(downstream_conn* d, int res) noexcept override;
+  // The client closed its side: the streams end with the connection.
+  void on_peer_gone(downstream_conn* d) noexcept override;
+  // The connection's own deadline: idle with no stream (GOAWAY, then the
+  // close), or its output was not taken in time (closed as stalled).
+  void on_deadline(downstream_conn* d, deadline_kind k) noexcept override;
   // The connection closes: every stream still open ends (cancelled).
   void on_close(downstream_conn* d) noexcept override;
   // Its object is about to be freed: the link goes, with its streams.

@@ -1,7 +1,7 @@
 #pragma once
 // exchange (private): what every part of a shard's server reads -- its config
 // snapshot, ring, counters, routing table, timers and drain state. The parts
-// are the client codec (h1_codec), the exchanges' policy (shard_server) and
+// are the client transport and codecs, the exchanges' policy (shard_server) and
 // the backend adapters (openai_http); each holds this by reference.
 #include <cstdint>
 #include <memory>

@@ -48,9 +48,10 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
       _openai(_ctx, *this),
       _anthropic(_ctx, _openai),
       _triton(_ctx, *this),
-      _h1(_ctx, *this, listen_fd, tls_listen_fd),
-      _h2(_ctx, *this, _h1) {
-  _h1.set_h2(&_h2);
+      _client(_ctx, listen_fd, tls_listen_fd),
+      _h1(_ctx, *this, _client),
+      _h2(_ctx, *this, _client) {
+  _client.set_protocols(&_h1, &_h2);
   _id_seed = (static_cast<uint64_t>(index) << 56) ^ (monotonic_ns() * 0x9E3779B97F4A7C15ull);
   _prng = _id_seed | 1;
   _reported.assign(_cfg->backends.size(), 0);
@@ -61,7 +62,7 @@ shard_server::shard_server(uint32_t index, std::shared_ptr<const config::config>
 shard_server::~shard_server() = default;
 
 bool shard_server::init() noexcept {
-  if (!_openai.init() || !_h1.init()) return false;
+  if (!_openai.init() || !_client.init()) return false;
   if (!_cfg->audit.path.empty()) {
     audit::writer::options o;
     o.shard = _index;
@@ -74,10 +75,10 @@ bool shard_server::init() noexcept {
 
 void shard_server::on_iteration(uint64_t now) noexcept {
   _openai.on_iteration();
-  _h1.on_iteration(now);
+  _client.on_iteration(now);
   _h2.on_iteration(now);
   if (_draining && _ctx.drain_deadline_ms != 0 && now >= _ctx.drain_deadline_ms) {
-    _h1.cut_drain();  // drain time is up: cut whatever is left
+    _client.cut_drain();  // drain time is up: cut whatever is left
     _embed.cancel_all();
     _ctx.drain_deadline_ms = 0;
   }
@@ -102,7 +103,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   // in the dips cost more than the wake-ups they save (bench/RESULTS.md,
   // "Figures behind choices in the code").
   const uint64_t open = _metrics.at(metrics::stat::requests_inflight).get();
-  _r.allow_poll(open <= k_poll_open_max && _h1.connection_count() <= k_poll_connections_max);
+  _r.allow_poll(open <= k_poll_open_max && _client.connection_count() <= k_poll_connections_max);
   // The other end (server.batch_wait_us, off by default): with many
   // requests open, a wait that holds out for as many completions as there
   // are open requests (or that long, whichever ends first) can serve them
@@ -114,7 +115,7 @@ void shard_server::on_iteration(uint64_t now) noexcept {
   _metrics.set_loop(_r.iterations(), _r.cqes(), ps.caught, ps.missed, ps.ns, _r.batched_waits());
   _metrics.at(metrics::stat::memory_bytes).set(static_cast<uint64_t>(std::max<int64_t>(connection_memory_bytes(), 0)));
   _openai.on_iteration();
-  _h1.on_iteration(now);
+  _client.on_iteration(now);
 }
 
 void shard_server::report_outcome(uint32_t backend, bool failure) noexcept {
@@ -166,7 +167,7 @@ void shard_server::begin_drain(uint64_t deadline_ms, bool handover) noexcept {
   // destructor shuts them down and frees them (closing them here would leave
   // them waiting for their receive's completion, which may come after the
   // loop ends).
-  _h1.begin_drain(handover);
+  _client.begin_drain(handover);
 }
 
 }  // namespace sluice::proxy

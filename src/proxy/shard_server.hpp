@@ -2,11 +2,12 @@
 // proxy (private): one shard's server, in parts that are objects of their
 // own, each in its own library (docs/architecture.md §2a):
 //
-//   src/client    h1_codec (h1_codec.cpp, h1_send.cpp, h1_tls.cpp): the
-//                 HTTP/1.1 client codec -- the listener and the client
-//                 connections; h2_codec: a connection that spoke the
-//                 preface keeps h1_codec's transport and gets an nghttp2
-//                 session, each stream an exchange
+//   src/client    client_transport (+ transport_send.cpp,
+//                 transport_tls.cpp): the listeners and the client
+//                 connections -- accept, TLS, receive, send, deadlines,
+//                 the sniff of the first bytes; on it the protocols:
+//                 h1_codec (+ h1_send.cpp), HTTP/1.1; h2_codec, an
+//                 nghttp2 session, each stream an exchange
 //   src/proxy     shard_server: the exchanges' policy (policy.cpp,
 //                 admission.cpp, fair_admission.cpp, response_state.cpp,
 //                 embed_router.cpp: dispatch, models, auth, quota and fair
@@ -44,6 +45,7 @@
 #include "exchange.hpp"
 #include "exchange_policy.hpp"
 #include "sluice/dialect/request.hpp"
+#include "client_transport.hpp"
 #include "h1_codec.hpp"
 #include "h2_codec.hpp"
 #include "anthropic_http.hpp"
@@ -86,10 +88,10 @@ class shard_server final : public exchange_policy {
   // load report pushed before it arrived.
   void before_completions(uint64_t now_ms) noexcept { take_mesh_messages(now_ms); }
   // `handover`: the listeners live on in another process (SIGUSR2); see
-  // h1_codec::begin_drain.
+  // client_transport::begin_drain.
   void begin_drain(uint64_t deadline_ms, bool handover = false) noexcept;
   void reopen_audit() noexcept;
-  void set_tls_context(std::shared_ptr<const tls::context> c) noexcept { _h1.set_tls_context(std::move(c)); }
+  void set_tls_context(std::shared_ptr<const tls::context> c) noexcept { _client.set_tls_context(std::move(c)); }
   void apply_route(const route::message& m) noexcept { _routes->apply(m); }
   // SIGHUP: `next` (reconciled with the running snapshot, so every index a
   // connection holds keeps its meaning) becomes this shard's snapshot. In-
@@ -102,7 +104,7 @@ class shard_server final : public exchange_policy {
   // and no embeddings call the kernel still holds buffers of (they end by
   // their timeout, or at the cut).
   bool drained() const noexcept {
-    return _draining && _h1.connection_count() == 0 && !_h1.accepting() && _embed.idle();
+    return _draining && _client.connection_count() == 0 && !_client.accepting() && _embed.idle();
   }
   bool draining() const noexcept { return _draining; }
 
@@ -260,8 +262,9 @@ class shard_server final : public exchange_policy {
   openai_http _openai;
   anthropic_http _anthropic;    // on _openai's HTTP/1.1 transport
   triton_grpc _triton;
+  client_transport _client;     // the client connections, under either protocol
   h1_codec _h1;
-  h2_codec _h2;                 // HTTP/2 streams on _h1's connections
+  h2_codec _h2;
   // The loop polls before sleeping (server.idle_poll_us) only while at most
   // this many requests are open on the shard, over at most this many client
   // connections.

@@ -1,7 +1,7 @@
 #pragma once
 // Test support for tests/unit/client: one shard's client side -- the
-// HTTP/1.1 codec with the HTTP/2 codec beside it, as shard_server wires
-// them -- on a real reactor and a listener on 127.0.0.1 port 0, with a fake
+// client transport with the HTTP/1.1 and HTTP/2 codecs on it, as
+// shard_server wires them -- on a real reactor and a listener on 127.0.0.1 port 0, with a fake
 // policy and a fake backend adapter that record every call. The test's
 // clients are plain loopback sockets; the loop is turned until what a test
 // waits for holds (bounded turns, never a sleep).
@@ -25,6 +25,7 @@
 #include "backend_adapter.hpp"
 #include "exchange.hpp"
 #include "exchange_policy.hpp"
+#include "client_transport.hpp"
 #include "h1_codec.hpp"
 #include "h2_codec.hpp"
 #include "shard_context.hpp"
@@ -317,20 +318,18 @@ inline std::vector<response> client_conn::responses() const {
   }
 }
 
-// One shard's client side, listening on 127.0.0.1 port 0.
-struct shard_fixture {
+// A shard's loop and a listener on 127.0.0.1 port 0, and the test's
+// clients; what runs on the loop is the derived fixture's (iterate).
+struct loop_fixture {
   std::shared_ptr<const sluice::config::config> config;
   std::unique_ptr<sluice::shard::reactor> ring = sluice::shard::reactor::create({});
   std::unique_ptr<sluice::metrics::registry> metrics;
   std::unique_ptr<proxy::shard_context> ctx;
-  fake_adapter adapter;
-  fake_policy policy;
-  std::unique_ptr<proxy::h1_codec> h1;
-  std::unique_ptr<proxy::h2_codec> h2;
+  int listen_fd = -1;  // the derived fixture's transport takes it
   uint16_t port = 0;
   std::vector<std::unique_ptr<client_conn>> clients;
 
-  explicit shard_fixture(std::string_view toml = k_config) {
+  explicit loop_fixture(std::string_view toml) {
     config = sluice::config::load(toml, "client_test.toml", sluice::config::flags{});
     REQUIRE(ring != nullptr);
     sluice::metrics::registry::names n;
@@ -339,36 +338,22 @@ struct shard_fixture {
     for (const auto& k : config->keys) n.keys.push_back(k.id);
     metrics = std::make_unique<sluice::metrics::registry>(1, std::move(n));
     ctx = std::make_unique<proxy::shard_context>(0, config, *ring, metrics->shard(0), 1);
-    policy.adapter_of_all = &adapter;
     const sluice::config::socket_address& la = config->server.listen;
-    const int fd = sluice::net::listen_socket(reinterpret_cast<const sockaddr*>(&la.storage), la.length, false);
-    REQUIRE(fd >= 0);
-    port = sluice::net::local_port(fd);
+    listen_fd = sluice::net::listen_socket(reinterpret_cast<const sockaddr*>(&la.storage), la.length, false);
+    REQUIRE(listen_fd >= 0);
+    port = sluice::net::local_port(listen_fd);
     REQUIRE(port != 0);
-    // As shard_server wires them: the HTTP/1.1 codec owns the connections
-    // and hands those that speak the preface to the HTTP/2 codec.
-    h1 = std::make_unique<proxy::h1_codec>(*ctx, policy, fd, -1);
-    h2 = std::make_unique<proxy::h2_codec>(*ctx, policy, *h1);
-    h1->set_h2(h2.get());
-    REQUIRE(h1->init());
   }
+  virtual ~loop_fixture() = default;
+  loop_fixture(const loop_fixture&) = delete;
+  loop_fixture& operator=(const loop_fixture&) = delete;
 
-  ~shard_fixture() {
-    // Every connection closes and is freed before the codecs go (an HTTP/2
-    // connection's streams are freed only through its close); then the
-    // codecs, then the ring.
-    for (auto& c : clients) c->close();
-    for (int i = 0; i < 500 && h1->connection_count() != 0; ++i) turn();
-    h2.reset();
-    h1.reset();
-  }
-
-  // One turn of the shard's loop, as shard_server's hook takes it.
+  // The parts' work of one loop turn, as shard_server's hook does it.
+  virtual void iterate(uint64_t now_ms) = 0;
+  // One turn of the shard's loop.
   void turn() {
     ring->run_once(10);
-    const uint64_t now = ring->now_ms();
-    h1->on_iteration(now);
-    h2->on_iteration(now);
+    iterate(ring->now_ms());
     for (auto& c : clients) c->read_some();
   }
   // Turns the loop until `done` holds. Returns: whether it did.
@@ -380,6 +365,13 @@ struct shard_fixture {
     }
     return done();
   }
+  // Closes every client and turns the loop until the server has freed
+  // their connections (the derived fixture's destructor, before its parts go).
+  template <class F>
+  void close_all(F connections) {
+    for (auto& c : clients) c->close();
+    for (int i = 0; i < 500 && connections() != 0; ++i) turn();
+  }
 
   client_conn& connect() {
     const uint64_t before = accepted();
@@ -388,7 +380,7 @@ struct shard_fixture {
     REQUIRE(run_until([&] { return accepted() > before; }));
     return made;
   }
-  // A connection the codec may refuse (nothing waited for).
+  // A connection the server may refuse (nothing waited for).
   client_conn& connect_raw() {
     auto c = std::make_unique<client_conn>();
     c->fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -429,6 +421,40 @@ struct shard_fixture {
       c.read_some();
       return c.eof;
     });
+  }
+};
+
+// One shard's client side: the transport with the HTTP/1.1 and HTTP/2
+// codecs on it, a fake policy and a fake adapter.
+struct shard_fixture : loop_fixture {
+  fake_adapter adapter;
+  fake_policy policy;
+  std::unique_ptr<proxy::client_transport> transport;
+  std::unique_ptr<proxy::h1_codec> h1;
+  std::unique_ptr<proxy::h2_codec> h2;
+
+  explicit shard_fixture(std::string_view toml = k_config) : loop_fixture(toml) {
+    policy.adapter_of_all = &adapter;
+    // As shard_server wires them: the transport owns the connections and
+    // hands each to HTTP/1.1, or to HTTP/2 when it speaks the preface.
+    transport = std::make_unique<proxy::client_transport>(*ctx, listen_fd, -1);
+    h1 = std::make_unique<proxy::h1_codec>(*ctx, policy, *transport);
+    h2 = std::make_unique<proxy::h2_codec>(*ctx, policy, *transport);
+    transport->set_protocols(h1.get(), h2.get());
+    REQUIRE(transport->init());
+  }
+  ~shard_fixture() override {
+    // Every connection closes and is freed before the codecs go (an HTTP/2
+    // connection's streams are freed only through its close); then the
+    // codecs and the transport, then the ring.
+    close_all([&] { return transport->connection_count(); });
+    h2.reset();
+    h1.reset();
+    transport.reset();
+  }
+  void iterate(uint64_t now) override {
+    transport->on_iteration(now);
+    h2->on_iteration(now);
   }
 };
 

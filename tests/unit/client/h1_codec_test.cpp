@@ -125,7 +125,7 @@ TEST_SUITE("client::h1_codec") {
     CHECK(f.policy.dispatched[1].path == "/v1/embeddings");
     CHECK(f.policy.dispatched[1].body == "{\"x\":1}");  // not the first request's bytes
     CHECK(rs[1].headers.at("x-request-id") == "req-2");  // a fresh exchange
-    CHECK(f.h1->connection_count() == 1);
+    CHECK(f.transport->connection_count() == 1);
     CHECK_FALSE(c.eof);
     check_accounted(f.policy);
   }
@@ -191,7 +191,7 @@ TEST_SUITE("client::h1_codec") {
     CHECK(rs[0].status == 200);
     CHECK(rs[0].headers.at("connection") == "close");
     CHECK(f.closed_by_server(c));
-    CHECK(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    CHECK(f.run_until([&] { return f.transport->connection_count() == 0; }));
     check_accounted(f.policy);
   }
 
@@ -333,7 +333,7 @@ TEST_SUITE("client::h1_codec") {
     f.send(c, "POST /v1/chat/completions HTTP/1.1\r\nhost: sluice\r\ncontent-length: 100\r\n\r\n{\"partial\":");
     REQUIRE(f.run_until([&] { return f.policy.heads.size() == 1; }));
     c.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
     CHECK(f.policy.dispatched.empty());
     CHECK(f.policy.cancels == 0);  // nothing was sent on
     CHECK(f.policy.opened == 1);
@@ -347,7 +347,7 @@ TEST_SUITE("client::h1_codec") {
     f.send(c, post("/v1/chat/completions", "{}"));
     REQUIRE(f.run_until([&] { return f.adapter.x != nullptr; }));
     c.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
     CHECK(f.policy.cancels == 1);
     CHECK(f.adapter.released == 1);
     CHECK(f.policy.opened == 1);
@@ -371,7 +371,7 @@ TEST_SUITE("client::h1_codec") {
       f.send(c, post("/v1/chat/completions", "{}"));
       REQUIRE(f.run_until([&] { return f.policy.dispatched.size() == 1; }));
       c.close();
-      REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+      REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
       CHECK(f.policy.unparks == 1);
       CHECK(f.policy.cancels == 1);
       check_accounted(f.policy);
@@ -382,7 +382,7 @@ TEST_SUITE("client::h1_codec") {
     shard_fixture f;
     client_conn& c = f.connect();
     c.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
     CHECK(f.policy.opened == 0);
     CHECK(f.policy.ended == 0);
   }
@@ -391,12 +391,12 @@ TEST_SUITE("client::h1_codec") {
     shard_fixture f;
     client_conn& a = f.connect();
     client_conn& b = f.connect();
-    CHECK(f.h1->connection_count() == 2);
+    CHECK(f.transport->connection_count() == 2);
     CHECK(f.metrics->shard(0).at(sluice::metrics::stat::connections_open).get() == 2);
     a.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 1; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 1; }));
     b.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
     CHECK(f.metrics->shard(0).at(sluice::metrics::stat::connections_open).get() == 0);
     CHECK(f.metrics->shard(0).at(sluice::metrics::stat::connections_accepted).get() == 2);
   }

@@ -69,7 +69,7 @@ TEST_SUITE("client::h1_codec limits") {
     CHECK(f.closed_by_server(c));
     CHECK(c.received.empty());
     CHECK(f.policy.opened == 0);
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
   }
 
   TEST_CASE("a body that stops coming gets 408 at body_timeout_ms, never dispatched") {
@@ -112,7 +112,7 @@ TEST_SUITE("client::h1_codec limits") {
     CHECK(rs[0].body.find("\"code\":\"overloaded\"") != std::string::npos);
     CHECK(f.metrics->shard(0).at(sluice::metrics::stat::shed_connections).get() == 1);
     CHECK(f.policy.opened == 0);
-    CHECK(f.h1->connection_count() == 1);
+    CHECK(f.transport->connection_count() == 1);
     CHECK_FALSE(first.eof);
   }
 }

@@ -110,7 +110,7 @@ TEST_SUITE("client::h1_codec relay") {
     f.adapter.respond(k_sse_head, {chunk("data: {\"a\":1}\n\n")}, false);
     REQUIRE(f.run_until([&] { return f.adapter.on_sent_calls == 1; }));
     c.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
     CHECK(f.policy.cancels == 1);
     CHECK(f.adapter.released == 1);
     CHECK(f.policy.opened == 1);

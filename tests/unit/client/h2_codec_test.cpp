@@ -118,7 +118,7 @@ TEST_SUITE("client::h2_codec") {
     REQUIRE(f.run_until([&] { return f.policy.ended == 3; }));
     CHECK(f.policy.opened == 3);
     CHECK(f.policy.contract_breaks == 0);
-    CHECK(f.h1->connection_count() == 1);
+    CHECK(f.transport->connection_count() == 1);
   }
 
   TEST_CASE("a relayed response goes out as DATA without the backend's framing, ended at response_done") {
@@ -184,7 +184,7 @@ TEST_SUITE("client::h2_codec") {
     c.flush();
     REQUIRE(c.run_until([&] { return f.adapter.x != nullptr; }));
     c.conn.close();
-    REQUIRE(f.run_until([&] { return f.h1->connection_count() == 0; }));
+    REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
     CHECK(f.policy.cancels == 1);
     CHECK(f.policy.opened == 1);
     CHECK(f.policy.ended == 1);

@@ -312,7 +312,7 @@ struct request {
     adapter.finish();
     f.srv->end_request(x);
   }
-  // The client closed its connection, as h1_codec::client_gone does it.
+  // The client closed its connection, as h1_codec::on_peer_gone does it.
   void client_gone() {
     f.srv->cancel(x);
     if (codec.parked || x.waiting != exchange::waiting_in::none) f.srv->unpark(x);

@@ -2,7 +2,7 @@
 // keeps a tls::session between its socket and its codec. Ciphertext from
 // the receive is fed to the session; the handshake runs on the shard (no
 // blocking call: the session has no socket); ALPN picks HTTP/1.1 or HTTP/2;
-// plaintext goes to the codec as a plaintext connection's receive would.
+// plaintext goes on as a plaintext connection's receive would.
 // A send's plaintext is encrypted into the session's output ring and its
 // ciphertext sent on the connection's TLS send op; the send completes once
 // its plaintext is all encrypted and the ring has drained to the socket.
@@ -11,9 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "h1_codec.hpp"
+#include "client_transport.hpp"
 
-#include "exchange_policy.hpp"
 #include "wire.hpp"
 #include "sluice/core/assert.hpp"
 #include "sluice/core/log.hpp"
@@ -27,7 +26,7 @@ constexpr size_t k_plain_chunk = 16u << 10;
 
 }  // namespace
 
-void h1_codec::fail_tls(downstream_conn* d) noexcept {
+void client_transport::fail_tls(downstream_conn* d) noexcept {
   // The session's alert, best effort on the socket's own buffer, then the
   // close (no ciphertext send is waited for: the connection is over).
   d->tls_failed = true;
@@ -36,12 +35,12 @@ void h1_codec::fail_tls(downstream_conn* d) noexcept {
     ssize_t sent = ::send(d->fd, alert.data(), alert.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)sent;
   }
-  close_downstream(d);
+  close_conn(d);
 }
 
-void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept {
+void client_transport::tls_input(downstream_conn* d, const char* src, size_t n) noexcept {
   tls::session& t = *d->tls;
-  if (n != 0 && !d->spoke && !t.handshake_done()) {
+  if (n != 0 && d->proto == nullptr && !t.handshake_done()) {
     // Plaintext HTTP on the TLS port: nginx's clear 400, then the close
     // (no TLS client sends a letter first).
     const tls::sniff sn = tls::looks_like_plain_http(std::span<const char>(src, n));
@@ -50,7 +49,7 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
       ssize_t sent = ::send(d->fd, tls::k_plain_http_on_tls_port_response.data(),
                             tls::k_plain_http_on_tls_port_response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)sent;  // best effort on a fresh socket: the close says the rest
-      close_downstream(d);
+      close_conn(d);
       return;
     }
   }
@@ -59,7 +58,7 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
     // than they are read, which no well-behaved client does.
     log::debug("shard {}: TLS input from {} overflows its ring", _s.index,
                std::string_view(d->peer_ip, d->peer_ip_len));
-    close_downstream(d);
+    close_conn(d);
     return;
   }
   d->tls_resume = false;
@@ -77,8 +76,7 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
       _metrics.at(metrics::stat::tls_handshakes).add();
       _metrics.at(metrics::stat::tls_copy_connections).add();  // records are encrypted here, not by the kernel
       if (t.alpn() == tls::application_protocol::h2 && _h2 != nullptr) {
-        d->in.len = d->req_start = 0;
-        start_h2(d);
+        hand_to(d, _h2, {});
         if (d->state == conn_state::closing) return;
       }
     }
@@ -104,7 +102,7 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
       if (r.st == tls::status::closed) {
         // close_notify: the client is done sending, as an EOF.
         d->peer_eof = true;
-        client_gone(d);
+        peer_gone(d);
         return;
       }
       // Bad records, garbage after the handshake, a renegotiation attempt:
@@ -117,33 +115,7 @@ void h1_codec::tls_input(downstream_conn* d, const char* src, size_t n) noexcept
   if (d->state != conn_state::closing && !d->tls_out_busy && t.has_output()) submit_tls_send(d);
 }
 
-bool h1_codec::take_plaintext(downstream_conn* d, const char* src, size_t n) noexcept {
-  if (d->h2) {
-    _h2->on_bytes(d, std::string_view(src, n));
-    return d->state != conn_state::closing;
-  }
-  if (d->state == conn_state::lingering) {
-    d->linger_bytes += n;
-    return true;
-  }
-  const bool busy_now = d->state == conn_state::upstream || d->state == conn_state::streaming ||
-                        d->state == conn_state::local || d->state == conn_state::quota_wait;
-  byte_buf& dst = busy_now ? d->stash : d->in;
-  const char* old = dst.data;
-  if (!dst.reserve(static_cast<size_t>(dst.len) + n + simdjson::SIMDJSON_PADDING)) {
-    close_downstream(d);
-    return false;
-  }
-  std::memcpy(dst.data + dst.len, src, n);
-  dst.len += static_cast<uint32_t>(n);
-  if (&dst == &d->in && old != nullptr && old != d->in.data && d->state == conn_state::body) {
-    d->x.head.rebase(old, d->in.data);
-  }
-  if (!busy_now) process_input(d);
-  return d->state != conn_state::closing;
-}
-
-void h1_codec::tls_pump(downstream_conn* d) noexcept {
+void client_transport::tls_pump(downstream_conn* d) noexcept {
   tls::session& t = *d->tls;
   while (d->send_busy && d->tls_iov_count > 0 && !d->tls_failed) {
     const iovec& v = d->tls_iov[0];
@@ -159,7 +131,7 @@ void h1_codec::tls_pump(downstream_conn* d) noexcept {
   if (!d->tls_out_busy && t.has_output()) submit_tls_send(d);
 }
 
-void h1_codec::submit_tls_send(downstream_conn* d) noexcept {
+void client_transport::submit_tls_send(downstream_conn* d) noexcept {
   SLUICE_VERIFY(!d->tls_out_busy);  // one ciphertext send at a time: its bytes stay in the ring until consumed
   const std::span<const char> out = d->tls->pending_output();
   io_uring_sqe* s = _r.sqe(&d->tls_send_op);
@@ -169,12 +141,12 @@ void h1_codec::submit_tls_send(downstream_conn* d) noexcept {
   ++d->ops;
 }
 
-void h1_codec::on_tls_send(shard::completion* c, const io_uring_cqe* cqe) {
+void client_transport::on_tls_send(shard::completion* c, const io_uring_cqe* cqe) {
   auto* d = static_cast<op<downstream_conn>*>(c)->owner;
-  d->codec->on_tls_send_cqe(d, cqe);
+  d->transport->on_tls_send_cqe(d, cqe);
 }
 
-void h1_codec::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
+void client_transport::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
   --d->ops;
   d->tls_out_busy = false;
   const int res = cqe->res;
@@ -182,7 +154,8 @@ void h1_codec::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     if (d->send_busy) {
       d->send_busy = false;
       --d->ops;
-      give_back_lent_buffer(d);
+      send_done(d, -ECANCELED);  // its protocol lets go of what it read
+      return;
     }
     maybe_free(d);
     return;
@@ -196,7 +169,7 @@ void h1_codec::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
       return;
     }
     d->peer_eof = true;
-    client_gone(d);
+    peer_gone(d);
     return;
   }
   d->tls->consume_output(static_cast<size_t>(res));
@@ -216,6 +189,8 @@ void h1_codec::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noex
     d->send_busy = false;
     --d->ops;
     send_done(d, static_cast<int>(d->tls_plain_bytes));
+  } else if (d->send_busy) {
+    d->proto->on_progress(d);  // the client took ciphertext: the rest goes on
   }
 }
 
