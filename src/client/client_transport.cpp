@@ -379,9 +379,10 @@ void client_transport::close_conn(downstream_conn* d) noexcept {
   if (d->tls && d->send_busy && !d->tls_out_busy) {
     // A send whose plaintext waits for ring room no kernel send will make:
     // it ends here, and its protocol lets go of what it read.
+    // (Its own op holds d until the protocol let go: no free in between.)
     d->send_busy = false;
+    if (d->proto != nullptr) d->proto->on_sent(d, -ECANCELED);
     --d->ops;
-    if (d->proto != nullptr) holding(*this, d, [&] { d->proto->on_sent(d, -ECANCELED); });
   }
   // shutdown() completes the pending receive (and any send) at once; the
   // fd is closed when the last operation has come back.
@@ -434,6 +435,9 @@ void client_transport::linger(downstream_conn* d) noexcept {
   d->state = conn_state::lingering;
   d->linger_bytes = 0;
   arm_in(d, deadline_kind::linger, k_linger_ms);
+  // A receive the protocol paused (too much pipelined input) reads again:
+  // lingering is reading, to the client's EOF.
+  resume_receive(d);
 }
 
 // ---------------------------------------------------------------------------

@@ -85,7 +85,6 @@ struct downstream_conn {
   bool peer_eof = false;
   bool close_after_send = false;
   bool send_busy = false;          // a send is in flight: out / send_iov are the kernel's
-  uint32_t sent_bytes = 0;         // of the send in flight, what went so far (a short send goes on)
   bool local_pending = false;      // a local answer waits for the send in flight (100 Continue)
   // The send in flight is a ping (stream_pings): the adapter's
   // send or end that comes meanwhile is held until its completion.

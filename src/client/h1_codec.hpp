@@ -31,7 +31,7 @@ class h1_codec final : public client_codec, public conn_protocol {
   // --- conn_protocol: as the transport drives a connection that speaks it ---
   bool adopt(downstream_conn* d, std::string_view first) noexcept override;
   void on_bytes(downstream_conn* d, std::string_view bytes) noexcept override;
-  void on_progress(downstream_conn* d) noexcept override;
+  void on_progress(downstream_conn* d, size_t bytes) noexcept override;
   void on_sent(downstream_conn* d, int res) noexcept override;
   // The client closed or reset its connection: an exchange in flight is
   // cancelled (audited 499, client_closed), then the connection closes.

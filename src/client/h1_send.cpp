@@ -96,7 +96,7 @@ void h1_codec::answer(exchange& x, uint16_t status, std::string_view body, bool 
   _t.send_output(d);
 }
 
-void h1_codec::on_progress(downstream_conn* d) noexcept {
+void h1_codec::on_progress(downstream_conn* d, size_t) noexcept {
   // The client took bytes: a stream's idle time starts again (a slow
   // reader is not a stalled one).
   if (d->state == conn_state::streaming && d->deadline == deadline_kind::upstream_idle) {

@@ -132,7 +132,19 @@ void h2_codec::on_bytes(downstream_conn* d, std::string_view bytes) noexcept {
   _t.after_call(d);
 }
 
-void h2_codec::on_progress(downstream_conn* d) noexcept { _t.arm_conn_deadline(d, true, false); }
+void h2_codec::on_progress(downstream_conn* d, size_t bytes) noexcept {
+  _t.arm_conn_deadline(d, true, false);
+  if (bytes == 0) return;  // over TLS: told only at the send's end
+  h2_link& l = *d->h2;
+  // As a send that ended short: what went is consumed and the session
+  // refills behind it; the rest of the send still reads the bytes after
+  // it, which the ring keeps where they are until they too are consumed.
+  ++d->ops;
+  l.session.consume_output(bytes);
+  flush(l, true);
+  --d->ops;
+  _t.after_call(d);
+}
 
 void h2_codec::on_peer_gone(downstream_conn* d) noexcept { _t.end_conn(d, true); }
 

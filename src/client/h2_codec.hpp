@@ -121,9 +121,10 @@ class h2_codec final : public client_codec, public conn_protocol {
   bool adopt(downstream_conn* d, std::string_view first) noexcept override;
   // Plaintext from the client.
   void on_bytes(downstream_conn* d, std::string_view bytes) noexcept override;
-  // Part of the session's output went: the client takes bytes, so its send
-  // deadline starts again.
-  void on_progress(downstream_conn* d) noexcept override;
+  // Part of the session's output went: it is consumed (the session refills
+  // its ring, the streams' batches drain and their idle deadlines start
+  // again), and the connection's send deadline starts again.
+  void on_progress(downstream_conn* d, size_t bytes) noexcept override;
   // The send of session output completed (res: bytes, or -errno).
   void on_sent(downstream_conn* d, int res) noexcept override;
   // The client closed its side: the streams end with the connection.

@@ -87,11 +87,12 @@ class conn_protocol {
   // Plaintext from the client; the bytes are the transport's once the call
   // returns.
   virtual void on_bytes(downstream_conn* d, std::string_view bytes) noexcept = 0;
-  // Part of a send went out and the rest goes on (the client reads, if
-  // slowly); the send's memory is still the kernel's.
-  virtual void on_progress(downstream_conn* d) noexcept = 0;
-  // The send of the protocol's output completed: res is all of its bytes,
-  // or -errno. Also when the connection is closing (state closing): the protocol then
+  // Part of a send went out, `bytes` of it (0: some, over TLS), and the
+  // rest goes on (the client reads, if slowly); what the rest reads is
+  // still the kernel's.
+  virtual void on_progress(downstream_conn* d, size_t bytes) noexcept = 0;
+  // The send of the protocol's output completed: res is its bytes not yet
+  // told by on_progress, or -errno. Also when the connection is closing (state closing): the protocol then
   // lets go of what the send read, and does nothing more.
   virtual void on_sent(downstream_conn* d, int res) noexcept = 0;
   // The client closed or reset its side (EOF, an error, TLS close_notify).

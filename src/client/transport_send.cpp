@@ -16,7 +16,6 @@ namespace sluice::proxy {
 void client_transport::send_output(downstream_conn* d) noexcept {
   SLUICE_VERIFY(!d->send_busy);  // one send at a time: send_iov is the kernel's until its completion
   d->send_busy = true;
-  d->sent_bytes = 0;
   ++d->ops;
   if (d->tls) {
     // Encrypted into the session's ring, sent from there (transport_tls.cpp).
@@ -42,7 +41,6 @@ void client_transport::on_send(shard::completion* c, const io_uring_cqe* cqe) {
 
 void client_transport::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) noexcept {
   const int res = cqe->res;
-  if (res > 0) d->sent_bytes += static_cast<uint32_t>(res);
   if (res > 0 && d->state != conn_state::closing &&
       advance_iov(d->send_iov, d->send_iov_count, static_cast<size_t>(res))) {
     // Short: the rest goes on from where it stopped (it still reads what
@@ -50,13 +48,13 @@ void client_transport::on_send_cqe(downstream_conn* d, const io_uring_cqe* cqe) 
     io_uring_sqe* s = _r.sqe(&d->send_op);
     prep_send_iov(s, d->fd, d->send_iov, d->send_iov_count, d->down_msg);
     shard::aim(s, d->slot);
-    d->proto->on_progress(d);
+    d->proto->on_progress(d, static_cast<size_t>(res));  // (the send's op holds d)
     return;
   }
   --d->ops;
   d->send_busy = false;
   // (A send of bytes that took none: the socket is gone.)
-  send_done(d, res > 0 ? static_cast<int>(d->sent_bytes) : res < 0 ? res : -EPIPE);
+  send_done(d, res != 0 ? res : -EPIPE);
 }
 
 void client_transport::send_done(downstream_conn* d, int res) noexcept {

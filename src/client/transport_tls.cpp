@@ -190,7 +190,7 @@ void client_transport::on_tls_send_cqe(downstream_conn* d, const io_uring_cqe* c
     --d->ops;
     send_done(d, static_cast<int>(d->tls_plain_bytes));
   } else if (d->send_busy) {
-    d->proto->on_progress(d);  // the client took ciphertext: the rest goes on
+    d->proto->on_progress(d, 0);  // the client took ciphertext: the rest goes on
   }
 }
 

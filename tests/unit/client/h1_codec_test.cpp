@@ -400,4 +400,29 @@ TEST_SUITE("client::h1_codec") {
     CHECK(f.metrics->shard(0).at(sluice::metrics::stat::connections_open).get() == 0);
     CHECK(f.metrics->shard(0).at(sluice::metrics::stat::connections_accepted).get() == 2);
   }
+
+  TEST_CASE("an error answer that closes after the held bound paused the receive still lingers: the client's EOF is read") {
+    shard_fixture f;
+    f.policy.on_head = [](exchange& x, bool has_body) {
+      x.codec->answer_error(x, 401, "Incorrect API key provided.", "invalid_request_error", {}, "invalid_api_key",
+                            has_body);  // as the policy does: a body still coming closes
+      return false;
+    };
+    client_conn& c = f.connect();
+    // An SDK writes head and body at once: 120 KiB of body is in the socket
+    // before the server reads the head.
+    const std::string req = post("/v1/chat/completions", std::string(120u << 10, 'b'));
+    size_t off = 0;
+    for (int i = 0; i < 100 && off < req.size(); ++i) {
+      const ssize_t n = ::send(c.fd, req.data() + off, req.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    REQUIRE(off == req.size());
+    CHECK(f.responses(c, 1)[0].status == 401);
+    REQUIRE(f.closed_by_server(c));  // the write side is shut: lingering
+    ::shutdown(c.fd, SHUT_WR);       // the client is done: lingering reads its EOF and closes
+    // Within the loop's turns, well inside the 5 s linger deadline.
+    CHECK(f.run_until([&] { return f.transport->connection_count() == 0; }, 150));
+  }
 }

@@ -3,12 +3,14 @@
 // transport does -- the sniff, the send and its completion, deadlines,
 // lingering, pause, drain, close and free -- is seen without either codec.
 #include <doctest/doctest.h>
+#include <sys/socket.h>
 
 #include <string>
 #include <vector>
 
 #include "client_transport.hpp"
 #include "codec_harness.hpp"
+#include "../tls/tls_peer.hpp"
 
 namespace {
 
@@ -24,6 +26,8 @@ struct fake_protocol final : proxy::conn_protocol {
   proxy::conn_transport* t = nullptr;
   downstream_conn* d = nullptr;
   int adopted = 0, closes = 0, frees = 0, gone = 0, progress = 0, drains = 0, cuts = 0;
+  size_t progress_bytes = 0;
+  bool shut_at_free = false;  // the socket was shut down before the free
   bool ending = false;  // END came: end_conn once its echo went
   std::string first, got, pending, out;
   std::vector<int> sent;
@@ -37,7 +41,10 @@ struct fake_protocol final : proxy::conn_protocol {
     return true;
   }
   void on_bytes(downstream_conn*, std::string_view bytes) noexcept override { take(bytes); }
-  void on_progress(downstream_conn*) noexcept override { ++progress; }
+  void on_progress(downstream_conn*, size_t bytes) noexcept override {
+    ++progress;
+    progress_bytes += bytes;
+  }
   void on_sent(downstream_conn* c, int res) noexcept override {
     sent.push_back(res);
     if (c->state == proxy::conn_state::closing) return;
@@ -54,6 +61,8 @@ struct fake_protocol final : proxy::conn_protocol {
   }
   void on_close(downstream_conn*) noexcept override { ++closes; }
   void on_free(downstream_conn* c) noexcept override {
+    char b;
+    shut_at_free = ::recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
     ++frees;
     if (c == d) d = nullptr;
   }
@@ -162,14 +171,16 @@ TEST_SUITE("client::transport") {
     REQUIRE(f.run_until([&] { return f.transport->connection_count() == 0; }));
   }
 
-  TEST_CASE("a send larger than the socket takes: the protocol hears of it once, with all its bytes") {
+  TEST_CASE("a send larger than the socket takes: the protocol hears of each piece, and of its end once") {
     transport_fixture f;
     client_conn& c = f.connect();
     f.send(c, "BIG");
     // The client reads only now and then: the kernel takes the send in pieces.
     REQUIRE(f.run_until([&] { return c.received.size() == 3 + (16u << 20) + 1; }, 100000));
     REQUIRE(f.run_until([&] { return !f.first.sent.empty(); }));
-    CHECK(f.first.sent == std::vector<int>{static_cast<int>(3 + (16u << 20) + 1)});
+    REQUIRE(f.first.sent.size() == 1);
+    CHECK(f.first.sent[0] > 0);
+    CHECK(f.first.progress_bytes + static_cast<size_t>(f.first.sent[0]) == 3 + (16u << 20) + 1);
     CHECK(c.received.substr(0, 4) == "BIGb");
     CHECK(c.received.back() == '!');
     CHECK(c.received.find_first_not_of('b', 3) == c.received.size() - 1);
@@ -249,5 +260,25 @@ TEST_SUITE("client::transport") {
     CHECK(f.first.closes == 1);
     CHECK(c.received.empty());
     REQUIRE(f.run_until([&] { return c.eof; }));
+  }
+
+  TEST_CASE("close_conn from a call of the protocol's own, a TLS send waiting for ring room: freed once, after its shutdown") {
+    transport_fixture f;
+    client_conn& c = f.connect();
+    f.send(c, "PAUSE");  // the receive is cancelled: it holds nothing
+    REQUIRE(f.run_until([&] { return f.first.d != nullptr && !f.first.d->recv.armed() && !f.first.sent.empty(); }));
+    downstream_conn* d = f.first.d;
+    REQUIRE(d->ops == 0);
+    // What tls_pump leaves after a failed write: a send in progress, no
+    // ciphertext send in flight.
+    auto tctx = sluice::tls::context::load(tls_test::test_pki().options());
+    d->tls = std::make_unique<sluice::tls::session>(*tctx);
+    d->tls_failed = true;
+    d->send_busy = true;
+    ++d->ops;  // as send_output counts it
+    f.transport->close_conn(d);  // as a backend's event does: nothing else holds d
+    CHECK(f.first.frees == 1);
+    CHECK(f.first.sent.size() == 2);  // the send ended (-ECANCELED), its protocol heard
+    CHECK(f.first.shut_at_free);      // freed by close_conn's last step, not inside it
   }
 }
