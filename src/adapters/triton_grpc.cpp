@@ -1,5 +1,6 @@
 // The KServe v2 gRPC adapter's transport: HTTP/2 connections to grpc://
-// backends, a libnghttp2 client session on each, fed from the shard's ring;
+// backends, a gRPC client session (grpc::client_session) on each, fed from
+// the shard's ring;
 // one stream per exchange (see triton_grpc.hpp); the request and the
 // reply are triton_reply.cpp.
 #include <netinet/in.h>
@@ -38,23 +39,11 @@ struct conn_hold {
   ~conn_hold() { c->adapter->let_go(c); }
 };
 
-
-exchange* stream_exchange(nghttp2_session* s, int32_t id) noexcept {
-  return static_cast<exchange*>(nghttp2_session_get_stream_user_data(s, id));
-}
-
 }  // namespace
 
 triton_grpc::triton_grpc(shard_context& s, exchange_policy& x) noexcept : _s(s), _x(x) {
   _backend_count = _cfg->backends.size();
   _backends = std::make_unique<backend_conns[]>(_backend_count);
-  nghttp2_session_callbacks_new(&_callbacks);
-  nghttp2_session_callbacks_set_on_header_callback(_callbacks, &triton_grpc::on_header);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(_callbacks, &triton_grpc::on_data_chunk);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(_callbacks, &triton_grpc::on_frame_recv);
-  nghttp2_session_callbacks_set_on_stream_close_callback(_callbacks, &triton_grpc::on_stream_close);
-  // Stream windows are given back as clients take the bytes (backpressure).
-  _options = grpc::new_client_options(true);
 }
 
 triton_grpc::~triton_grpc() {
@@ -67,13 +56,10 @@ triton_grpc::~triton_grpc() {
         _r.unregister_file(c->slot);
         ::close(c->fd);
       }
-      if (c->session != nullptr) nghttp2_session_del(c->session);
       account_connection_memory(-static_cast<int64_t>(sizeof(h2_conn)));
-      delete c;
+      delete c;  // its session with it
     }
   }
-  nghttp2_option_del(_options);
-  nghttp2_session_callbacks_del(_callbacks);
 }
 
 void triton_grpc::reload(const config::config& n) noexcept {
@@ -101,7 +87,7 @@ h2_conn* triton_grpc::acquire(uint32_t backend, uint32_t open_max) noexcept {
   for (h2_conn* c = bc.head, *next = nullptr; c != nullptr; c = next) {
     next = c->hook.next;  // close_conn below may free c
     if (c->closing || c->draining) continue;
-    if (c->session != nullptr && nghttp2_session_check_request_allowed(c->session) == 0) {
+    if (!c->session.takes_calls()) {
       // A GOAWAY came: the streams it still serves finish (it is read and
       // written as before), a new one would be refused (and its exchange
       // sent to the next backend, or a 503). It closes once its last
@@ -111,10 +97,7 @@ h2_conn* triton_grpc::acquire(uint32_t backend, uint32_t open_max) noexcept {
       continue;
     }
     // The backend's SETTINGS_MAX_CONCURRENT_STREAMS (100 until it says).
-    const uint32_t cap = c->session != nullptr
-                             ? nghttp2_session_get_remote_settings(c->session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
-                             : 100;
-    if (c->streams < cap) return c;
+    if (c->streams < c->session.peer_max_streams()) return c;
   }
   if (bc.open >= open_max) return nullptr;
   return open_conn(backend);
@@ -125,10 +108,16 @@ h2_conn* triton_grpc::open_conn(uint32_t backend) noexcept {
   if (c == nullptr) return nullptr;
   const config::backend_config& b = _cfg->backends[backend];
   c->fd = net::upstream_socket(b.address.family());
-  if (c->fd < 0 || nghttp2_session_client_new2(&c->session, _callbacks, c, _options) != 0 ||
-      !c->in.reserve(k_recv_bytes)) {
+  // The client preface and SETTINGS go out with the first flush. Stream
+  // windows are given back as clients take the bytes (backpressure), the
+  // connection's after each receive.
+  grpc::session_settings st;
+  st.manual_window = true;
+  st.stream_window = static_cast<uint32_t>(k_stream_window_bytes);
+  st.connection_window = static_cast<uint32_t>(k_connection_window_bytes);
+  st.max_frame = 16384;
+  if (c->fd < 0 || !c->session.open(*c, st) || !c->in.reserve(k_recv_bytes)) {
     if (c->fd >= 0) ::close(c->fd);
-    if (c->session != nullptr) nghttp2_session_del(c->session);
     delete c;
     return nullptr;
   }
@@ -142,14 +131,6 @@ h2_conn* triton_grpc::open_conn(uint32_t backend) noexcept {
   c->connect_op.fn = &triton_grpc::on_connect;
   c->send_op.fn = &triton_grpc::on_send;
   c->recv_op.fn = &triton_grpc::on_recv;
-  // The client preface and SETTINGS go out with the first flush.
-  const nghttp2_settings_entry settings[] = {
-      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(k_stream_window_bytes)},
-      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, 16384},
-  };
-  nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0, k_connection_window_bytes);
   backend_conns& bc = _backends[backend];
   c->hook.next = bc.head;
   if (bc.head != nullptr) bc.head->hook.prev = c;
@@ -179,23 +160,22 @@ void triton_grpc::flush(h2_conn* c) noexcept {
   if (c->closing && c->streams == 0) return;
   c->out.len = 0;
   c->out_sent = 0;
-  // nghttp2's frames, gathered into one send (bounded: a big request's
+  // The session's frames, gathered into one send (bounded: a big request's
   // DATA goes as the peer's window allows, the rest with the next send).
   constexpr uint32_t k_send_bytes_max = 256u << 10;
   while (c->out.len < k_send_bytes_max) {
-    const uint8_t* data = nullptr;
-    const ssize_t n = nghttp2_session_mem_send(c->session, &data);
-    if (n < 0) {
+    const std::string_view frames = c->session.next_send();
+    if (c->session.failed()) {
       fail_conn(c, errc::upstream_protocol);
       return;
     }
-    if (n == 0) break;
-    if (!c->out.reserve(static_cast<size_t>(c->out.len) + static_cast<size_t>(n))) {
+    if (frames.empty()) break;
+    if (!c->out.reserve(static_cast<size_t>(c->out.len) + frames.size())) {
       fail_conn(c, errc::internal);
       return;
     }
-    std::memcpy(c->out.data + c->out.len, data, static_cast<size_t>(n));
-    c->out.len += static_cast<uint32_t>(n);
+    std::memcpy(c->out.data + c->out.len, frames.data(), frames.size());
+    c->out.len += static_cast<uint32_t>(frames.size());
   }
   if (c->out.len == 0) return;
   c->send_busy = true;
@@ -227,9 +207,8 @@ void triton_grpc::maybe_free(h2_conn* c) noexcept {
   --bc.open;
   _r.unregister_file(c->slot);  // no operation is left on it (ops is 0)
   if (c->fd >= 0) ::close(c->fd);
-  nghttp2_session_del(c->session);
   account_connection_memory(-static_cast<int64_t>(sizeof(h2_conn)));
-  delete c;
+  delete c;  // its session with it
 }
 
 void triton_grpc::let_go(h2_conn* c) noexcept {
@@ -333,21 +312,16 @@ void triton_grpc::on_recv_cqe(h2_conn* c, int res) noexcept {
     return;
   }
   c->in_recv = true;
-  const ssize_t n = nghttp2_session_mem_recv(c->session, reinterpret_cast<const uint8_t*>(c->in.data),
-                                             static_cast<size_t>(res));
+  const bool ok = c->session.feed(std::string_view(c->in.data, static_cast<size_t>(res)));
   c->in_recv = false;
-  if (n < 0) {
-    log::warn("backend {}: HTTP/2 error: {}", _cfg->backends[c->backend].url, nghttp2_strerror(static_cast<int>(n)));
+  if (!ok) {
+    log::warn("backend {}: HTTP/2 error: {}", _cfg->backends[c->backend].url, c->session.reason());
     _metrics.at(metrics::stat::upstream_bad_replies).add();
     fail_conn(c, errc::upstream_protocol);
     return;
   }
-  if (c->consume_pending != 0) {
-    nghttp2_session_consume_connection(c->session, c->consume_pending);
-    c->consume_pending = 0;
-  }
   run_dirty(c);
-  if (nghttp2_session_want_read(c->session) == 0 && nghttp2_session_want_write(c->session) == 0) {
+  if (c->session.finished()) {
     // GOAWAY and nothing left to read or write: no new streams; it closes
     // with its last one (conn_hold's let_go, or now).
     c->draining = true;
@@ -357,90 +331,84 @@ void triton_grpc::on_recv_cqe(h2_conn* c, int res) noexcept {
 }
 
 // ---------------------------------------------------------------------------
-// nghttp2 callbacks: they record; the exchange moves on after mem_recv
-// (run_dirty), never inside it.
+// The session's reports: they record; the exchange moves on after the
+// receive (run_dirty), never inside it.
 
-int triton_grpc::on_header(nghttp2_session* s, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
-                           const uint8_t* value, size_t valuelen, uint8_t, void*) {
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  exchange* x = stream_exchange(s, frame->hd.stream_id);
-  if (x == nullptr) return 0;
-  const std::string_view n(reinterpret_cast<const char*>(name), namelen);
-  const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+void h2_conn::on_field(void* x, std::string_view name, std::string_view value) noexcept {
+  adapter->on_field(*static_cast<exchange*>(x), name, value);
+}
+void h2_conn::on_headers_end(void* x) noexcept { adapter->on_headers_end(*static_cast<exchange*>(x)); }
+bool h2_conn::on_data(void* x, std::string_view bytes) noexcept {
+  return adapter->on_data(*static_cast<exchange*>(x), bytes);
+}
+void h2_conn::on_close(void* x, uint32_t error_code) noexcept {
+  adapter->on_stream_close(this, *static_cast<exchange*>(x), error_code);
+}
+size_t h2_conn::read_request(void* x, char* to, size_t room, bool& last) noexcept {
+  return adapter->read_request(*static_cast<exchange*>(x), to, room, last);
+}
+
+void triton_grpc::on_field(exchange& x, std::string_view n, std::string_view v) noexcept {
+  grpc_attempt& a = grpc_of(x);
   if (n == ":status") {
     uint32_t st = 0;
     for (char ch : v) st = ch >= '0' && ch <= '9' && st < 1000 ? st * 10 + static_cast<uint32_t>(ch - '0') : 1000;
-    grpc_of(*x).http_status = static_cast<uint16_t>(st < 1000 ? st : 0);
+    a.http_status = static_cast<uint16_t>(st < 1000 ? st : 0);
   } else if (n == "grpc-status") {
     int32_t st = 0;
     for (char ch : v) st = ch >= '0' && ch <= '9' && st < 1000 ? st * 10 + (ch - '0') : 1000;
-    grpc_of(*x).grpc_status = v.empty() || st >= 1000 ? 2 : st;  // unparsable: UNKNOWN
+    a.grpc_status = v.empty() || st >= 1000 ? 2 : st;  // unparsable: UNKNOWN
   } else if (n == "grpc-message") {
-    const size_t k = v.size() < sizeof grpc_of(*x).grpc_message ? v.size() : sizeof grpc_of(*x).grpc_message;
-    std::memcpy(grpc_of(*x).grpc_message, v.data(), k);
-    grpc_of(*x).grpc_message_len = static_cast<uint8_t>(k);
+    const size_t k = v.size() < sizeof a.grpc_message ? v.size() : sizeof a.grpc_message;
+    std::memcpy(a.grpc_message, v.data(), k);
+    a.grpc_message_len = static_cast<uint8_t>(k);
   }
-  return 0;
 }
 
-int triton_grpc::on_data_chunk(nghttp2_session* s, uint8_t, int32_t stream_id, const uint8_t* data, size_t len,
-                               void* user) {
-  auto* c = static_cast<h2_conn*>(user);
-  c->consume_pending += len;  // the connection's window: given back after this receive
-  exchange* x = stream_exchange(s, stream_id);
-  if (x == nullptr) return 0;
-  grpc_of(*x).unconsumed += static_cast<uint32_t>(len);  // the stream's window: given back once the client took them
-  c->adapter->mark_dirty(*x);
-  const size_t used = c->adapter->feed_in_place(*x, reinterpret_cast<const char*>(data), len);
-  data += used;
-  len -= used;
-  if (len == 0) return 0;
-  byte_buf& b = x->mem->body;
+bool triton_grpc::on_data(exchange& x, std::string_view bytes) noexcept {
+  grpc_of(x).unconsumed += static_cast<uint32_t>(bytes.size());  // the stream's window: given back once the client took them
+  mark_dirty(x);
+  const size_t used = feed_in_place(x, bytes.data(), bytes.size());
+  bytes.remove_prefix(used);
+  if (bytes.empty()) return true;
+  byte_buf& b = x.mem->body;
   // Bounded by the stream's window (what the client has not yet taken)
   // plus one message at most.
-  if (static_cast<uint64_t>(b.len) + len > k_message_bytes_max + k_stream_window_bytes ||
-      !b.reserve(static_cast<size_t>(b.len) + len)) {
-    // Sluice's reset, not the backend's: the status says so before the close.
-    grpc_of(*x).grpc_status = 13;  // INTERNAL
-    set_message(grpc_of(*x), "The backend sent more than sluice buffers for one stream.");
-    return nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_INTERNAL_ERROR) == 0
-               ? 0
-               : NGHTTP2_ERR_CALLBACK_FAILURE;
+  if (static_cast<uint64_t>(b.len) + bytes.size() > k_message_bytes_max + k_stream_window_bytes ||
+      !b.reserve(static_cast<size_t>(b.len) + bytes.size())) {
+    // Sluice's reset, not the backend's (the session resets the stream):
+    // the status says so before the close.
+    grpc_of(x).grpc_status = 13;  // INTERNAL
+    set_message(grpc_of(x), "The backend sent more than sluice buffers for one stream.");
+    return false;
   }
-  std::memcpy(b.data + b.len, data, len);
-  b.len += static_cast<uint32_t>(len);
-  return 0;
+  std::memcpy(b.data + b.len, bytes.data(), bytes.size());
+  b.len += static_cast<uint32_t>(bytes.size());
+  return true;
 }
 
-int triton_grpc::on_frame_recv(nghttp2_session* s, const nghttp2_frame* frame, void* user) {
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  exchange* x = stream_exchange(s, frame->hd.stream_id);
-  if (x == nullptr) return 0;
-  if (grpc_of(*x).http_status >= 100 && grpc_of(*x).http_status < 200) {
+void triton_grpc::on_headers_end(exchange& x) noexcept {
+  if (grpc_of(x).http_status >= 100 && grpc_of(x).http_status < 200) {
     // An informational (1xx) head: the response's own comes after it.
-    grpc_of(*x).http_status = 0;
-    return 0;
+    grpc_of(x).http_status = 0;
+    return;
   }
-  grpc_of(*x).head_seen = true;
-  static_cast<h2_conn*>(user)->adapter->mark_dirty(*x);
-  return 0;
+  grpc_of(x).head_seen = true;
+  mark_dirty(x);
 }
 
-int triton_grpc::on_stream_close(nghttp2_session* s, int32_t stream_id, uint32_t error_code, void* user) {
-  exchange* x = stream_exchange(s, stream_id);
-  if (x == nullptr) return 0;
-  grpc_attempt& a = grpc_of(*x);
+void triton_grpc::on_stream_close(h2_conn* c, exchange& x, uint32_t error_code) noexcept {
+  grpc_attempt& a = grpc_of(x);
   a.closed = true;
   if (a.grpc_status < 0) {
     if (error_code != NGHTTP2_NO_ERROR) {
       // A reset with no status: the backend refused or cancelled the
       // stream (REFUSED_STREAM: it never started; another backend may take it).
       a.grpc_status = error_code == NGHTTP2_REFUSED_STREAM ? 14 : 13;  // UNAVAILABLE : INTERNAL
-      set_message(a, "The backend reset the stream (", nghttp2_http2_strerror(error_code), ").");
+      set_message(a, "The backend reset the stream (", grpc::h2_error_name(error_code), ").");
       // Passive health, as a reset of an HTTP/1.1 backend counts: a failure
       // (a refusal is a busy backend, not a failing one).
-      h2_conn* c = static_cast<h2_conn*>(user);
-      if (error_code != NGHTTP2_REFUSED_STREAM) c->adapter->_x.report_outcome(c->backend, true);
+      if (error_code != NGHTTP2_REFUSED_STREAM) _x.report_outcome(c->backend, true);
     } else if (!a.head_seen || a.http_status == 200) {
       // Ended without trailers, or trailers without grpc-status: the call's
       // outcome is unknown, so it failed (PROTOCOL-HTTP2.md: a missing
@@ -449,22 +417,18 @@ int triton_grpc::on_stream_close(nghttp2_session* s, int32_t stream_id, uint32_t
       set_message(a, "The backend ended the stream without a gRPC status.");
     }
   }
-  static_cast<h2_conn*>(user)->adapter->mark_dirty(*x);
-  return 0;
+  mark_dirty(x);
 }
 
-ssize_t triton_grpc::read_request(nghttp2_session* s, int32_t stream_id, uint8_t* buf, size_t length,
-                                  uint32_t* data_flags, nghttp2_data_source*, void*) {
-  exchange* x = stream_exchange(s, stream_id);
-  if (x == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // the exchange let go: reset
-  const byte_buf& r = x->mem->up_head;
-  const uint32_t left = r.len - grpc_of(*x).request_off;
-  const size_t n = left < length ? left : length;
-  std::memcpy(buf, r.data + grpc_of(*x).request_off, n);
-  grpc_of(*x).request_off += static_cast<uint32_t>(n);
+size_t triton_grpc::read_request(exchange& x, char* out, size_t room, bool& last) noexcept {
+  const byte_buf& r = x.mem->up_head;
+  const uint32_t left = r.len - grpc_of(x).request_off;
+  const size_t n = left < room ? left : room;
+  std::memcpy(out, r.data + grpc_of(x).request_off, n);
+  grpc_of(x).request_off += static_cast<uint32_t>(n);
   // One request per stream: the client's half of the stream ends with it.
-  if (grpc_of(*x).request_off == r.len) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-  return static_cast<ssize_t>(n);
+  last = grpc_of(x).request_off == r.len;
+  return n;
 }
 
 // ---------------------------------------------------------------------------
@@ -516,14 +480,10 @@ bool triton_grpc::open_stream(exchange& x, h2_conn* c) noexcept {
     const uint64_t now = _s.now_ms();
     tl = grpc::write_timeout(timeout, x.total_deadline_ms > now ? x.total_deadline_ms - now : 1);
   }
-  // The values are copied at submit: the HEADERS frame is encoded later, in
-  // mem_send, after `timeout` is gone and a SIGHUP may have freed the
-  // config snapshot the :authority lies in.
-  nghttp2_nv nva[grpc::k_call_head_fields_max];
-  const size_t fields = grpc::call_head(nva, k_path, b.host_header, "sluice", std::string_view(timeout, tl), true);
-  nghttp2_data_provider dp{};
-  dp.read_callback = &triton_grpc::read_request;
-  const int32_t id = nghttp2_submit_request(c->session, nullptr, nva, fields, &dp, &x);
+  // The session copies the values: the HEADERS frame is encoded later,
+  // after `timeout` is gone and a SIGHUP may have freed the config
+  // snapshot the :authority lies in.
+  const int32_t id = c->session.call(k_path, b.host_header, "sluice", std::string_view(timeout, tl), true, &x);
   if (id < 0) return false;
   a.conn = c;
   a.stream_id = id;
@@ -548,8 +508,8 @@ void triton_grpc::detach(exchange& x, bool cancel) noexcept {
     a.dirty_next = nullptr;
   }
   if (!a.closed) {
-    nghttp2_session_set_stream_user_data(c->session, a.stream_id, nullptr);
-    if (cancel) nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, a.stream_id, NGHTTP2_CANCEL);
+    c->session.forget(a.stream_id);
+    if (cancel) c->session.reset(a.stream_id, NGHTTP2_CANCEL);
   }
   // Its unread window goes back at the connection level; the stream's own
   // goes with the stream.
@@ -598,7 +558,7 @@ void triton_grpc::give_back_stream_window(exchange& x) noexcept {
     a.unconsumed = 0;
     return;
   }
-  nghttp2_session_consume_stream(a.conn->session, a.stream_id, a.unconsumed);
+  a.conn->session.consume(a.stream_id, a.unconsumed);
   a.unconsumed = 0;
   if (!a.conn->in_recv) flush(a.conn);
 }

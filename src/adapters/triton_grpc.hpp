@@ -2,7 +2,7 @@
 // adapters (private): the KServe v2 gRPC backend adapter (Triton Inference
 // Server's vLLM and TensorRT-LLM backends: GRPCInferenceService/
 // ModelStreamInfer). HTTP/2 cleartext to grpc:// backends with libnghttp2 as
-// a client session driven from the shard's own ring (mem_recv / mem_send:
+// a client session (grpc::client_session) driven from the shard's own ring (feed / next_send:
 // no threads, no blocking call). Many exchanges share one connection per
 // backend and shard, one stream each; the stream's flow-control window is
 // given back only as the client takes the bytes (backpressure to a slow
@@ -18,9 +18,8 @@
 // io_uring operation completed (`ops`); its `out` buffer is the kernel's
 // while `send_busy`, its `in` buffer while `recv_armed`. An exchange holds
 // its stream from start() until its end or release(); nghttp2 names it by
-// stream user data, cleared when the exchange lets go (a late callback
-// finds none and is dropped).
-#include <nghttp2/nghttp2.h>
+// the call's owner object, forgotten when the exchange lets go (a late
+// report finds none and is dropped).
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -32,6 +31,7 @@
 #include "exchange.hpp"
 #include "shard_context.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/grpc/h2_client.hpp"
 #include "sluice/grpc/kserve.hpp"
 #include "sluice/openai/triton.hpp"
 
@@ -80,8 +80,10 @@ inline constexpr size_t k_triton_wing = 1;  // exchange_memory::wings (anthropic
 // Made in prepare (which answers 500 when it cannot be had).
 inline triton_memory& triton_mem(exchange& x) noexcept { return made_wing<triton_memory>(*x.mem, k_triton_wing); }
 
-// Shard-local. One HTTP/2 connection to a gRPC backend.
-struct h2_conn {
+// Shard-local. One HTTP/2 connection to a gRPC backend. Its session's
+// reports name the exchange whose stream they are about; they go on to
+// the adapter.
+struct h2_conn final : grpc::session_events {
   triton_grpc* adapter = nullptr;
   int fd = -1;
   shard::file_slot slot;  // fd in the ring's registered-file table: the receive and sends use it
@@ -94,8 +96,7 @@ struct h2_conn {
   bool recv_armed = false;     // `in` is the kernel's until the receive's completion
   bool in_recv = false;        // inside mem_recv: callbacks run, no flush
   uint32_t streams = 0;        // exchanges on it
-  uint64_t consume_pending = 0;  // connection-level bytes read, not yet given back
-  nghttp2_session* session = nullptr;
+  grpc::client_session session;
   op<h2_conn> connect_op, send_op, recv_op;
   sockaddr_storage peer{};
   socklen_t peer_len = 0;
@@ -105,6 +106,13 @@ struct h2_conn {
   list_hook<h2_conn> hook;     // in its backend's connections
   exchange* streams_head = nullptr;  // the exchanges on it (grpc_attempt::hook)
   exchange* dirty_head = nullptr;    // those with news from this receive
+
+  // --- grpc::session_events: `x` is an exchange* ---
+  void on_field(void* x, std::string_view name, std::string_view value) noexcept override;
+  void on_headers_end(void* x) noexcept override;
+  bool on_data(void* x, std::string_view bytes) noexcept override;
+  void on_close(void* x, uint32_t error_code) noexcept override;
+  size_t read_request(void* x, char* to, size_t room, bool& last) noexcept override;
 };
 
 // Sluice's own words for an end that carried none (a reset, a missing
@@ -206,15 +214,14 @@ class triton_grpc final : public backend_adapter {
   void bad_reply(exchange& x, std::string_view why) noexcept;
   void internal_failure(exchange& x) noexcept;
 
-  // nghttp2 callbacks (user data: the h2_conn)
-  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
-                       const uint8_t* value, size_t valuelen, uint8_t flags, void* user);
-  static int on_data_chunk(nghttp2_session*, uint8_t flags, int32_t stream_id, const uint8_t* data, size_t len,
-                           void* user);
-  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user);
-  static int on_stream_close(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user);
-  static ssize_t read_request(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
-                              uint32_t* data_flags, nghttp2_data_source* source, void* user);
+  // The session's reports on an exchange's stream (h2_conn passes them on):
+  // they record; the exchange moves on after the receive (run_dirty).
+  friend struct h2_conn;
+  void on_field(exchange& x, std::string_view name, std::string_view value) noexcept;
+  void on_headers_end(exchange& x) noexcept;
+  bool on_data(exchange& x, std::string_view bytes) noexcept;
+  void on_stream_close(h2_conn* c, exchange& x, uint32_t error_code) noexcept;
+  size_t read_request(exchange& x, char* out, size_t room, bool& last) noexcept;
 
   shard_context& _s;
   exchange_policy& _x;
@@ -226,8 +233,6 @@ class triton_grpc final : public backend_adapter {
   size_t _backend_count = 0;
   openai::triton_request_writer _writer;
   std::string _request;  // the framed ModelInferRequest (reused)
-  nghttp2_session_callbacks* _callbacks = nullptr;
-  nghttp2_option* _options = nullptr;
 };
 
 }  // namespace sluice::proxy

@@ -47,34 +47,9 @@ bool grpc_ready_probe::begin() noexcept {
   _why = {};
   _why_call = {};
 
-  nghttp2_session_callbacks* cbs = nullptr;
-  if (nghttp2_session_callbacks_new(&cbs) != 0) {
-    decide(outcome::failed, "out of memory");
-    return false;
-  }
-  nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &on_data_chunk);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_stream_close);
-  nghttp2_option* opt = grpc::new_client_options(false);
-  if (opt == nullptr) {
-    nghttp2_session_callbacks_del(cbs);
-    decide(outcome::failed, "out of memory");
-    return false;
-  }
-  const int rv = nghttp2_session_client_new2(&_session, cbs, this, opt);
-  nghttp2_option_del(opt);
-  nghttp2_session_callbacks_del(cbs);
-  if (rv != 0) {
-    _session = nullptr;
-    decide(outcome::failed, "out of memory");
-    return false;
-  }
-  const nghttp2_settings_entry settings[] = {
-      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 0},  // the server opens none
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 8192},
-  };
-  if (nghttp2_submit_settings(_session, NGHTTP2_FLAG_NONE, settings, std::size(settings)) != 0) {
+  grpc::session_settings st;
+  st.max_header_list = 8192;
+  if (!_session.open(*this, st)) {
     decide(outcome::failed, "out of memory");
     return false;
   }
@@ -85,13 +60,8 @@ bool grpc_ready_probe::begin() noexcept {
 bool grpc_ready_probe::submit(call& c, std::string_view path, const char* request, size_t request_len) noexcept {
   c.request = request;
   c.request_len = request_len;
-  nghttp2_nv nva[grpc::k_call_head_fields_max];
-  const size_t fields = grpc::call_head(nva, path, _authority, "sluice-health",
-                                        std::string_view(_grpc_timeout, _grpc_timeout_len), false);
-  nghttp2_data_provider body;
-  body.source.ptr = &c;
-  body.read_callback = &read_request;
-  const int32_t id = nghttp2_submit_request(_session, nullptr, nva, fields, &body, &c);
+  const int32_t id = _session.call(path, _authority, "sluice-health",
+                                   std::string_view(_grpc_timeout, _grpc_timeout_len), false, &c);
   if (id < 0) {
     decide(outcome::failed, "out of memory");
     return false;
@@ -100,63 +70,42 @@ bool grpc_ready_probe::submit(call& c, std::string_view path, const char* reques
   return true;
 }
 
-ssize_t grpc_ready_probe::read_request(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* data_flags,
-                                       nghttp2_data_source* source, void*) {
-  call& c = *static_cast<call*>(source->ptr);
+size_t grpc_ready_probe::read_request(void* call_ptr, char* out, size_t room, bool& last) noexcept {
+  call& c = *static_cast<call*>(call_ptr);
   size_t n = c.request_len - c.request_sent;
-  if (n > length) n = length;
-  std::memcpy(buf, c.request + c.request_sent, n);
+  if (n > room) n = room;
+  std::memcpy(out, c.request + c.request_sent, n);
   c.request_sent += n;
-  if (c.request_sent == c.request_len) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-  return static_cast<ssize_t>(n);
+  last = c.request_sent == c.request_len;
+  return n;
 }
 
-grpc_ready_probe::call* grpc_ready_probe::find(int32_t stream_id) noexcept {
-  for (call& c : _calls) {
-    if (c.stream_id == stream_id) return &c;
-  }
-  return nullptr;
-}
-
-int grpc_ready_probe::on_header(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
-                                const uint8_t* value, size_t valuelen, uint8_t, void* user_data) {
-  auto& self = *static_cast<grpc_ready_probe*>(user_data);
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  call* c = self.find(frame->hd.stream_id);
-  if (c == nullptr) return 0;
-  const std::string_view n(reinterpret_cast<const char*>(name), namelen);
-  const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+void grpc_ready_probe::on_field(void* call_ptr, std::string_view n, std::string_view v) noexcept {
+  call& c = *static_cast<call*>(call_ptr);
   // Headers and trailers alike: grpc-status may come in either
   // (Trailers-Only puts it in the response headers).
   if (n == ":status") {
-    c->http_status = parse_status(v);
+    c.http_status = parse_status(v);
   } else if (n == "grpc-status") {
-    c->grpc_status = parse_status(v);
+    c.grpc_status = parse_status(v);
   }
-  return 0;
 }
 
-int grpc_ready_probe::on_data_chunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data, size_t len,
-                                    void* user_data) {
-  auto& self = *static_cast<grpc_ready_probe*>(user_data);
-  call* c = self.find(stream_id);
-  if (c == nullptr) return 0;
-  if (len > k_body_bytes_max - c->body_len) {
-    c->body_overflow = true;
-    return 0;
+bool grpc_ready_probe::on_data(void* call_ptr, std::string_view bytes) noexcept {
+  call& c = *static_cast<call*>(call_ptr);
+  if (bytes.size() > k_body_bytes_max - c.body_len) {
+    c.body_overflow = true;  // judged at the close: "response too long"
+    return true;
   }
-  std::memcpy(c->body + c->body_len, data, len);
-  c->body_len += len;
-  return 0;
+  std::memcpy(c.body + c.body_len, bytes.data(), bytes.size());
+  c.body_len += bytes.size();
+  return true;
 }
 
-int grpc_ready_probe::on_stream_close(nghttp2_session*, int32_t stream_id, uint32_t error_code, void* user_data) {
-  auto& self = *static_cast<grpc_ready_probe*>(user_data);
-  call* c = self.find(stream_id);
-  if (c == nullptr) return 0;
-  c->closed = true;
-  c->error_code = error_code;
-  return 0;
+void grpc_ready_probe::on_close(void* call_ptr, uint32_t error_code) noexcept {
+  call& c = *static_cast<call*>(call_ptr);
+  c.closed = true;
+  c.error_code = error_code;
 }
 
 bool grpc_ready_probe::judge(const call& c) noexcept {
@@ -220,38 +169,32 @@ void grpc_ready_probe::advance() noexcept {
     _outcome = outcome::ready;
     return;
   }
-  if (nghttp2_session_want_read(_session) == 0 && nghttp2_session_want_write(_session) == 0) {
-    decide(outcome::failed, "connection closed by GOAWAY");
-  }
+  if (_session.finished()) decide(outcome::failed, "connection closed by GOAWAY");
 }
 
 std::string_view grpc_ready_probe::next_send() noexcept {
-  if (_session == nullptr || _outcome != outcome::pending) return {};
-  const uint8_t* data = nullptr;
-  const ssize_t n = nghttp2_session_mem_send(_session, &data);
-  if (n < 0) {
-    decide(outcome::failed, nghttp2_strerror(static_cast<int>(n)));
+  if (!_session.is_open() || _outcome != outcome::pending) return {};
+  const std::string_view out = _session.next_send();
+  if (_session.failed()) {
+    decide(outcome::failed, _session.reason());
     return {};
   }
   // A connection error (bytes that are not HTTP/2, a flood) makes nghttp2
   // queue a GOAWAY rather than fail mem_recv; once that is out, the
   // session wants nothing more and no answer can come.
-  if (n == 0 && nghttp2_session_want_read(_session) == 0 && nghttp2_session_want_write(_session) == 0) {
-    decide(outcome::failed, "connection closed by GOAWAY");
-  }
-  return {reinterpret_cast<const char*>(data), static_cast<size_t>(n)};
+  if (out.empty() && _session.finished()) decide(outcome::failed, "connection closed by GOAWAY");
+  return out;
 }
 
 void grpc_ready_probe::on_recv(std::string_view bytes) noexcept {
-  if (_session == nullptr || _outcome != outcome::pending) return;
+  if (!_session.is_open() || _outcome != outcome::pending) return;
   _received += bytes.size();
   if (_received > k_recv_bytes_max) {
     decide(outcome::failed, "too many bytes received");
     return;
   }
-  const ssize_t n = nghttp2_session_mem_recv(_session, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  if (n < 0) {
-    decide(outcome::failed, nghttp2_strerror(static_cast<int>(n)));
+  if (!_session.feed(bytes)) {
+    decide(outcome::failed, _session.reason());
     return;
   }
   advance();
@@ -259,11 +202,6 @@ void grpc_ready_probe::on_recv(std::string_view bytes) noexcept {
 
 void grpc_ready_probe::on_peer_closed() noexcept { decide(outcome::failed, "connection closed"); }
 
-void grpc_ready_probe::end() noexcept {
-  if (_session != nullptr) {
-    nghttp2_session_del(_session);
-    _session = nullptr;
-  }
-}
+void grpc_ready_probe::end() noexcept { _session.close(); }
 
 }  // namespace sluice::control

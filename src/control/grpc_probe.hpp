@@ -4,19 +4,19 @@
 // ModelReady for the backend's model, on one prior-knowledge h2c
 // connection; the prober (health.cpp) moves the bytes with its io_uring
 // connect/send/recv steps, so nothing here blocks or reads a clock.
-#include <nghttp2/nghttp2.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "sluice/grpc/h2_client.hpp"
+
 namespace sluice::control {
 
 // Control-thread-local. One per grpc:// backend's prober, reused by every
-// probe; an nghttp2 session lives from begin() (connected) to end() (the
+// probe; its client session lives from begin() (connected) to end() (the
 // socket closed and every buffer back from the kernel).
-class grpc_ready_probe {
+class grpc_ready_probe final : grpc::session_events {
  public:
   enum class outcome : uint8_t {
     pending,    // more bytes to send or receive
@@ -90,13 +90,12 @@ class grpc_ready_probe {
   bool judge(const call& c) noexcept;
   void advance() noexcept;
   void decide(outcome o, std::string_view why) noexcept;
-  call* find(int32_t stream_id) noexcept;
 
-  static int on_header(nghttp2_session*, const nghttp2_frame*, const uint8_t*, size_t, const uint8_t*, size_t,
-                       uint8_t, void*);
-  static int on_data_chunk(nghttp2_session*, uint8_t, int32_t, const uint8_t*, size_t, void*);
-  static int on_stream_close(nghttp2_session*, int32_t, uint32_t, void*);
-  static ssize_t read_request(nghttp2_session*, int32_t, uint8_t*, size_t, uint32_t*, nghttp2_data_source*, void*);
+  // --- the session's reports (grpc::session_events); `c` is a call* ---
+  void on_field(void* c, std::string_view name, std::string_view value) noexcept override;
+  bool on_data(void* c, std::string_view bytes) noexcept override;
+  void on_close(void* c, uint32_t error_code) noexcept override;
+  size_t read_request(void* c, char* out, size_t room, bool& last) noexcept override;
 
   std::string _authority;
   std::string _model;
@@ -106,7 +105,7 @@ class grpc_ready_probe {
   std::string _model_frame;
   char _server_frame[8] = {};
 
-  nghttp2_session* _session = nullptr;
+  grpc::client_session _session;
   call _calls[2];  // ServerReady, ModelReady
   size_t _current = 0;
   size_t _received = 0;
