@@ -76,18 +76,20 @@ size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) 
   size_t i = 0;
   while (i < s.size()) {
     // A run of plain printable ASCII -- nearly all of a token's text, an
-    // id, a model name -- goes in one copy, as much of it as fits.
+    // id, a model name -- goes in one copy, as much of it as fits. The scan
+    // stops at the room's end: a caller that writes a long string in small
+    // pieces must not rescan its rest each time (that is quadratic).
+    const size_t room = cap - len;
+    const size_t stop = s.size() - i < room ? s.size() : i + room;
     size_t run = i;
-    while (run < s.size() && k_plain[u[run]]) ++run;
+    while (run < stop && k_plain[u[run]]) ++run;
     if (run != i) {
-      const size_t room = cap - len;
-      const size_t n = run - i < room ? run - i : room;
-      if (n != 0) std::memcpy(out + len, s.data() + i, n);
-      len += n;
-      i += n;
-      if (i < run) break;  // out of room
+      std::memcpy(out + len, s.data() + i, run - i);
+      len += run - i;
+      i = run;
       continue;
     }
+    if (room == 0) break;
     char esc[6];
     const char* piece;
     size_t piece_len;

@@ -631,7 +631,7 @@ render_status stream_renderer::feed(std::string_view data, char* out, size_t cap
     } else {
       if (feed_plain(data, out, cap, written)) return render_status::ok;
       if (cap < bound(data.size())) return render_status::more_room;
-      if (data.size() > k_large_event_bytes_max) return render_status::malformed;
+      if (data.size() > k_large_event_bytes_max + k_translation_slack_bytes) return render_status::malformed;
       // The usual event in the kept buffers; a larger one in its own (freed
       // at return, after every view into it is written out).
       std::unique_ptr<char[]> large_copy;

@@ -22,6 +22,9 @@ import { chunk, sse_head, start_scripted_backend } from './lib/scripted_backend.
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const big_text = Array.from({ length: 9000 }, (_, i) => `w${i}`).join(' ');  // ~60 kB
 const big_args = JSON.stringify({ path: 'src/main.c', content: 'int x;\n'.repeat(40000) });  // ~280 kB
+// A text_delta whose event is just under the 4 MiB sluice reads whole: its
+// chat chunk (the translation, with an id and the model) is just over.
+const most_text = 'm'.repeat(4 * 1024 * 1024 - 200);
 
 // Writes `bytes` in pieces of `size` with a pause between them, so that the
 // reads on the other side end inside the events.
@@ -78,9 +81,11 @@ function anthropic_backend() {
   return start_scripted_backend(async (socket, request) => {
     const body = request.body ?? {};
     const tools = Array.isArray(body.tools) && body.tools.length > 0;
+    const most = JSON.stringify(body.messages ?? []).includes('Write the most.');
     const ev = (type, extra) => chunk(`event: ${type}\ndata: ${JSON.stringify({ type, ...extra })}\n\n`).toString('latin1');
     const block = tools ? { type: 'tool_use', id: 'toolu_big', name: 'write_file', input: {} } : { type: 'text', text: '' };
-    const delta = tools ? { type: 'input_json_delta', partial_json: big_args } : { type: 'text_delta', text: big_text };
+    const delta = tools ? { type: 'input_json_delta', partial_json: big_args }
+      : { type: 'text_delta', text: most ? most_text : big_text };
     await trickle(socket, sse_head +
       ev('message_start', { message: { id: 'msg_big', type: 'message', role: 'assistant', model: body.model, content: [],
         stop_reason: null, usage: { input_tokens: 12, output_tokens: 1 } } }) +
@@ -159,6 +164,13 @@ describe('events larger than a receive buffer on the dialects\' streams', () => 
     const fc = r.output.find((o) => o.type === 'function_call');
     assert.ok(fc, JSON.stringify(r.output).slice(0, 300));
     assert.equal(fc.arguments, big_args);
+  });
+
+  it('an Anthropic text_delta just under 4 MiB reaches a Responses client whole, though its chat chunk is just over', async () => {
+    const r = await openai.responses.stream({ model: 'claude-model', input: 'Write the most.' }).finalResponse();
+    assert.equal(r.status, 'completed');
+    const text = r.output.find((o) => o.type === 'message')?.content?.[0]?.text ?? '';
+    assert.ok(text === most_text, `the text exactly (${text.length} of ${most_text.length} bytes)`);
   });
 
   it('the buffers a large event grew go back when its answer is done, the keep-alive connection still open', async () => {

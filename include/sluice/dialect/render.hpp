@@ -67,9 +67,13 @@ class stream_renderer {
   static constexpr uint32_t k_items_max = 64;  // output items (text, tool calls) per reply
   // An event past event_bytes_max (a whole tool call's arguments in one
   // delta, as some backends' tool parsers write them) is parsed by a parser
-  // made for it and freed after, up to this; a longer one ends the stream
-  // as malformed.
+  // made for it and freed after. A backend's event is read whole up to
+  // k_large_event_bytes_max; the renderer takes k_translation_slack_bytes
+  // more, since a translator's chat chunk wraps an event of the backend's
+  // own protocol (an Anthropic delta of up to 4 MiB) in a few hundred
+  // bytes more. A longer one ends the stream as malformed.
   static constexpr size_t k_large_event_bytes_max = 4u << 20;
+  static constexpr size_t k_translation_slack_bytes = 64u << 10;
 
   explicit stream_renderer(size_t event_bytes_max = 64 * 1024);
   stream_renderer(const stream_renderer&) = delete;

@@ -63,6 +63,24 @@ TEST_SUITE("core::json_string") {
       at += consumed;
     }
     CHECK(pieces == escaped(text));
+    // A long plain run in small pieces (a 4 MiB delta written into a
+    // bounded frame): each piece takes exactly its room, and an escape at a
+    // piece's edge waits whole for the next.
+    const std::string run = std::string(1023, 'p') + "\"" + std::string(1000, 'q');
+    std::string joined;
+    std::vector<size_t> took;
+    for (size_t at = 0; at < run.size();) {
+      char small[64];
+      const size_t n = sluice::json_escape(small, sizeof small, std::string_view(run).substr(at), consumed);
+      REQUIRE(consumed > 0);
+      joined.append(small, n);
+      took.push_back(consumed);
+      at += consumed;
+    }
+    CHECK(joined == escaped(run));
+    CHECK(took.front() == 64);
+    CHECK(took[15] == 63);  // 63 plain bytes; the quote's 2 do not fit in the last one
+    CHECK(took[16] == 63);  // the quote, then 62 of the next run
   }
 
   TEST_CASE("any bytes: valid UTF-8 out, no raw control byte, at most 6 bytes a byte, sized as predicted") {

@@ -196,7 +196,7 @@ TEST_CASE("a failure: an error event mid-stream, a stream cut short, a malformed
   CHECK(s.outcome().deltas == 1);
 }
 
-TEST_CASE("an event past the renderer's own bound (a whole tool call in one delta) is rendered whole; past 4 MiB, malformed") {
+TEST_CASE("an event past the renderer's own bound (a whole tool call in one delta) is rendered whole; past 4 MiB and the slack, malformed") {
   const std::string args = std::string(R"({\"code\":\")") + std::string(200000, 'z') + R"(\"})";
   std::vector<std::string> chunks = k_text_stream;
   chunks[4] = R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":")" +
@@ -209,10 +209,25 @@ TEST_CASE("an event past the renderer's own bound (a whole tool call in one delt
   CHECK(std::string(root["delta"]["partial_json"].get_string().value()) == "{\"code\":\"" + std::string(200000, 'z') + "\"}");
   stream_renderer r(16 * 1024);
   r.reset(client_dialect::responses, {"rid", 1, "m"});
-  const std::string huge = R"({"choices":[{"index":0,"delta":{"content":")" + std::string(stream_renderer::k_large_event_bytes_max, 'h') + R"("}}]})";
+  const std::string huge =
+      R"({"choices":[{"index":0,"delta":{"content":")" +
+      std::string(stream_renderer::k_large_event_bytes_max + stream_renderer::k_translation_slack_bytes, 'h') +
+      R"("}}]})";
   std::string buf(r.bound(huge.size()), '\0');
   size_t n = 0;
   CHECK(r.feed(huge, buf.data(), buf.size(), n) == render_status::malformed);
+  // A translated chunk: a backend's event of just under 4 MiB (the most
+  // sluice reads whole) wrapped in a chat chunk's fields is past 4 MiB,
+  // and still renders whole.
+  stream_renderer t(16 * 1024);
+  t.reset(client_dialect::responses, {"rid", 1, "m"});
+  const std::string wrapped =
+      R"({"id":"msg_01XFDUDYJgAACzvnptvVoYEL","object":"chat.completion.chunk","created":1,"model":"claude-sonnet-4-5","choices":[{"index":0,"delta":{"content":")" +
+      std::string(stream_renderer::k_large_event_bytes_max - 100, 't') + R"("},"logprobs":null,"finish_reason":null}]})";
+  REQUIRE(wrapped.size() > stream_renderer::k_large_event_bytes_max);
+  std::string out(t.bound(wrapped.size()), '\0');
+  CHECK(t.feed(wrapped, out.data(), out.size(), n) == render_status::ok);
+  CHECK(std::string_view(out.data(), n).find(std::string(1000, 't')) != std::string_view::npos);
 }
 
 TEST_CASE("a warm renderer does not allocate per event") {
