@@ -157,6 +157,9 @@ void triton_grpc::submit_recv(h2_conn* c) noexcept {
 
 void triton_grpc::flush(h2_conn* c) noexcept {
   if (!c->connected || c->send_busy || c->in_recv || c->fd < 0) return;
+  // A session that broke stays broken: whoever saw it fails the connection,
+  // once (its streams' detach comes back here).
+  if (c->session.failed()) return;
   if (c->closing && c->streams == 0) return;
   c->out.len = 0;
   c->out_sent = 0;

@@ -561,4 +561,24 @@ TEST_SUITE("adapters::triton_grpc") {
     CHECK(str(j.root["choices"].at(0)["message"]["content"]).size() == text_bytes);
     CHECK(f.policy.failures_of(f.backend_index(0)) == 0);
   }
+
+  TEST_CASE("a connection nghttp2 gives up on (a SETTINGS flood) reports one failure, not one per stream") {
+    triton_shard f(config());
+    call& a = f.start(k_stream);
+    call& b = f.start(k_stream);
+    const grpc_request ra = f.await_request();
+    const grpc_request rb = f.await_request();
+    REQUIRE(ra.peer == rb.peer);
+    ra.peer->head(ra.id);
+    rb.peer->head(rb.id);
+    f.settle();
+    // 5000 empty SETTINGS frames in one write: nghttp2's mem_recv returns
+    // NGHTTP2_ERR_FLOODED (over 1000 ACKs queued, none sent).
+    std::string flood;
+    for (int i = 0; i < 5000; ++i) flood.append("\0\0\0\x04\0\0\0\0\0", 9);
+    REQUIRE(::send(f.backend().conns[ra.peer->conn], flood.data(), flood.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(flood.size()));
+    REQUIRE(f.pump([&] { return a.codec.ended() && b.codec.ended(); }));
+    CHECK(f.policy.failures_of(f.backend_index(0)) == 1);
+  }
 }
