@@ -63,7 +63,8 @@ bool grpc_ready_probe::submit(call& c, std::string_view path, const char* reques
   const int32_t id = _session.call(path, _authority, "sluice-health",
                                    std::string_view(_grpc_timeout, _grpc_timeout_len), false, &c);
   if (id < 0) {
-    decide(outcome::failed, "out of memory");
+    // A GOAWAY that came with the last answer refuses the next call.
+    decide(outcome::failed, _session.takes_calls() ? "out of memory" : "connection closed by GOAWAY");
     return false;
   }
   c.stream_id = id;

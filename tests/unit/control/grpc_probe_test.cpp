@@ -266,4 +266,20 @@ TEST_SUITE("control::grpc_ready_probe") {
     exchange(probe, server);
     CHECK(server.request(0).headers.at("grpc-timeout") == "4000000S");
   }
+
+  TEST_CASE("a GOAWAY with ServerReady's answer fails the probe as a GOAWAY, not out of memory") {
+    grpc_ready_probe probe;
+    probe.set_target("b:1", "m", 1000);
+    fake_server server;
+    REQUIRE(probe.begin());
+    for (std::string_view out = probe.next_send(); !out.empty(); out = probe.next_send()) {
+      REQUIRE(nghttp2_session_mem_recv(server.session, reinterpret_cast<const uint8_t*>(out.data()), out.size()) ==
+              static_cast<ssize_t>(out.size()));
+    }
+    REQUIRE(server.order.size() == 1);  // ServerReady's answer is queued
+    REQUIRE(nghttp2_submit_goaway(server.session, NGHTTP2_FLAG_NONE, server.order[0], NGHTTP2_NO_ERROR, nullptr, 0) == 0);
+    exchange(probe, server);
+    CHECK(probe.result() == outcome::failed);
+    CHECK(probe.why() == "connection closed by GOAWAY");
+  }
 }
