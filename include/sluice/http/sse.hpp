@@ -20,6 +20,10 @@ namespace sluice::http {
 bool has_line_end(const char* p, size_t n) noexcept;
 namespace detail {
 bool line_end_sse2(const char* p, size_t n) noexcept;  // the SSE2 one, for the tests
+// has_line_end's implementation for this CPU: a loop that asks per chunk
+// calls it once, not through has_line_end too.
+using line_end_fn = bool (*)(const char* p, size_t n) noexcept;
+line_end_fn line_end_impl() noexcept;
 }
 
 struct sse_event {
