@@ -2,7 +2,8 @@
 // costs per response, apart from any I/O -- the response parser fed
 // bench/harness2's SSE reply (222 events in vLLM's layout, each in its own
 // HTTP chunk, the usage chunk, [DONE]: ~52 KB) whole, as one receive hands
-// it over, with the relay's skip of plain one-event chunks on.
+// it over, with the relay's skip of plain one-event chunks on (its head and
+// tail: the finish, usage and [DONE] chunks are handed on).
 //
 //   build/bench-walk [--iterations N] [--buffers B]
 //
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
                  [](void* x, const char*, size_t, const char*) { ++static_cast<counts*>(x)->chunks; }};
   sink.skip_ok = &c.skip_ok;
   sink.skip_head = "data: {";
-  sink.skip_tail = "}\n\n";
+  sink.skip_tail = "\"finish_reason\":null}]}\n\n";  // the chat relay's (openai_http::k_plain_chunk_tail)
   sink.on_skipped = [](void* x, uint32_t n, const char*) { static_cast<counts*>(x)->skipped += n; };
   response_parser parser;
   response_head head;
