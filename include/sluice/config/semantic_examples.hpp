@@ -1,18 +1,19 @@
 #pragma once
 // config: the semantic router's example scorer ([router] classifier =
-// "examples", the default): the groups' examples kept as they are, and a
+// "examples", the default): the groups' examples kept as counts, and a
 // prompt scored against them two ways, averaged --
 //   - naive Bayes over its words and shape features (binary, Laplace
 //     smoothing α = 0.3, every group the same prior: class-balanced);
-//   - the nearest examples: cosine over TF-IDF vectors of words, word
-//     bigrams, character 3- and 4-grams of ASCII words and the shape
-//     features; a group's score the mean of its 3 best, turned into a
-//     probability by a softmax at temperature 0.05.
+//   - the group centroids (Rocchio): cosine of the prompt's TF-IDF vector
+//     of words, word bigrams, character 3- and 4-grams of ASCII words and
+//     the shape features to each group's centroid (the mean of its examples' unit
+//     vectors, made unit length), turned into a probability by a softmax at
+//     temperature 0.03.
 // Nothing is trained (no epochs, no seed): the model is counts and weights
 // of the examples, built in microseconds at load. Chosen over the fastText
-// classifier on the held-out evaluation (bench/router-eval
-// --heldout: 77.5 % -> see README "Semantic routing"), with the method and
-// its settings picked on tests/data/router's own set.
+// classifier, and the centroids over the 3 nearest examples, on the
+// development sets (bench/router-eval --heldout, --reverse and the first
+// author's set; README "Semantic routing", bench/RESULTS.md).
 //
 // Built on the cold path (config load, SIGHUP), one per config snapshot,
 // shared read-only by the shards; route::semantic_classifier scores with it
@@ -125,8 +126,7 @@ void for_each_feature(std::string_view normalized, uint8_t shape, F&& f) noexcep
 }
 
 struct example_model {
-  static constexpr uint32_t k_nearest = 3;       // a group's score: the mean of its best 3 cosines
-  static constexpr float k_temperature = 0.05f;  // of the nearest-example softmax
+  static constexpr float k_temperature = 0.03f;  // of the centroids' softmax
   static constexpr double k_alpha = 0.3;         // naive Bayes' smoothing
   uint32_t nlabels = 0;
   uint32_t nexamples = 0;
@@ -139,10 +139,7 @@ struct example_model {
   std::vector<feature_kind> kind;
   std::vector<float> idf;         // log((examples + 1) / (examples holding it + 1))
   std::vector<float> likelihood;  // nfeatures x nlabels: log P(feature | group) (Bayes' kinds; else 0)
-  std::vector<uint32_t> posting_offset;  // nfeatures + 1: its examples are posting_*[offset[f], offset[f+1])
-  std::vector<uint32_t> posting_example;
-  std::vector<float> posting_weight;     // the feature's weight in the example's unit TF-IDF vector
-  std::vector<uint32_t> example_label;   // by example
+  std::vector<float> centroid;    // nfeatures x nlabels: the feature's weight in each group's unit centroid
 
   // Returns: the feature of hash `h`, or UINT32_MAX when no example has it.
   uint32_t find(uint64_t h) const noexcept {

@@ -60,7 +60,7 @@ class semantic_classifier {
  private:
   int32_t infer_fasttext(std::string_view normalized) noexcept;
   // The example scorer (config::example_model): naive Bayes and the
-  // nearest examples, averaged.
+  // group centroids, averaged.
   int32_t infer_examples(std::string_view normalized, uint8_t shape) noexcept;
   int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
   void add_row(int64_t row) noexcept;       // queued (prefetched), summed by flush_rows()
@@ -97,13 +97,11 @@ class semantic_classifier {
   std::vector<float> _output;      // nlabels
   // The example scorer's scratch, sized at construction: a feature's
   // count in this text (valid where its stamp is this call's), the
-  // distinct features seen, each example's dot product, each label's
-  // naive-Bayes sum and best cosines.
+  // distinct features seen, each label's naive-Bayes sum and dot product
+  // with its centroid.
   std::vector<uint32_t> _stamp, _count, _seen;
   uint32_t _generation = 0;
-  std::vector<float> _example_dot;
-  std::vector<double> _bayes;
-  std::vector<float> _best;        // nlabels x example_model::k_nearest
+  std::vector<double> _bayes, _dot;
   // Its token cache (sized by token_cache, set-associative as the one
   // below): a token's features that some example has (its word and its
   // character n-grams), in the order they are read, so a decision is the

@@ -103,14 +103,12 @@ TEST_SUITE("route::semantic examples") {
     CHECK(a.slot_hash == b.slot_hash);
     CHECK(a.idf == b.idf);
     CHECK(a.likelihood == b.likelihood);
-    CHECK(a.posting_weight == b.posting_weight);
+    CHECK(a.centroid == b.centroid);
     CHECK(a.find(12345) == UINT32_MAX);
-    // Each example's vector is unit length.
-    std::vector<double> norm(a.nexamples, 0.0);
-    for (uint32_t f = 0; f < a.nfeatures; ++f) {
-      for (uint32_t p = a.posting_offset[f]; p < a.posting_offset[f + 1]; ++p) {
-        norm[a.posting_example[p]] += static_cast<double>(a.posting_weight[p] * a.posting_weight[p]);
-      }
+    // Each group's centroid is unit length.
+    std::vector<double> norm(a.nlabels, 0.0);
+    for (size_t i = 0; i < a.centroid.size(); ++i) {
+      norm[i % a.nlabels] += static_cast<double>(a.centroid[i] * a.centroid[i]);
     }
     for (double n : norm) CHECK(n == doctest::Approx(1.0).epsilon(1e-5));
 
@@ -176,7 +174,7 @@ TEST_SUITE("route::semantic examples") {
     CHECK(d->router.classifier == cfg::classifier_method::examples);
     CHECK(d->router.model->method == cfg::classifier_method::examples);
     CHECK(d->router.model->labels == std::vector<std::string>{"code", "chat"});
-    CHECK(d->router.model->origin.find("nearest examples over 100 examples of 2 groups") != std::string::npos);
+    CHECK(d->router.model->origin.find("group centroids over 100 examples of 2 groups") != std::string::npos);
     auto f = load_for_test("[router]\nsemantic = \"classifier\"\nclassifier = \"fasttext\"\n" + groups);
     CHECK(f->router.model->method == cfg::classifier_method::fasttext);
     CHECK_THROWS_WITH_AS(load_for_test("[router]\nsemantic = \"classifier\"\nclassifier = \"bayes\"\n" + groups),
@@ -187,9 +185,10 @@ TEST_SUITE("route::semantic examples") {
         doctest::Contains("router.model_file is a fastText model"), cfg::config_error);
   }
 
-  TEST_CASE("on prompts written apart from its 25 examples a group, it routes at least 85 % right") {
+  TEST_CASE("on prompts written apart from its 25 examples a group, it routes at least 86 % right") {
     // The held-out setting of bench/router-eval --heldout; the figure is
-    // deterministic (no training, no seed). 86.2 % when this was written;
+    // deterministic (no training, no seed). 86.2 % when this was written
+    // (86.2 % with the 3 nearest examples in place of the centroids);
     // fastText on the same examples: 77.5 %.
     const std::string dir = SLUICE_ROUTER_HELDOUT;
     auto c = load_for_test("[router]\nsemantic = \"classifier\"\ndefault_group = \"chat\"\nmin_confidence = 0.5\n" +
@@ -210,6 +209,6 @@ TEST_SUITE("route::semantic examples") {
     }
     CHECK(total == 160);
     MESSAGE("held-out: ", right, "/", total);
-    CHECK(right * 100 >= total * 85);
+    CHECK(right * 100 >= total * 86);
   }
 }
