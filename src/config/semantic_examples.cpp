@@ -133,14 +133,24 @@ example_model build_example_model(const std::vector<std::vector<std::string>>& e
     }
   }
   m.idf.resize(m.nfeatures);
-  m.likelihood.assign(size_t{m.nfeatures} * m.nlabels, 0.0f);
+  double idf_sum = 0;
+  uint32_t words = 0;
   for (uint32_t f = 0; f < m.nfeatures; ++f) {
     m.idf[f] = static_cast<float>(std::log((m.nexamples + 1.0) / (df[f] + 1.0)));
+    if (m.kind[f] == feature_kind::word) idf_sum += static_cast<double>(m.idf[f]), ++words;
+  }
+  // A word's evidence scaled by how rare it is among the examples: "the",
+  // "how", "的" say less than "segfault" or "导数" (BM25's and TF-IDF's
+  // weighting, on naive Bayes' log-likelihoods).
+  const double idf_mean = words > 0 && idf_sum > 0 ? idf_sum / words : 1.0;
+  m.likelihood.assign(size_t{m.nfeatures} * m.nlabels, 0.0f);
+  for (uint32_t f = 0; f < m.nfeatures; ++f) {
     if (!bayes_reads(m.kind[f])) continue;
+    const double weight = m.kind[f] == feature_kind::word ? static_cast<double>(m.idf[f]) / idf_mean : 1.0;
     for (uint32_t l = 0; l < m.nlabels; ++l) {
       const double num = in_label[size_t{f} * m.nlabels + l] + example_model::k_alpha;
       const double den = static_cast<double>(label_total[l]) + example_model::k_alpha * bayes_vocabulary;
-      m.likelihood[size_t{f} * m.nlabels + l] = static_cast<float>(std::log(num / den));
+      m.likelihood[size_t{f} * m.nlabels + l] = static_cast<float>(weight * std::log(num / den));
     }
   }
   // Each group's centroid: the sum of its examples' unit TF-IDF vectors,

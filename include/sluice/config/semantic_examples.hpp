@@ -3,7 +3,9 @@
 // "examples", the default): the groups' examples kept as counts, and a
 // prompt scored against them two ways, averaged --
 //   - naive Bayes over its words and shape features (binary, Laplace
-//     smoothing α = 0.3, every group the same prior: class-balanced);
+//     smoothing α = 0.3, every group the same prior: class-balanced), each
+//     word's log-likelihoods weighted by its IDF over the mean IDF (a word
+//     most examples have says little, a rare one much);
 //   - the group centroids (Rocchio): cosine of the prompt's TF-IDF vector
 //     of words, word bigrams, character 3- and 4-grams of ASCII words and
 //     the shape features to each group's centroid (the mean of its examples' unit
@@ -138,7 +140,9 @@ struct example_model {
   // By feature.
   std::vector<feature_kind> kind;
   std::vector<float> idf;         // log((examples + 1) / (examples holding it + 1))
-  std::vector<float> likelihood;  // nfeatures x nlabels: log P(feature | group) (Bayes' kinds; else 0)
+  // nfeatures x nlabels: log P(feature | group), a word's times its IDF
+  // over the mean IDF of words (Bayes' kinds; else 0).
+  std::vector<float> likelihood;
   std::vector<float> centroid;    // nfeatures x nlabels: the feature's weight in each group's unit centroid
 
   // Returns: the feature of hash `h`, or UINT32_MAX when no example has it.

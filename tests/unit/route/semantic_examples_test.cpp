@@ -111,6 +111,18 @@ TEST_SUITE("route::semantic examples") {
       norm[i % a.nlabels] += static_cast<double>(a.centroid[i] * a.centroid[i]);
     }
     for (double n : norm) CHECK(n == doctest::Approx(1.0).epsilon(1e-5));
+    // Naive Bayes weighs a word by its rarity: one every example has
+    // (IDF 0) is no evidence, however its counts fall between the groups.
+    const cfg::example_model w = cfg::build_example_model({{"please fix code", "please debug"},
+                                                           {"please solve", "please add numbers", "please integrate x"}});
+    const uint32_t please = w.find(cfg::word_key("please"));
+    REQUIRE(please != UINT32_MAX);
+    CHECK(w.idf[please] == 0.0f);
+    CHECK(w.likelihood[size_t{please} * 2] == 0.0f);
+    CHECK(w.likelihood[size_t{please} * 2 + 1] == 0.0f);
+    const uint32_t code = w.find(cfg::word_key("code"));
+    REQUIRE(code != UINT32_MAX);
+    CHECK(w.likelihood[size_t{code} * 2] > w.likelihood[size_t{code} * 2 + 1]);
 
     auto m = std::make_shared<cfg::semantic_model>();
     m->method = cfg::classifier_method::examples;
@@ -185,11 +197,11 @@ TEST_SUITE("route::semantic examples") {
         doctest::Contains("router.model_file is a fastText model"), cfg::config_error);
   }
 
-  TEST_CASE("on prompts written apart from its 25 examples a group, it routes at least 86 % right") {
+  TEST_CASE("on prompts written apart from its 25 examples a group, it routes at least 87 % right") {
     // The held-out setting of bench/router-eval --heldout; the figure is
-    // deterministic (no training, no seed). 86.2 % when this was written
-    // (86.2 % with the 3 nearest examples in place of the centroids);
-    // fastText on the same examples: 77.5 %.
+    // deterministic (no training, no seed). 87.5 % when this was written
+    // (86.2 % with the 3 nearest examples in place of the centroids and
+    // naive Bayes unweighted); fastText on the same examples: 77.5 %.
     const std::string dir = SLUICE_ROUTER_HELDOUT;
     auto c = load_for_test("[router]\nsemantic = \"classifier\"\ndefault_group = \"chat\"\nmin_confidence = 0.5\n" +
                            group_toml(dir, {"code", "math", "translation", "chat"}));
@@ -209,6 +221,6 @@ TEST_SUITE("route::semantic examples") {
     }
     CHECK(total == 160);
     MESSAGE("held-out: ", right, "/", total);
-    CHECK(right * 100 >= total * 86);
+    CHECK(right * 100 >= total * 87);
   }
 }
