@@ -93,7 +93,7 @@ example_model build_example_model(const std::vector<std::vector<std::string>>& e
       buf.resize(e.size() * 3 + 4);
       const size_t n = semantic_normalize(e, buf.data(), buf.size());
       std::unordered_map<uint32_t, uint32_t> c;
-      for_each_feature(std::string_view(buf.data(), n), semantic_shape(e), [&](uint64_t h, feature_kind k) {
+      for_each_feature(e, std::string_view(buf.data(), n), semantic_shape(e), [&](uint64_t h, feature_kind k) {
         const auto [it, added] = ids.try_emplace(h, static_cast<uint32_t>(m.kind.size()));
         if (added) m.kind.push_back(k);
         ++c[it->second];

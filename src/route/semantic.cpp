@@ -220,8 +220,8 @@ void semantic_classifier::add_subwords(std::string_view token) noexcept {
   }
 }
 
-int32_t semantic_classifier::infer(std::string_view text, uint8_t shape) noexcept {
-  if (_model->method == config::classifier_method::examples) return infer_examples(text, shape);
+int32_t semantic_classifier::infer(std::string_view text, uint8_t shape, std::string_view raw) noexcept {
+  if (_model->method == config::classifier_method::examples) return infer_examples(text, shape, {&raw, 1});
   return infer_fasttext(text);
 }
 
@@ -249,7 +249,8 @@ void softmax(std::span<T> v, double scale) noexcept {
 
 }  // namespace
 
-int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape) noexcept {
+int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape,
+                                            std::span<const std::string_view> raw) noexcept {
   using config::example_model;
   const example_model& m = _model->examples;
   if (++_generation == 0) {  // wrapped: no stamp may match a past call's
@@ -271,6 +272,11 @@ int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape
     if ((shape >> b) & 1) {
       if (const uint32_t f = m.find(config::shape_key(b)); f != UINT32_MAX) add(f);
     }
+  }
+  for (std::string_view part : raw) {
+    config::for_each_class_gram(part, [&](uint64_t g) {
+      if (const uint32_t f = m.find(g); f != UINT32_MAX) add(f);
+    });
   }
   uint64_t prev = 0;
   config::for_each_token(text, [&](std::string_view tok, bool ascii) {
@@ -423,8 +429,10 @@ int32_t semantic_classifier::classify(std::string_view system, std::string_view 
   n += config::semantic_normalize(user_prefix, _text.data() + n, _text.size() - n);
   if (_model->method != config::classifier_method::examples) return infer_fasttext(std::string_view(_text.data(), n));
   uint8_t shape = config::semantic_shape(user_prefix);
-  if (!system.empty()) shape |= config::semantic_shape(config::utf8_prefix(system, _text_bytes_max));
-  return infer_examples(std::string_view(_text.data(), n), shape);
+  const std::string_view system_prefix = config::utf8_prefix(system, _text_bytes_max);
+  if (!system.empty()) shape |= config::semantic_shape(system_prefix);
+  const std::array<std::string_view, 2> raw{system_prefix, user_prefix};
+  return infer_examples(std::string_view(_text.data(), n), shape, raw);
 }
 
 }  // namespace sluice::route

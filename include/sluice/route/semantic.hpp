@@ -39,11 +39,12 @@ class semantic_classifier {
 
   // Classifies already normalised text (whitespace-separated tokens, as
   // semantic_normalize writes them; at most text_capacity() bytes), with
-  // the raw text's shape bits (config::semantic_shape; the example scorer
-  // reads them, fastText does not). Returns: the most probable label, or
-  // -1 when the text has no token; probabilities() then holds every
-  // label's probability.
-  int32_t infer(std::string_view normalized, uint8_t shape = 0) noexcept;
+  // the raw text's shape bits (config::semantic_shape) and the raw text
+  // itself (its character classes; "": none) -- the example scorer reads
+  // them, fastText does not. Returns: the most probable label, or -1 when
+  // the text has no token; probabilities() then holds every label's
+  // probability.
+  int32_t infer(std::string_view normalized, uint8_t shape = 0, std::string_view raw = {}) noexcept;
 
   // The request path: the first `text_bytes_max` bytes of `system` (when not
   // empty) and then of `user`, each cut at a UTF-8 boundary, normalised into
@@ -60,8 +61,9 @@ class semantic_classifier {
  private:
   int32_t infer_fasttext(std::string_view normalized) noexcept;
   // The example scorer (config::example_model): naive Bayes and the
-  // group centroids, averaged.
-  int32_t infer_examples(std::string_view normalized, uint8_t shape) noexcept;
+  // group centroids, averaged. `raw`: the raw parts (system prompt,
+  // message) whose character classes it reads.
+  int32_t infer_examples(std::string_view normalized, uint8_t shape, std::span<const std::string_view> raw) noexcept;
   int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
   void add_row(int64_t row) noexcept;       // queued (prefetched), summed by flush_rows()
   void flush_rows() noexcept;               // sums the queued rows onto _hidden, in order
