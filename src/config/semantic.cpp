@@ -328,7 +328,7 @@ std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, co
     if (m->examples.nexamples == 0) {
       throw config_error(fmt::format("{}: router.semantic = \"classifier\": no example holds a word", where));
     }
-    m->origin = fmt::format("naive Bayes and group centroids over {} examples of {} groups", total, with_examples);
+    m->origin = fmt::format("naive Bayes and nearest examples over {} examples of {} groups", total, with_examples);
     return m;
   }
   auto ft = train_semantic_fasttext(names, examples);

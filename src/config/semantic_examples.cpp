@@ -86,14 +86,13 @@ example_model build_example_model(const std::vector<std::vector<std::string>>& e
   std::unordered_map<uint64_t, uint32_t> ids;
   // Per example: its features' counts.
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> counts;
-  std::vector<uint32_t> label;  // by example
   std::vector<char> buf;
   for (uint32_t l = 0; l < m.nlabels; ++l) {
     for (const std::string& e : examples[l]) {
       buf.resize(e.size() * 3 + 4);
       const size_t n = semantic_normalize(e, buf.data(), buf.size());
       std::unordered_map<uint32_t, uint32_t> c;
-      for_each_feature(e, std::string_view(buf.data(), n), semantic_shape(e), [&](uint64_t h, feature_kind k) {
+      for_each_feature(std::string_view(buf.data(), n), semantic_shape(e), [&](uint64_t h, feature_kind k) {
         const auto [it, added] = ids.try_emplace(h, static_cast<uint32_t>(m.kind.size()));
         if (added) m.kind.push_back(k);
         ++c[it->second];
@@ -101,7 +100,7 @@ example_model build_example_model(const std::vector<std::vector<std::string>>& e
       if (c.empty()) continue;
       counts.emplace_back(c.begin(), c.end());
       std::sort(counts.back().begin(), counts.back().end());  // a fixed order: the same model every load
-      label.push_back(l);
+      m.example_label.push_back(l);
     }
   }
   m.nfeatures = static_cast<uint32_t>(m.kind.size());
@@ -123,7 +122,7 @@ example_model build_example_model(const std::vector<std::vector<std::string>>& e
   uint32_t bayes_vocabulary = 0;
   std::vector<bool> bayes_seen(m.nfeatures, false);
   for (uint32_t e = 0; e < m.nexamples; ++e) {
-    const uint32_t l = label[e];
+    const uint32_t l = m.example_label[e];
     for (const auto& [f, c] : counts[e]) {
       ++df[f];
       if (!bayes_reads(m.kind[f])) continue;
@@ -133,48 +132,43 @@ example_model build_example_model(const std::vector<std::vector<std::string>>& e
     }
   }
   m.idf.resize(m.nfeatures);
-  double idf_sum = 0;
-  uint32_t words = 0;
-  for (uint32_t f = 0; f < m.nfeatures; ++f) {
-    m.idf[f] = static_cast<float>(std::log((m.nexamples + 1.0) / (df[f] + 1.0)));
-    if (m.kind[f] == feature_kind::word) idf_sum += static_cast<double>(m.idf[f]), ++words;
-  }
-  // A word's evidence scaled by how rare it is among the examples: "the",
-  // "how", "的" say less than "segfault" or "导数" (BM25's and TF-IDF's
-  // weighting, on naive Bayes' log-likelihoods).
-  const double idf_mean = words > 0 && idf_sum > 0 ? idf_sum / words : 1.0;
   m.likelihood.assign(size_t{m.nfeatures} * m.nlabels, 0.0f);
   for (uint32_t f = 0; f < m.nfeatures; ++f) {
+    m.idf[f] = static_cast<float>(std::log((m.nexamples + 1.0) / (df[f] + 1.0)));
     if (!bayes_reads(m.kind[f])) continue;
-    const double weight = m.kind[f] == feature_kind::word ? static_cast<double>(m.idf[f]) / idf_mean : 1.0;
     for (uint32_t l = 0; l < m.nlabels; ++l) {
       const double num = in_label[size_t{f} * m.nlabels + l] + example_model::k_alpha;
       const double den = static_cast<double>(label_total[l]) + example_model::k_alpha * bayes_vocabulary;
-      m.likelihood[size_t{f} * m.nlabels + l] = static_cast<float>(weight * std::log(num / den));
+      m.likelihood[size_t{f} * m.nlabels + l] = static_cast<float>(std::log(num / den));
     }
   }
-  // Each group's centroid: the sum of its examples' unit TF-IDF vectors,
-  // made unit length.
-  std::vector<double> centroid(size_t{m.nfeatures} * m.nlabels, 0.0);
+  // Each example's unit TF-IDF vector, as postings by feature.
+  m.posting_offset.assign(m.nfeatures + 1, 0);
+  std::vector<std::vector<float>> weights(m.nexamples);
   for (uint32_t e = 0; e < m.nexamples; ++e) {
     double norm = 0;
     for (const auto& [f, c] : counts[e]) {
       const double w = (1.0 + std::log(static_cast<double>(c))) * static_cast<double>(m.idf[f]);
+      weights[e].push_back(static_cast<float>(w));
       norm += w * w;
     }
-    if (norm == 0) continue;
     norm = std::sqrt(norm);
-    for (const auto& [f, c] : counts[e]) {
-      const double w = (1.0 + std::log(static_cast<double>(c))) * static_cast<double>(m.idf[f]);
-      centroid[size_t{f} * m.nlabels + label[e]] += w / norm;
+    for (float& w : weights[e]) w = norm > 0 ? static_cast<float>(static_cast<double>(w) / norm) : 0.0f;
+    for (size_t j = 0; j < counts[e].size(); ++j) {
+      if (weights[e][j] != 0.0f) ++m.posting_offset[counts[e][j].first + 1];
     }
   }
-  std::vector<double> length(m.nlabels, 0.0);
-  for (size_t i = 0; i < centroid.size(); ++i) length[i % m.nlabels] += centroid[i] * centroid[i];
-  m.centroid.resize(centroid.size());
-  for (size_t i = 0; i < centroid.size(); ++i) {
-    const double len = std::sqrt(length[i % m.nlabels]);
-    m.centroid[i] = len > 0 ? static_cast<float>(centroid[i] / len) : 0.0f;
+  for (uint32_t f = 0; f < m.nfeatures; ++f) m.posting_offset[f + 1] += m.posting_offset[f];
+  m.posting_example.resize(m.posting_offset[m.nfeatures]);
+  m.posting_weight.resize(m.posting_offset[m.nfeatures]);
+  std::vector<uint32_t> fill(m.posting_offset.begin(), m.posting_offset.end() - 1);
+  for (uint32_t e = 0; e < m.nexamples; ++e) {
+    for (size_t j = 0; j < counts[e].size(); ++j) {
+      if (weights[e][j] == 0.0f) continue;
+      const uint32_t f = counts[e][j].first;
+      m.posting_example[fill[f]] = e;
+      m.posting_weight[fill[f]++] = weights[e][j];
+    }
   }
   return m;
 }

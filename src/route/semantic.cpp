@@ -63,8 +63,9 @@ semantic_classifier::semantic_classifier(std::shared_ptr<const config::semantic_
     _stamp.assign(m.nfeatures, 0);
     _count.resize(m.nfeatures);
     _seen.resize(m.nfeatures);
+    _example_dot.resize(m.nexamples);
     _bayes.resize(m.nlabels);
-    _dot.resize(m.nlabels);
+    _best.resize(size_t{m.nlabels} * config::example_model::k_nearest);
     _cache_mask = token_cache == 0 ? 0 : token_cache - 1;
     _way_mask = token_cache >= 2 ? 1 : 0;
     _example_slots.resize(token_cache);
@@ -220,8 +221,8 @@ void semantic_classifier::add_subwords(std::string_view token) noexcept {
   }
 }
 
-int32_t semantic_classifier::infer(std::string_view text, uint8_t shape, std::string_view raw) noexcept {
-  if (_model->method == config::classifier_method::examples) return infer_examples(text, shape, {&raw, 1});
+int32_t semantic_classifier::infer(std::string_view text, uint8_t shape) noexcept {
+  if (_model->method == config::classifier_method::examples) return infer_examples(text, shape);
   return infer_fasttext(text);
 }
 
@@ -249,8 +250,7 @@ void softmax(std::span<T> v, double scale) noexcept {
 
 }  // namespace
 
-int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape,
-                                            std::span<const std::string_view> raw) noexcept {
+int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape) noexcept {
   using config::example_model;
   const example_model& m = _model->examples;
   if (++_generation == 0) {  // wrapped: no stamp may match a past call's
@@ -272,11 +272,6 @@ int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape
     if ((shape >> b) & 1) {
       if (const uint32_t f = m.find(config::shape_key(b)); f != UINT32_MAX) add(f);
     }
-  }
-  for (std::string_view part : raw) {
-    config::for_each_class_gram(part, [&](uint64_t g) {
-      if (const uint32_t f = m.find(g); f != UINT32_MAX) add(f);
-    });
   }
   uint64_t prev = 0;
   config::for_each_token(text, [&](std::string_view tok, bool ascii) {
@@ -326,7 +321,7 @@ int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape
   if (!token) return -1;
   const size_t labels = m.nlabels;
   std::fill(_bayes.begin(), _bayes.end(), 0.0);
-  std::fill(_dot.begin(), _dot.end(), 0.0);
+  std::fill(_example_dot.begin(), _example_dot.end(), 0.0f);
   double norm = 0;
   for (size_t i = 0; i < distinct; ++i) {
     const uint32_t f = _seen[i];
@@ -338,12 +333,30 @@ int32_t semantic_classifier::infer_examples(std::string_view text, uint8_t shape
     const double w = (c < k_tf.size() ? k_tf[c] : 1.0 + std::log(static_cast<double>(c))) * static_cast<double>(m.idf[f]);
     if (w == 0) continue;
     norm += w * w;
-    const float* centroid = m.centroid.data() + size_t{f} * labels;
-    for (size_t l = 0; l < labels; ++l) _dot[l] += w * static_cast<double>(centroid[l]);
+    // Restrict: the dots are no posting, so the loop need not reload the
+    // postings after each store.
+    float* __restrict dot = _example_dot.data();
+    const uint32_t* __restrict example = m.posting_example.data();
+    const float* __restrict weight = m.posting_weight.data();
+    const auto wf = static_cast<float>(w);
+    for (uint32_t p = m.posting_offset[f], end = m.posting_offset[f + 1]; p < end; ++p) dot[example[p]] += wf * weight[p];
   }
-  // Each group's cosine to the text.
+  // Each label's best k cosines (0 where it has fewer examples).
+  constexpr size_t k = example_model::k_nearest;
+  std::fill(_best.begin(), _best.end(), 0.0f);
+  for (uint32_t e = 0; e < m.nexamples; ++e) {
+    float* best = _best.data() + size_t{m.example_label[e]} * k;
+    float x = _example_dot[e];
+    for (size_t j = 0; j < k; ++j) {
+      if (x > best[j]) std::swap(x, best[j]);
+    }
+  }
   const double inv_norm = norm > 0 ? 1.0 / std::sqrt(norm) : 0.0;
-  for (size_t l = 0; l < labels; ++l) _output[l] = static_cast<float>(_dot[l] * inv_norm);
+  for (size_t l = 0; l < labels; ++l) {
+    double sum = 0;
+    for (size_t j = 0; j < k; ++j) sum += static_cast<double>(_best[l * k + j]);
+    _output[l] = static_cast<float>(sum / k * inv_norm);
+  }
   softmax(std::span<float>(_output), 1.0 / static_cast<double>(example_model::k_temperature));
   softmax(std::span<double>(_bayes), 1.0);
   int32_t best = 0;
@@ -429,10 +442,8 @@ int32_t semantic_classifier::classify(std::string_view system, std::string_view 
   n += config::semantic_normalize(user_prefix, _text.data() + n, _text.size() - n);
   if (_model->method != config::classifier_method::examples) return infer_fasttext(std::string_view(_text.data(), n));
   uint8_t shape = config::semantic_shape(user_prefix);
-  const std::string_view system_prefix = config::utf8_prefix(system, _text_bytes_max);
-  if (!system.empty()) shape |= config::semantic_shape(system_prefix);
-  const std::array<std::string_view, 2> raw{system_prefix, user_prefix};
-  return infer_examples(std::string_view(_text.data(), n), shape, raw);
+  if (!system.empty()) shape |= config::semantic_shape(config::utf8_prefix(system, _text_bytes_max));
+  return infer_examples(std::string_view(_text.data(), n), shape);
 }
 
 }  // namespace sluice::route

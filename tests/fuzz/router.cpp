@@ -85,11 +85,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       SLUICE_FUZZ_CHECK(d.confidence == -1.0f || (d.confidence >= 0.0f && d.confidence <= 1.0f));
     }
     // Raw bytes straight into inference (no normalisation), bounded as the
-    // classifier requires, with shape bits from the second byte and the
-    // bytes as their own raw text.
+    // classifier requires, with shape bits from the second byte.
     sluice::route::semantic_classifier* c = t->classifier();
     const std::string_view raw = in.substr(0, c->text_capacity());
-    const int32_t label = c->infer(raw, size > 1 ? static_cast<uint8_t>(data[1] & 0x3F) : 0, raw);
+    const int32_t label = c->infer(raw, size > 1 ? static_cast<uint8_t>(data[1] & 0x3F) : 0);
     SLUICE_FUZZ_CHECK(label >= -1 && label < 2);
     if (label >= 0) {
       float sum = 0;

@@ -101,7 +101,7 @@ describe('semantic router', () => {
   it('--explain-route prints the group, how and the confidence, and exits', () => {
     const toml = path.join(data, 'router.toml');
     const out = execFileSync(program('sluice'), ['--config', toml, '--explain-route', 'my function returns None, why?'], { encoding: 'utf8' });
-    assert.match(out, /^group: code\nhow: classifier\nconfidence: (0|1)\.\d{3}\nclassifier \(naive Bayes and group centroids over 200 examples of 4 groups, min_confidence 0\.500\): code /);
+    assert.match(out, /^group: code\nhow: classifier\nconfidence: (0|1)\.\d{3}\nclassifier \(naive Bayes and nearest examples over 200 examples of 4 groups, min_confidence 0\.500\): code /);
     const lines = execFileSync(program('sluice'), ['--config', toml, '--explain-route', '-'],
       { encoding: 'utf8', input: '求解方程 x^2 = 4\n\n' });
     assert.match(lines, /^math\tclassifier\t(0|1)\.\d{3}\nchat\tdefault\t-\n$/);
@@ -169,7 +169,7 @@ describe('semantic router', () => {
     sluice.proc.child.kill('SIGHUP');
     const said = await sluice.proc.wait_for_line(/SIGHUP: (reloaded|.*the running config stays)/, { from, timeout_ms: bound_ms(10000) });
     assert.match(said.line.text, /SIGHUP: reloaded/);
-    await sluice.proc.wait_for_line(/router: classifier naive Bayes and group centroids over 200 examples of 4 groups/, { from, timeout_ms: bound_ms(5000) });
+    await sluice.proc.wait_for_line(/router: classifier naive Bayes and nearest examples over 200 examples of 4 groups/, { from, timeout_ms: bound_ms(5000) });
     // Every shard takes the new snapshot at its next loop turn; the
     // connections are fresh, so they spread over the shards.
     await poll(async () => {

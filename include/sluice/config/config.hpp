@@ -166,7 +166,7 @@ struct health_config {
 //
 // semantic = "classifier": the auto model's group is also picked by what the
 // prompt means (README "Semantic routing"): the example scorer (naive Bayes and
-// the group centroids) built at load from the groups' examples, or fastText
+// the nearest examples) built at load from the groups' examples, or fastText
 // (trained from them, or read from model_file).
 enum class semantic_mode : uint8_t { off, classifier, embeddings };
 struct router_config {
@@ -174,7 +174,7 @@ struct router_config {
   std::string default_group;
   uint32_t default_group_index = UINT32_MAX;  // resolved at load; UINT32_MAX = none
   semantic_mode semantic = semantic_mode::off;
-  // examples: naive Bayes + group centroids over the groups' examples;
+  // examples: naive Bayes + nearest examples over the groups' examples;
   // fasttext: fastText's supervised model (always with model_file).
   classifier_method classifier = classifier_method::examples;
   double min_confidence = 0.5;               // the classifier's top probability below this: not its decision

@@ -39,12 +39,11 @@ class semantic_classifier {
 
   // Classifies already normalised text (whitespace-separated tokens, as
   // semantic_normalize writes them; at most text_capacity() bytes), with
-  // the raw text's shape bits (config::semantic_shape) and the raw text
-  // itself (its character classes; "": none) -- the example scorer reads
-  // them, fastText does not. Returns: the most probable label, or -1 when
-  // the text has no token; probabilities() then holds every label's
-  // probability.
-  int32_t infer(std::string_view normalized, uint8_t shape = 0, std::string_view raw = {}) noexcept;
+  // the raw text's shape bits (config::semantic_shape; the example scorer
+  // reads them, fastText does not). Returns: the most probable label, or
+  // -1 when the text has no token; probabilities() then holds every
+  // label's probability.
+  int32_t infer(std::string_view normalized, uint8_t shape = 0) noexcept;
 
   // The request path: the first `text_bytes_max` bytes of `system` (when not
   // empty) and then of `user`, each cut at a UTF-8 boundary, normalised into
@@ -61,9 +60,8 @@ class semantic_classifier {
  private:
   int32_t infer_fasttext(std::string_view normalized) noexcept;
   // The example scorer (config::example_model): naive Bayes and the
-  // group centroids, averaged. `raw`: the raw parts (system prompt,
-  // message) whose character classes it reads.
-  int32_t infer_examples(std::string_view normalized, uint8_t shape, std::span<const std::string_view> raw) noexcept;
+  // nearest examples, averaged.
+  int32_t infer_examples(std::string_view normalized, uint8_t shape) noexcept;
   int32_t find_word(std::string_view token, uint32_t hash) const noexcept;
   void add_row(int64_t row) noexcept;       // queued (prefetched), summed by flush_rows()
   void flush_rows() noexcept;               // sums the queued rows onto _hidden, in order
@@ -99,11 +97,13 @@ class semantic_classifier {
   std::vector<float> _output;      // nlabels
   // The example scorer's scratch, sized at construction: a feature's
   // count in this text (valid where its stamp is this call's), the
-  // distinct features seen, each label's naive-Bayes sum and dot product
-  // with its centroid.
+  // distinct features seen, each example's dot product, each label's
+  // naive-Bayes sum and best cosines.
   std::vector<uint32_t> _stamp, _count, _seen;
   uint32_t _generation = 0;
-  std::vector<double> _bayes, _dot;
+  std::vector<float> _example_dot;
+  std::vector<double> _bayes;
+  std::vector<float> _best;        // nlabels x example_model::k_nearest
   // Its token cache (sized by token_cache, set-associative as the one
   // below): a token's features that some example has (its word and its
   // character n-grams), in the order they are read, so a decision is the

@@ -37,7 +37,7 @@ std::string normalized(std::string_view s) {
 
 std::multiset<std::pair<uint64_t, cfg::feature_kind>> features(std::string_view raw) {
   std::multiset<std::pair<uint64_t, cfg::feature_kind>> out;
-  cfg::for_each_feature(raw, normalized(raw), cfg::semantic_shape(raw),
+  cfg::for_each_feature(normalized(raw), cfg::semantic_shape(raw),
                         [&](uint64_t h, cfg::feature_kind k) { out.emplace(h, k); });
   return out;
 }
@@ -71,7 +71,7 @@ TEST_SUITE("route::semantic examples") {
     CHECK(cfg::semantic_shape(std::string_view("a\0b", 3)) == 0);
   }
 
-  TEST_CASE("features: words, neighbours, character n-grams of ASCII words of 4+ bytes, shape bits, class n-grams") {
+  TEST_CASE("features: words, neighbours, character n-grams of ASCII words of 4+ bytes, shape bits") {
     const auto f = features("fix my code");
     CHECK(count_kind(f, cfg::feature_kind::word) == 3);
     CHECK(count_kind(f, cfg::feature_kind::bigram) == 2);
@@ -83,41 +83,10 @@ TEST_SUITE("route::semantic examples") {
     CHECK(count_kind(z, cfg::feature_kind::bigram) == 2);
     CHECK(count_kind(z, cfg::feature_kind::chargram) == 0);
     CHECK(count_kind(features("f(x) = 2"), cfg::feature_kind::shape) == 3);  // digit, operator, code
-    // Spacing does not change a feature; another word does; case changes
-    // only the raw text's classes.
-    CHECK(features("fix  my \t code") == f);
+    // Case and spacing do not change a feature; another word does.
+    CHECK(features("Fix  MY code") == f);
     CHECK(features("fix my cod") != f);
-    const auto upper = features("Fix MY code");
-    CHECK(upper != f);
-    CHECK(count_kind(upper, cfg::feature_kind::word) == 3);
-    CHECK(count_kind(upper, cfg::feature_kind::chargram) == 7);
     CHECK(features("").empty());
-  }
-
-  TEST_CASE("class n-grams: the raw text's character classes, runs collapsed, 2- and 3-grams") {
-    // "a a a": 2-grams "a ", " a" (twice each), 3-grams "a a", " a " ... :
-    // 5 symbols, 4 + 3 grams.
-    CHECK(count_kind(features("fix my code"), cfg::feature_kind::class_gram) == 7);
-    // Any words of one shape have the same class n-grams, in any script.
-    const auto keys = [](std::string_view raw) {
-      std::vector<uint64_t> out;
-      cfg::for_each_class_gram(raw, [&](uint64_t k) { out.push_back(k); });
-      return out;
-    };
-    CHECK(keys("fix my code") == keys("why is it"));
-    CHECK(keys("写代码") == keys("你好"));  // one CJK run: a single symbol, no gram
-    CHECK(keys("写代码").empty());
-    CHECK(keys("解方程 2x + 5") == keys("求导数 7y + 3"));
-    CHECK(keys("f(x)") == keys("g(y)"));
-    CHECK(keys("f(x)") != keys("f x"));
-    CHECK(keys("fooBar") != keys("foobar"));
-    CHECK(keys("fooBar") == keys("myVar"));
-    CHECK(keys("你好，世界") != keys("你好,世界"));  // a fullwidth comma is a class of its own
-    CHECK(keys("x").empty());
-    // Cut or odd bytes are read, never past the end.
-    CHECK(keys(std::string_view("\xE2\x80", 2)).empty());
-    CHECK(keys(std::string_view("a\xE5", 2)).size() == 1);
-    CHECK(keys(std::string_view("a\0b", 3)).size() == 3);
   }
 
   TEST_CASE("the model: the examples' counts, the same every build; an example scores its own group") {
@@ -134,26 +103,16 @@ TEST_SUITE("route::semantic examples") {
     CHECK(a.slot_hash == b.slot_hash);
     CHECK(a.idf == b.idf);
     CHECK(a.likelihood == b.likelihood);
-    CHECK(a.centroid == b.centroid);
+    CHECK(a.posting_weight == b.posting_weight);
     CHECK(a.find(12345) == UINT32_MAX);
-    // Each group's centroid is unit length.
-    std::vector<double> norm(a.nlabels, 0.0);
-    for (size_t i = 0; i < a.centroid.size(); ++i) {
-      norm[i % a.nlabels] += static_cast<double>(a.centroid[i] * a.centroid[i]);
+    // Each example's vector is unit length.
+    std::vector<double> norm(a.nexamples, 0.0);
+    for (uint32_t f = 0; f < a.nfeatures; ++f) {
+      for (uint32_t p = a.posting_offset[f]; p < a.posting_offset[f + 1]; ++p) {
+        norm[a.posting_example[p]] += static_cast<double>(a.posting_weight[p] * a.posting_weight[p]);
+      }
     }
     for (double n : norm) CHECK(n == doctest::Approx(1.0).epsilon(1e-5));
-    // Naive Bayes weighs a word by its rarity: one every example has
-    // (IDF 0) is no evidence, however its counts fall between the groups.
-    const cfg::example_model w = cfg::build_example_model({{"please fix code", "please debug"},
-                                                           {"please solve", "please add numbers", "please integrate x"}});
-    const uint32_t please = w.find(cfg::word_key("please"));
-    REQUIRE(please != UINT32_MAX);
-    CHECK(w.idf[please] == 0.0f);
-    CHECK(w.likelihood[size_t{please} * 2] == 0.0f);
-    CHECK(w.likelihood[size_t{please} * 2 + 1] == 0.0f);
-    const uint32_t code = w.find(cfg::word_key("code"));
-    REQUIRE(code != UINT32_MAX);
-    CHECK(w.likelihood[size_t{code} * 2] > w.likelihood[size_t{code} * 2 + 1]);
 
     auto m = std::make_shared<cfg::semantic_model>();
     m->method = cfg::classifier_method::examples;
@@ -174,15 +133,11 @@ TEST_SUITE("route::semantic examples") {
         CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
       }
     }
-    // No token: no decision. A word no example has, and no shape to read
-    // (one class run): no group stands out.
+    // No token: no decision. Words no example has: no group stands out.
     CHECK(c.classify({}, "") == -1);
     CHECK(c.classify({}, "   \n\t ") == -1);
-    REQUIRE(c.classify({}, "qqqqzzzzwwww") >= 0);
+    REQUIRE(c.classify({}, "qqqq zzzz wwww") >= 0);
     for (float p : c.probabilities()) CHECK(p == doctest::Approx(1.0 / 3).epsilon(1e-5));
-    // Words no example has, in a shape only one group's examples have (a
-    // capital letter alone, as in "my C program"): that group.
-    CHECK(c.classify({}, "qqqq Z wwww") == 0);
     // The system prompt is read too when given.
     CHECK(c.classify("solve 2x + 3 = 7", "qqqq") == 1);
   }
@@ -221,7 +176,7 @@ TEST_SUITE("route::semantic examples") {
     CHECK(d->router.classifier == cfg::classifier_method::examples);
     CHECK(d->router.model->method == cfg::classifier_method::examples);
     CHECK(d->router.model->labels == std::vector<std::string>{"code", "chat"});
-    CHECK(d->router.model->origin.find("group centroids over 100 examples of 2 groups") != std::string::npos);
+    CHECK(d->router.model->origin.find("nearest examples over 100 examples of 2 groups") != std::string::npos);
     auto f = load_for_test("[router]\nsemantic = \"classifier\"\nclassifier = \"fasttext\"\n" + groups);
     CHECK(f->router.model->method == cfg::classifier_method::fasttext);
     CHECK_THROWS_WITH_AS(load_for_test("[router]\nsemantic = \"classifier\"\nclassifier = \"bayes\"\n" + groups),
@@ -232,12 +187,10 @@ TEST_SUITE("route::semantic examples") {
         doctest::Contains("router.model_file is a fastText model"), cfg::config_error);
   }
 
-  TEST_CASE("on prompts written apart from its 25 examples a group, it routes at least 88 % right") {
+  TEST_CASE("on prompts written apart from its 25 examples a group, it routes at least 85 % right") {
     // The held-out setting of bench/router-eval --heldout; the figure is
-    // deterministic (no training, no seed). 88.8 % when this was written
-    // (86.2 % with the 3 nearest examples in place of the centroids, naive
-    // Bayes unweighted and no class n-grams); fastText on the same
-    // examples: 77.5 %.
+    // deterministic (no training, no seed). 86.2 % when this was written;
+    // fastText on the same examples: 77.5 %.
     const std::string dir = SLUICE_ROUTER_HELDOUT;
     auto c = load_for_test("[router]\nsemantic = \"classifier\"\ndefault_group = \"chat\"\nmin_confidence = 0.5\n" +
                            group_toml(dir, {"code", "math", "translation", "chat"}));
@@ -257,6 +210,6 @@ TEST_SUITE("route::semantic examples") {
     }
     CHECK(total == 160);
     MESSAGE("held-out: ", right, "/", total);
-    CHECK(right * 100 >= total * 88);
+    CHECK(right * 100 >= total * 85);
   }
 }
