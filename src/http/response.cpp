@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "head_scan.hpp"
+#include "sluice/core/assert.hpp"
 #include "sluice/http/sse.hpp"
 
 namespace sluice::http {
@@ -317,6 +318,9 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     };
     const size_t head_n = sink.skip_head.size(), tail_n = sink.skip_tail.size();
     const detail::line_end_fn line_end = detail::line_end_impl();
+    // The tail's last two bytes are the event's line ends (body_sink): the
+    // test below reads the payload before them.
+    SLUICE_ASSERT(sink.skip_ok == nullptr || tail_n >= 2);
     const chunk_step st = _chunk.walk(
         data, len,
         [&](size_t at, size_t n) noexcept {

@@ -5,6 +5,7 @@
 // lines or spans two pieces.
 #include "sluice/http/sse.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -82,7 +83,10 @@ __attribute__((target("avx2"))) bool line_end_avx2(const char* p, size_t n) noex
   for (; i + 128 <= n; i += 128) {
     const __m256i m = _mm256_min_epu8(_mm256_min_epu8(load32(p + i), load32(p + i + 32)),
                                       _mm256_min_epu8(load32(p + i + 64), load32(p + i + 96)));
-    if (any_low(m) && cr_lf_in(p + i, 128)) return true;
+    if (any_low(m)) {
+      _mm256_zeroupper();  // the exact test is SSE2: no dirty upper state into it (GCC below -O3 calls it)
+      if (cr_lf_in(p + i, 128)) return true;
+    }
   }
   if (i == n) return false;
   // [i, n), under 128 bytes: the last 32 and every 32 from i.
@@ -91,6 +95,7 @@ __attribute__((target("avx2"))) bool line_end_avx2(const char* p, size_t n) noex
   for (; i + 32 < n; i += 32) m = _mm256_min_epu8(m, load32(p + i));
   if (!any_low(m)) return false;
   const size_t from = rest < n - 32 ? rest : n - 32;  // n >= 32: the exact test reads 16 at least
+  _mm256_zeroupper();
   return cr_lf_in(p + from, n - from);
 }
 
@@ -99,9 +104,20 @@ line_end_fn pick_line_end() noexcept {
   __builtin_cpu_init();  // may run before main (a static initializer)
   return __builtin_cpu_supports("avx2") ? &line_end_avx2 : &line_end_sse2;
 }
-const line_end_fn k_line_end = pick_line_end();
+// Constant-initialised to a first call that picks: valid before any static
+// initialiser runs (a pointer set by one would be null to another TU's that
+// ran first). Shards may race to store the same pointer: atomic, relaxed
+// (a plain load and store on x86).
+bool line_end_first(const char* p, size_t n) noexcept;
+std::atomic<line_end_fn> k_line_end{&line_end_first};
+bool line_end_first(const char* p, size_t n) noexcept {
+  const line_end_fn f = pick_line_end();
+  k_line_end.store(f, std::memory_order_relaxed);
+  return f(p, n);
+}
+inline line_end_fn line_end_now() noexcept { return k_line_end.load(std::memory_order_relaxed); }
 #else
-constexpr auto k_line_end = &line_end_sse2;
+constexpr detail::line_end_fn line_end_now() noexcept { return &line_end_sse2; }
 #endif
 #endif
 
@@ -109,7 +125,7 @@ constexpr auto k_line_end = &line_end_sse2;
 
 detail::line_end_fn detail::line_end_impl() noexcept {
 #if defined(__SSE2__)
-  return k_line_end;
+  return line_end_now();
 #else
   return &has_line_end;
 #endif
@@ -128,7 +144,7 @@ bool detail::line_end_sse2(const char* p, size_t n) noexcept {
 // bench/RESULTS.md, "Figures behind choices in the code").
 bool has_line_end(const char* p, size_t n) noexcept {
 #if defined(__SSE2__)
-  return k_line_end(p, n);
+  return line_end_now()(p, n);
 #else
   for (size_t i = 0; i < n; ++i) {
     if (p[i] == '\n' || p[i] == '\r') return true;

@@ -244,10 +244,11 @@ TEST_SUITE("http::sse_scanner between_events") {
     CHECK_FALSE(s.between_events());
   }
 
-  TEST_CASE("has_line_end, dispatched and SSE2, against a byte loop: one byte of every low value at every offset") {
+  TEST_CASE("has_line_end, dispatched, direct and SSE2, against a byte loop: one byte of every low value at every offset") {
     // The bytes below 14 (which the block test takes as candidates), 14 and
-    // 0xFF (never), in buffers of 0..300 bytes of JSON-like text, at every
-    // offset; and two of them in one buffer.
+    // 0xFF (never), in buffers of 0..520 bytes of JSON-like text (four of
+    // AVX2's 128-byte turns and every rest after them), at every offset;
+    // and two of them in one buffer.
     const auto slow = [](const char* p, size_t n) {
       for (size_t i = 0; i < n; ++i) {
         if (p[i] == '\n' || p[i] == '\r') return true;
@@ -255,13 +256,15 @@ TEST_SUITE("http::sse_scanner between_events") {
       return false;
     };
     std::string base;
-    for (size_t i = 0; i < 300; ++i) base.push_back("{\"content\":\" tok\\u00e9x\"}"[i % 25]);
+    for (size_t i = 0; i < 520; ++i) base.push_back("{\"content\":\" tok\\u00e9x\"}"[i % 25]);
+    const sluice::http::detail::line_end_fn direct = sluice::http::detail::line_end_impl();
     size_t checked = 0;
-    for (size_t n = 0; n <= 300; ++n) {
+    for (size_t n = 0; n <= 520; ++n) {
       // A heap block of exactly n bytes: a load past its end is ASan's.
       const std::unique_ptr<char[]> b(new char[n == 0 ? 1 : n]);
       std::copy_n(base.data(), n, b.get());
       CHECK_FALSE(sluice::http::has_line_end(b.get(), n));
+      CHECK_FALSE(direct(b.get(), n));
       CHECK_FALSE(sluice::http::detail::line_end_sse2(b.get(), n));
       for (const char c : {'\0', '\t', '\n', '\v', '\f', '\r', '\x0e', '\xff'}) {
         for (size_t at = 0; at < n; ++at) {
@@ -270,6 +273,7 @@ TEST_SUITE("http::sse_scanner between_events") {
           if (at % 2 != 0 && other != at) b[other] = '\t';
           const bool want = slow(b.get(), n);
           REQUIRE(sluice::http::has_line_end(b.get(), n) == want);
+          REQUIRE(direct(b.get(), n) == want);
           REQUIRE(sluice::http::detail::line_end_sse2(b.get(), n) == want);
           b[at] = base[at];
           b[other] = base[other];
@@ -277,6 +281,6 @@ TEST_SUITE("http::sse_scanner between_events") {
         }
       }
     }
-    CHECK(checked == 8 * 300 * 301 / 2);
+    CHECK(checked == 8 * 520 * 521 / 2);
   }
 }
