@@ -254,7 +254,7 @@ static bool all_tchar(const char* p, size_t n) noexcept {
   return ok;
 }
 
-static scan_error check_field_line(const char* p, size_t n, bool& name_not_token) noexcept {
+static scan_error check_field_line(const char* p, size_t n, bool& name_not_token, const char*& colon_at) noexcept {
   // obs-fold (RFC 9112 §5.2): a line starting with whitespace continues the
   // previous field. Other hops may join it differently: reject.
   if (p[0] == ' ' || p[0] == '\t') return scan_error::obs_fold;
@@ -264,6 +264,7 @@ static scan_error check_field_line(const char* p, size_t n, bool& name_not_token
   const auto* colon = static_cast<const char*>(std::memchr(p, ':', n));
   if (colon == nullptr) return scan_error::missing_colon;
   if (colon == p) return scan_error::empty_name;
+  colon_at = colon;
   // "Name : value" (RFC 9112 §5.1: MUST be rejected with 400). Any other
   // byte outside the token set is llhttp's to reject (strict mode checks
   // it): the head is flagged so its parser asks llhttp.
@@ -275,7 +276,23 @@ static scan_error check_field_line(const char* p, size_t n, bool& name_not_token
   return scan_error::none;
 }
 
-scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l) noexcept {
+// Notes the field line that ends at `cr`, with its colon, in `idx`, offsets from the first
+// field line: only while every line before it is there, and only while
+// they fit the index's 16 bits.
+static void index_field(field_index& idx, const head_scan_state& s, const char* data, const char* colon,
+                        const char* cr) noexcept {
+  if (idx.n + 1u != s.fields || idx.n == k_indexed_fields) return;
+  const char* first = data + s.start_end + 2;
+  if (static_cast<size_t>(cr - first) > 0xffff) return;
+  const char* vb = colon + 1;
+  const char* ve = cr;
+  while (vb < ve && (*vb == ' ' || *vb == '\t')) ++vb;
+  while (ve > vb && (ve[-1] == ' ' || ve[-1] == '\t')) --ve;
+  idx.at[idx.n++] = field_ref{static_cast<uint16_t>(colon - first), static_cast<uint16_t>(vb - first),
+                              static_cast<uint16_t>(ve - first), static_cast<uint16_t>(cr - first)};
+}
+
+scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l, field_index* idx) noexcept {
   const auto fail = [&s](scan_error e) noexcept {
     s.error = static_cast<uint8_t>(e);
     return scan_state::failed;
@@ -337,8 +354,10 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
     } else {
       if (n > l.field_line_bytes_max) return fail(scan_error::field_line_too_long);
       if (++s.fields > l.fields_max) return fail(scan_error::too_many_fields);
-      const scan_error e = check_field_line(p, n, s.name_not_token);
+      const char* colon = nullptr;
+      const scan_error e = check_field_line(p, n, s.name_not_token, colon);
       if (e != scan_error::none) return fail(e);
+      if (idx != nullptr) index_field(*idx, s, data, colon, p + n);
     }
     s.line_begin = s.pos = end + 1;
   }

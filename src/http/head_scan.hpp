@@ -59,7 +59,10 @@ enum class scan_state : uint8_t { need_more, complete, failed };
 // Returns: complete (then s.head_bytes, s.start_begin/start_end are set),
 // need_more, or failed (then error_of(s) says why). Calling again after
 // complete or failed returns the same answer.
-scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l) noexcept;
+// `idx` (may be null): where the field lines are indexed as they are found
+// (header_fields); its n must be 0 when the head's scan starts.
+scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l,
+                     field_index* idx = nullptr) noexcept;
 
 inline scan_error error_of(const head_scan_state& s) noexcept { return static_cast<scan_error>(s.error); }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "head_scan.hpp"
+#include "sluice/core/assert.hpp"
 
 namespace sluice::http {
 
@@ -77,6 +78,7 @@ void clear_head(request_head& h) noexcept {
   h.content_type = h.connection = h.upgrade = {};
   h.header_count = 0;
   h.field_lines = {};
+  h.field_refs.n = 0;
 }
 
 // The methods a head may have without asking llhttp: llhttp knows each (so
@@ -143,6 +145,16 @@ bool header_fields::next(header& out) noexcept {
 bool header_fields::next(header& out, std::string_view& whole) noexcept {
   if (_rest.empty()) return false;
   const char* p = _rest.data();
+  if (_i < _n) {
+    // The pre-scan's index: the line's parts without looking at its bytes.
+    const field_ref r = _refs[_i++];
+    SLUICE_ASSERT(_base + r.colon >= p && size_t{r.cr} + 2 <= static_cast<size_t>(p - _base) + _rest.size());
+    out.name = std::string_view(p, static_cast<size_t>(_base + r.colon - p));
+    out.value = std::string_view(_base + r.value_begin, size_t{r.value_end} - r.value_begin);
+    whole = std::string_view(p, static_cast<size_t>(_base + r.cr + 2 - p));
+    _rest.remove_prefix(whole.size());
+    return true;
+  }
   const auto* lf = static_cast<const char*>(std::memchr(p, '\n', _rest.size()));
   if (lf == nullptr || lf == p) return false;  // not a parsed head: cannot happen
   const size_t line = static_cast<size_t>(lf - p) - 1;  // without the CR
@@ -189,6 +201,7 @@ void request_parser::reset() noexcept {
     _llhttp_used = false;
   }
   _scan = detail::head_scan_state{};
+  _index.n = 0;
   _head = nullptr;
   _pending = parse_status{errc::need_more, 0, {}};
   _chunk.reset();
@@ -390,13 +403,14 @@ void request_parser::start_head(const char* data, request_head& out) noexcept {
   out.header_count = _scan.fields;
   // The field lines: after the request line's CRLF, up to the empty line.
   out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
+  copy_index(_index, out.field_refs);
 }
 
 parse_status request_parser::parse_head(const char* data, size_t len, request_head& out) noexcept {
   if (!_pending.need_more()) return _pending;
   const detail::scan_limits sl{_limits.head_bytes_max, _limits.line_bytes_max, _limits.line_bytes_max,
                                _limits.header_count_max, false, detail::k_method_bytes_max};
-  switch (detail::scan_head(_scan, data, len, sl)) {
+  switch (detail::scan_head(_scan, data, len, sl, &_index)) {
     case detail::scan_state::need_more: return _pending;
     case detail::scan_state::failed: return _pending = scan_failure(detail::error_of(_scan));
     case detail::scan_state::complete: break;

@@ -95,6 +95,7 @@ void response_parser::reset(bool head_request) noexcept {
   _own_framing = false;
   _remaining = 0;
   _scan = detail::head_scan_state{};
+  _index.n = 0;
   _head = nullptr;
   _sink = nullptr;
   _pending = parse_status{errc::need_more, 0, {}};
@@ -259,7 +260,7 @@ parse_status response_parser::parse_head(const char* data, size_t len, response_
   // A status line is not checked as a request line (method_bytes_max 0).
   const detail::scan_limits sl{k_head_bytes_max, k_head_bytes_max, k_head_bytes_max,
                                k_response_headers_max, true, 0};
-  switch (detail::scan_head(_scan, data, len, sl)) {
+  switch (detail::scan_head(_scan, data, len, sl, &_index)) {
     case detail::scan_state::need_more: return _pending;
     case detail::scan_state::failed:
       _failed = true;
@@ -393,6 +394,7 @@ void response_parser::start_head(const char* data, response_head& out) noexcept 
   out.header_count = _scan.fields;
   // The field lines: after the status line's CRLF, up to the empty line.
   out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
+  copy_index(_index, out.field_refs);
 }
 
 bool response_parser::finish_at_eof() noexcept {

@@ -12,27 +12,37 @@
 
 namespace sluice::proxy {
 
-bool drop_request_header(std::string_view name) noexcept {
-  static constexpr std::string_view k_drop[] = {
-      "host",          "authorization",   "content-length", "transfer-encoding", "expect",
-      "connection",    "keep-alive",      "proxy-connection", "te",              "trailer",
-      "upgrade",       "proxy-authorization", "http2-settings", "x-request-id",  "x-forwarded-for",
-      "x-api-key",  // the client's key (Anthropic's SDK): never a backend's
-  };
-  for (std::string_view d : k_drop) {
-    if (iequals(name, d)) return true;
+// Both switch on the length first: a request's dozen fields each cost one
+// compare or two, not one per name in the list (the list walk was ~0.1 µs
+// a request).
+bool drop_request_header(std::string_view n) noexcept {
+  switch (n.size()) {
+    case 2: return iequals(n, "te");
+    case 4: return iequals(n, "host");
+    case 6: return iequals(n, "expect");
+    case 7: return iequals(n, "trailer") || iequals(n, "upgrade");
+    case 9: return iequals(n, "x-api-key");  // the client's key (Anthropic's SDK): never a backend's
+    case 10: return iequals(n, "connection") || iequals(n, "keep-alive");
+    case 12: return iequals(n, "x-request-id");
+    case 13: return iequals(n, "authorization");
+    case 14: return iequals(n, "content-length") || iequals(n, "http2-settings");
+    case 15: return iequals(n, "x-forwarded-for");
+    case 16: return iequals(n, "proxy-connection");
+    case 17: return iequals(n, "transfer-encoding");
+    case 19: return iequals(n, "proxy-authorization");
+    default: return false;
   }
-  return false;
 }
 
-bool drop_response_header(std::string_view name) noexcept {
-  static constexpr std::string_view k_drop[] = {
-      "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "x-request-id",
-  };
-  for (std::string_view d : k_drop) {
-    if (iequals(name, d)) return true;
+bool drop_response_header(std::string_view n) noexcept {
+  switch (n.size()) {
+    case 2: return iequals(n, "te");
+    case 7: return iequals(n, "trailer") || iequals(n, "upgrade");
+    case 10: return iequals(n, "connection") || iequals(n, "keep-alive");
+    case 12: return iequals(n, "x-request-id");
+    case 16: return iequals(n, "proxy-connection");
+    default: return false;
   }
-  return false;
 }
 
 bool named_in_connection(std::string_view connection, std::string_view name) noexcept {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "sluice/core/result.hpp"
@@ -38,16 +39,46 @@ struct header {
 // is clamped to it).
 inline constexpr uint16_t k_headers_max = 128;
 
+// Where the pre-scan found a field line's parts, as offsets from the first
+// field line's first byte: its colon, its value without the whitespace
+// around it, and its CR.
+struct field_ref {
+  uint16_t colon;
+  uint16_t value_begin;
+  uint16_t value_end;
+  uint16_t cr;
+};
+
+// The first k_indexed_fields field lines of a head, as the pre-scan found
+// them (256 bytes in a head; a line whose offsets pass 64 KiB, and every
+// line after it, is not indexed). header_fields reads these without
+// scanning the lines again.
+inline constexpr uint16_t k_indexed_fields = 32;
+struct field_index {
+  uint16_t n = 0;  // lines indexed, from the first
+  field_ref at[k_indexed_fields];
+};
+
+// Copies the n entries `from` holds, not the whole array.
+inline void copy_index(const field_index& from, field_index& to) noexcept {
+  to.n = from.n;
+  std::memcpy(to.at, from.at, size_t{from.n} * sizeof(field_ref));
+}
+
 // The header fields of a head the parser accepted, in order. A head keeps
-// no array of fields (that would be ~4 KiB in every connection): its field
-// lines are walked again when needed. The pre-scan has proven every line
-// `name:value` CRLF (no fold, no bare CR/LF, no space before the colon), so
-// splitting at the first colon and the LF is exact.
+// no array of every field (that would be ~4 KiB in every connection): the
+// lines its index holds are read from it, and any after them are walked
+// again when needed. The pre-scan has proven every line `name:value` CRLF
+// (no fold, no bare CR/LF, no space before the colon), so splitting at the
+// first colon and the LF is exact.
 class header_fields {
  public:
   header_fields() noexcept = default;
   // `lines`: the field lines, each with its CRLF, without the empty line.
   explicit header_fields(std::string_view lines) noexcept : _rest(lines) {}
+  // The same, with the pre-scan's index of those lines.
+  header_fields(std::string_view lines, const field_index& index) noexcept
+      : _rest(lines), _base(lines.data()), _refs(index.at), _n(index.n) {}
   // Returns: false past the last field; else the next field in `out`.
   bool next(header& out) noexcept;
   // The same, and the field's whole line as it came, name through CRLF.
@@ -55,6 +86,9 @@ class header_fields {
 
  private:
   std::string_view _rest;
+  const char* _base = nullptr;       // the first line's first byte: the index's offsets start here
+  const field_ref* _refs = nullptr;
+  uint16_t _i = 0, _n = 0;           // the next line's entry, and how many there are
 };
 
 // Shard-local, one per downstream connection (inside request_parser).
@@ -88,8 +122,9 @@ struct request_head {
   std::string_view upgrade;
   uint16_t header_count = 0;
   std::string_view field_lines;   // every field line with its CRLF; see header_fields
+  field_index field_refs;         // the pre-scan's index of field_lines (n = 0: none, they are walked)
 
-  header_fields fields() const noexcept { return header_fields(field_lines); }
+  header_fields fields() const noexcept { return header_fields(field_lines, field_refs); }
 
   // Moves every view from a buffer at old_base to the same offsets at
   // new_base (after the caller grew and moved its buffer).
@@ -184,6 +219,7 @@ class request_parser {
   limits _limits;
   llhttp_t _parser;
   detail::head_scan_state _scan;
+  field_index _index;             // the field lines as the scan finds them; copied into the head
   request_head* _head = nullptr;
   parse_status _pending{errc::need_more, 0, {}};    // sticky once ok or failed
   chunk_walker _chunk;            // the chunked body (decode_chunked)

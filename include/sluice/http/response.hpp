@@ -33,8 +33,9 @@ struct response_head {
   std::string_view content_type;
   uint16_t header_count = 0;
   std::string_view field_lines;    // every field line with its CRLF; see header_fields
+  field_index field_refs;          // the pre-scan's index of field_lines (n = 0: none, they are walked)
 
-  header_fields fields() const noexcept { return header_fields(field_lines); }
+  header_fields fields() const noexcept { return header_fields(field_lines, field_refs); }
 };
 
 // Receives the de-chunked body payload, piece by piece, in order.
@@ -126,6 +127,7 @@ class response_parser {
 
   llhttp_t _parser;
   detail::head_scan_state _scan;
+  field_index _index;             // the field lines as the scan finds them; copied into the head
   response_head* _head = nullptr;
   const body_sink* _sink = nullptr;
   parse_status _pending{errc::need_more, 0, {}};  // sticky once ok or failed

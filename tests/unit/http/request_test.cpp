@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "same_walks.hpp"
 #include "sluice/http/request.hpp"
 
 using namespace std::literals;
@@ -563,6 +564,73 @@ TEST_SUITE("http::request_parser") {
     REQUIRE(q.parse_head(bare.data(), bare.size(), g).ok());
     CHECK(g.header_count == 0);
     CHECK(all_fields(g).empty());
+  }
+
+  TEST_CASE("the pre-scan's index reads every field as a walk of the lines does") {
+    for (const head_case& c : cases()) {
+      if (c.status != 0) continue;
+      CAPTURE(c.name);
+      request_parser p(k_limits);
+      request_head h;
+      REQUIRE(parse_whole(p, c.input, h).ok());
+      CHECK(h.field_refs.n == h.header_count);
+      CHECK(same_walks(h) == h.header_count);
+    }
+    // Values with and without whitespace around them, empty ones, colons
+    // in values; more fields than the index holds (the rest are walked);
+    // fed whole and one byte at a time from a moving buffer.
+    limits l = k_limits;
+    l.header_count_max = 100;
+    l.head_bytes_max = 1u << 20;
+    l.line_bytes_max = 64u << 10;
+    std::string in = "POST /v1/x HTTP/1.1\r\nHost: gw\r\nX-A:\r\nX-B: \t\r\nX-C:\t v \t\r\nX-D:a:b: c\r\n";
+    for (int i = 0; i < 40; ++i) in += "X-" + std::to_string(i) + ": " + big('v', size_t(i)) + " \r\n";
+    in += "Content-Length: 0\r\n\r\n";
+    {
+      request_parser p(l);
+      request_head h;
+      REQUIRE(parse_whole(p, in, h).ok());
+      CHECK(h.field_refs.n == sluice::http::k_indexed_fields);
+      CHECK(same_walks(h) == 46);
+      const std::vector<header> f = all_fields(h);
+      CHECK(f[1].value.empty());
+      CHECK(f[2].value.empty());
+      CHECK(f[3].value == "v");
+      CHECK(f[4].value == "a:b: c");
+      CHECK(f[45].name == "Content-Length");
+    }
+    {
+      request_parser p(l);
+      request_head h;
+      std::string buf[2] = {std::string(in.size(), '\0'), std::string(in.size(), '\0')};
+      parse_status st{errc::need_more, 0, {}};
+      size_t n = 0;
+      while (st.need_more() && n < in.size()) {
+        ++n;
+        std::string& b = buf[n % 2];
+        b.replace(0, n, in, 0, n);
+        st = p.parse_head(b.data(), n, h);
+      }
+      REQUIRE(st.ok());
+      CHECK(h.field_refs.n == sluice::http::k_indexed_fields);
+      CHECK(same_walks(h) == 46);
+    }
+    // Lines past 64 KiB from the first field line are not indexed: the
+    // index stops at the first of them and the walk reads the rest.
+    std::string wide = "GET / HTTP/1.1\r\nHost: gw\r\nX-Big: " + big('b', 40000) + "\r\nX-Big2: " + big('c', 30000) +
+                       "\r\nX-After: 1\r\n\r\n";
+    request_parser p(l);
+    request_head h;
+    REQUIRE(parse_whole(p, wide, h).ok());
+    CHECK(h.field_refs.n == 2);
+    CHECK(same_walks(h) == 4);
+    CHECK(all_fields(h)[3].value == "1");
+    // After rebase the index still reads the lines, at the new place.
+    std::string moved = wide;
+    h.rebase(wide.data(), moved.data());
+    wide.assign(wide.size(), '#');
+    CHECK(same_walks(h) == 4);
+    CHECK(all_fields(h)[2].value == big('c', 30000));
   }
 
   TEST_CASE("rebase moves every view to the new buffer") {

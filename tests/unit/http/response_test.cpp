@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "same_walks.hpp"
 #include "sluice/http/response.hpp"
 
 using namespace std::literals;
@@ -317,6 +318,9 @@ TEST_SUITE("http::response_parser") {
         if (c.content_length >= 0) CHECK(h.content_length == static_cast<uint64_t>(c.content_length));
         CHECK(h.event_stream == c.event_stream);
         CHECK(h.head_bytes == c.input.size());
+        // The pre-scan's index reads each field as a walk of the lines does.
+        CHECK(h.field_refs.n == h.header_count);
+        CHECK(same_walks(h) == h.header_count);
       }
     }
   }
