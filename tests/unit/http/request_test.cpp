@@ -633,6 +633,49 @@ TEST_SUITE("http::request_parser") {
     CHECK(all_fields(h)[2].value == big('c', 30000));
   }
 
+  TEST_CASE("a field name with a byte outside the token set is refused at every place and length") {
+    // The name check reads sixteen bytes at a time where the line allows
+    // and walks byte by byte where it does not, or when a byte is none of
+    // letters, digits, '-', '_', '.': every name length to 40, every
+    // place, short and long values (the line's length decides the way).
+    limits l = k_limits;
+    l.line_bytes_max = 1024;
+    l.head_bytes_max = 4096;
+    const std::string bad = std::string("\"(),/;<=>?@[\\]{}") + "\x80\xff";
+    const std::string good_special = "!#$%&'*+^`|~_.-";
+    for (size_t len = 1; len <= 40; ++len) {
+      for (size_t value_n : {size_t{0}, size_t{1}, size_t{30}}) {
+        const std::string value(value_n, 'v');
+        for (size_t at = 0; at < len; ++at) {
+          for (char c : bad) {
+            std::string name(len, 'a');
+            name[at] = c;
+            const std::string in = "GET / HTTP/1.1\r\nHost: a\r\n" + name + ":" + value + "\r\n\r\n";
+            request_parser p(l);
+            request_head h;
+            const parse_status st = parse_whole(p, in, h);
+            CAPTURE(len);
+            CAPTURE(value_n);
+            CAPTURE(at);
+            CAPTURE(int(static_cast<unsigned char>(c)));
+            REQUIRE(status_of(st) == 400);
+          }
+          for (char c : good_special) {
+            std::string name(len, 'Z');
+            name[at] = c;
+            const std::string in = "GET / HTTP/1.1\r\nHost: a\r\n" + name + ":" + value + "\r\n\r\n";
+            request_parser p(l);
+            request_head h;
+            REQUIRE(parse_whole(p, in, h).ok());
+            REQUIRE(all_fields(h).size() == 2);
+            CHECK(all_fields(h)[1].name == name);
+            CHECK(all_fields(h)[1].value == value);
+          }
+        }
+      }
+    }
+  }
+
   TEST_CASE("rebase moves every view to the new buffer") {
     std::string a = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer k\r\n"
                     "X-Session-ID: s\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n";
