@@ -643,14 +643,17 @@ TEST_SUITE("http::request_parser") {
     l.head_bytes_max = 4096;
     const std::string bad = std::string("\"(),/;<=>?@[\\]{}") + "\x80\xff";
     const std::string good_special = "!#$%&'*+^`|~_.-";
+    const auto head_with = [](size_t len, char fill, size_t at, char c, const std::string& value) {
+      std::string name(len, fill);
+      name[at] = c;
+      return std::pair{name, "GET / HTTP/1.1\r\nHost: a\r\n" + name + ":" + value + "\r\n\r\n"};
+    };
     for (size_t len = 1; len <= 40; ++len) {
       for (size_t value_n : {size_t{0}, size_t{1}, size_t{30}}) {
         const std::string value(value_n, 'v');
         for (size_t at = 0; at < len; ++at) {
           for (char c : bad) {
-            std::string name(len, 'a');
-            name[at] = c;
-            const std::string in = "GET / HTTP/1.1\r\nHost: a\r\n" + name + ":" + value + "\r\n\r\n";
+            const auto [name, in] = head_with(len, 'a', at, c, value);
             request_parser p(l);
             request_head h;
             const parse_status st = parse_whole(p, in, h);
@@ -661,9 +664,7 @@ TEST_SUITE("http::request_parser") {
             REQUIRE(status_of(st) == 400);
           }
           for (char c : good_special) {
-            std::string name(len, 'Z');
-            name[at] = c;
-            const std::string in = "GET / HTTP/1.1\r\nHost: a\r\n" + name + ":" + value + "\r\n\r\n";
+            const auto [name, in] = head_with(len, 'Z', at, c, value);
             request_parser p(l);
             request_head h;
             REQUIRE(parse_whole(p, in, h).ok());
