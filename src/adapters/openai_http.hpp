@@ -209,6 +209,11 @@ class openai_http final : public backend_adapter {
   // skip counts without the scan.
   static constexpr std::string_view k_plain_chunk_tail = "\"finish_reason\":null}]}\n\n";
   static constexpr std::string_view k_plain_tail = k_plain_chunk_tail.substr(0, k_plain_chunk_tail.size() - 2);
+  // vLLM's role chunk, one choice and nothing after it: no content, no
+  // finish, no usage.
+  static constexpr std::string_view k_role_tail =
+      "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+      "\"finish_reason\":null}]}";
   static void chunk_scanned(exchange& x, const char* end) noexcept;
 
   shard_context& _s;

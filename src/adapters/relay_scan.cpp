@@ -146,11 +146,19 @@ void openai_http::on_sse_event(void* ctx, const http::sse_event& ev) {
   // `"finish_reason":null}]}`: no usage, no error, no finish. Those are
   // counted without a parse, by a compare of their tail (a parse per event
   // costs far more: bench/RESULTS.md, "Figures behind choices in the
-  // code"). The first event (the role chunk) and any other shape -- a
-  // finish, usage or error chunk, other backends' layouts -- get the full
-  // scan. vLLM writes compact JSON, so the tail is exact.
+  // code"). The role chunk that opens the stream ends the same way but
+  // carries no content: it is known by its whole one-choice tail and
+  // counted as an event only. Any other shape -- a finish, usage or error
+  // chunk, other backends' layouts, a first event that is not vLLM's role
+  // chunk -- gets the full scan. vLLM writes compact JSON, so the tails
+  // are exact.
   std::string_view p = ev.data;
   while (!p.empty() && (p.back() == ' ' || p.back() == '\n' || p.back() == '\r')) p.remove_suffix(1);
+  if (s.events == 0 && !ev.truncated && p.size() > k_role_tail.size() &&
+      p.substr(p.size() - k_role_tail.size()) == k_role_tail) {
+    ++s.events;
+    return;
+  }
   if (s.events > 0 && !ev.truncated && p.size() > k_plain_tail.size() &&
       p.substr(p.size() - k_plain_tail.size()) == k_plain_tail) {
     ++s.events;

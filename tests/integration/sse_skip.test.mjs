@@ -75,6 +75,8 @@ const skips_of = {
   'a comment between events, cut short': 'any',
   'an event of two data lines in each chunk, cut short': 'none',
   'scripted vLLM stream, a read per event': 'some',
+  'a first event with content beside the role, cut short': 'any',
+  'two choices in the first event, content in the first, cut short': 'any',
 };
 
 describe('the SSE skip against the full scan, over recorded streams', () => {
@@ -124,6 +126,18 @@ describe('the SSE skip against the full scan, over recorded streams', () => {
     recordings['an event of two data lines in each chunk, cut short'] = {
       writes: [Buffer.concat([role_event, ...plain].map((e) => chunk(e.replace(/,"logprobs"/, '\ndata: ,"logprobs"'))))], cut: true,
       content: 30,
+    };
+    // First events the role chunk's tail must not be taken for: its role
+    // with content, and a role choice after a choice with content.
+    const role_with = (text) => `data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: text }, logprobs: null, finish_reason: null }] })}\n\n`;
+    recordings['a first event with content beside the role, cut short'] = {
+      writes: [Buffer.concat([role_with('Hi'), ...plain].map(chunk))], cut: true, content: 31,
+    };
+    const two_choices = `data: ${JSON.stringify({ ...base, choices: [
+      { index: 0, delta: { role: 'assistant', content: 'Hi' }, logprobs: null, finish_reason: null },
+      { index: 1, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] })}\n\n`;
+    recordings['two choices in the first event, content in the first, cut short'] = {
+      writes: [Buffer.concat([two_choices, ...plain].map(chunk))], cut: true, content: 31,
     };
     // The usual stream of the scripted backend, for the SDK loop below.
     recordings['scripted vLLM stream, a read per event'] = {
