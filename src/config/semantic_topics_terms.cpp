@@ -1,0 +1,252 @@
+// config: the built-in topic vocabulary's terms (see semantic_topics.hpp).
+//
+// Written from general knowledge of each field, not from any evaluation
+// set. Terms are separated by ',' or newlines, normalised as prompts are
+// (case and punctuation do not matter: "Node.js" is "node . js"). Left
+// out on purpose: words that are as often something else in a chat
+// ("rust", "swift", "ruby", "go", "python"'s snake aside, "java" is kept;
+// "eclipse", "poetry", "cargo", "yarn", "prettier", "babel", "unity",
+// "framework", "library", "方法", "继承", "崩溃", "仓库", "协议"), and single
+// Chinese characters (a character is a token: "库" is in 仓库, 金库).
+#include "sluice/config/semantic_topics.hpp"
+
+#include <string>
+
+namespace sluice::config {
+
+namespace {
+
+// Programming: languages, libraries, frameworks, tools, CLIs, package
+// managers, errors and exceptions, DevOps, cloud and databases.
+constexpr std::string_view k_code = R"(
+python, python2, python3, cpython, pypy, javascript, ecmascript, typescript, java, jvm, jdk, jre, kotlin, scala,
+golang, rustlang, rustc, c++, cpp, c++11, c++14, c++17, c++20, c#, csharp, f#, objective-c, objc, php, perl, lua,
+haskell, erlang, elixir, clojure, ocaml, fortran, cobol, matlab, octave, vb.net, vba, visual basic, powershell,
+bash, zsh, fish shell, shell script, shell scripting, bash script, sql, plsql, pl/sql, t-sql, tsql, nosql, html,
+html5, css, css3, scss, less css, json, jsonl, yaml, yml, xml, toml, protobuf, graphql, regex, regexp,
+regular expression, wasm, webassembly, cuda, opencl, glsl, hlsl, verilog, vhdl, solidity, assembly language,
+x86 assembly, nasm, masm, llvm ir, bytecode, jsx, tsx, groovy script, dart language, zig, nim, crystal lang,
+reactjs, react.js, react native, redux, vue, vuejs, vue.js, vuex, pinia, nuxt, nuxtjs, angularjs,
+svelte, sveltekit, solidjs, next.js, nextjs, gatsby, remix run, jquery, bootstrap css, tailwind, tailwindcss,
+nodejs, node.js, deno, bun runtime, express.js, expressjs, nestjs, koa, fastify, django, flask, fastapi,
+starlette, uvicorn, gunicorn, celery, sqlalchemy, alembic, pydantic, ruby on rails, rails app, sinatra, laravel,
+symfony, codeigniter, wordpress plugin, spring boot, springboot, spring framework, spring mvc, hibernate, jpa,
+mybatis, maven, gradle, ant build, .net, dotnet, .net core, asp.net, blazor, entity framework, linq, xamarin,
+maui, wpf, winforms, qt, pyqt, pyside, tkinter, gtk, wxwidgets, tauri, flutter, swiftui, uikit,
+jetpack compose, android studio, xcode, cocoapods, gradle build, numpy, pandas, dataframe, scipy, sympy,
+matplotlib, seaborn, plotly, sklearn, scikit-learn, tensorflow, pytorch, keras, huggingface, hugging face,
+langchain, llamaindex, opencv, beautifulsoup, bs4, scrapy, selenium webdriver, puppeteer, pytest, unittest,
+junit, testng, mockito, vitest, cypress test, jasmine test, rspec, gtest, googletest, catch2,
+doctest, boost library, stl container, std::vector, std::string, std::map, std::move, unique_ptr, shared_ptr,
+webpack, vite, esbuild, parcel bundler, babel config, eslint, tslint, prettier config, npm, npx, pnpm,
+yarn install, yarn add, node_modules, package.json, package-lock.json, tsconfig, tsconfig.json, requirements.txt,
+pyproject.toml, setup.py, pip, pip3, pipenv, pipx, conda, miniconda, virtualenv, venv, virtual environment,
+pyenv, nvm, rbenv, rubygems, gemfile, bundler gem, composer.json, cargo.toml, cargo build, cargo run, crates.io,
+cmake, cmakelists, cmakelists.txt, makefile, make install, autotools, bazel, meson build, ninja build, gcc, g++,
+clang, clang++, llvm, msvc, mingw, gdb, lldb, valgrind, asan, addresssanitizer, strace, ltrace, perf record,
+linker, compiler, compile, compiled, compiling, compilation, transpile, transpiler, interpreter, debugger,
+debug, debugging, breakpoint, breakpoints, ide, vscode, vs code, visual studio, intellij, pycharm, webstorm,
+clion, goland, rider ide, vim, neovim, nvim, emacs, sublime text, jupyter, jupyter notebook, ipython, colab,
+git, github, gitlab, bitbucket, git commit, git push, git pull, git merge, git rebase, git clone, git stash,
+pull request, merge request, merge conflict, rebase, cherry-pick, gitignore, .gitignore, repo, codebase,
+docker, dockerfile, docker-compose, docker compose, container image, kubernetes, k8s, kubectl, minikube, helm chart,
+terraform, ansible, puppet manifest, chef cookbook, vagrant, nginx, apache httpd, haproxy, traefik, caddy server,
+jenkins pipeline, jenkinsfile, github actions, gitlab ci, circleci, travis ci, ci/cd, cicd, ci pipeline, devops,
+aws, amazon web services, ec2, s3 bucket, aws lambda, lambda function, cloudformation, dynamodb, rds, iam role,
+gcp, google cloud, gke, bigquery, azure devops, azure functions, heroku, vercel, netlify, cloudflare workers,
+firebase, firestore, supabase, serverless, linux, ubuntu, debian, centos, rhel, alpine linux, arch linux, unix,
+wsl, wsl2, systemd, systemctl, journalctl, cron, crontab, cronjob, sudo, chmod, chown, ssh, sshd, scp, rsync,
+wget, grep, xargs, tmux, bashrc, .bashrc, zshrc, environment variable, environment variables,
+env var, path variable, command line, command-line, cli, terminal command, shell command, stdin, stdout, stderr,
+localhost, 127.0.0.1, port 8080, api, apis, rest api, restful, api endpoint, endpoint, endpoints, http request,
+http response, status code, websocket, websockets, grpc, oauth, oauth2, jwt, cors, csrf, xss, sql injection,
+tcp, udp, tcp/ip, dns record, ssl certificate, tls certificate, https, load balancer,
+reverse proxy, microservice, microservices, backend, back-end, frontend, front-end, full stack, fullstack, orm,
+crud, mvc, mvvm, sdk, sdks, middleware, webhook, webhooks, runtime, dependency injection, dependencies,
+mysql, mariadb, postgres, postgresql, psql, sqlite, sqlite3, mongodb, mongoose, redis, memcached, cassandra,
+elasticsearch, kafka, rabbitmq, zookeeper, etcd, clickhouse, snowflake sql, oracle database, sql server, mssql,
+database, databases, db schema, database schema, primary key, foreign key, sql query, select query, join query,
+stored procedure, database index, transaction isolation, migration script, schema migration,
+unit test, unit tests, unit testing, integration test, test case, test cases, tdd, mock object, code coverage,
+refactor, refactoring, code review, source code, snippet, code snippet, boilerplate, pseudocode, linter,
+function call, function signature, return value, return type, variable, variables, global variable,
+argument list, args, kwargs, argv, argc, int, integer overflow, boolean, bool, float32,
+float64, double precision, char array, string literal, f-string, struct, structs, enum, enums, typedef, union type,
+nullptr, null pointer, null reference, dangling pointer, reference counting, garbage collector,
+garbage collection, malloc, calloc, realloc, free(), memory allocation, stack overflow, heap allocation,
+async, await, async/await, coroutine, coroutines, goroutine, goroutines, promise chain,
+event loop, thread pool, multithreading, multithreaded, multiprocessing, concurrency, parallelism,
+mutex, mutexes, semaphore, spinlock, deadlock, race condition, data race, atomic operation, lock-free,
+class method, static method, instance variable, constructor, destructor, inheritance hierarchy, polymorphism,
+encapsulation, abstract class, template metaprogramming, lambda expression, closure scope,
+decorator function, iterator, iterators, generator function, list comprehension, hashmap, hash map, hashtable,
+hash table, hashset, linked list, doubly linked list, binary tree, binary search tree, bst, avl tree,
+red-black tree, trie, heap sort, quicksort, merge sort, bubble sort, insertion sort, binary search, dfs, bfs,
+depth-first search, breadth-first search, dynamic programming, memoization, big o, big-o, time complexity,
+space complexity, algorithm, algorithms, data structure, data structures, leetcode, hackerrank, codeforces,
+array, arrays, 2d array, vector<int>, substring, string manipulation, parse, parser, parsing, tokenizer,
+serialize, serialization, deserialize, utf-8, utf8, ascii code, unicode, base64, bitwise, bit shift, bitmask,
+hex dump, byte array, buffer overflow, off-by-one, integer division, floating point error,
+bug, bugs, buggy, bugfix, hotfix, compile error, compiler error, compilation error, build error, build failed,
+runtime error, syntax error, type error, throw exception, try/catch, try catch,
+stack trace, stacktrace, traceback, segfault, segmentation fault, core dump, core dumped, memory leak,
+sigsegv, sigabrt, sigkill, sigterm, oom, oomkilled, out of memory error, exit code, errno, enoent, eacces,
+econnrefused, econnreset, eaddrinuse, etimedout, 404 error, 500 error, 502 bad gateway, 503 service unavailable,
+typeerror, valueerror, keyerror, indexerror, attributeerror, importerror, modulenotfounderror, syntaxerror,
+indentationerror, nameerror, zerodivisionerror, filenotfounderror, permissionerror, oserror, runtimeerror,
+recursionerror, unicodedecodeerror, assertionerror, stopiteration, referenceerror, rangeerror,
+nullpointerexception, npe, classnotfoundexception, illegalargumentexception, illegalstateexception,
+arrayindexoutofboundsexception, indexoutofboundsexception, concurrentmodificationexception,
+numberformatexception, classcastexception, outofmemoryerror, stackoverflowerror, ioexception,
+filenotfoundexception, sqlexception, nosuchelementexception, unsupportedoperationexception,
+invalidoperationexception, nullreferenceexception, argumentnullexception, panic: runtime error,
+borrow checker, lifetime error, undefined reference, undefined behavior, unresolved external symbol,
+linker error, cannot find module, module not found, command not found, permission denied, no such file or directory,
+is not a function, is not defined, undefined is not, cannot read property, cannot read properties,
+deprecated, deprecation warning, warning: unused, type mismatch, type annotation, type hint, type hints,
+console.log, printf, println, print(), system.out.println, cout, std::cout, cin, scanf, fmt.println,
+def, elif, self., __init__, __main__, init(), main(), public static void, void, const, var,
+import numpy, import pandas, #include, namespace,
+api key, access token, rate limit error, http 429, json parse, json.parse, json.dumps, jsonify, xpath,
+css selector, virtual dom, innerhtml, queryselector, addeventlistener, onclick, useeffect, usestate,
+render loop, hydration, ssr, pwa, responsive layout, flexbox, css grid,
+http server, web server, web scraping, web scraper, crawler, scraper, chrome extension, browser extension,
+ios app, android app, mobile app, apk, app store connect, gradle sync, build.gradle, manifest.xml,
+machine learning model, neural network training, training loop, gradient descent code, batch size,
+overfitting, hyperparameter, hyperparameters, fine-tuning, inference server, onnx, tensorrt, vllm,
+cuda out of memory, gpu memory, llm api, openai api, prompt template, embedding model, vector database,
+raspberry pi, arduino, esp32, microcontroller, firmware, embedded c, rtos, gpio, i2c, spi bus, uart,
+regex pattern, cron expression, sql join, inner join, left join, group by, order by, where clause,
+excel macro, vba macro, google apps script, power query, dax formula,
+programming, programmer, programmers, python script, exception handling, callback function, react component,
+react hook, react hooks, react app, node server, npm start, 计算机, 计算机程序, coding, coder, code, codes, coded, scripting,
+software engineering, software development, developer, developers, dev environment, localhost:3000, build system,
+version control, open source project, release build, debug build, binary file, executable, executables,
+library function, standard library, third-party library, npm package, pip package, python package,
+pypi, npm registry, maven central, nuget, brew install, apt-get, apt install, yum install, dnf install,
+代码, 源代码, 源码, 编程, 程序员, 写程序, 程序代码, 小程序, 脚本, 编译, 编译器, 编译错误, 编译失败, 解释器, 运行时, 调试, 断点,
+报错, 错误信息, 异常, 抛出异常, 捕获异常, 空指针, 段错误, 内存泄漏, 内存泄露, 内存溢出, 栈溢出, 死循环, 死锁, 竞态条件, 闪退,
+函数, 函数调用, 回调函数, 匿名函数, 构造函数, 析构函数, 返回值, 变量, 全局变量, 局部变量, 常量, 参数传递, 形参, 实参,
+数据类型, 整型, 浮点型, 浮点数, 布尔值, 字符串, 数组, 列表推导, 哈希表, 哈希, 链表, 二叉树, 红黑树, 栈和队列, 队列, 堆栈, 指针,
+引用计数, 垃圾回收, 面向对象, 类和对象, 多态, 封装, 接口, 抽象类, 泛型, 迭代器, 生成器, 装饰器, 闭包, 递归函数,
+多线程, 线程, 线程池, 协程, 异步, 同步锁, 互斥锁, 并发, 高并发, 数据结构, 算法题, 时间复杂度, 空间复杂度, 动态规划,
+排序算法, 冒泡排序, 快速排序, 归并排序, 二分查找, 深度优先, 广度优先, 力扣,
+数据库, 数据表, 主键, 外键, 索引优化, 存储过程, 慢查询, 分库分表, 缓存穿透, 缓存击穿, 消息队列, 中间件,
+前端, 后端, 全栈, 服务端, 客户端, 服务器, 云服务器, 部署, 上线, 容器, 容器化, 镜像, 集群, 微服务, 负载均衡, 反向代理, 运维,
+接口文档, 接口调用, 请求头, 跨域, 端口, 端口号, 防火墙, 域名解析, 环境变量, 虚拟环境, 配置文件, 依赖包, 安装包, 包管理,
+命令行, 终端命令, 脚本语言, 正则, 正则表达式, 爬虫, 网页开发, 网站开发, 插件开发, 版本控制, 代码仓库, 分支合并, 代码审查,
+单元测试, 测试用例, 自动化测试, 重构, 开发框架, 前端框架, 组件, 渲染, 样式表, 页面布局, 开发环境, 编辑器, 注释, 缩进,
+编译通过, 运行报错, 源文件, 头文件, 库函数, 第三方库, 标准库, 模块, 导入模块, 序列化, 反序列化, 乱码, 编码格式,
+位运算, 内核, 驱动程序, 操作系统, 虚拟机, 嵌入式, 单片机, 固件, 日志文件, 堆内存, 内存分配, 程序, 软件开发, 开发者,
+)";
+
+// Mathematics: its objects, operations and fields.
+constexpr std::string_view k_math = R"(
+math, maths, mathematics, variable, variables, 变量, 自变量, 因变量, mathematical, mathematically, arithmetic, algebra, algebraic, geometry, geometric,
+trigonometry, trigonometric, calculus, precalculus, statistics problem, probability, probabilities, combinatorics,
+number theory, linear algebra, differential equation, differential equations, ode, pde, topology, set theory,
+equation, equations, inequality, inequalities, system of equations, linear equation, quadratic, quadratic equation,
+quadratic formula, cubic equation, polynomial, polynomials, monomial, binomial, binomial theorem, coefficient,
+coefficients, variable x, solve for x, solve for y, unknown x,
+factorise, factorize, factorization, factorisation, factoring, root of, roots of, square root, cube root,
+sqrt, radical, exponent, exponents, exponential, logarithm, logarithms, log base, natural log, ln, power of,
+squared, cubed, to the power, reciprocal, fraction, fractions, numerator, denominator, decimal, decimals,
+percent, percentage, percentages, ratio, ratios, proportional, rate of change, average speed,
+median, mode of, variance, standard deviation, expected value, random variable,
+normal distribution, gaussian distribution, binomial distribution, poisson distribution,
+uniform distribution, bernoulli, conditional probability, bayes theorem, bayes' theorem, independent events,
+dice, die roll, coin toss, coin flip, flip a coin, roll a die, deck of cards, permutation, permutations,
+combination, combinations, choose k, n choose k, factorial, factorials, fibonacci, sequences,
+arithmetic sequence, geometric sequence, arithmetic progression, geometric progression, sum of, summation,
+integral, integrals, integrate, integration, antiderivative, definite integral, indefinite integral,
+derivative, derivatives, differentiate, differentiation, partial derivative, gradient, chain rule,
+product rule, quotient rule, limit of, limits, l'hopital, l'hôpital, converge, converges, convergence,
+diverge, divergence, taylor series, maclaurin series, fourier series, fourier transform, laplace transform,
+infinity, infinite series, asymptote, asymptotes, continuity, continuous function, differentiable,
+maximum value, minimum value, maxima, minima, extremum, optimization problem, local maximum, local minimum,
+matrix, matrices, determinant, eigenvalue, eigenvalues, eigenvector, eigenvectors, inverse matrix,
+transpose, vector space, vectors, dot product, cross product, linear transformation, rank of, basis vectors,
+orthogonal, orthonormal, span of, kernel of, null space, linear independence, linearly independent,
+primes, prime number, prime numbers, prime factorization, composite number, divisible, divisibility,
+divisor, divisors, gcd, lcm, greatest common divisor, least common multiple, modulo, modular arithmetic,
+quotient, congruent, congruence, integer, integers, natural number, natural numbers, rational number,
+rational numbers, irrational, irrational number, real number, real numbers, complex number, complex numbers,
+imaginary number, imaginary part, odd number, even number, parity, digits sum, sum of digits,
+triangle, triangles, right triangle, hypotenuse, pythagorean, pythagoras, pythagorean theorem,
+radian, radians, degrees angle, sine, cosine, tangent, sin, cos, tan, arcsin, arccos, arctan,
+circumference, radius, diameter, area of, perimeter, volume of, surface area, polygon, polygons,
+rectangle, square of, parallelogram, trapezoid, rhombus, pentagon, hexagon, sphere, cylinder, cone, cube of,
+prism, pyramid volume, coordinates, cartesian, polar coordinates, x-axis, y-axis, slope, intercept,
+y-intercept, parabola, hyperbola, ellipse, conic section, vertex, midpoint, distance formula, unit circle,
+theorem, theorems, lemma, corollary, proof, proofs, prove that, prove, proving, axiom, axioms, induction,
+mathematical induction, contradiction proof, q.e.d., qed, iff, if and only if, subset, subsets, union of,
+intersection of, empty set, cardinality, bijection, injective, surjective, function f, f(x), g(x), f'(x), dy/dx,
+domain and range, inverse function, composite function, logic puzzle, how many ways, probability that,
+calculate, calculating, calculation, compute the, evaluate the, minus, multiplied by, divided by,
+multiply, multiplication, subtraction, sum, product of, difference of,
+pi, π, √, ∫, ∑, ∂, ≤, ≥, ≠, ±, ∞, θ, α, β, λ, σ, μ, x^2, x², ², ³, ½, math problem, word problem, homework math,
+数学, 算术, 代数, 几何, 三角函数, 微积分, 概率, 概率论, 统计学, 数理统计, 线性代数, 高等数学, 高数, 数论, 离散数学, 组合数学, 拓扑,
+方程, 方程组, 一元二次方程, 二元一次方程, 解方程, 不等式, 等式, 恒等式, 多项式, 因式分解, 系数, 未知数, 求解, 解得, 化简, 展开式,
+平方, 立方, 平方根, 立方根, 开方, 根号, 指数, 对数, 次方, 倒数, 分数, 小数, 百分比, 百分数, 比例, 比值, 约分, 通分, 分母,
+平均数, 平均值, 中位数, 众数, 方差, 标准差, 数学期望, 随机变量, 正态分布, 二项分布, 泊松分布, 均匀分布, 条件概率, 贝叶斯公式,
+独立事件, 骰子, 掷骰子, 抛硬币, 排列, 排列组合, 组合数, 阶乘, 斐波那契, 数列, 等差数列, 等比数列, 级数, 求和, 通项公式, 前n项和,
+积分, 定积分, 不定积分, 原函数, 导数, 求导, 偏导, 偏导数, 微分, 微分方程, 链式法则, 极限, 洛必达, 收敛, 发散, 泰勒展开, 泰勒级数,
+傅里叶, 无穷大, 无穷小, 渐近线, 连续性, 可导, 极值, 极大值, 极小值, 最大值, 最小值, 最值, 单调性, 单调递增, 单调递减, 函数图像,
+矩阵, 行列式, 特征值, 特征向量, 逆矩阵, 转置, 向量, 向量空间, 点积, 叉积, 内积, 线性变换, 线性无关, 线性相关, 基向量,
+质数, 素数, 合数, 质因数, 分解质因数, 整除, 约数, 因数, 倍数, 公约数, 公倍数, 最大公约数, 最小公倍数, 余数, 取模, 同余,
+整数, 正整数, 负数, 自然数, 有理数, 无理数, 实数, 复数, 虚数, 奇数, 偶数, 数位, 各位数字,
+三角形, 直角三角形, 斜边, 勾股定理, 弧度, 正弦, 余弦, 正切, 圆周, 周长, 半径, 直径, 圆周率, 面积, 体积, 表面积,
+多边形, 长方形, 正方形, 平行四边形, 梯形, 菱形, 球体, 圆柱, 圆锥, 立方体, 棱锥, 坐标, 坐标系, 直角坐标, 极坐标, x轴, y轴, 斜率, 截距,
+抛物线, 双曲线, 椭圆, 圆锥曲线, 顶点坐标, 中点, 距离公式, 单位圆, 定理, 引理, 推论, 证明, 证明题, 求证, 公理, 数学归纳法, 反证法,
+充分必要条件, 充要条件, 子集, 并集, 交集, 补集, 空集, 映射, 定义域, 值域, 反函数, 复合函数, 函数, 一次函数, 二次函数, 反比例函数,
+计算, 算一下, 算算, 等于多少, 加法, 减法, 乘法, 除法, 乘以, 除以, 加上, 减去, 乘积, 之和, 之差, 几何题, 应用题, 数学题,
+鸡兔同笼, 多少种, 几种方法, 概率是, 公式, 求值, 取值范围, 解析式, 函数值, 象限, 对称轴,
+)";
+
+// Translation: asking for one, and the languages.
+constexpr std::string_view k_translation_head = R"(
+translate, translates, translated, translating, translation, translations, translator, translators, translate into,
+translate to, translate from, translate this, translate the following, please translate, can you translate,
+how do you say, how do i say, how to say, how would you say, how would i say, how does one say, what is the word for,
+what's the word for, say it in, say this in,
+literal translation, word for word, word-for-word, localize, localise, localization,
+localisation, subtitle, subtitles, subtitling, dubbing, interpreter for, interpret this sentence,
+native speaker, mother tongue, lingua franca, bilingual, multilingual, idiomatic, idiomatically,
+pinyin, romaji, hiragana, katakana, kanji, hanzi, hangul, cyrillic, transliterate, transliteration, romanize,
+翻译, 翻译成, 翻译为, 翻译一下, 帮我翻译, 请翻译, 译成, 译为, 译作, 翻成, 翻一下, 译文, 原文, 中译英, 英译中, 汉译英, 英译汉,
+日译中, 中译日, 口译, 笔译, 同声传译, 直译, 意译, 信达雅, 怎么说, 如何说, 怎么讲, 怎么翻, 用英文, 用英语, 用中文, 用日语, 用日文,
+用法语, 用德语, 用韩语, 用西班牙语, 说成, 表达成, 英文, 英语, 中文, 汉语, 普通话, 繁体中文, 简体中文, 繁体, 简体, 日语, 日文,
+韩语, 韩文, 法语, 法文, 德语, 德文, 西班牙语, 俄语, 俄文, 意大利语, 葡萄牙语, 阿拉伯语, 泰语, 越南语, 印尼语, 土耳其语, 荷兰语,
+希腊语, 拉丁语, 粤语, 文言文, 白话文, 外语, 母语, 本地化, 字幕, 单词, 英文单词, 地道的表达, 地道表达, 对应的词,
+)";
+
+}  // namespace
+
+// Languages: asked for as "in / into / to / from LANGUAGE", "LANGUAGE
+// translation", "the LANGUAGE word for" and so on; a language named alone
+// is as often a chat's subject ("French history"), so it is no term.
+namespace {
+
+constexpr std::string_view k_languages[] = {
+    "english", "chinese", "mandarin", "cantonese", "japanese", "korean", "french", "spanish", "german",
+    "italian", "portuguese", "brazilian portuguese", "russian", "arabic", "hindi", "bengali", "urdu", "punjabi",
+    "vietnamese", "thai", "indonesian", "malay", "tagalog", "filipino", "turkish", "persian", "farsi", "hebrew",
+    "greek", "latin", "dutch", "swedish", "norwegian", "danish", "finnish", "icelandic", "polish", "czech",
+    "slovak", "hungarian", "romanian", "bulgarian", "ukrainian", "serbian", "croatian", "swahili", "esperanto",
+    "simplified chinese", "traditional chinese"};
+constexpr std::string_view k_language_before[] = {"in", "into", "to", "from"};
+constexpr std::string_view k_language_after[] = {"translation", "version", "equivalent", "word", "words", "phrase",
+                                                 "sentence", "text", "speaker", "speakers", "subtitles"};
+
+}  // namespace
+
+std::array<std::string, k_topics> builtin_topic_terms() {
+  std::string translation(k_translation_head);
+  for (std::string_view l : k_languages) {
+    for (std::string_view b : k_language_before) translation.append(b).append(" ").append(l).append(",");
+    for (std::string_view a : k_language_after) translation.append(l).append(" ").append(a).append(",");
+  }
+  return {std::string(k_code), std::string(k_math), std::move(translation)};
+}
+
+}  // namespace sluice::config
