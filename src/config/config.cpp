@@ -54,7 +54,7 @@ const names k_group_keys = {"name", "models", "backend_model", "balance", "backe
                              "prefix_messages", "prefix_bytes", "bounded_load", "api_key_env", "health",
                              "inject_usage", "protocol", "triton_flavor", "chat_template", "chat_template_bos",
                              "custom_template", "daily_tokens", "monthly_tokens", "input_cost_per_mtok",
-                             "output_cost_per_mtok", "examples", "examples_file", "native_dialects",
+                             "output_cost_per_mtok", "examples", "examples_file", "topic", "native_dialects",
                              "admission", "max_inflight_per_backend", "queue_timeout_ms", "queue_max"};
 const names k_custom_template_keys = {"begin", "system_prefix", "system_suffix", "user_prefix", "user_suffix",
                                       "assistant_prefix", "assistant_suffix", "generation_prefix"};
@@ -65,7 +65,7 @@ const names k_health_keys = {"interval_ms", "timeout_ms", "rise", "fall", "eject
                               "max_ejection_percent", "panic_threshold_percent"};
 const names k_router_keys = {"auto_model", "default_group", "semantic", "classifier", "min_confidence", "model_file",
                               "semantic_bytes", "include_system", "group_header", "embeddings_group",
-                              "embeddings_timeout_ms", "embeddings_cache", "token_cache"};
+                              "embeddings_timeout_ms", "embeddings_cache", "token_cache", "topic_weight"};
 const names k_semantic_modes = {"off", "classifier", "embeddings"};
 const names k_classifier_methods = {"examples", "fasttext"};
 const names k_rule_keys = {"group", "contains_any", "regex", "min_prompt_bytes", "max_prompt_bytes", "has_tools", "has_images",
@@ -339,6 +339,16 @@ group_draft read_group(const reader& r, const toml::table& t, const upstream_con
   if (const toml::node* n = r.read_string(t, "group", "examples_file", g.examples_file)) {
     read_examples_file(r, *n, g);
   }
+  std::string topic;
+  if (const toml::node* n = r.read_string(t, "group", "topic", topic)) {
+    const std::optional<semantic_topic> named = topic_from_name(topic);
+    if (!named) r.fail(*n, fmt::format("group.topic \"{}\" is not a built-in topic; allowed: {}", topic, topic_names()));
+    if (g.examples.empty()) {
+      r.fail(*n, "group.topic adds to the classifier's evidence for a group it scores: it needs the group's "
+                 "examples (examples = [...] or examples_file = \"FILE\")");
+    }
+    g.topic = *named;
+  }
   r.read_string(t, "group", "backend_model", g.backend_model);
   if (const auto* n = r.read_string(t, "group", "balance", g.balance)) {
     if (std::find(k_balance_modes.begin(), k_balance_modes.end(), g.balance) == k_balance_modes.end()) {
@@ -496,6 +506,7 @@ void read_router_semantic(const reader& r, const toml::table& t, router_config& 
                                              : semantic_mode::off;
   }
   r.read_number(t, "router", "min_confidence", router.min_confidence, 0, 1);
+  r.read_number(t, "router", "topic_weight", router.topic_weight, 0, 10);
   std::string method;
   const toml::node* method_node = r.read_string(t, "router", "classifier", method);
   if (method_node != nullptr) {

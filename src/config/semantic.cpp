@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -278,6 +279,25 @@ std::vector<std::string> read_examples_file(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// Each label's group's topic, and the vocabulary built (cold) when a group names one.
+std::shared_ptr<semantic_model> with_topics(std::shared_ptr<semantic_model> m, const config& cfg) {
+  m->label_topic.assign(m->labels.size(), semantic_topic::none);
+  for (size_t l = 0; l < m->labels.size(); ++l) {
+    for (const group_config& g : cfg.groups) {
+      if (g.name == m->labels[l]) m->label_topic[l] = g.topic;
+    }
+    m->topics |= m->label_topic[l] != semantic_topic::none;
+  }
+  m->topic_weight = static_cast<float>(cfg.router.topic_weight);
+  for (size_t h = 0; h < m->topic_odds.size(); ++h) m->topic_odds[h] = std::exp(cfg.router.topic_weight * static_cast<double>(h));
+  if (m->topics) static_cast<void>(topic_vocabulary::builtin());
+  return m;
+}
+
+}  // namespace
+
 std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, const std::string& where) {
   std::vector<std::string> names;
   std::vector<std::vector<std::string>> examples;
@@ -297,7 +317,7 @@ std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, co
     }
     auto m = semantic_model_from(ft, names, fmt::format("{}: router.model_file \"{}\"", where, cfg.router.model_file));
     m->origin = cfg.router.model_file;
-    return m;
+    return with_topics(std::move(m), cfg);
   }
   if (with_examples < 2) {
     throw config_error(fmt::format("{}: router.semantic = \"{}\" needs examples in at least two [[group]]s "
@@ -329,12 +349,12 @@ std::shared_ptr<const semantic_model> build_semantic_model(const config& cfg, co
       throw config_error(fmt::format("{}: router.semantic = \"classifier\": no example holds a word", where));
     }
     m->origin = fmt::format("naive Bayes and nearest examples over {} examples of {} groups", total, with_examples);
-    return m;
+    return with_topics(std::move(m), cfg);
   }
   auto ft = train_semantic_fasttext(names, examples);
   auto m = semantic_model_from(*ft, names, where);
   m->origin = fmt::format("trained on {} examples of {} groups", total, with_examples);
-  return m;
+  return with_topics(std::move(m), cfg);
 }
 
 }  // namespace sluice::config

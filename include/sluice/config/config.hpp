@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sluice/config/semantic_examples.hpp"
+#include "sluice/config/semantic_topics.hpp"
 
 namespace sluice::config {
 
@@ -183,6 +184,8 @@ struct router_config {
   bool include_system = false;               // the system prompt is read too (before the user message)
   uint32_t token_cache = 4096;               // tokens' summed vectors kept per shard (a power of two; 0 = none)
   bool group_header = false;                 // x-sluice-group response header on routed answers
+  // Nats of log-odds per hit of a group's topic vocabulary ([[group]] topic).
+  double topic_weight = 2.0;
   // semantic = "embeddings": the group whose backends serve /v1/embeddings
   // (its index resolved at load), each call's timeout, the per-shard cache.
   std::string embeddings_group;
@@ -261,6 +264,9 @@ struct group_config {
   // the lines of `examples_file` (relative to the config file).
   std::vector<std::string> examples;
   std::string examples_file;
+  // The built-in topic vocabulary whose terms add evidence for this group
+  // in the classifier (config/semantic_topics.hpp); none = examples alone.
+  semantic_topic topic = semantic_topic::none;
   std::string backend_model;         // "" = forward the client's model unchanged
   std::string balance = "session";   // session | prefix | least-loaded | round-robin
   std::vector<uint32_t> backends;    // indices into config::backends

@@ -7,6 +7,7 @@
 // per config snapshot, shared read-only by every shard through the
 // snapshot's shared_ptr. route::semantic_classifier runs inference over it
 // without fastText (whose predict allocates per call).
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "sluice/config/semantic_examples.hpp"
+#include "sluice/config/semantic_topics.hpp"
 
 namespace sluice::config {
 
@@ -56,6 +58,13 @@ struct semantic_model {
   std::vector<uint32_t> word_hash;  // by word id
   std::vector<uint32_t> word_offset;
   std::string word_bytes;
+  // The built-in topic of each label's group ([[group]] topic; none for
+  // most), and the weight of a hit ([router] topic_weight). `topics`: some
+  // label has one (else the classifier matches no vocabulary).
+  std::vector<semantic_topic> label_topic;
+  float topic_weight = 0;
+  bool topics = false;
+  std::array<double, k_topic_hits_max + 1> topic_odds{};  // e^(topic_weight x hits), by hits
   // Where it came from, for logs and --explain-route: "trained on N examples"
   // or the model file's path.
   std::string origin;
