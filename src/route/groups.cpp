@@ -361,6 +361,24 @@ std::string explain_route(const config::config& cfg, std::string_view prompt, bo
       put_p(out, prob);
     }
     out += '\n';
+    if (const config::semantic_model& m = c->model(); m.topics) {
+      // What the groups' topics added (included in the probabilities above).
+      char w[32];
+      std::snprintf(w, sizeof w, "%.2f", static_cast<double>(m.topic_weight));
+      out += "topics (topic_weight ";
+      out += w;
+      out += " a hit, at most ";
+      out += std::to_string(config::k_topic_hits_max);
+      out += " counted):";
+      for (size_t l = 0; l < m.labels.size(); ++l) {
+        if (m.label_topic[l] == config::semantic_topic::none) continue;
+        out += ' ';
+        out += m.labels[l];
+        out += ' ';
+        out += std::to_string(c->topic_hits()[static_cast<size_t>(m.label_topic[l]) - 1]);
+      }
+      out += '\n';
+    }
   }
   return out;
 }

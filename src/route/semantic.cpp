@@ -222,8 +222,30 @@ void semantic_classifier::add_subwords(std::string_view token) noexcept {
 }
 
 int32_t semantic_classifier::infer(std::string_view text, uint8_t shape) noexcept {
-  if (_model->method == config::classifier_method::examples) return infer_examples(text, shape);
-  return infer_fasttext(text);
+  if (_model->method == config::classifier_method::examples) return add_topics(text, infer_examples(text, shape));
+  return add_topics(text, infer_fasttext(text));
+}
+
+int32_t semantic_classifier::add_topics(std::string_view text, int32_t best) noexcept {
+  const config::semantic_model& m = *_model;
+  if (!m.topics) return best;
+  config::topic_vocabulary::builtin().count(text, _topic_hits);
+  if (best < 0) return best;
+  double z = 0;
+  for (size_t l = 0; l < _output.size(); ++l) {
+    const auto t = static_cast<size_t>(m.label_topic[l]);
+    if (t != 0) {
+      const uint32_t hits = std::min<uint32_t>(_topic_hits[t - 1], config::k_topic_hits_max);
+      _output[l] = static_cast<float>(static_cast<double>(_output[l]) * m.topic_odds[hits]);
+    }
+    z += static_cast<double>(_output[l]);
+  }
+  best = 0;
+  for (size_t l = 0; l < _output.size(); ++l) {
+    _output[l] = static_cast<float>(static_cast<double>(_output[l]) / z);
+    if (_output[l] > _output[static_cast<size_t>(best)]) best = static_cast<int32_t>(l);
+  }
+  return best;
 }
 
 namespace {
@@ -440,10 +462,11 @@ int32_t semantic_classifier::classify(std::string_view system, std::string_view 
   }
   const std::string_view user_prefix = config::utf8_prefix(user, _text_bytes_max);
   n += config::semantic_normalize(user_prefix, _text.data() + n, _text.size() - n);
-  if (_model->method != config::classifier_method::examples) return infer_fasttext(std::string_view(_text.data(), n));
+  const std::string_view text(_text.data(), n);
+  if (_model->method != config::classifier_method::examples) return add_topics(text, infer_fasttext(text));
   uint8_t shape = config::semantic_shape(user_prefix);
   if (!system.empty()) shape |= config::semantic_shape(config::utf8_prefix(system, _text_bytes_max));
-  return infer_examples(std::string_view(_text.data(), n), shape);
+  return add_topics(text, infer_examples(text, shape));
 }
 
 }  // namespace sluice::route

@@ -53,12 +53,20 @@ class semantic_classifier {
   std::span<const float> probabilities() const noexcept { return {_output.data(), _output.size()}; }
   const config::semantic_model& model() const noexcept { return *_model; }
   size_t text_capacity() const noexcept { return _text.size(); }
+  // The topic vocabulary's hits in the last classified text, by topic - 1
+  // (zero when no group names a topic).
+  const config::topic_vocabulary::hits& topic_hits() const noexcept { return _topic_hits; }
   // Tokens found in / added to the token cache since construction.
   uint64_t token_hits() const noexcept { return _token_hits; }
   uint64_t token_misses() const noexcept { return _token_misses; }
 
  private:
   int32_t infer_fasttext(std::string_view normalized) noexcept;
+  // The groups' topics ([[group]] topic): each label's probability times
+  // e^(topic_weight x its topic's hits, at most k_topic_hits_max), made to
+  // sum to 1 again. Returns: the most probable label (`best` when no
+  // group names a topic, or the text had no token).
+  int32_t add_topics(std::string_view normalized, int32_t best) noexcept;
   // The example scorer (config::example_model): naive Bayes and the
   // nearest examples, averaged.
   int32_t infer_examples(std::string_view normalized, uint8_t shape) noexcept;
@@ -95,6 +103,7 @@ class semantic_classifier {
   std::vector<float, config::cache_line_allocator<float>> _vectors;  // (slots + 1) x dim: + a scratch row
   uint64_t _token_hits = 0, _token_misses = 0;
   std::vector<float> _output;      // nlabels
+  config::topic_vocabulary::hits _topic_hits{};
   // The example scorer's scratch, sized at construction: a feature's
   // count in this text (valid where its stamp is this call's), the
   // distinct features seen, each example's dot product, each label's
