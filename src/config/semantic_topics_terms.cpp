@@ -2,12 +2,14 @@
 //
 // Written from general knowledge of each field, not from any evaluation
 // set. Terms are separated by ',' or newlines, normalised as prompts are
-// (case and punctuation do not matter: "Node.js" is "node . js"). Left
-// out on purpose: words that are as often something else in a chat
-// ("rust", "swift", "ruby", "go", "python"'s snake aside, "java" is kept;
-// "eclipse", "poetry", "cargo", "yarn", "prettier", "babel", "unity",
-// "framework", "library", "方法", "继承", "崩溃", "仓库", "协议"), and single
-// Chinese characters (a character is a token: "库" is in 仓库, 金库).
+// (case does not matter; punctuation splits tokens as it does in a prompt:
+// "Node.js" is "node . js"). Left out on purpose: words that are as often
+// something else in a chat ("rust", "swift", "ruby", "go", "eclipse",
+// "poetry", "cargo", "yarn", "react", "script", "framework", "library",
+// "mean", "times", "方法", "继承", "崩溃", "仓库", "日志"; "python" and
+// "java" are kept), a language named alone, and single Chinese characters
+// (a character is a token: "库" is in 仓库, 金库). A word can be kept in a
+// phrase that is unambiguous ("react native", "python script").
 #include "sluice/config/semantic_topics.hpp"
 
 #include <string>
