@@ -770,6 +770,13 @@ std::shared_ptr<const config> load(std::string_view toml_text, std::string_view 
       throw config_error(fmt::format("{}: group \"{}\" has {} backends; allowed: at most {}", d.origin, d.group.name,
                                      d.group.backends.size(), k_group_backends_max));
     }
+    // A topic adds to the classifier's evidence: with no classifier it
+    // would be read by nothing, so it is refused rather than ignored.
+    if (d.group.topic != semantic_topic::none && cfg->router.semantic == semantic_mode::off) {
+      throw config_error(fmt::format("{}: group \"{}\" names topic = \"{}\", which needs [router] semantic = "
+                                     "\"classifier\" (or \"embeddings\", whose fallback classifier reads it)",
+                                     d.origin, d.group.name, topic_name(d.group.topic)));
+    }
     cfg->groups.push_back(std::move(d.group));
   }
   if (cfg->router.semantic != semantic_mode::off) cfg->router.model = build_semantic_model(*cfg, router_origin);

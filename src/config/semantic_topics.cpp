@@ -134,7 +134,9 @@ void topic_vocabulary::count(std::string_view text, hits& out) const noexcept {
     while (i < text.size() && text[i] == ' ') ++i;
     if (i == text.size()) break;
     const size_t end = token_end(text, i);
-    const bool plural = end - i >= 4 && text[end - 1] == 's';
+    // A plural of a term of four letters or more: "sins" and "tans" are
+    // no plurals of sin and tan.
+    const bool plural = end - i >= 5 && text[end - 1] == 's';
     if (!may_start(text.data() + i, end - i) && !(plural && may_start(text.data() + i, end - i - 1))) {
       i = end;
       continue;

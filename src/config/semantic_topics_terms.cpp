@@ -7,9 +7,13 @@
 // something else in a chat ("rust", "swift", "ruby", "go", "eclipse",
 // "poetry", "cargo", "yarn", "react", "script", "framework", "library",
 // "mean", "times", "方法", "继承", "崩溃", "仓库", "日志"; "python" and
-// "java" are kept), a language named alone, and single Chinese characters
-// (a character is a token: "库" is in 仓库, 金库). A word can be kept in a
-// phrase that is unambiguous ("react native", "python script").
+// "java" are kept; "sin", "cos", "tan", "pi", 积分 (points), 证明 (a
+// certificate), 分数 (a score), 指数 (an index), 平方 (in 平方米), 比例,
+// 公式; "how do I say", "word for word", "bilingual", "subtitles"), a
+// language named alone, in English or Chinese (英语, 日文), and single
+// Chinese characters (a character is a token: "库" is in 仓库, 金库). A word
+// can be kept in a phrase that is unambiguous ("react native", "python
+// script", 定积分, 证明题).
 #include "sluice/config/semantic_topics.hpp"
 
 #include <string>
@@ -175,7 +179,7 @@ quotient, congruent, congruence, integer, integers, natural number, natural numb
 rational numbers, irrational, irrational number, real number, real numbers, complex number, complex numbers,
 imaginary number, imaginary part, odd number, even number, parity, digits sum, sum of digits,
 triangle, triangles, right triangle, hypotenuse, pythagorean, pythagoras, pythagorean theorem,
-radian, radians, degrees angle, sine, cosine, tangent, sin, cos, tan, arcsin, arccos, arctan,
+radian, radians, degrees angle, sine, cosine, tangent, arcsin, arccos, arctan,
 circumference, radius, diameter, area of, perimeter, volume of, surface area, polygon, polygons,
 rectangle, square of, parallelogram, trapezoid, rhombus, pentagon, hexagon, sphere, cylinder, cone, cube of,
 prism, pyramid volume, coordinates, cartesian, polar coordinates, x-axis, y-axis, slope, intercept,
@@ -186,47 +190,44 @@ intersection of, empty set, cardinality, bijection, injective, surjective, funct
 domain and range, inverse function, composite function, logic puzzle, how many ways, probability that,
 calculate, calculating, calculation, compute the, evaluate the, minus, multiplied by, divided by,
 multiply, multiplication, subtraction, sum, product of, difference of,
-pi, π, √, ∫, ∑, ∂, ≤, ≥, ≠, ±, ∞, θ, α, β, λ, σ, μ, x^2, x², ², ³, ½, math problem, word problem, homework math,
+π, √, ∫, ∑, ∂, ≤, ≥, ≠, ±, ∞, θ, α, β, λ, σ, μ, x^2, x², ², ³, ½, math problem, word problem, homework math,
 数学, 算术, 代数, 几何, 三角函数, 微积分, 概率, 概率论, 统计学, 数理统计, 线性代数, 高等数学, 高数, 数论, 离散数学, 组合数学, 拓扑,
 方程, 方程组, 一元二次方程, 二元一次方程, 解方程, 不等式, 等式, 恒等式, 多项式, 因式分解, 系数, 未知数, 求解, 解得, 化简, 展开式,
-平方, 立方, 平方根, 立方根, 开方, 根号, 指数, 对数, 次方, 倒数, 分数, 小数, 百分比, 百分数, 比例, 比值, 约分, 通分, 分母,
+立方, 平方根, 立方根, 开方, 根号, 对数, 次方, 倒数, 小数, 百分比, 百分数, 比值, 约分, 通分, 分母,
 平均数, 平均值, 中位数, 众数, 方差, 标准差, 数学期望, 随机变量, 正态分布, 二项分布, 泊松分布, 均匀分布, 条件概率, 贝叶斯公式,
 独立事件, 骰子, 掷骰子, 抛硬币, 排列, 排列组合, 组合数, 阶乘, 斐波那契, 数列, 等差数列, 等比数列, 级数, 求和, 通项公式, 前n项和,
-积分, 定积分, 不定积分, 原函数, 导数, 求导, 偏导, 偏导数, 微分, 微分方程, 链式法则, 极限, 洛必达, 收敛, 发散, 泰勒展开, 泰勒级数,
+定积分, 不定积分, 原函数, 导数, 求导, 偏导, 偏导数, 微分, 微分方程, 链式法则, 极限, 洛必达, 收敛, 发散, 泰勒展开, 泰勒级数,
 傅里叶, 无穷大, 无穷小, 渐近线, 连续性, 可导, 极值, 极大值, 极小值, 最大值, 最小值, 最值, 单调性, 单调递增, 单调递减, 函数图像,
 矩阵, 行列式, 特征值, 特征向量, 逆矩阵, 转置, 向量, 向量空间, 点积, 叉积, 内积, 线性变换, 线性无关, 线性相关, 基向量,
 质数, 素数, 合数, 质因数, 分解质因数, 整除, 约数, 因数, 倍数, 公约数, 公倍数, 最大公约数, 最小公倍数, 余数, 取模, 同余,
 整数, 正整数, 负数, 自然数, 有理数, 无理数, 实数, 复数, 虚数, 奇数, 偶数, 数位, 各位数字,
 三角形, 直角三角形, 斜边, 勾股定理, 弧度, 正弦, 余弦, 正切, 圆周, 周长, 半径, 直径, 圆周率, 面积, 体积, 表面积,
 多边形, 长方形, 正方形, 平行四边形, 梯形, 菱形, 球体, 圆柱, 圆锥, 立方体, 棱锥, 坐标, 坐标系, 直角坐标, 极坐标, x轴, y轴, 斜率, 截距,
-抛物线, 双曲线, 椭圆, 圆锥曲线, 顶点坐标, 中点, 距离公式, 单位圆, 定理, 引理, 推论, 证明, 证明题, 求证, 公理, 数学归纳法, 反证法,
+抛物线, 双曲线, 椭圆, 圆锥曲线, 顶点坐标, 中点, 距离公式, 单位圆, 定理, 引理, 推论, 证明题, 求证, 公理, 数学归纳法, 反证法,
 充分必要条件, 充要条件, 子集, 并集, 交集, 补集, 空集, 映射, 定义域, 值域, 反函数, 复合函数, 函数, 一次函数, 二次函数, 反比例函数,
 计算, 算一下, 算算, 等于多少, 加法, 减法, 乘法, 除法, 乘以, 除以, 加上, 减去, 乘积, 之和, 之差, 几何题, 应用题, 数学题,
-鸡兔同笼, 多少种, 几种方法, 概率是, 公式, 求值, 取值范围, 解析式, 函数值, 象限, 对称轴,
+鸡兔同笼, 多少种, 几种方法, 概率是, 求值, 取值范围, 解析式, 函数值, 象限, 对称轴,
 )";
 
 // Translation: asking for one, and the languages.
 constexpr std::string_view k_translation_head = R"(
 translate, translates, translated, translating, translation, translations, translator, translators, translate into,
 translate to, translate from, translate this, translate the following, please translate, can you translate,
-how do you say, how do i say, how to say, how would you say, how would i say, how does one say, what is the word for,
-what's the word for, say it in, say this in,
-literal translation, word for word, word-for-word, localize, localise, localization,
-localisation, subtitle, subtitles, subtitling, dubbing, interpreter for, interpret this sentence,
-native speaker, mother tongue, lingua franca, bilingual, multilingual, idiomatic, idiomatically,
+how do you say, how to say, how would you say, how does one say, what is the word for,
+what's the word for, literal translation, localize, localise, localization, localisation, interpreter for,
+interpret this sentence, idiomatic, idiomatically,
 pinyin, romaji, hiragana, katakana, kanji, hanzi, hangul, cyrillic, transliterate, transliteration, romanize,
 翻译, 翻译成, 翻译为, 翻译一下, 帮我翻译, 请翻译, 译成, 译为, 译作, 翻成, 翻一下, 译文, 原文, 中译英, 英译中, 汉译英, 英译汉,
 日译中, 中译日, 口译, 笔译, 同声传译, 直译, 意译, 信达雅, 怎么说, 如何说, 怎么讲, 怎么翻, 用英文, 用英语, 用中文, 用日语, 用日文,
-用法语, 用德语, 用韩语, 用西班牙语, 说成, 表达成, 英文, 英语, 中文, 汉语, 普通话, 繁体中文, 简体中文, 繁体, 简体, 日语, 日文,
-韩语, 韩文, 法语, 法文, 德语, 德文, 西班牙语, 俄语, 俄文, 意大利语, 葡萄牙语, 阿拉伯语, 泰语, 越南语, 印尼语, 土耳其语, 荷兰语,
-希腊语, 拉丁语, 粤语, 文言文, 白话文, 外语, 母语, 本地化, 字幕, 单词, 英文单词, 地道的表达, 地道表达, 对应的词,
+用法语, 用德语, 用韩语, 用西班牙语, 说成, 表达成, 文言文, 白话文, 本地化, 地道的表达, 地道表达, 对应的词,
 )";
 
 }  // namespace
 
-// Languages: asked for as "in / into / to / from LANGUAGE", "LANGUAGE
+// Languages: asked for as "into / to / from LANGUAGE", "LANGUAGE
 // translation", "the LANGUAGE word for" and so on; a language named alone
-// is as often a chat's subject ("French history"), so it is no term.
+// is as often a chat's subject ("French history"), and so is "in LANGUAGE"
+// ("in English class"): neither is a term.
 namespace {
 
 constexpr std::string_view k_languages[] = {
@@ -236,9 +237,9 @@ constexpr std::string_view k_languages[] = {
     "greek", "latin", "dutch", "swedish", "norwegian", "danish", "finnish", "icelandic", "polish", "czech",
     "slovak", "hungarian", "romanian", "bulgarian", "ukrainian", "serbian", "croatian", "swahili", "esperanto",
     "simplified chinese", "traditional chinese"};
-constexpr std::string_view k_language_before[] = {"in", "into", "to", "from"};
+constexpr std::string_view k_language_before[] = {"into", "to", "from"};
 constexpr std::string_view k_language_after[] = {"translation", "version", "equivalent", "word", "words", "phrase",
-                                                 "sentence", "text", "speaker", "speakers", "subtitles"};
+                                                 "sentence", "text", "subtitles"};
 
 }  // namespace
 

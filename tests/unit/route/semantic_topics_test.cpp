@@ -74,11 +74,11 @@ TEST_SUITE("route::semantic topics") {
       CAPTURE(t);
       CHECK((v.topics_of(t) & k_code) != 0);
     }
-    for (const char* t : {"integral", "eigenvalue", "hypotenuse", "方程", "积分", "导数", "概率", "勾股定理"}) {
+    for (const char* t : {"integral", "eigenvalue", "hypotenuse", "方程", "定积分", "导数", "概率", "勾股定理"}) {
       CAPTURE(t);
       CHECK(v.topics_of(t) == k_math);
     }
-    for (const char* t : {"translate", "into French", "in Japanese", "how do you say", "翻译", "译成", "怎么说", "日语"}) {
+    for (const char* t : {"translate", "into French", "to Japanese", "how do you say", "翻译", "译成", "怎么说", "用日语"}) {
       CAPTURE(t);
       CHECK(v.topics_of(t) == k_translation);
     }
@@ -86,7 +86,8 @@ TEST_SUITE("route::semantic topics") {
     CHECK(v.topics_of("函数") == (k_code | k_math));
     CHECK(v.topics_of("variable") == (k_code | k_math));
     // Words as often something else, and a language named alone, are no terms.
-    for (const char* t : {"French", "rust", "swift", "poetry", "hello", "猫", "库", "the", ""}) {
+    for (const char* t : {"French", "in Japanese", "日语", "积分", "证明", "sin", "pi", "rust", "swift", "poetry", "hello",
+                          "猫", "库", "the", ""}) {
       CAPTURE(t);
       CHECK(v.topics_of(t) == 0);
     }
@@ -112,12 +113,25 @@ TEST_SUITE("route::semantic topics") {
     CHECK(builtin("my Node.js server crashed")[0] == 1);
     CHECK(builtin("为什么我的代码一直报错")[0] == 2);       // 代码, 报错
     CHECK(builtin("数据库连接失败")[0] == 1);               // 数据库, not 数据 as well
-    CHECK(builtin("求这个积分和导数")[1] == 2);
-    CHECK(builtin("把这句话翻译成日语")[2] == 2);           // 翻译成, 日语
+    CHECK(builtin("求这个定积分和导数")[1] == 2);
+    CHECK(builtin("把这句话翻译成日语")[2] == 1);           // 翻译成 (日语 alone is no term)
+    CHECK(builtin("plot the sines and cosines")[1] == 2);  // plurals of four letters or more
     CHECK(builtin("translate this into Spanish please")[2] == 2);
     CHECK(builtin("tell me about French history") == cfg::topic_vocabulary::hits{0, 0, 0});
     CHECK(builtin("what should I cook tonight") == cfg::topic_vocabulary::hits{0, 0, 0});
     CHECK(builtin("周末去哪里玩比较好") == cfg::topic_vocabulary::hits{0, 0, 0});
+    // Words of a field that are as often everyday words are no terms: an
+    // "s" after three letters, "in LANGUAGE", phrases of speech, Chinese
+    // words with an everyday sense (points, a certificate, a language
+    // named alone).
+    for (const char* chat : {"the sins of my father", "tans and freckles after the beach",
+                             "in English class today we read a poem", "how do I say no to my boss",
+                             "he repeated my speech word for word", "is it good to raise bilingual kids",
+                             "我的会员积分怎么兑换", "去公司开个证明", "我在学英语", "这次考试分数不高",
+                             "房子有多少平方米"}) {
+      CAPTURE(chat);
+      CHECK(builtin(chat) == cfg::topic_vocabulary::hits{0, 0, 0});
+    }
   }
 
   TEST_CASE("config: topic per group, checked; topic_weight in [router]") {
@@ -151,6 +165,13 @@ TEST_SUITE("route::semantic topics") {
                          doctest::Contains("router.topic_weight"), cfg::config_error);
     CHECK_THROWS_WITH_AS(load_for_test(router + one + "topic = 3\n" + two + key), doctest::Contains("group.topic"),
                          cfg::config_error);
+    CHECK_THROWS_WITH_AS(load_for_test(router + "topic_weight = -0.5\n" + one + two + key),
+                         doctest::Contains("router.topic_weight"), cfg::config_error);
+    // With no classifier a topic would be read by nothing: refused.
+    CHECK_THROWS_WITH_AS(load_for_test("[router]\nsemantic = \"off\"\n" + one + "topic = \"code\"\n" + two + key),
+                         doctest::Contains("needs [router] semantic = \"classifier\""), cfg::config_error);
+    CHECK_THROWS_WITH_AS(load_for_test(one + "topic = \"code\"\n" + two + key),
+                         doctest::Contains("needs [router] semantic = \"classifier\""), cfg::config_error);
   }
 
   TEST_CASE("the classifier: a topic's hits move probability to its group; none named, nothing changes") {
@@ -162,9 +183,21 @@ TEST_SUITE("route::semantic topics") {
       auto without = load_for_test(k_router + m + groups_toml(dir, false));
       semantic_classifier a(with->router.model, 2048), b(without->router.model, 2048);
       const cfg::semantic_model& model = *with->router.model;
-      size_t code = 0;
-      while (model.labels[code] != "code") ++code;
-      for (const char* p : {"webpack keeps rebuilding forever", "kubectl apply hangs", "hello there", "你好"}) {
+      // A group with no topic, to measure the others' odds against.
+      size_t other = 0;
+      while (model.label_topic[other] != cfg::semantic_topic::none) ++other;
+      // Each prompt: the hits it must have (code, math, translation), at
+      // least; the last has more than the cap.
+      const std::pair<const char*, cfg::topic_vocabulary::hits> prompts[] = {
+          {"webpack keeps rebuilding forever", {1, 0, 0}},
+          {"kubectl apply hangs", {1, 0, 0}},
+          {"求这个定积分和导数", {0, 2, 0}},
+          {"translate this into Spanish please", {0, 0, 2}},
+          {"webpack, vite, kubectl and docker all fail", {4, 0, 0}},
+          {"hello there", {0, 0, 0}},
+          {"你好", {0, 0, 0}},
+      };
+      for (const auto& [p, want] : prompts) {
         CAPTURE(p);
         a.classify("", p);
         b.classify("", p);
@@ -172,16 +205,17 @@ TEST_SUITE("route::semantic topics") {
         double sum = 0;
         for (float x : pa) sum += static_cast<double>(x);
         CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
-        const uint32_t hits = a.topic_hits()[0];
-        if (hits == 0) {
-          for (size_t l = 0; l < pa.size(); ++l) CHECK(static_cast<double>(pa[l]) == doctest::Approx(static_cast<double>(pb[l])).epsilon(1e-5));
-        } else {
-          // The odds of code against any group without a topic hit grow by e^(weight x hits).
-          size_t other = 0;
-          while (other == code || model.label_topic[other] != cfg::semantic_topic::none) ++other;
-          const double before = std::log(static_cast<double>(pb[code]) / static_cast<double>(pb[other]));
-          const double after = std::log(static_cast<double>(pa[code]) / static_cast<double>(pa[other]));
-          CHECK(after - before == doctest::Approx(2.0 * std::min<uint32_t>(hits, cfg::k_topic_hits_max)).epsilon(1e-3));
+        REQUIRE(a.topic_hits() == want);
+        // Each topic's group: its odds against the group without a topic
+        // grow by e^(weight x hits), the hits capped at 2.
+        for (size_t l = 0; l < pa.size(); ++l) {
+          if (l == other) continue;
+          const auto t = static_cast<size_t>(model.label_topic[l]);
+          const uint32_t hits = t == 0 ? 0 : std::min<uint32_t>(want[t - 1], cfg::k_topic_hits_max);
+          CAPTURE(model.labels[l]);
+          const double before = std::log(static_cast<double>(pb[l]) / static_cast<double>(pb[other]));
+          const double after = std::log(static_cast<double>(pa[l]) / static_cast<double>(pa[other]));
+          CHECK(after - before == doctest::Approx(2.0 * hits).epsilon(1e-3));
         }
       }
       // No group names a topic: no vocabulary read.
