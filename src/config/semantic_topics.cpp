@@ -38,6 +38,7 @@ std::optional<semantic_topic> topic_from_name(std::string_view name) noexcept {
   if (name == "code") return semantic_topic::code;
   if (name == "math") return semantic_topic::math;
   if (name == "translation") return semantic_topic::translation;
+  if (name == "chat") return semantic_topic::chat;
   return std::nullopt;
 }
 
@@ -46,17 +47,18 @@ std::string_view topic_name(semantic_topic t) noexcept {
     case semantic_topic::code: return "code";
     case semantic_topic::math: return "math";
     case semantic_topic::translation: return "translation";
+    case semantic_topic::chat: return "chat";
     case semantic_topic::none: break;
   }
   return "";
 }
 
-std::string_view topic_names() noexcept { return "code, math, translation"; }
+std::string_view topic_names() noexcept { return "code, math, translation, chat"; }
 
 const topic_vocabulary& topic_vocabulary::builtin() {
   static const topic_vocabulary v = [] {
     const std::array<std::string, k_topics> lists = builtin_topic_terms();
-    return topic_vocabulary({lists[0], lists[1], lists[2]});
+    return topic_vocabulary({lists[0], lists[1], lists[2], lists[3]});
   }();
   return v;
 }

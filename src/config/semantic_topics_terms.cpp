@@ -3,8 +3,8 @@
 // Written from general knowledge of each field, not from any evaluation
 // set. Terms are separated by ',' or newlines, normalised as prompts are
 // (case does not matter; punctuation splits tokens as it does in a prompt:
-// "Node.js" is "node . js"). Left out on purpose: words that are as often
-// something else in a chat ("rust", "swift", "ruby", "go", "eclipse",
+// "Node.js" is "node . js"). Left out of code on purpose: words that are as
+// often something else in a chat ("rust", "swift", "ruby", "go", "eclipse",
 // "poetry", "cargo", "yarn", "react", "script", "framework", "library",
 // "mean", "times", "方法", "继承", "崩溃", "仓库", "日志"; "python" and
 // "java" are kept; "sin", "cos", "tan", "pi", 积分 (points), 证明 (a
@@ -13,7 +13,7 @@
 // language named alone, in English or Chinese (英语, 日文), and single
 // Chinese characters (a character is a token: "库" is in 仓库, 金库). A word
 // can be kept in a phrase that is unambiguous ("react native", "python
-// script", 定积分, 证明题).
+// script", 定积分, 证明题). What chat's list leaves out is said above it.
 #include "sluice/config/semantic_topics.hpp"
 
 #include <string>
@@ -222,6 +222,117 @@ pinyin, romaji, hiragana, katakana, kanji, hanzi, hangul, cyrillic, transliterat
 用法语, 用德语, 用韩语, 用西班牙语, 说成, 表达成, 文言文, 白话文, 本地化, 地道的表达, 地道表达, 对应的词,
 )";
 
+// Everyday life, for a chat group: food and cooking, travel, health and
+// fitness, shopping and consumer products, money in everyday use, family
+// and relationships, work life and careers, writing requests,
+// entertainment, pets, home, weather, history and culture, feelings, and
+// the phrases that ask for advice. Left out: words as often a code prompt's
+// ("game", 游戏, "cookie", "date", "sleep", "cat", "job", "resume",
+// "health", "stress", "debt", "crypto", "speech", "relationship",
+// "neighbor", "recommended", 工作, 对象) or a math word problem's ("buy",
+// "price", "discount", "coupon", "loan", "interest", "invest", "train",
+// "car", "kids", "son", "father", "fruit", "pizza", "cake", "shoes",
+// "basketball", "series", "confidence", 运动, 行程, 水果, 衣服, 篮球, 爸爸,
+// a city's name, units, temperatures). A gadget is a term ("laptop", 手机).
+constexpr std::string_view k_chat = R"(
+recipe, cook, cooking, cooked, bake, baking, baked, dinner, lunch, breakfast, brunch, meal, meals, meal prep, snack,
+snacks, dessert, desserts, restaurant, restaurants, cafe, café, takeout, take-out, vegetarian, vegan, gluten-free,
+pasta, spaghetti, burger, sandwich, salad, soup, curry, sushi, ramen, noodles, dumplings, fried rice, steak,
+chicken breast, chicken wings, roast chicken, beef, pork, lamb, salmon, shrimp, tofu, vegetables, veggies, avocado,
+garlic, onion, ginger, spices, seasoning, sauce, olive oil, butter, cheese, yogurt, scrambled eggs, omelette,
+pancakes, bread, sourdough, flour, chocolate, cupcake, cheesecake, pie crust, ice cream, coffee, espresso, latte,
+cappuccino, tea, green tea, milk tea, bubble tea, boba, smoothie, wine, beer, cocktail, whiskey, air fryer,
+slow cooker, instant pot, oven, kitchen, leftovers, marinate, grilled, barbecue, bbq, picnic, tasty, delicious,
+flavor, flavour, spicy, calorie, calories, nutrition, protein,
+travel, traveling, travelling, traveler, trip, road trip, vacation, holiday, honeymoon, itinerary, flight, airline,
+airport, layover, jet lag, hotel, hostel, airbnb, resort, passport, visa, tourist, sightseeing, backpacking, luggage,
+suitcase, packing list, beach, mountains, hiking, camping, national park, cruise, museum, souvenir, bali, kyoto,
+disneyland, japan trip, europe trip, 旅游, 旅行, 出游, 攻略, 旅游攻略, 景点, 机票, 酒店, 民宿, 签证, 护照, 自由行, 跟团,
+度假, 行李, 自驾, 爬山, 露营, 海边, 好玩, 去哪玩, 去哪里玩, 出国, 留学, 高铁票, 火车票,
+healthy, my health, health tips, mental health, health insurance, workout, gym membership, the gym, fitness, cardio,
+push-ups, squats, yoga, pilates, stretching, jogging, marathon, running shoes, lose weight, weight loss,
+losing weight, gain muscle, build muscle, diet, dieting, keto, intermittent fasting, vitamins, supplements, headache,
+migraine, fever, cough, sore throat, flu, allergy, allergies, symptoms, doctor, dentist, hospital, medicine,
+painkiller, ibuprofen, back pain, knee pain, injury, insomnia, can't sleep, cannot sleep, sleep better,
+sleep schedule, nap, tired all the time, stressed, stressed out, anxiety, anxious, depression, depressed, therapist,
+therapy, meditation, mindfulness, burnout, skincare, skin care, acne, sunscreen, hair loss, haircut, pregnancy,
+pregnant, 健身, 健身房, 锻炼, 做运动, 跑步, 瑜伽, 减肥, 减脂, 增肌, 节食, 饮食, 健康, 养生, 热量, 卡路里, 蛋白质, 维生素, 头疼,
+头痛, 感冒, 发烧, 咳嗽, 嗓子疼, 喉咙痛, 过敏, 症状, 看医生, 医生, 医院, 挂号, 体检, 吃药, 失眠, 睡不着, 熬夜, 睡眠, 焦虑, 抑郁,
+压力大, 心理咨询, 护肤, 皮肤, 痘痘, 防晒, 脱发, 怀孕,
+做饭, 菜谱, 食谱, 好吃, 美食, 餐厅, 外卖, 早餐, 午餐, 晚餐, 夜宵, 零食, 甜点, 面包, 烘焙, 咖啡, 奶茶, 火锅, 烧烤, 饺子, 包子,
+面条, 米饭, 红烧肉, 番茄炒蛋, 西红柿炒鸡蛋, 炒菜,
+shopping, online shopping, worth buying, worth it, want to buy, planning to buy, thinking of buying,
+which one to buy, should i get, gift, gift ideas, birthday gift, christmas gift, present for, cheap, affordable,
+budget-friendly, good value, refund, warranty, return policy, brand, amazon prime, laptop, gaming laptop, smartphone,
+iphone, ipad, android phone, samsung, galaxy phone, pixel phone, xiaomi, huawei, oneplus, headphones, earbuds,
+airpods, noise cancelling, noise-cancelling, bluetooth speaker, smartwatch, apple watch, fitbit, kindle,
+digital camera, camera for, tv, television, phone battery, battery life, charger, phone case, sneakers, clothes,
+clothing, outfit, dress, fashion, furniture, sofa, couch, mattress, vacuum cleaner, robot vacuum, dishwasher,
+washing machine, fridge, refrigerator, air conditioner, electric car, used car, car insurance, ikea, nike, adidas,
+购物, 网购, 买什么, 哪个好, 哪款, 性价比, 值得买, 值不值得, 推荐一款, 淘宝, 京东, 拼多多, 双十一, 快递, 退货, 退款, 礼物, 送礼,
+生日礼物, 便宜, 太贵, 品牌, 手机, 苹果手机, 华为, 小米手机, 耳机, 蓝牙耳机, 笔记本电脑, 平板, 相机, 冰箱, 洗衣机, 空调,
+扫地机器人, 充电器, 电池续航, 穿搭, 化妆品, 口红, 包包, 家具, 沙发, 床垫,
+budget, budgeting, rent, salary, paycheck, payday, save money, saving money, emergency fund, retirement, pension,
+401k, roth ira, credit card, credit card debt, pay off debt, in debt, credit score, student loans, mortgage rate,
+taxes, tax return, insurance, investing, index fund, stock market, stocks, bitcoin, side hustle, afford,
+cost of living, grocery list, grocery shopping, bills, utilities bill,
+工资, 薪水, 月薪, 年薪, 房租, 租房, 买房, 房价, 房贷, 车贷, 存钱, 攒钱, 理财, 基金, 股票, 炒股, 信用卡, 花呗, 借钱, 还钱, 负债,
+保险, 医保, 社保, 公积金, 退休, 养老, 预算, 开销, 生活费, 省钱, 个税, 副业, 红包, 彩礼,
+boyfriend, girlfriend, husband, wife, spouse, fiance, fiancée, marriage, married, wedding, divorce, dating,
+first date, dating app, tinder, crush, breakup, break up, broke up, ex-boyfriend, ex-girlfriend, my relationship,
+in a relationship, relationship advice, best friend, my friend, my friends, friends with, friendship, family,
+parents, mom, mum, dad, my mother, my father, my son, my daughter, my sister, my brother, grandma, grandpa,
+grandparents, siblings, in-laws, mother-in-law, my kids, toddler, baby, newborn, parenting, teenager, roommate,
+my neighbor, my neighbour, noisy neighbor, lonely, loneliness, anniversary, birthday, birthday party,
+argument with, apologize, apologise, forgive,
+男朋友, 女朋友, 男友, 女友, 老公, 老婆, 丈夫, 妻子, 恋爱, 谈恋爱, 表白, 暗恋, 分手, 前任, 复合, 吵架, 冷战, 结婚, 婚礼, 离婚,
+相亲, 约会, 父母, 爸妈, 我妈, 我爸, 孩子, 宝宝, 小孩, 育儿, 带娃, 婆婆, 婆媳, 家人, 家庭, 亲戚, 朋友, 好朋友, 闺蜜, 兄弟, 室友,
+邻居, 孤独, 生日, 纪念日, 过年, 春节,
+job interview, interview tips, interviewer, my resume, update my resume, write a resume, resume tips, cover letter,
+job offer, job search, job hunting, my job, new job, quit my job, quitting my job, career, career change, promotion,
+pay raise, ask for a raise, my boss, boss, coworker, co-worker, colleague, resign, resignation letter, layoff,
+laid off, linkedin, internship, intern, work-life balance, remote work, work from home, overtime, commute,
+networking event, salary negotiation, negotiate salary, performance review, college application, personal statement,
+graduate school, grad school, university, college, major in, scholarship, gap year, exam stress,
+找工作, 换工作, 我的工作, 工作压力, 工作经验, 辞职, 离职, 跳槽, 裁员, 简历, 面试, 求职, 应聘, 职业, 职业规划, 老板, 领导, 上司,
+同事, 加班, 升职, 加薪, 实习, 实习生, 毕业, 毕业生, 考研, 考公, 公务员, 大学, 选专业, 志愿, 高考, 留学申请, 上班, 通勤, 996,
+write an email, write a email, email to my, an email to, reply to my, thank-you note, thank you note,
+thank-you letter, cover letter for, love letter, letter to my, poem, poetry, haiku, sonnet, limerick, short story,
+bedtime story, story about, a story, fairy tale, essay about, essay on, a speech, give a speech, speech for,
+wedding speech, toast for, toast at, eulogy, lyrics, song lyrics, rap, blog post, instagram caption, caption for,
+slogan, birthday message, birthday wish, greeting card, invitation,
+作文, 写一篇, 写一首, 写一封, 一封信, 写邮件, 一封邮件, 诗歌, 古诗, 诗词, 现代诗, 藏头诗, 对联, 春联, 演讲, 演讲稿, 发言稿,
+祝福语, 生日祝福, 文案, 朋友圈文案, 故事, 讲个故事, 童话, 小说, 散文, 读后感, 观后感, 心得体会, 情书, 自我介绍,
+movie, movies, film, cinema, tv show, tv series, netflix, hbo, disney, marvel, anime, manga, cartoon, documentary,
+sitcom, actor, actress, director of, oscars, book, books, novel, author of, reading list, audiobook, bestseller,
+harry potter, music, song, album, band, concert, playlist, singer, guitar, piano lessons, spotify, podcast,
+video game, board game, nintendo, playstation, xbox, zelda, minecraft, olympics, world cup, nba, hobby, hobbies,
+knitting, painting, photography,
+电影, 电视剧, 综艺, 追剧, 动漫, 动画片, 漫画, 纪录片, 演员, 导演, 看书, 读书, 书单, 好书, 音乐, 歌曲, 听歌, 歌手, 乐队, 演唱会,
+吉他, 钢琴, 玩游戏, 打游戏, 手游, 原神, 王者荣耀, 世界杯, 奥运会, 爱好, 兴趣爱好, 摄影, 画画,
+dog, puppy, puppies, kitten, my cat, cats, pet, vet, veterinarian, dog food, cat food, litter box, hamster, parrot,
+goldfish, aquarium, rabbit, 宠物, 猫咪, 狗狗, 养猫, 养狗, 小猫, 小狗, 猫粮, 狗粮, 铲屎, 兽医,
+apartment, my house, home decor, decorating, interior design, garden, gardening, houseplant, plants, flowers,
+laundry, house cleaning, clean my, chores, housework, declutter, organize my, mold, plumber, leaky faucet,
+renovation, moving house, moving out, landlord, tenant,
+装修, 搬家, 打扫, 大扫除, 收纳, 家务, 阳台, 养花, 绿植, 房东,
+weather, weather forecast, rain, raining, rainy, snow, snowing, sunny, umbrella, heat wave, humid, humidity, winter,
+summer, spring break, autumn, 天气, 天气预报, 下雨, 下雪, 带伞, 穿什么, 冬天, 夏天, 春天, 秋天,
+history, historical, ancient, empire, dynasty, medieval, renaissance, world war, civil war, cold war, revolution,
+napoleon, roman empire, ancient egypt, pyramids, greek mythology, mythology, culture, cultural, tradition, customs,
+festival, christmas, thanksgiving, halloween, easter, ramadan, chinese new year, religion, buddhism, philosophy,
+philosopher, art history, painting by,
+历史, 古代, 朝代, 王朝, 皇帝, 秦始皇, 汉朝, 唐朝, 宋朝, 元朝, 明朝, 清朝, 三国, 战国, 二战, 抗战, 文化, 传统, 传统文化, 风俗, 习俗,
+节日, 中秋节, 端午节, 元宵节, 清明节, 国庆, 哲学, 宗教, 佛教, 神话, 孔子, 李白, 红楼梦, 西游记, 三国演义, 水浒传,
+should i, should we, would you recommend, recommend, recommendation, any suggestions, suggestions for, any tips,
+tips for, tips on, advice, advise me, what do you think, is it okay to, is it ok to, is it normal, is it worth,
+how can i stop, how do i deal with, how to deal with, how do i tell, how to tell my, feel like, i feel,
+i'm feeling, feeling sad, sad, happy, upset, bored, nervous, excited, motivation, motivated, procrastinate,
+procrastination, self-esteem, life advice, weekend, this weekend, tonight, tomorrow,
+推荐, 求推荐, 推荐一下, 有什么推荐, 建议, 有什么建议, 怎么办, 该怎么办, 怎么选, 如何选择, 要不要, 该不该, 好不好, 值得吗, 你觉得,
+你认为, 心情, 难过, 伤心, 开心, 无聊, 紧张, 迷茫, 烦恼, 郁闷, 累了, 好累, 周末, 假期, 放假, 今晚, 明天,
+)";
+
 }  // namespace
 
 // Languages: asked for as "into / to / from LANGUAGE", "LANGUAGE
@@ -249,7 +360,7 @@ std::array<std::string, k_topics> builtin_topic_terms() {
     for (std::string_view b : k_language_before) translation.append(b).append(" ").append(l).append(",");
     for (std::string_view a : k_language_after) translation.append(l).append(" ").append(a).append(",");
   }
-  return {std::string(k_code), std::string(k_math), std::move(translation)};
+  return {std::string(k_code), std::string(k_math), std::move(translation), std::string(k_chat)};
 }
 
 }  // namespace sluice::config

@@ -1,14 +1,19 @@
 #pragma once
 // config: the semantic router's built-in topic vocabulary ([[group]] topic =
-// "code" | "math" | "translation"): prior knowledge for the example-based
-// classifier, which learns only the words of its ~25 examples a group.
+// "code" | "math" | "translation" | "chat"): prior knowledge for the
+// example-based classifier, which learns only the words of its ~25 examples
+// a group.
 //
 // A compiled-in list of terms per topic, written from general knowledge
 // (never from an evaluation set): for code, programming languages,
 // libraries and frameworks, build tools, CLIs, package managers, error and
 // exception names, DevOps, cloud and database terms; for math, its
 // vocabulary; for translation, the verbs and phrases that ask for one and
-// "in / into / to LANGUAGE". English and Chinese. A term is matched on
+// "in / into / to LANGUAGE"; for chat, everyday life: food and cooking,
+// travel, health and fitness, shopping and consumer products, money in
+// everyday use, family and relationships, work life and careers, writing
+// requests, entertainment, pets, home, weather, history and culture, and
+// the phrases that ask for advice. English and Chinese. A term is matched on
 // semantic_normalize's text as a whole run of its tokens ("node.js" ->
 // "node . js", "数据库" -> "数 据 库"), the longest at each token; a
 // one-token English term also matches with a trailing "s".
@@ -30,14 +35,14 @@
 
 namespace sluice::config {
 
-enum class semantic_topic : uint8_t { none = 0, code = 1, math = 2, translation = 3 };
-inline constexpr size_t k_topics = 3;  // code, math, translation: hits[topic - 1]
+enum class semantic_topic : uint8_t { none = 0, code = 1, math = 2, translation = 3, chat = 4 };
+inline constexpr size_t k_topics = 4;  // code, math, translation, chat: hits[topic - 1]
 inline constexpr uint32_t k_topic_hits_max = 2;  // hits beyond these add nothing
 
 // "code" -> code; an unknown name -> nullopt ("none" is not a name).
 std::optional<semantic_topic> topic_from_name(std::string_view name) noexcept;
 std::string_view topic_name(semantic_topic t) noexcept;  // "" for none
-// "code, math, translation": for config messages.
+// "code, math, translation, chat": for config messages.
 std::string_view topic_names() noexcept;
 
 class topic_vocabulary {
