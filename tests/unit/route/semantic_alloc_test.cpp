@@ -22,13 +22,15 @@ TEST_SUITE("route::semantic allocation") {
         toml += "[[group]]\nname = \"a\"\nbackends = [\"http://127.0.0.1:8001\"]\nexamples_file = \"" + dir + "/code.txt\"\n";
         if (topics) toml += "topic = \"code\"\n";
         toml += "[[group]]\nname = \"b\"\nbackends = [\"http://127.0.0.1:8001\"]\nexamples_file = \"" + dir + "/chat.txt\"\n";
+        if (topics) toml += "topic = \"chat\"\n";
         toml += "[[rule]]\ngroup = \"a\"\ncontains_any = [\"zzqq\"]\npriority = \"before\"\n";
         toml += "[[key]]\nid = \"k\"\nkey = \"k\"\n";
         auto cfg = load_for_test(toml);
         auto* t = new group_table(*cfg);
         const std::string big(1u << 20, 'x');
         const std::string texts[] = {"my python function returns None, why?", "你好，最近怎么样", "", big, "数据库报错 segfaults",
-                                     "(((( )))) ;;; __label__a </s> 😀", "a b c d e f g h i j k l m n o p"};
+                                     "(((( )))) ;;; __label__a </s> 😀", "a b c d e f g h i j k l m n o p",
+                                     "should I buy a laptop for college? 推荐一款手机，预算3000怎么办"};
         sluice::openai::request_fields f;
         f.model = "auto";
         f.system_prompt = "You are a helpful assistant.";

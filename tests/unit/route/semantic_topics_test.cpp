@@ -19,7 +19,7 @@ namespace cfg = sluice::config;
 
 namespace {
 
-constexpr uint8_t k_code = 1, k_math = 2, k_translation = 4;
+constexpr uint8_t k_code = 1, k_math = 2, k_translation = 4, k_chat = 8;
 
 std::string normalized(std::string_view s) {
   std::string out(s.size() * 3 + 4, '\0');
@@ -35,12 +35,14 @@ cfg::topic_vocabulary::hits count(const cfg::topic_vocabulary& v, std::string_vi
 
 cfg::topic_vocabulary::hits builtin(std::string_view raw) { return count(cfg::topic_vocabulary::builtin(), raw); }
 
-std::string groups_toml(const std::string& dir, bool topics) {
+// The four groups of a router data dir; `topics`: code, math and
+// translation name theirs; `chat`: the chat group names its own.
+std::string groups_toml(const std::string& dir, bool topics, bool chat = false) {
   std::string t;
   for (const char* g : {"code", "math", "translation", "chat"}) {
     t += std::string("[[group]]\nname = \"") + g + "\"\nbackends = [\"http://127.0.0.1:8001\"]\nexamples_file = \"" +
          dir + "/" + g + ".txt\"\n";
-    if (topics && std::string_view(g) != "chat") t += std::string("topic = \"") + g + "\"\n";
+    if (std::string_view(g) == "chat" ? chat : topics) t += std::string("topic = \"") + g + "\"\n";
   }
   return t + "[[key]]\nid = \"k\"\nkey = \"secret\"\n";
 }
@@ -50,14 +52,16 @@ const std::string k_router = "[router]\nsemantic = \"classifier\"\ndefault_group
 }  // namespace
 
 TEST_SUITE("route::semantic topics") {
-  TEST_CASE("names: the three topics, both ways; anything else is none") {
+  TEST_CASE("names: the four topics, both ways; anything else is none") {
     CHECK(cfg::topic_from_name("code") == cfg::semantic_topic::code);
     CHECK(cfg::topic_from_name("math") == cfg::semantic_topic::math);
     CHECK(cfg::topic_from_name("translation") == cfg::semantic_topic::translation);
+    CHECK(cfg::topic_from_name("chat") == cfg::semantic_topic::chat);
     CHECK_FALSE(cfg::topic_from_name("none").has_value());
     CHECK_FALSE(cfg::topic_from_name("Code").has_value());
     CHECK_FALSE(cfg::topic_from_name("").has_value());
-    for (auto t : {cfg::semantic_topic::code, cfg::semantic_topic::math, cfg::semantic_topic::translation}) {
+    for (auto t : {cfg::semantic_topic::code, cfg::semantic_topic::math, cfg::semantic_topic::translation,
+                   cfg::semantic_topic::chat}) {
       CHECK(cfg::topic_from_name(cfg::topic_name(t)) == t);
     }
     CHECK(cfg::topic_name(cfg::semantic_topic::none).empty());
@@ -82,29 +86,48 @@ TEST_SUITE("route::semantic topics") {
       CAPTURE(t);
       CHECK(v.topics_of(t) == k_translation);
     }
+    // Everyday life: food, travel, health, things to buy, money, family,
+    // work, writing, entertainment, pets, home, weather, history, advice.
+    for (const char* t : {"recipe", "air fryer", "itinerary", "jet lag", "headache", "lose weight", "laptop", "headphones",
+                          "iPhone", "battery life", "rent", "salary", "credit card", "girlfriend", "cover letter",
+                          "job interview", "poem", "wedding speech", "movies", "video game", "puppy", "landlord",
+                          "weather", "history", "should I", "recommend", "菜谱", "旅游", "减肥", "手机", "工资", "房租",
+                          "男朋友", "简历", "作文", "电影", "宠物", "装修", "天气", "唐朝", "推荐", "怎么办"}) {
+      CAPTURE(t);
+      CHECK(v.topics_of(t) == k_chat);
+    }
     // Some terms belong to two topics.
     CHECK(v.topics_of("函数") == (k_code | k_math));
     CHECK(v.topics_of("variable") == (k_code | k_math));
     // Words as often something else, and a language named alone, are no terms.
-    for (const char* t : {"French", "in Japanese", "日语", "积分", "证明", "sin", "pi", "rust", "swift", "poetry", "hello",
-                          "猫", "库", "the", ""}) {
+    for (const char* t : {"French", "in Japanese", "日语", "积分", "证明", "sin", "pi", "rust", "swift", "hello", "猫",
+                          "库", "the", ""}) {
+      CAPTURE(t);
+      CHECK(v.topics_of(t) == 0);
+    }
+    // Nor are everyday words as often a code prompt's or a math word
+    // problem's ("poetry" is chat's, not code's).
+    CHECK(v.topics_of("poetry") == k_chat);
+    for (const char* t : {"game", "cookie", "date", "sleep", "cat", "job", "buy", "price", "discount", "train", "car",
+                          "pizza", "series", "游戏", "工作", "对象", "运动", "行程", "水果", "电脑"}) {
       CAPTURE(t);
       CHECK(v.topics_of(t) == 0);
     }
   }
 
   TEST_CASE("matching: the longest run of tokens at each token, each token read once") {
-    const cfg::topic_vocabulary v({"a b c, a b, x\ny, q r s t", "b c, z", "a"});
-    CHECK(v.terms() == 8);
-    CHECK(count(v, "a b c") == cfg::topic_vocabulary::hits{1, 0, 0});  // not "a", "a b" or "b c" as well
-    CHECK(count(v, "a b d") == cfg::topic_vocabulary::hits{1, 0, 0});
-    CHECK(count(v, "a d b c") == cfg::topic_vocabulary::hits{0, 1, 1});
-    CHECK(count(v, "x y z x") == cfg::topic_vocabulary::hits{3, 1, 0});
-    CHECK(count(v, "q r s") == cfg::topic_vocabulary::hits{0, 0, 0});  // a prefix of a term is none
-    CHECK(count(v, "q r s t") == cfg::topic_vocabulary::hits{1, 0, 0});
-    CHECK(count(v, "A, B; C!") == cfg::topic_vocabulary::hits{0, 0, 1});  // punctuation tokens break the run
-    CHECK(count(v, "") == cfg::topic_vocabulary::hits{0, 0, 0});
-    CHECK(count(v, "   ") == cfg::topic_vocabulary::hits{0, 0, 0});
+    const cfg::topic_vocabulary v({"a b c, a b, x\ny, q r s t", "b c, z", "a", "z, w"});
+    CHECK(v.terms() == 9);  // "z" counts once
+    CHECK(count(v, "a b c") == cfg::topic_vocabulary::hits{1, 0, 0, 0});  // not "a", "a b" or "b c" as well
+    CHECK(count(v, "a b d") == cfg::topic_vocabulary::hits{1, 0, 0, 0});
+    CHECK(count(v, "a d b c") == cfg::topic_vocabulary::hits{0, 1, 1, 0});
+    CHECK(count(v, "x y z x") == cfg::topic_vocabulary::hits{3, 1, 0, 1});  // z: math and chat
+    CHECK(count(v, "w w") == cfg::topic_vocabulary::hits{0, 0, 0, 2});
+    CHECK(count(v, "q r s") == cfg::topic_vocabulary::hits{0, 0, 0, 0});  // a prefix of a term is none
+    CHECK(count(v, "q r s t") == cfg::topic_vocabulary::hits{1, 0, 0, 0});
+    CHECK(count(v, "A, B; C!") == cfg::topic_vocabulary::hits{0, 0, 1, 0});  // punctuation tokens break the run
+    CHECK(count(v, "") == cfg::topic_vocabulary::hits{0, 0, 0, 0});
+    CHECK(count(v, "   ") == cfg::topic_vocabulary::hits{0, 0, 0, 0});
   }
 
   TEST_CASE("matching: plurals of one-token English terms, Chinese inside sentences, case and punctuation") {
@@ -117,20 +140,29 @@ TEST_SUITE("route::semantic topics") {
     CHECK(builtin("把这句话翻译成日语")[2] == 1);           // 翻译成 (日语 alone is no term)
     CHECK(builtin("plot the sines and cosines")[1] == 2);  // plurals of four letters or more
     CHECK(builtin("translate this into Spanish please")[2] == 2);
-    CHECK(builtin("tell me about French history") == cfg::topic_vocabulary::hits{0, 0, 0});
-    CHECK(builtin("what should I cook tonight") == cfg::topic_vocabulary::hits{0, 0, 0});
-    CHECK(builtin("周末去哪里玩比较好") == cfg::topic_vocabulary::hits{0, 0, 0});
-    // Words of a field that are as often everyday words are no terms: an
-    // "s" after three letters, "in LANGUAGE", phrases of speech, Chinese
-    // words with an everyday sense (points, a certificate, a language
-    // named alone).
+    // Everyday chat: no code, math or translation term; chat's own.
+    CHECK(builtin("tell me about French history") == cfg::topic_vocabulary::hits{0, 0, 0, 1});
+    CHECK(builtin("what should I cook tonight") == cfg::topic_vocabulary::hits{0, 0, 0, 3});  // should i, cook, tonight
+    CHECK(builtin("周末去哪里玩比较好") == cfg::topic_vocabulary::hits{0, 0, 0, 2});          // 周末, 去哪里玩
+    CHECK(builtin("which laptop should I buy for college? recipes for a cheap dinner") ==
+          cfg::topic_vocabulary::hits{0, 0, 0, 6});  // laptop, should i, college, recipes, cheap, dinner
+    CHECK(builtin("我想买个手机，预算三千，有什么推荐") == cfg::topic_vocabulary::hits{0, 0, 0, 3});  // 手机, 预算, 有什么推荐
+    CHECK(builtin("find the derivative of x^2")[3] == 0);
+    CHECK(builtin("webpack build dies with a segfault")[3] == 0);
+    // Words of a field that are as often everyday words are none of its
+    // terms (chat's own may count): an "s" after three letters, "in
+    // LANGUAGE", phrases of speech, Chinese words with an everyday sense
+    // (points, a certificate, a language named alone).
     for (const char* chat : {"the sins of my father", "tans and freckles after the beach",
                              "in English class today we read a poem", "how do I say no to my boss",
                              "he repeated my speech word for word", "is it good to raise bilingual kids",
                              "我的会员积分怎么兑换", "去公司开个证明", "我在学英语", "这次考试分数不高",
                              "房子有多少平方米"}) {
       CAPTURE(chat);
-      CHECK(builtin(chat) == cfg::topic_vocabulary::hits{0, 0, 0});
+      const cfg::topic_vocabulary::hits got = builtin(chat);
+      CHECK(got[0] == 0);
+      CHECK(got[1] == 0);
+      CHECK(got[2] == 0);
     }
   }
 
@@ -148,6 +180,11 @@ TEST_SUITE("route::semantic topics") {
     for (size_t l = 0; l < m.labels.size(); ++l) {
       CHECK(m.label_topic[l] == (m.labels[l] == "chat" ? cfg::semantic_topic::none : *cfg::topic_from_name(m.labels[l])));
     }
+    auto chatty = load_for_test(k_router + groups_toml(dir, true, true));
+    CHECK(chatty->groups[3].topic == cfg::semantic_topic::chat);
+    for (size_t l = 0; l < chatty->router.model->labels.size(); ++l) {
+      CHECK(chatty->router.model->label_topic[l] == *cfg::topic_from_name(chatty->router.model->labels[l]));
+    }
     auto plain = load_for_test(k_router + groups_toml(dir, false));
     CHECK_FALSE(plain->router.model->topics);
     CHECK(plain->router.topic_weight == doctest::Approx(2.0));
@@ -157,7 +194,7 @@ TEST_SUITE("route::semantic topics") {
     const std::string key = "[[key]]\nid = \"k\"\nkey = \"secret\"\n";
     const std::string router = "[router]\nsemantic = \"classifier\"\n";
     CHECK_THROWS_WITH_AS(load_for_test(router + one + "topic = \"cooking\"\n" + two + key),
-                         doctest::Contains("not a built-in topic; allowed: code, math, translation"), cfg::config_error);
+                         doctest::Contains("not a built-in topic; allowed: code, math, translation, chat"), cfg::config_error);
     CHECK_THROWS_WITH_AS(load_for_test(router + one + two + key +
                                        "[[group]]\nname = \"c\"\nbackends = [\"http://127.0.0.1:8001\"]\ntopic = \"math\"\n"),
                          doctest::Contains("group.topic"), cfg::config_error);
@@ -220,7 +257,40 @@ TEST_SUITE("route::semantic topics") {
       }
       // No group names a topic: no vocabulary read.
       b.classify("", "segfault in webpack");
-      CHECK(b.topic_hits() == cfg::topic_vocabulary::hits{0, 0, 0});
+      CHECK(b.topic_hits() == cfg::topic_vocabulary::hits{0, 0, 0, 0});
+    }
+  }
+
+  TEST_CASE("the classifier with chat's topic too: each group's odds move by its own topic's hits") {
+    const std::string dir = SLUICE_ROUTER_DATA;
+    for (const char* method : {"examples", "fasttext"}) {
+      CAPTURE(method);
+      const std::string m = std::string("classifier = \"") + method + "\"\n";
+      auto with = load_for_test(k_router + m + groups_toml(dir, true, true));
+      auto without = load_for_test(k_router + m + groups_toml(dir, false));
+      semantic_classifier a(with->router.model, 2048), b(without->router.model, 2048);
+      const cfg::semantic_model& model = *with->router.model;
+      for (const char* p : {"which laptop should I buy for college", "我想买个手机，预算三千，有什么推荐",
+                            "my laptop's docker build fails with a segfault", "hello there"}) {
+        CAPTURE(p);
+        a.classify("", p);
+        b.classify("", p);
+        const auto pa = a.probabilities(), pb = b.probabilities();
+        const auto capped = [&](size_t l) {
+          const size_t t = static_cast<size_t>(model.label_topic[l]);
+          return static_cast<double>(std::min<uint32_t>(a.topic_hits()[t - 1], cfg::k_topic_hits_max));
+        };
+        for (size_t x = 0; x < pa.size(); ++x) {
+          for (size_t y = 0; y < pa.size(); ++y) {
+            const double before = std::log(static_cast<double>(pb[x]) / static_cast<double>(pb[y]));
+            const double after = std::log(static_cast<double>(pa[x]) / static_cast<double>(pa[y]));
+            CHECK(after - before == doctest::Approx(2.0 * (capped(x) - capped(y))).epsilon(1e-3));
+          }
+        }
+      }
+      a.classify("", "which laptop should I buy for college");
+      CHECK(a.topic_hits()[3] >= 2);
+      CHECK(a.topic_hits()[0] == 0);
     }
   }
 
