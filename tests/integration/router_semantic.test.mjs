@@ -103,9 +103,9 @@ describe('semantic router', () => {
     const out = execFileSync(program('sluice'), ['--config', toml, '--explain-route', 'my function returns None, why?'], { encoding: 'utf8' });
     assert.match(out, /^group: code\nhow: classifier\nconfidence: (0|1)\.\d{3}\nclassifier \(naive Bayes and nearest examples over 200 examples of 4 groups, min_confidence 0\.500\): code /);
     // The config's groups name their built-in topics: the hits per topic follow.
-    assert.match(out, /\ntopics \(topic_weight 2\.00 a hit, at most 2 counted\): code 0 math 0 translation 0\n$/);
+    assert.match(out, /\ntopics \(topic_weight 2\.00 a hit, at most 2 counted\): code 0 math 0 translation 0 chat 0\n$/);
     const tool = execFileSync(program('sluice'), ['--config', toml, '--explain-route', 'webpack build dies with a segfault'], { encoding: 'utf8' });
-    assert.match(tool, /^group: code\n[^]*\ntopics \(topic_weight 2\.00 a hit, at most 2 counted\): code 2 math 0 translation 0\n$/);
+    assert.match(tool, /^group: code\n[^]*\ntopics \(topic_weight 2\.00 a hit, at most 2 counted\): code 2 math 0 translation 0 chat 0\n$/);
     const lines = execFileSync(program('sluice'), ['--config', toml, '--explain-route', '-'],
       { encoding: 'utf8', input: '求解方程 x^2 = 4\n\n' });
     assert.match(lines, /^math\tclassifier\t(0|1)\.\d{3}\nchat\tdefault\t-\n$/);
