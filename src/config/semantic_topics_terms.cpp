@@ -3,9 +3,10 @@
 // Written from general knowledge of each field, not from any evaluation
 // set. Terms are separated by ',' or newlines, normalised as prompts are
 // (case does not matter; punctuation splits tokens as it does in a prompt:
-// "Node.js" is "node . js"). Left out of code on purpose: words that are as
-// often something else in a chat ("rust", "swift", "ruby", "go", "eclipse",
-// "poetry", "cargo", "yarn", "react", "script", "framework", "library",
+// "Node.js" is "node . js"). Left out of code, math and translation on
+// purpose: words as often something else in a chat ("rust", "swift",
+// "ruby", "go", "eclipse", "poetry", "cargo", "yarn", "react", "script",
+// "framework", "library",
 // "mean", "times", "方法", "继承", "崩溃", "仓库", "日志"; "python" and
 // "java" are kept; "sin", "cos", "tan", "pi", 积分 (points), 证明 (a
 // certificate), 分数 (a score), 指数 (an index), 平方 (in 平方米), 比例,
