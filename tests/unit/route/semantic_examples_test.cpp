@@ -194,20 +194,8 @@ TEST_SUITE("route::semantic examples") {
     const std::string dir = SLUICE_ROUTER_HELDOUT;
     auto c = load_for_test("[router]\nsemantic = \"classifier\"\ndefault_group = \"chat\"\nmin_confidence = 0.5\n" +
                            group_toml(dir, {"code", "math", "translation", "chat"}));
-    group_table t(*c);
-    size_t total = 0, right = 0;
-    for (const std::string& line : read_lines(dir + "/heldout.tsv")) {
-      const size_t tab = line.find('\t');
-      REQUIRE(tab != std::string::npos);
-      sluice::openai::request_fields f;
-      f.model = "auto";
-      f.last_user_message = f.first_user_message = std::string_view(line).substr(tab + 1);
-      f.message_count = 1;
-      const decision d = t.decide(f, 0, false);
-      REQUIRE(d.group < 4);
-      right += c->groups[d.group].name == line.substr(0, tab);
-      ++total;
-    }
+    size_t total = 0;
+    const size_t right = routed_right(*c, dir + "/heldout.tsv", total);
     CHECK(total == 160);
     MESSAGE("held-out: ", right, "/", total);
     CHECK(right * 100 >= total * 85);
