@@ -403,7 +403,7 @@ void request_parser::start_head(const char* data, request_head& out) noexcept {
   out.header_count = _scan.fields;
   // The field lines: after the request line's CRLF, up to the empty line.
   out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
-  copy_index(_index, out.field_refs);
+  copy_index(_index, out.field_lines, out.field_refs);
 }
 
 parse_status request_parser::parse_head(const char* data, size_t len, request_head& out) noexcept {

@@ -394,7 +394,7 @@ void response_parser::start_head(const char* data, response_head& out) noexcept 
   out.header_count = _scan.fields;
   // The field lines: after the status line's CRLF, up to the empty line.
   out.field_lines = std::string_view(data + _scan.start_end + 2, _scan.head_bytes - 2 - (_scan.start_end + 2));
-  copy_index(_index, out.field_refs);
+  copy_index(_index, out.field_lines, out.field_refs);
 }
 
 bool response_parser::finish_at_eof() noexcept {

@@ -55,13 +55,16 @@ struct field_ref {
 // scanning the lines again.
 inline constexpr uint16_t k_indexed_fields = 32;
 struct field_index {
-  uint16_t n = 0;  // lines indexed, from the first
+  uint16_t n = 0;            // lines indexed, from the first
+  uint32_t lines_bytes = 0;  // the size of the field lines it was made for (set by copy_index)
   field_ref at[k_indexed_fields];
 };
 
-// Copies the n entries `from` holds, not the whole array.
-inline void copy_index(const field_index& from, field_index& to) noexcept {
+// Copies the n entries `from` holds, not the whole array, into the index of
+// the head whose field lines are `lines`.
+inline void copy_index(const field_index& from, std::string_view lines, field_index& to) noexcept {
   to.n = from.n;
+  to.lines_bytes = static_cast<uint32_t>(lines.size());
   std::memcpy(to.at, from.at, size_t{from.n} * sizeof(field_ref));
 }
 
@@ -76,9 +79,12 @@ class header_fields {
   header_fields() noexcept = default;
   // `lines`: the field lines, each with its CRLF, without the empty line.
   explicit header_fields(std::string_view lines) noexcept : _rest(lines) {}
-  // The same, with the pre-scan's index of those lines.
+  // The same, with the pre-scan's index of those lines. An index made for
+  // lines of another size is not theirs (a head whose lines were set
+  // anew, its index left behind): the lines are walked instead, so no
+  // offset can point past them.
   header_fields(std::string_view lines, const field_index& index) noexcept
-      : _rest(lines), _base(lines.data()), _refs(index.at), _n(index.n) {}
+      : _rest(lines), _base(lines.data()), _refs(index.at), _n(index.lines_bytes == lines.size() ? index.n : 0) {}
   // Returns: false past the last field; else the next field in `out`.
   bool next(header& out) noexcept;
   // The same, and the field's whole line as it came, name through CRLF.

@@ -631,6 +631,16 @@ TEST_SUITE("http::request_parser") {
     wide.assign(wide.size(), '#');
     CHECK(same_walks(h) == 4);
     CHECK(all_fields(h)[2].value == big('c', 30000));
+    // Lines set anew on a parsed head, its index left behind: the index is
+    // not theirs, so they are walked, and read as they are.
+    const std::string other = "A: 1\r\nB-Longer-Name: two\r\n";
+    h.field_lines = other;
+    const std::vector<header> f = all_fields(h);
+    REQUIRE(f.size() == 2);
+    CHECK(f[0].name == "A");
+    CHECK(f[0].value == "1");
+    CHECK(f[1].name == "B-Longer-Name");
+    CHECK(f[1].value == "two");
   }
 
   TEST_CASE("a field name with a byte outside the token set is refused at every place and length") {
