@@ -8,7 +8,8 @@
 // (never from an evaluation set): for code, programming languages,
 // libraries and frameworks, build tools, CLIs, package managers, error and
 // exception names, DevOps, cloud and database terms; for math, its
-// vocabulary; for translation, the verbs and phrases that ask for one and
+// vocabulary, and an everyday quantity question (quantity_question(), two
+// hits); for translation, the verbs and phrases that ask for one and
 // "in / into / to LANGUAGE"; for chat, everyday life: food and cooking,
 // travel, health and fitness, shopping and consumer products, money in
 // everyday use, family and relationships, work life and careers, writing
@@ -97,6 +98,16 @@ class topic_vocabulary {
   size_t _used = 0;
   size_t _terms = 0;
 };
+
+// Whether normalised text asks an everyday quantity question: one of "how
+// much / many / long / far / old / big", "what time", 多少, 几个 (几 and a
+// measure word), 多久, 一共, 还剩…, and at least two numbers -- digits, an
+// English number word ("one" aside: "which one"), or Chinese numerals (a
+// run of two or more, or one before a measure word or unit; 一 alone is
+// "a"). A recipe scaled for eleven, a trip's fuel cost, a salary after tax:
+// arithmetic without one of math's words. count() adds it to math's hits.
+// Allocates nothing.
+bool quantity_question(std::string_view normalized) noexcept;
 
 // The built-in term lists (semantic_topics_terms.cpp), by topic - 1. Cold.
 std::array<std::string, k_topics> builtin_topic_terms();
