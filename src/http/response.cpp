@@ -322,6 +322,12 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     // The tail's last two bytes are the event's line ends (body_sink): the
     // test below reads the payload before them.
     SLUICE_ASSERT(sink.skip_ok == nullptr || tail_n >= 2);
+    // The same test as vector compares, for the payloads long enough for
+    // its loads (nearly all of them): prepared once per call.
+    detail::skip_pattern pattern;
+    const bool by_pattern =
+        sink.skip_ok != nullptr && detail::make_skip_pattern(sink.skip_head, sink.skip_tail, pattern);
+    const detail::skip_fn skip = detail::skip_impl();
     const chunk_step st = _chunk.walk(
         data, len,
         [&](size_t at, size_t n) noexcept {
@@ -333,10 +339,12 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
           if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + at);
         },
         [&](size_t at, size_t n, size_t end) noexcept {
-          if (sink.skip_ok != nullptr && *sink.skip_ok && n >= head_n + tail_n &&
-              same_bytes(data + at, sink.skip_head.data(), head_n) &&
-              same_bytes(data + at + n - tail_n, sink.skip_tail.data(), tail_n) &&
-              !line_end(data + at + head_n, n - head_n - 2)) {
+          if (sink.skip_ok != nullptr && *sink.skip_ok &&
+              (by_pattern && n >= detail::k_skip_pattern_min
+                   ? skip(pattern, data + at, n)
+                   : n >= head_n + tail_n && same_bytes(data + at, sink.skip_head.data(), head_n) &&
+                         same_bytes(data + at + n - tail_n, sink.skip_tail.data(), tail_n) &&
+                         !line_end(data + at + head_n, n - head_n - 2))) {
             ++skipped;
             skipped_end = end;
             return;

@@ -99,6 +99,32 @@ __attribute__((target("avx2"))) bool line_end_avx2(const char* p, size_t n) noex
   return cr_lf_in(p + from, n - from);
 }
 
+// body_sink's skip test with 32-byte registers: the head's 16 bytes, the
+// tail's 32, then the minimum of the bytes between in 32-byte loads (the
+// last one overlapping), one test for a byte below 14.
+__attribute__((target("avx2"))) bool skip_avx2(const detail::skip_pattern& s, const char* p, size_t n) noexcept {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(h, _mm_load_si128(reinterpret_cast<const __m128i*>(s.head)))));
+  const __m256i t = load32(p + n - 32);
+  const auto tm = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(t, _mm256_load_si256(reinterpret_cast<const __m256i*>(s.tail)))));
+  if ((hm & s.head_bits) != s.head_bits || (tm & s.tail_bits) != s.tail_bits) return false;
+  const size_t from = s.head_n, to = n - s.scan_cut;
+  if (to - from < 32) {
+    _mm256_zeroupper();
+    return !line_end_sse2(p + from, to - from);
+  }
+  __m256i m = load32(p + to - 32);
+  size_t i = from;
+  for (; i + 128 < to; i += 128) {
+    m = _mm256_min_epu8(m, _mm256_min_epu8(_mm256_min_epu8(load32(p + i), load32(p + i + 32)),
+                                           _mm256_min_epu8(load32(p + i + 64), load32(p + i + 96))));
+  }
+  for (; i + 32 < to; i += 32) m = _mm256_min_epu8(m, load32(p + i));
+  if (!any_low(m)) return true;
+  _mm256_zeroupper();
+  return !cr_lf_in(p + from, to - from);  // a byte below 14: the exact test
+}
+
 using detail::line_end_fn;
 line_end_fn pick_line_end() noexcept {
   __builtin_cpu_init();  // may run before main (a static initializer)
@@ -116,6 +142,15 @@ bool line_end_first(const char* p, size_t n) noexcept {
   return f(p, n);
 }
 inline line_end_fn line_end_now() noexcept { return k_line_end.load(std::memory_order_relaxed); }
+// The skip test's, picked as the line end's is.
+bool skip_first(const detail::skip_pattern& s, const char* p, size_t n) noexcept;
+std::atomic<detail::skip_fn> k_skip{&skip_first};
+bool skip_first(const detail::skip_pattern& s, const char* p, size_t n) noexcept {
+  __builtin_cpu_init();
+  const detail::skip_fn f = __builtin_cpu_supports("avx2") ? &skip_avx2 : &detail::skip_sse2;
+  k_skip.store(f, std::memory_order_relaxed);
+  return f(s, p, n);
+}
 #else
 constexpr detail::line_end_fn line_end_now() noexcept { return &line_end_sse2; }
 #endif
@@ -128,6 +163,52 @@ detail::line_end_fn detail::line_end_impl() noexcept {
   return line_end_now();
 #else
   return &has_line_end;
+#endif
+}
+
+bool detail::make_skip_pattern(std::string_view head, std::string_view tail, skip_pattern& out) noexcept {
+  if (head.size() > sizeof out.head || tail.size() > sizeof out.tail || tail.size() < 2 ||
+      tail.substr(tail.size() - 2) != "\n\n") {
+    return false;
+  }
+  out = skip_pattern{};
+  std::memcpy(out.head, head.data(), head.size());
+  std::memcpy(out.tail + sizeof out.tail - tail.size(), tail.data(), tail.size());
+  out.head_bits = head.empty() ? 0 : static_cast<uint32_t>((uint64_t{1} << head.size()) - 1);
+  out.tail_bits = static_cast<uint32_t>(~((uint64_t{1} << (sizeof out.tail - tail.size())) - 1));
+  out.head_n = static_cast<uint8_t>(head.size());
+  out.tail_n = static_cast<uint8_t>(tail.size());
+  // The tail matched, its bytes before the last two need no scan when they
+  // are no line end themselves.
+  const std::string_view body = tail.substr(0, tail.size() - 2);
+  out.scan_cut = static_cast<uint8_t>(body.find_first_of("\r\n") == std::string_view::npos ? tail.size() : 2);
+  return true;
+}
+
+bool detail::skip_sse2(const skip_pattern& s, const char* p, size_t n) noexcept {
+#if defined(__SSE2__)
+  const auto load = [](const char* q) noexcept { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); };
+  const auto eq = [&](const char* q, const char* pat) noexcept {
+    return static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(load(q), _mm_load_si128(reinterpret_cast<const __m128i*>(pat)))));
+  };
+  const uint32_t hm = eq(p, s.head);
+  const uint32_t tm = eq(p + n - 32, s.tail) | eq(p + n - 16, s.tail + 16) << 16;
+  if ((hm & s.head_bits) != s.head_bits || (tm & s.tail_bits) != s.tail_bits) return false;
+  const size_t from = s.head_n, to = n - s.scan_cut;
+  return !sluice::http::line_end_sse2(p + from, to - from);
+#else
+  if (std::memcmp(p, s.head, s.head_n) != 0 || std::memcmp(p + n - s.tail_n, s.tail + sizeof s.tail - s.tail_n, s.tail_n) != 0) {
+    return false;
+  }
+  return !has_line_end(p + s.head_n, n - s.head_n - s.scan_cut);
+#endif
+}
+
+detail::skip_fn detail::skip_impl() noexcept {
+#if defined(__SSE2__) && defined(__x86_64__)
+  return k_skip.load(std::memory_order_relaxed);
+#else
+  return &detail::skip_sse2;
 #endif
 }
 

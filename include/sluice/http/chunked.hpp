@@ -11,6 +11,7 @@
 // Shard-local, one per message; reset() between messages.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "sluice/core/text.hpp"
@@ -164,27 +165,40 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, On
     // every member a reload and a store) and written back once. Anything
     // else (a chunk cut by the read, the last chunk, extensions, an error)
     // stops this loop where that chunk starts, for the general loop below.
-    uint64_t body_total = _body_total, framing = _framing_bytes;
+    // What the limits leave, in locals: on_whole is opaque to the compiler,
+    // so members would be loaded again after every call.
+    const auto left = [](uint64_t max, uint64_t used) noexcept { return used < max ? max - used : 0; };
+    const uint64_t body_left0 = left(_limits.body_bytes_max, _body_total);
+    const uint64_t framing_left0 = left(_limits.framing_bytes_max, _framing_bytes);
+    uint64_t body_left = body_left0, framing_left = framing_left0;
+    // CR LF as one 16-bit load (little-endian or not: the same bytes).
+    const auto crlf = [](const char* p) noexcept {
+      uint16_t v, want;
+      std::memcpy(&v, p, 2);
+      std::memcpy(&want, "\r\n", 2);
+      return v == want;
+    };
     while (true) {
+      const size_t digits_end = len - i < 16 ? len : i + 16;  // at most 16 hex digits
       size_t j = i;
       uint64_t size = 0;
-      while (j < len && j - i < 16 && k_hex_value[static_cast<unsigned char>(data[j])] < 16) {
-        size = size << 4 | k_hex_value[static_cast<unsigned char>(data[j])];
-        ++j;
+      for (unsigned d; j < digits_end && (d = k_hex_value[static_cast<unsigned char>(data[j])]) < 16; ++j) {
+        size = size << 4 | d;
       }
-      if (size == 0 || len - j < 2 || data[j] != '\r' || data[j + 1] != '\n') break;
+      if (size == 0 || len - j < 2 || !crlf(data + j)) break;
       const size_t at = j + 2;
-      if (size > len - at || len - at - size < 2 || data[at + size] != '\r' || data[at + size + 1] != '\n') break;
+      // The data and its CRLF whole here: size + 2 <= len - at, unwrapped.
+      if (len - at < 2 || size > len - at - 2 || !crlf(data + at + size)) break;
       const uint64_t frame = at - i + 2;
-      if (size > _limits.body_bytes_max - body_total || frame > _limits.framing_bytes_max - framing) break;
-      body_total += size;
-      framing += frame;
+      if (size > body_left || frame > framing_left) break;
+      body_left -= size;
+      framing_left -= frame;
       i = at + static_cast<size_t>(size) + 2;
       st.chunk_end = i;
       on_whole(at, static_cast<size_t>(size), i);
     }
-    _body_total = body_total;
-    _framing_bytes = framing;
+    _body_total += body_left0 - body_left;
+    _framing_bytes += framing_left0 - framing_left;
   }
   while (i < len) {
     if (_state == state::size_first) {

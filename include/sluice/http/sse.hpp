@@ -24,6 +24,31 @@ bool line_end_sse2(const char* p, size_t n) noexcept;  // the SSE2 one, for the 
 // calls it once, not through has_line_end too.
 using line_end_fn = bool (*)(const char* p, size_t n) noexcept;
 line_end_fn line_end_impl() noexcept;
+
+// body_sink's skip test (a chunk that is one plain event: its payload
+// starts with `head`, ends with `tail`, and holds no CR or LF but the
+// tail's last two bytes), prepared once per walk as byte patterns so that
+// each chunk costs a few vector compares and one pass for CR and LF.
+struct skip_pattern {
+  alignas(16) char head[16] = {};  // the head, zero-padded
+  alignas(32) char tail[32] = {};  // the tail, right-aligned
+  uint32_t head_bits = 0;          // the bytes of head[] compared, as a movemask
+  uint32_t tail_bits = 0;          // of tail[]
+  uint8_t head_n = 0, tail_n = 0;
+  uint8_t scan_cut = 2;            // payload bytes at the end the CR/LF pass skips (the tail's, when
+                                   // only its last two are line ends)
+};
+// Prepares `out` for head <= 16 bytes and 2 <= tail <= 32 bytes ending in
+// "\n\n" (what the relay's streams use). Returns: false for any other
+// pattern (the walk then tests bytes as before).
+bool make_skip_pattern(std::string_view head, std::string_view tail, skip_pattern& out) noexcept;
+// Whether the payload p[0, n) passes, for n >= k_skip_pattern_min (the
+// vector loads stay inside it). Exact: the same answer as comparing head
+// and tail byte by byte and has_line_end(p + head_n, n - head_n - 2).
+inline constexpr size_t k_skip_pattern_min = 48;
+using skip_fn = bool (*)(const skip_pattern& s, const char* p, size_t n) noexcept;
+skip_fn skip_impl() noexcept;   // AVX2 where the CPU has it, else SSE2
+bool skip_sse2(const skip_pattern& s, const char* p, size_t n) noexcept;  // for the tests
 }
 
 struct sse_event {

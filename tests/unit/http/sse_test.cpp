@@ -283,4 +283,63 @@ TEST_SUITE("http::sse_scanner between_events") {
     }
     CHECK(checked == 8 * 520 * 521 / 2);
   }
+
+  TEST_CASE("the skip pattern, dispatched and SSE2, agrees with comparing head and tail and scanning for CR and LF") {
+    // The relay's patterns and others: every payload of 48..300 bytes made
+    // of head + text + tail, then each byte changed in turn (to a line end,
+    // a tab, another printable byte), in a heap block of exactly n bytes.
+    namespace d = sluice::http::detail;
+    const auto slow = [](std::string_view head, std::string_view tail, const char* p, size_t n) {
+      if (n < head.size() + tail.size()) return false;
+      if (std::string_view(p, head.size()) != head || std::string_view(p + n - tail.size(), tail.size()) != tail) return false;
+      for (size_t i = head.size(); i + 2 < n; ++i) {
+        if (p[i] == '\n' || p[i] == '\r') return false;
+      }
+      return true;
+    };
+    struct pair {
+      std::string_view head, tail;
+    };
+    const pair pairs[] = {{"data: {", "\"finish_reason\":null}]}\n\n"},
+                          {"data: {", "}\n\n"},
+                          {"", "\n\n"},
+                          {"event: x\ndata: {", "}\n\n"},            // a line end in the head
+                          {"data: {\"x\":", "\r\n\"a\":1}\n\n"},      // and in the tail, before its last two
+                          {"0123456789abcdef", "0123456789abcdef0123456789abc\n\n"}};  // 16 and 32 bytes
+    d::skip_pattern none;
+    CHECK_FALSE(d::make_skip_pattern("data: {", "}\n", none));            // not ending in a blank line
+    CHECK_FALSE(d::make_skip_pattern("event: content_block_delta\ndata: {", "}\n\n", none));  // head over 16
+    CHECK_FALSE(d::make_skip_pattern("", std::string(33, 'x') + "\n\n", none));
+    const d::skip_fn direct = d::skip_impl();
+    size_t checked = 0, passed = 0;
+    for (const pair& pr : pairs) {
+      d::skip_pattern pat;
+      REQUIRE(d::make_skip_pattern(pr.head, pr.tail, pat));
+      for (size_t n = d::k_skip_pattern_min; n <= 300; n += (n < 80 ? 1 : 37)) {
+        std::string base(pr.head);
+        while (base.size() + pr.tail.size() < n) base.push_back("{\"content\":\" tok\u00e9x\"},"[base.size() % 26]);
+        base += pr.tail;
+        REQUIRE(base.size() == n);
+        const std::unique_ptr<char[]> b(new char[n]);
+        std::copy_n(base.data(), n, b.get());
+        for (size_t at = 0; at < n; ++at) {
+          for (const char c : {'\n', '\r', '\t', 'Q'}) {
+            const char was = b[at];
+            b[at] = c;
+            const bool want = slow(pr.head, pr.tail, b.get(), n);
+            REQUIRE(direct(pat, b.get(), n) == want);
+            REQUIRE(d::skip_sse2(pat, b.get(), n) == want);
+            passed += want ? 1 : 0;
+            b[at] = was;
+            ++checked;
+          }
+        }
+        const bool whole = slow(pr.head, pr.tail, b.get(), n);
+        CHECK(direct(pat, b.get(), n) == whole);
+        CHECK(d::skip_sse2(pat, b.get(), n) == whole);
+      }
+    }
+    CHECK(checked > 70000);  // 73,608 payloads and changes
+    CHECK(passed > 1000);  // both answers were seen
+  }
 }
