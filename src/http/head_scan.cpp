@@ -147,6 +147,23 @@ scan_error classify_ctl(unsigned char c, scan_error otherwise) noexcept {
 bool has_ctl(const char* p, size_t n, bool htab_ok) noexcept {
   const auto* u = reinterpret_cast<const unsigned char*>(p);
   const unsigned char tab = htab_ok ? '\t' : 0xff;
+#if defined(__SSE2__)
+  if (n >= 16) {
+    // Sixteen bytes a turn, the last sixteen read again overlapping: most
+    // values are short, and a vectorised loop would do their rest a byte
+    // at a time. A byte <= 0x1F is min(c, 0x1F) == c.
+    const __m128i ctl_max = _mm_set1_epi8(0x1f), del = _mm_set1_epi8(0x7f);
+    const __m128i ht = _mm_set1_epi8(static_cast<char>(tab));
+    const auto bad16 = [&](const unsigned char* q) noexcept {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(v, ctl_max), v);
+      return _mm_movemask_epi8(_mm_or_si128(_mm_andnot_si128(_mm_cmpeq_epi8(v, ht), low), _mm_cmpeq_epi8(v, del)));
+    };
+    int bad = 0;
+    for (size_t i = 0; i + 16 < n; i += 16) bad |= bad16(u + i);
+    return (bad | bad16(u + n - 16)) != 0;
+  }
+#endif
   unsigned bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const unsigned char c = u[i];

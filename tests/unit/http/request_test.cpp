@@ -687,6 +687,41 @@ TEST_SUITE("http::request_parser") {
     }
   }
 
+  TEST_CASE("a control byte in a field value is refused at every place and length; HTAB and bytes >= 0x80 are not") {
+    // The value check reads sixteen bytes at a time (the last sixteen
+    // overlapping) from sixteen bytes on, byte by byte below: every value
+    // length to 70, every place, every byte below 0x20 and DEL.
+    limits l = k_limits;
+    l.line_bytes_max = 1024;
+    l.head_bytes_max = 4096;
+    for (size_t len = 1; len <= 70; ++len) {
+      for (size_t at = 0; at < len; ++at) {
+        for (int c = 0; c <= 0x7f; c = c == 0x1f ? 0x7f : c + 1) {
+          std::string value(len, 'v');
+          value[at] = static_cast<char>(c);
+          const std::string in = "GET / HTTP/1.1\r\nHost: a\r\nX-V: <" + value + ">\r\n\r\n";
+          request_parser p(l);
+          request_head h;
+          const parse_status st = parse_whole(p, in, h);
+          CAPTURE(len);
+          CAPTURE(at);
+          CAPTURE(c);
+          if (c == '\t') {
+            REQUIRE(st.ok());
+            REQUIRE(all_fields(h)[1].value == "<" + value + ">");
+          } else {
+            REQUIRE(status_of(st) == 400);
+          }
+        }
+        std::string high(len, 'v');
+        high[at] = '\xff';
+        request_parser p(l);
+        request_head h;
+        REQUIRE(parse_whole(p, "GET / HTTP/1.1\r\nHost: a\r\nX-V: <" + high + ">\r\n\r\n", h).ok());
+      }
+    }
+  }
+
   TEST_CASE("rebase moves every view to the new buffer") {
     std::string a = "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer k\r\n"
                     "X-Session-ID: s\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n";
