@@ -1,6 +1,10 @@
 // The JSON string escaper (sluice/core/json_string.hpp).
 #include "sluice/core/json_string.hpp"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <array>
 #include <cstring>
 
@@ -82,6 +86,22 @@ size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) 
     const size_t room = cap - len;
     const size_t stop = s.size() - i < room ? s.size() : i + room;
     size_t run = i;
+#if defined(__SSE2__)
+    // Sixteen bytes a turn while all are plain: 0x20..0x7F (signed, above
+    // 0x1F) but '"' and '\\'.
+    while (stop - run >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u + run));
+      const __m128i odd = _mm_or_si128(_mm_cmpgt_epi8(_mm_set1_epi8(0x20), v),  // below 0x20, or 0x80.. (negative)
+                                       _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                    _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
+      const int m = _mm_movemask_epi8(odd);
+      if (m != 0) {
+        run += static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(m)));
+        break;
+      }
+      run += 16;
+    }
+#endif
     while (run < stop && k_plain[u[run]]) ++run;
     if (run != i) {
       std::memcpy(out + len, s.data() + i, run - i);

@@ -117,4 +117,35 @@ TEST_SUITE("core::json_string") {
       }
     }
   }
+
+  TEST_CASE("long plain runs, sixteen bytes a turn: one special byte at every place, and every room") {
+    const std::string specials[] = {"\"", "\\", "\n", std::string(1, '\x01'), "\x1f", "\x7f", "\x80", "\xc3\xa9", "\xff"};
+    for (size_t len = 0; len <= 80; ++len) {
+      std::string plain;
+      for (size_t i = 0; i < len; ++i) plain.push_back(static_cast<char>(' ' + (i * 7) % 95));  // printable, '"' and '\\' among them
+      std::string clean = plain;
+      for (char& c : clean) c = c == '"' || c == '\\' ? 'q' : c;
+      CHECK(escaped(clean) == clean);
+      for (size_t at = 0; at <= len; ++at) {
+        for (const std::string& sp : specials) {
+          const std::string in = clean.substr(0, at) + sp + clean.substr(at);
+          CAPTURE(len);
+          CAPTURE(at);
+          REQUIRE(escaped(in) == clean.substr(0, at) + escaped(sp) + clean.substr(at));
+        }
+      }
+      const std::string want = escaped(plain);  // the same through the byte loop? each byte alone
+      std::string bytewise;
+      for (char c : plain) bytewise += escaped(std::string(1, c));
+      CHECK(want == bytewise);
+      // Out of room: as many plain bytes as fit, and consumed says so.
+      for (size_t cap = 0; cap <= len; ++cap) {
+        std::string out(cap, '\0');
+        size_t consumed = 0;
+        REQUIRE(sluice::json_escape(out.data(), cap, clean, consumed) == cap);
+        REQUIRE(consumed == cap);
+        REQUIRE(out == clean.substr(0, cap));
+      }
+    }
+  }
 }
