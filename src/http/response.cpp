@@ -328,6 +328,15 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     const bool by_pattern =
         sink.skip_ok != nullptr && detail::make_skip_pattern(sink.skip_head, sink.skip_tail, pattern);
     const detail::skip_fn skip = detail::skip_impl();
+    // Runs of such chunks in one call (AVX2): the walk hands on only what
+    // the run stops at.
+    const detail::skip_run_fn skip_run = by_pattern ? detail::skip_run_impl() : nullptr;
+    const auto run = [&](size_t i, uint64_t& body_left, uint64_t& framing_left) noexcept {
+      if (skip_run == nullptr || !*sink.skip_ok) return i;
+      const size_t end = skip_run(pattern, data, len, i, body_left, framing_left, skipped);
+      if (end != i) skipped_end = end;
+      return end;
+    };
     const chunk_step st = _chunk.walk(
         data, len,
         [&](size_t at, size_t n) noexcept {
@@ -356,7 +365,8 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
           }
           if (sink.on_data != nullptr) sink.on_data(sink.ctx, data + at, n);
           if (sink.on_chunk_end != nullptr) sink.on_chunk_end(sink.ctx, data + end);
-        });
+        },
+        run);
     flush();
     if (st.error != chunk_error::none) {
       _failed = true;

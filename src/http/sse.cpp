@@ -5,6 +5,8 @@
 // lines or spans two pieces.
 #include "sluice/http/sse.hpp"
 
+#include "sluice/http/chunked.hpp"
+
 #include <atomic>
 #include <cstring>
 #include <new>
@@ -102,7 +104,8 @@ __attribute__((target("avx2"))) bool line_end_avx2(const char* p, size_t n) noex
 // body_sink's skip test with 32-byte registers: the head's 16 bytes, the
 // tail's 32, then the minimum of the bytes between in 32-byte loads (the
 // last one overlapping), one test for a byte below 14.
-__attribute__((target("avx2"))) bool skip_avx2(const detail::skip_pattern& s, const char* p, size_t n) noexcept {
+__attribute__((target("avx2"), always_inline)) inline bool skip_avx2_in(const detail::skip_pattern& s, const char* p,
+                                                                   size_t n) noexcept {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(h, _mm_load_si128(reinterpret_cast<const __m128i*>(s.head)))));
   const __m256i t = load32(p + n - 32);
@@ -123,6 +126,32 @@ __attribute__((target("avx2"))) bool skip_avx2(const detail::skip_pattern& s, co
   if (!any_low(m)) return true;
   _mm256_zeroupper();
   return !cr_lf_in(p + from, to - from);  // a byte below 14: the exact test
+}
+__attribute__((target("avx2"))) bool skip_avx2(const detail::skip_pattern& s, const char* p, size_t n) noexcept {
+  return skip_avx2_in(s, p, n);
+}
+
+// detail::skip_run with the test above inlined: one call a run of chunks,
+// where a call a chunk (through a pointer) cost as much as the test.
+__attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern& s, const char* data, size_t len,
+                                                     size_t i, uint64_t& body_left, uint64_t& framing_left,
+                                                     uint32_t& chunks) noexcept {
+  uint64_t body = body_left, framing = framing_left;
+  uint32_t c = 0;
+  size_t at;
+  uint64_t size;
+  while (whole_chunk_at(data, len, i, at, size) && size >= detail::k_skip_pattern_min) {
+    const uint64_t frame = at - i + 2;
+    if (size > body || frame > framing || !skip_avx2_in(s, data + at, static_cast<size_t>(size))) break;
+    body -= size;
+    framing -= frame;
+    i = at + static_cast<size_t>(size) + 2;
+    ++c;
+  }
+  body_left = body;
+  framing_left = framing;
+  chunks += c;
+  return i;
 }
 
 using detail::line_end_fn;
@@ -201,6 +230,18 @@ bool detail::skip_sse2(const skip_pattern& s, const char* p, size_t n) noexcept 
     return false;
   }
   return !has_line_end(p + s.head_n, n - s.head_n - s.scan_cut);
+#endif
+}
+
+detail::skip_run_fn detail::skip_run_impl() noexcept {
+#if defined(__SSE2__) && defined(__x86_64__)
+  static const skip_run_fn f = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? &skip_run_avx2 : nullptr;
+  }();
+  return f;
+#else
+  return nullptr;
 #endif
 }
 

@@ -84,6 +84,34 @@ struct whole_chunks {
 // line). Returns: their payload and where they end.
 whole_chunks scan_whole_chunks(const char* p, size_t n) noexcept;
 
+// One whole chunk at data[i, len), read as the walker reads an event
+// stream's: "<hex>CRLF<data>CRLF", 1 to 16 hex digits, a size above 0, all
+// of it before `len` (compared as `size > len - at - 2`, never wrapping).
+// The last chunk, an extension, a chunk cut by `len` or anything malformed
+// is not one. Returns: false, or the data's offset `at` and its `size` (the
+// chunk ends at at + size + 2). The limits are the caller's.
+inline bool whole_chunk_at(const char* data, size_t len, size_t i, size_t& at, uint64_t& size) noexcept {
+  // CR LF as one 16-bit load (little-endian or not: the same bytes).
+  const auto crlf = [](const char* p) noexcept {
+    uint16_t v, want;
+    std::memcpy(&v, p, 2);
+    std::memcpy(&want, "\r\n", 2);
+    return v == want;
+  };
+  const size_t digits_end = len - i < 16 ? len : i + 16;  // at most 16 hex digits
+  size_t j = i;
+  uint64_t n = 0;
+  for (unsigned d; j < digits_end && (d = k_hex_value[static_cast<unsigned char>(data[j])]) < 16; ++j) {
+    n = n << 4 | d;
+  }
+  if (n == 0 || len - j < 2 || !crlf(data + j)) return false;
+  const size_t a = j + 2;
+  if (len - a < 2 || n > len - a - 2 || !crlf(data + a + n)) return false;
+  at = a;
+  size = n;
+  return true;
+}
+
 class chunk_walker {
  public:
   explicit chunk_walker(const chunk_limits& l = {}) noexcept : _limits(l) {}
@@ -92,6 +120,10 @@ class chunk_walker {
   bool done() const noexcept { return _state == state::done; }
   chunk_error error() const noexcept { return _error; }
 
+  // walk()'s `run` that takes nothing.
+  struct no_run {
+    size_t operator()(size_t i, uint64_t&, uint64_t&) const noexcept { return i; }
+  };
   // Walks `len` bytes at `data`, the next ones of the body. Each piece of
   // payload is passed to on_data(offset, n): offset into `data`, n > 0, in
   // order; each chunk that ends (its data and CRLF) to on_chunk_end(offset
@@ -99,9 +131,15 @@ class chunk_walker {
   // message (bytes after it are left) or at the first error.
   // A chunk whole in this call (an event stream's usual one) goes to
   // on_whole(offset, n, end offset) instead, one call for both.
-  template <class OnData, class OnChunkEnd, class OnWhole>
+  //
+  // `run(i, body_left, framing_left)`, called where a whole chunk may start
+  // at data[i], may take a run of whole chunks there itself (each read by
+  // whole_chunk_at, its bytes taken off the two counts of what the limits
+  // leave, none handed to on_whole): it returns where the run ended, or i.
+  template <class OnData, class OnChunkEnd, class OnWhole, class Run = no_run>
   chunk_step walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end,
-                  OnWhole&& on_whole) noexcept;
+                  OnWhole&& on_whole, Run&& run = Run{}) noexcept;
+
   template <class OnData, class OnChunkEnd>
   chunk_step walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end) noexcept {
     return walk(data, len, on_data, on_chunk_end, [&](size_t at, size_t n, size_t end) noexcept {
@@ -145,9 +183,9 @@ class chunk_walker {
   uint64_t _framing_bytes = 0;
 };
 
-template <class OnData, class OnChunkEnd, class OnWhole>
+template <class OnData, class OnChunkEnd, class OnWhole, class Run>
 chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, OnChunkEnd&& on_chunk_end,
-                              OnWhole&& on_whole) noexcept {
+                              OnWhole&& on_whole, Run&& run) noexcept {
   chunk_step st;
   if (_error != chunk_error::none) {
     st.error = _error;
@@ -171,24 +209,14 @@ chunk_step chunk_walker::walk(const char* data, size_t len, OnData&& on_data, On
     const uint64_t body_left0 = left(_limits.body_bytes_max, _body_total);
     const uint64_t framing_left0 = left(_limits.framing_bytes_max, _framing_bytes);
     uint64_t body_left = body_left0, framing_left = framing_left0;
-    // CR LF as one 16-bit load (little-endian or not: the same bytes).
-    const auto crlf = [](const char* p) noexcept {
-      uint16_t v, want;
-      std::memcpy(&v, p, 2);
-      std::memcpy(&want, "\r\n", 2);
-      return v == want;
-    };
     while (true) {
-      const size_t digits_end = len - i < 16 ? len : i + 16;  // at most 16 hex digits
-      size_t j = i;
-      uint64_t size = 0;
-      for (unsigned d; j < digits_end && (d = k_hex_value[static_cast<unsigned char>(data[j])]) < 16; ++j) {
-        size = size << 4 | d;
+      if (const size_t to = run(i, body_left, framing_left); to != i) {
+        i = to;
+        st.chunk_end = i;
       }
-      if (size == 0 || len - j < 2 || !crlf(data + j)) break;
-      const size_t at = j + 2;
-      // The data and its CRLF whole here: size + 2 <= len - at, unwrapped.
-      if (len - at < 2 || size > len - at - 2 || !crlf(data + at + size)) break;
+      size_t at;
+      uint64_t size;
+      if (!whole_chunk_at(data, len, i, at, size)) break;
       const uint64_t frame = at - i + 2;
       if (size > body_left || frame > framing_left) break;
       body_left -= size;

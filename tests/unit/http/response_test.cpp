@@ -730,4 +730,98 @@ TEST_SUITE("http::response_parser") {
       }
     }
   }
+
+  TEST_CASE("skip: the run of plain chunks gives the calls the chunk-by-chunk test gives, for mixed chunks at every few splits") {
+    // The same bodies through two sinks whose tests agree on every chunk
+    // below: a 7-byte head (a pattern: the run, where the CPU has AVX2)
+    // and a 25-byte one (over 16 bytes: no pattern, each chunk tested in
+    // turn). Every payload either starts with the long head or differs
+    // from it in its first seven bytes. The sink's on_chunk turns the skip
+    // off at an "off" chunk and on at an "on" one.
+    const std::string long_head = "data: {\"id\":\"chatcmpl-1\",\"";
+    const std::string tail = "\"finish_reason\":null}]}\n\n";
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    const auto rnd = [&](uint64_t n) {
+      seed ^= seed << 13;
+      seed ^= seed >> 7;
+      seed ^= seed << 17;
+      return seed % n;
+    };
+    const auto text = [&](size_t n) {
+      std::string t;
+      for (size_t i = 0; i < n; ++i) t.push_back("abc de,f\":{}[]0123456789"[rnd(24)]);
+      return t;
+    };
+    const auto sized = [&](const std::string& p) {
+      char hex[24];
+      const int n = std::snprintf(hex, sizeof hex, rnd(4) == 0 ? "%zX" : "%zx", p.size());
+      std::string zeros(rnd(6) == 0 ? rnd(17 - static_cast<uint64_t>(n)) : 0, '0');  // 16 digits at most
+      return zeros + std::string(hex, static_cast<size_t>(n)) + (rnd(30) == 0 ? ";ext=1" : "") + "\r\n" + p + "\r\n";
+    };
+    size_t runs_seen = 0;
+    for (int round = 0; round < 300; ++round) {
+      std::string body;
+      for (int c = 0, n = 1 + static_cast<int>(rnd(40)); c < n; ++c) {
+        std::string p = long_head + text(rnd(4) == 0 ? rnd(30) : rnd(400)) + tail;  // plain, short or long
+        switch (rnd(12)) {
+          case 0: p[long_head.size() + rnd(p.size() - long_head.size() - 2)] = rnd(2) ? '\n' : '\r'; break;
+          case 1: p[rnd(7)] ^= 0x20; break;                                       // the head
+          case 2: p[p.size() - 3 - rnd(tail.size() - 2)] ^= 0x01; break;          // the tail
+          case 3: p = p + p; break;                                                // two events
+          case 4: p = "data: [DONE]\n\n"; break;
+          case 5: p = "data: {\"off\":1}\n\n"; break;
+          case 6: p = "data: {\"on\":1}\n\n"; break;
+          default: break;
+        }
+        body += sized(p);
+      }
+      body += "0\r\n\r\n";
+      const std::string msg = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + body;
+      // Three cuts (one body fed in up to four pieces), the same for both.
+      std::vector<size_t> cuts{0, body.size()};
+      for (int k = 0; k < 3; ++k) cuts.push_back(rnd(body.size() + 1));
+      std::sort(cuts.begin(), cuts.end());
+      std::vector<std::string> logs[2];
+      for (int which = 0; which < 2; ++which) {
+        struct toggling : skip_log {
+          const char* body0 = nullptr;
+        } log;
+        body_sink sk = log.sink();
+        sk.skip_head = which == 0 ? std::string_view("data: {") : std::string_view(long_head);
+        sk.skip_tail = tail;
+        sk.on_chunk = [](void* ctx, const char* d, size_t n, const char*) {
+          auto* self = static_cast<skip_log*>(ctx);
+          const std::string p(d, n);
+          self->calls.push_back("chunk:" + p);
+          if (p.find("\"off\"") != std::string::npos) self->ok = false;
+          if (p.find("\"on\"") != std::string::npos) self->ok = true;
+        };
+        sk.on_skipped = [](void* ctx, uint32_t n, const char* end) {
+          auto* self = static_cast<toggling*>(ctx);
+          self->calls.push_back("skip:" + std::to_string(n) + "@" + std::to_string(end - self->body0));
+        };
+        response_parser p;
+        response_head h;
+        REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
+        log.body0 = msg.data() + h.head_bytes;
+        size_t at = 0;
+        bool complete = false;
+        for (size_t k = 1; k < cuts.size() && !complete; ++k) {
+          if (cuts[k] <= at) continue;
+          const body_status st = p.feed_body(log.body0 + at, cuts[k] - at, sk);
+          REQUIRE(st.error == errc::ok);
+          complete = st.complete;
+          at += st.consumed;
+          // A feed's unconsumed bytes (a cut chunk is consumed as it goes) are none.
+          REQUIRE((complete || at == cuts[k]));
+        }
+        CHECK(complete);
+        logs[which] = log.calls;
+      }
+      CAPTURE(round);
+      CHECK(logs[0] == logs[1]);
+      for (const std::string& c : logs[0]) runs_seen += c.rfind("skip:", 0) == 0 && c[5] != '1' ? 1 : 0;
+    }
+    CHECK(runs_seen > 100);  // runs of several chunks were taken
+  }
 }

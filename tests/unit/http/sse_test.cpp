@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -341,5 +343,76 @@ TEST_SUITE("http::sse_scanner between_events") {
     }
     CHECK(checked > 70000);  // 73,608 payloads and changes
     CHECK(passed > 1000);  // both answers were seen
+  }
+
+  TEST_CASE("the skip's run takes whole plain chunks and stops before the first that fails, is cut, or leaves the limits") {
+    namespace d = sluice::http::detail;
+    const d::skip_run_fn run = d::skip_run_impl();
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2")) {
+      CHECK((run == nullptr));  // the walk tests chunk by chunk there (response_test)
+      return;
+    }
+    REQUIRE((run != nullptr));
+    d::skip_pattern pat;
+    REQUIRE(d::make_skip_pattern("data: {", "\"finish_reason\":null}]}\n\n", pat));
+    const std::string payload =
+        "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" tok\"},\"finish_reason\":null}]}\n\n";
+    const auto chunk = [](const std::string& p, std::string_view size_prefix = "") {
+      char hex[20];
+      const int n = std::snprintf(hex, sizeof hex, "%zx", p.size());
+      return std::string(size_prefix) + std::string(hex, static_cast<size_t>(n)) + "\r\n" + p + "\r\n";
+    };
+    const std::string plain = chunk(payload);
+    const uint64_t frame = plain.size() - payload.size();
+    std::string odd = payload;
+    odd[30] = '\n';
+    // Five plain chunks (one with its size in 16 digits, leading zeros),
+    // then one that fails the test, then one more plain.
+    const std::string five = plain + plain + chunk(payload, "00000000000000") + plain + plain;
+    const std::string body = five + chunk(odd) + plain;
+    const auto go = [&](size_t len, size_t from, uint64_t body_left, uint64_t framing_left, uint32_t& chunks) {
+      uint64_t b = body_left, f = framing_left;
+      const size_t end = run(pat, body.data(), len, from, b, f, chunks);
+      // What it took off the limits is the payload and framing it passed.
+      CHECK(body_left - b == chunks * payload.size());
+      CHECK(framing_left - f == (end - from) - chunks * payload.size());
+      return end;
+    };
+    uint32_t chunks = 0;
+    CHECK(go(body.size(), 0, UINT64_MAX, UINT64_MAX, chunks) == five.size());
+    CHECK(chunks == 5);
+    chunks = 0;
+    CHECK(go(body.size(), five.size(), UINT64_MAX, UINT64_MAX, chunks) == five.size());  // the odd one first: none
+    CHECK(chunks == 0);
+    // Cut anywhere inside the third chunk: the two before it.
+    for (size_t cut = 2 * plain.size() + 1; cut < 3 * plain.size() + 14; ++cut) {
+      chunks = 0;
+      CAPTURE(cut);
+      CHECK(go(cut, 0, UINT64_MAX, UINT64_MAX, chunks) == 2 * plain.size());
+      CHECK(chunks == 2);
+    }
+    // The limits: room for exactly two chunks' payload, or framing.
+    for (const bool by_body : {true, false}) {
+      for (const uint64_t extra : {uint64_t{0}, uint64_t{1}}) {
+        chunks = 0;
+        const uint64_t b = by_body ? 2 * payload.size() + extra : UINT64_MAX;
+        const uint64_t f = by_body ? UINT64_MAX : 2 * frame + extra;
+        CAPTURE(by_body);
+        CHECK(go(body.size(), 0, b, f, chunks) == 2 * plain.size());
+        CHECK(chunks == 2);
+      }
+    }
+    // What the walker does not take whole is not taken: an extension, a
+    // 17-digit size, the last chunk, a bare LF after the size.
+    for (const std::string& bad : {std::string("b3;x=1\r\n"), std::string("00000000000000000b3\r\n"), std::string("0\r\n\r\n"),
+                                   std::string("b3\n")}) {
+      const std::string b2 = plain + bad + payload + "\r\n";
+      uint64_t bl = UINT64_MAX, fl = UINT64_MAX;
+      chunks = 0;
+      CAPTURE(bad);
+      CHECK(run(pat, b2.data(), b2.size(), 0, bl, fl, chunks) == plain.size());
+      CHECK(chunks == 1);
+    }
   }
 }
