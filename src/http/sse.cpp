@@ -131,25 +131,55 @@ __attribute__((target("avx2"))) bool skip_avx2(const detail::skip_pattern& s, co
   return skip_avx2_in(s, p, n);
 }
 
-// detail::skip_run with the test above inlined: one call a run of chunks,
-// where a call a chunk (through a pointer) cost as much as the test.
+// Whether p[0, n) holds a CR or an LF, for a short span the run's vector
+// minimum flagged (rare: a byte below 14 in an event): the exact test,
+// out of the run's loop.
+__attribute__((noinline)) bool flagged_span_has_line_end(const char* p, size_t n) noexcept {
+  return n >= 16 ? cr_lf_in(p, n) : line_end_sse2(p, n);
+}
+
+// detail::skip_run: the test above inlined in the walk of the chunks, the
+// pattern held in registers for the whole run. Where what the limits leave
+// is at least `len`, no chunk of the run can reach them: the loop does not
+// compare, and the run's totals are taken off at its end. (A response's
+// body has no limits; a bounded walk near its limit takes none here and
+// tests its chunks one by one.)
 __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern& s, const char* data, size_t len,
                                                      size_t i, uint64_t& body_left, uint64_t& framing_left,
                                                      uint32_t& chunks) noexcept {
-  uint64_t body = body_left, framing = framing_left;
+  if (body_left < len || framing_left < len) return i;
+  const __m128i head = _mm_load_si128(reinterpret_cast<const __m128i*>(s.head));
+  const __m256i tail = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.tail));
+  const uint32_t head_bits = s.head_bits, tail_bits = s.tail_bits;
+  const size_t from = s.head_n, cut = s.scan_cut;
+  const size_t first = i;
+  uint64_t payload = 0;
   uint32_t c = 0;
   size_t at;
   uint64_t size;
   while (whole_chunk_at(data, len, i, at, size) && size >= detail::k_skip_pattern_min) {
-    const uint64_t frame = at - i + 2;
-    if (size > body || frame > framing || !skip_avx2_in(s, data + at, static_cast<size_t>(size))) break;
-    body -= size;
-    framing -= frame;
-    i = at + static_cast<size_t>(size) + 2;
+    const char* q = data + at;
+    const auto n = static_cast<size_t>(size);
+    const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), head)));
+    const auto tm = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(load32(q + n - 32), tail)));
+    if (((hm & head_bits) ^ head_bits) | ((tm & tail_bits) ^ tail_bits)) break;
+    // No CR or LF in [from, n - cut): the minimum of its bytes, 32 a turn
+    // (the last 32 overlapping), then one compare.
+    const char* a = q + from;
+    const char* const b = q + n - cut;
+    if (b - a < 32) {
+      if (line_end_sse2(a, static_cast<size_t>(b - a))) break;
+    } else {
+      __m256i m = load32(b - 32);
+      for (; a + 32 < b; a += 32) m = _mm256_min_epu8(m, load32(a));
+      if (any_low(m) && flagged_span_has_line_end(q + from, static_cast<size_t>(b - q) - from)) break;
+    }
+    payload += size;
+    i = at + n + 2;
     ++c;
   }
-  body_left = body;
-  framing_left = framing;
+  body_left -= payload;
+  framing_left -= (i - first) - payload;
   chunks += c;
   return i;
 }

@@ -51,10 +51,12 @@ skip_fn skip_impl() noexcept;   // AVX2 where the CPU has it, else SSE2
 bool skip_sse2(const skip_pattern& s, const char* p, size_t n) noexcept;  // for the tests
 // The skip test over a run of whole chunks (chunk_walker::walk's `run`):
 // from data[i, len), each chunk whole_chunk_at reads whose payload of at
-// least k_skip_pattern_min bytes passes the test, within what the limits
-// leave (body_left, framing_left, taken down by what it takes). Stops
-// before the first that is not such a chunk. Returns: where the run ended
-// (i when it took none), `chunks` counted up by the chunks taken.
+// least k_skip_pattern_min bytes passes the test; body_left and
+// framing_left (what the limits leave) are taken down by what it takes.
+// Stops before the first that is not such a chunk. Takes none where the
+// limits leave less than `len` (the walk then tests each chunk against
+// them). Returns: where the run ended (i when it took none), `chunks`
+// counted up by the chunks taken.
 using skip_run_fn = size_t (*)(const skip_pattern& s, const char* data, size_t len, size_t i, uint64_t& body_left,
                                uint64_t& framing_left, uint32_t& chunks) noexcept;
 // With AVX2 (the test inlined in the loop); null where the CPU has not,

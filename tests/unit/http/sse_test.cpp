@@ -364,7 +364,6 @@ TEST_SUITE("http::sse_scanner between_events") {
       return std::string(size_prefix) + std::string(hex, static_cast<size_t>(n)) + "\r\n" + p + "\r\n";
     };
     const std::string plain = chunk(payload);
-    const uint64_t frame = plain.size() - payload.size();
     std::string odd = payload;
     odd[30] = '\n';
     // Five plain chunks (one with its size in 16 digits, leading zeros),
@@ -392,15 +391,18 @@ TEST_SUITE("http::sse_scanner between_events") {
       CHECK(go(cut, 0, UINT64_MAX, UINT64_MAX, chunks) == 2 * plain.size());
       CHECK(chunks == 2);
     }
-    // The limits: room for exactly two chunks' payload, or framing.
+    // The limits: where they leave less than `len`, the run takes nothing
+    // (the walk tests chunk by chunk, each against them); from `len` on, all.
     for (const bool by_body : {true, false}) {
-      for (const uint64_t extra : {uint64_t{0}, uint64_t{1}}) {
+      for (const uint64_t room : {uint64_t{0}, 2 * payload.size(), uint64_t{body.size() - 1}, uint64_t{body.size()}}) {
         chunks = 0;
-        const uint64_t b = by_body ? 2 * payload.size() + extra : UINT64_MAX;
-        const uint64_t f = by_body ? UINT64_MAX : 2 * frame + extra;
+        const uint64_t b = by_body ? room : UINT64_MAX;
+        const uint64_t f = by_body ? UINT64_MAX : room;
         CAPTURE(by_body);
-        CHECK(go(body.size(), 0, b, f, chunks) == 2 * plain.size());
-        CHECK(chunks == 2);
+        CAPTURE(room);
+        const bool takes = room >= body.size();
+        CHECK(go(body.size(), 0, b, f, chunks) == (takes ? five.size() : 0));
+        CHECK(chunks == (takes ? 5u : 0u));
       }
     }
     // What the walker does not take whole is not taken: an extension, a
