@@ -170,8 +170,14 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
     if (b - a < 32) {
       if (line_end_sse2(a, static_cast<size_t>(b - a))) break;
     } else {
-      __m256i m = load32(b - 32);
-      for (; a + 32 < b; a += 32) m = _mm256_min_epu8(m, load32(a));
+      // Two minimums, 64 bytes a turn, then the last 32 or fewer.
+      __m256i m = load32(b - 32), m2 = m;
+      for (; b - a > 64; a += 64) {
+        m = _mm256_min_epu8(m, load32(a));
+        m2 = _mm256_min_epu8(m2, load32(a + 32));
+      }
+      if (b - a > 32) m = _mm256_min_epu8(m, load32(a));
+      m = _mm256_min_epu8(m, m2);
       if (any_low(m) && flagged_span_has_line_end(q + from, static_cast<size_t>(b - q) - from)) break;
     }
     payload += size;

@@ -101,24 +101,29 @@ inline bool whole_chunk_at(const char* data, size_t len, size_t i, size_t& at, u
   const auto hex = [data](size_t k) noexcept { return k_hex_value[static_cast<unsigned char>(data[k])]; };
   size_t j = i;
   uint64_t n = 0;
+  bool more = true;  // the size may go on past j
   if (len - i >= 3) {
     // An event's chunk has two or three digits: read without the loop's
-    // bound (three bytes are there), the loop for the rest.
+    // bound (three bytes are there), the loop only past three.
     const uint64_t d0 = hex(i), d1 = hex(i + 1);
     if (d0 >= 16) return false;
     if (d1 >= 16) {
       n = d0;
       j = i + 1;
+      more = false;
     } else if (const uint64_t d2 = hex(i + 2); d2 >= 16) {
       n = d0 << 4 | d1;
       j = i + 2;
+      more = false;
     } else {
       n = d0 << 8 | d1 << 4 | d2;
       j = i + 3;
     }
   }
-  const size_t digits_end = len - i < 16 ? len : i + 16;  // at most 16 hex digits
-  for (unsigned d; j < digits_end && (d = hex(j)) < 16; ++j) n = n << 4 | d;
+  if (more) {
+    const size_t digits_end = len - i < 16 ? len : i + 16;  // at most 16 hex digits
+    for (unsigned d; j < digits_end && (d = hex(j)) < 16; ++j) n = n << 4 | d;
+  }
   if (n == 0 || len - j < 2 || !crlf(data + j)) return false;
   const size_t a = j + 2;
   if (len - a < 2 || n > len - a - 2 || !crlf(data + a + n)) return false;
