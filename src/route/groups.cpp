@@ -251,7 +251,8 @@ decision group_table::decide(const openai::request_fields& f, uint32_t key_index
     if (d.label >= 0) {
       d.confidence = _classifier->probabilities()[static_cast<size_t>(d.label)];
       const uint32_t g = label_group(d.label);
-      if (static_cast<double>(d.confidence) >= _min_confidence && g != k_none && key_allows(key_index, g)) {
+      if ((static_cast<double>(d.confidence) >= _min_confidence || _classifier->label_topic_hits(d.label) > 0) &&
+          g != k_none && key_allows(key_index, g)) {
         d.group = g;
         d.how = later_turn ? decision_how::sticky : decision_how::classifier;
         return d;

@@ -56,6 +56,13 @@ class semantic_classifier {
   // The topic vocabulary's hits in the last classified text, by topic - 1
   // (zero when no group names a topic).
   const config::topic_vocabulary::hits& topic_hits() const noexcept { return _topic_hits; }
+  // The hits of `label`'s topic in the last classified text (0 when it
+  // names none).
+  uint32_t label_topic_hits(int32_t label) const noexcept {
+    if (label < 0 || static_cast<size_t>(label) >= _model->label_topic.size()) return 0;
+    const auto t = static_cast<size_t>(_model->label_topic[static_cast<size_t>(label)]);
+    return t == 0 ? 0 : _topic_hits[t - 1];
+  }
   // Tokens found in / added to the token cache since construction.
   uint64_t token_hits() const noexcept { return _token_hits; }
   uint64_t token_misses() const noexcept { return _token_misses; }
