@@ -101,36 +101,6 @@ __attribute__((target("avx2"))) bool line_end_avx2(const char* p, size_t n) noex
   return cr_lf_in(p + from, n - from);
 }
 
-// body_sink's skip test with 32-byte registers: the head's 16 bytes, the
-// tail's 32, then the minimum of the bytes between in 32-byte loads (the
-// last one overlapping), one test for a byte below 14.
-__attribute__((target("avx2"), always_inline)) inline bool skip_avx2_in(const detail::skip_pattern& s, const char* p,
-                                                                   size_t n) noexcept {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(h, _mm_load_si128(reinterpret_cast<const __m128i*>(s.head)))));
-  const __m256i t = load32(p + n - 32);
-  const auto tm = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(t, _mm256_load_si256(reinterpret_cast<const __m256i*>(s.tail)))));
-  if ((hm & s.head_bits) != s.head_bits || (tm & s.tail_bits) != s.tail_bits) return false;
-  const size_t from = s.head_n, to = n - s.scan_cut;
-  if (to - from < 32) {
-    _mm256_zeroupper();
-    return !line_end_sse2(p + from, to - from);
-  }
-  __m256i m = load32(p + to - 32);
-  size_t i = from;
-  for (; i + 128 < to; i += 128) {
-    m = _mm256_min_epu8(m, _mm256_min_epu8(_mm256_min_epu8(load32(p + i), load32(p + i + 32)),
-                                           _mm256_min_epu8(load32(p + i + 64), load32(p + i + 96))));
-  }
-  for (; i + 32 < to; i += 32) m = _mm256_min_epu8(m, load32(p + i));
-  if (!any_low(m)) return true;
-  _mm256_zeroupper();
-  return !cr_lf_in(p + from, to - from);  // a byte below 14: the exact test
-}
-__attribute__((target("avx2"))) bool skip_avx2(const detail::skip_pattern& s, const char* p, size_t n) noexcept {
-  return skip_avx2_in(s, p, n);
-}
-
 // Whether p[0, n) holds a CR or an LF, for a short span the run's vector
 // minimum flagged (rare: a byte below 14 in an event): the exact test,
 // out of the run's loop.
@@ -138,8 +108,10 @@ __attribute__((noinline)) bool flagged_span_has_line_end(const char* p, size_t n
   return n >= 16 ? cr_lf_in(p, n) : line_end_sse2(p, n);
 }
 
-// detail::skip_run: the test above inlined in the walk of the chunks, the
-// pattern held in registers for the whole run. Where what the limits leave
+// detail::skip_run: body_sink's skip test with 32-byte registers, inlined
+// in the walk of the chunks, the pattern held in registers for the whole
+// run: the head's 16 bytes, the tail's 32, then the minimum of the bytes
+// between, one test for a byte below 14. Where what the limits leave
 // is at least `len`, no chunk of the run can reach them: the loop does not
 // compare, and the run's totals are taken off at its end. (A response's
 // body has no limits; a bounded walk near its limit takes none here and
@@ -163,8 +135,8 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
     const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), head)));
     const auto tm = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(load32(q + n - 32), tail)));
     if (((hm & head_bits) ^ head_bits) | ((tm & tail_bits) ^ tail_bits)) break;
-    // No CR or LF in [from, n - cut): the minimum of its bytes, 32 a turn
-    // (the last 32 overlapping), then one compare.
+    // No CR or LF in [from, n - cut): the minimum of its bytes (the last 32
+    // read first, overlapping), then one compare.
     const char* a = q + from;
     const char* const b = q + n - cut;
     if (b - a < 32) {
@@ -207,15 +179,6 @@ bool line_end_first(const char* p, size_t n) noexcept {
   return f(p, n);
 }
 inline line_end_fn line_end_now() noexcept { return k_line_end.load(std::memory_order_relaxed); }
-// The skip test's, picked as the line end's is.
-bool skip_first(const detail::skip_pattern& s, const char* p, size_t n) noexcept;
-std::atomic<detail::skip_fn> k_skip{&skip_first};
-bool skip_first(const detail::skip_pattern& s, const char* p, size_t n) noexcept {
-  __builtin_cpu_init();
-  const detail::skip_fn f = __builtin_cpu_supports("avx2") ? &skip_avx2 : &detail::skip_sse2;
-  k_skip.store(f, std::memory_order_relaxed);
-  return f(s, p, n);
-}
 #else
 constexpr detail::line_end_fn line_end_now() noexcept { return &line_end_sse2; }
 #endif
@@ -282,11 +245,9 @@ detail::skip_run_fn detail::skip_run_impl() noexcept {
 }
 
 detail::skip_fn detail::skip_impl() noexcept {
-#if defined(__SSE2__) && defined(__x86_64__)
-  return k_skip.load(std::memory_order_relaxed);
-#else
+  // A chunk at a time only where the run stopped (four chunks of vLLM's
+  // stream) or has no AVX2: SSE2 does.
   return &detail::skip_sse2;
-#endif
 }
 
 bool detail::line_end_sse2(const char* p, size_t n) noexcept {

@@ -47,7 +47,7 @@ bool make_skip_pattern(std::string_view head, std::string_view tail, skip_patter
 // and tail byte by byte and has_line_end(p + head_n, n - head_n - 2).
 inline constexpr size_t k_skip_pattern_min = 48;
 using skip_fn = bool (*)(const skip_pattern& s, const char* p, size_t n) noexcept;
-skip_fn skip_impl() noexcept;   // AVX2 where the CPU has it, else SSE2
+skip_fn skip_impl() noexcept;   // a chunk at a time (SSE2); AVX2's is the run's, below
 bool skip_sse2(const skip_pattern& s, const char* p, size_t n) noexcept;  // for the tests
 // The skip test over a run of whole chunks (chunk_walker::walk's `run`):
 // from data[i, len), each chunk whole_chunk_at reads whose payload of at

@@ -286,7 +286,7 @@ TEST_SUITE("http::sse_scanner between_events") {
     CHECK(checked == 8 * 520 * 521 / 2);
   }
 
-  TEST_CASE("the skip pattern, dispatched and SSE2, agrees with comparing head and tail and scanning for CR and LF") {
+  TEST_CASE("the skip pattern, dispatched, SSE2 and the run's, agrees with comparing head and tail and scanning for CR and LF") {
     // The relay's patterns and others: every payload of 48..300 bytes made
     // of head + text + tail, then each byte changed in turn (to a line end,
     // a tab, another printable byte), in a heap block of exactly n bytes.
@@ -313,6 +313,22 @@ TEST_SUITE("http::sse_scanner between_events") {
     CHECK_FALSE(d::make_skip_pattern("event: content_block_delta\ndata: {", "}\n\n", none));  // head over 16
     CHECK_FALSE(d::make_skip_pattern("", std::string(33, 'x') + "\n\n", none));
     const d::skip_fn direct = d::skip_impl();
+    // And the run's (AVX2) test, on the payload as one whole chunk.
+    const d::skip_run_fn run = d::skip_run_impl();
+    const auto run_takes = [&](const d::skip_pattern& pt, const char* p, size_t n) {
+      // In a heap block of exactly the chunk's bytes.
+      char hex[20];
+      const auto h = static_cast<size_t>(std::snprintf(hex, sizeof hex, "%zx\r\n", n));
+      const size_t total = h + n + 2;
+      const std::unique_ptr<char[]> framed(new char[total]);
+      std::copy_n(hex, h, framed.get());
+      std::copy_n(p, n, framed.get() + h);
+      std::copy_n("\r\n", 2, framed.get() + h + n);
+      uint64_t bl = UINT64_MAX, fl = UINT64_MAX;
+      uint32_t c = 0;
+      const size_t end = run(pt, framed.get(), total, 0, bl, fl, c);
+      return end == total && c == 1;
+    };
     size_t checked = 0, passed = 0;
     for (const pair& pr : pairs) {
       d::skip_pattern pat;
@@ -331,6 +347,7 @@ TEST_SUITE("http::sse_scanner between_events") {
             const bool want = slow(pr.head, pr.tail, b.get(), n);
             REQUIRE(direct(pat, b.get(), n) == want);
             REQUIRE(d::skip_sse2(pat, b.get(), n) == want);
+            if (run != nullptr) REQUIRE(run_takes(pat, b.get(), n) == want);
             passed += want ? 1 : 0;
             b[at] = was;
             ++checked;
