@@ -249,10 +249,25 @@ decision group_table::decide(const openai::request_fields& f, uint32_t key_index
     }
     d.label = _classifier->classify(_include_system ? f.system_prompt : std::string_view{}, text);
     if (d.label >= 0) {
-      d.confidence = _classifier->probabilities()[static_cast<size_t>(d.label)];
+      const auto p = _classifier->probabilities();
+      d.confidence = p[static_cast<size_t>(d.label)];
+      // A pick its topic backs (a term of its group's topic in the prompt)
+      // stands at any probability; one on the examples alone needs
+      // min_confidence (code's more: config::unbacked_confidence), and
+      // else yields to the most probable pick a topic backs, if any.
+      bool stands = true;
+      if (_classifier->label_topic_hits(d.label) == 0 &&
+          static_cast<double>(d.confidence) <
+              std::max(_min_confidence, config::unbacked_confidence(_classifier->label_topic(d.label)))) {
+        const int32_t backed = _classifier->best_backed_label();
+        stands = backed >= 0;
+        if (stands) {
+          d.label = backed;
+          d.confidence = p[static_cast<size_t>(backed)];
+        }
+      }
       const uint32_t g = label_group(d.label);
-      if ((static_cast<double>(d.confidence) >= _min_confidence || _classifier->label_topic_hits(d.label) > 0) &&
-          g != k_none && key_allows(key_index, g)) {
+      if (stands && g != k_none && key_allows(key_index, g)) {
         d.group = g;
         d.how = later_turn ? decision_how::sticky : decision_how::classifier;
         return d;

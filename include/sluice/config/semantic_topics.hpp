@@ -40,6 +40,17 @@ enum class semantic_topic : uint8_t { none = 0, code = 1, math = 2, translation 
 inline constexpr size_t k_topics = 4;  // code, math, translation, chat: hits[topic - 1]
 inline constexpr uint32_t k_topic_hits_max = 2;  // hits beyond these add nothing
 
+// The probability a pick needs when none of its topic's terms is in the
+// prompt (a pick on the examples alone), at least [router] min_confidence.
+// Code's prompts name their field: a language, a tool, a library, an
+// error, 代码 or 程序. A code pick without one of them is a question whose
+// words look like code's examples ("what's the difference between X and
+// Y", "how do I …", "帮我写一个 …"), and is right less often than a guess
+// of the default group: it needs 0.75. The other topics' prompts often
+// name nothing of theirs (a word problem, "render this in Portuguese", a
+// chat about anything): 0, min_confidence alone.
+constexpr double unbacked_confidence(semantic_topic t) noexcept { return t == semantic_topic::code ? 0.75 : 0.0; }
+
 // "code" -> code; an unknown name -> nullopt ("none" is not a name).
 std::optional<semantic_topic> topic_from_name(std::string_view name) noexcept;
 std::string_view topic_name(semantic_topic t) noexcept;  // "" for none

@@ -343,18 +343,19 @@ TEST_SUITE("route::semantic topics") {
     CHECK(right * 100 >= total * 90);
   }
 
-  TEST_CASE("on twenty-four fresh authors' 2400 prompts, with topics it routes at least 89.5 % right, and without them less") {
+  TEST_CASE("on twenty-six fresh authors' 2600 prompts, with topics it routes at least 90.5 % right, and without them less") {
     // bench/router-eval --fresh's last setting: every fresh author at once,
-    // trained on the held-out author's 25 a group. 2153/2400 (89.7 %) with
-    // the four topics when this was written -- under issue 41 §4's goal of
-    // 90 % -- and 1877/2400 (78.2 %) without any topic. The fourth to
-    // twelfth pairs were each read once after the method of their time was
-    // fixed (bench/RESULTS.md, 2026-12-07); this holds the figure from falling.
+    // trained on the held-out author's 25 a group. 2364/2600 (90.9 %) with
+    // the four topics when this was written (2331 before an unbacked pick
+    // yielded to a backed one, and code's needed 0.75), and 2031/2600
+    // (78.1 %) without any topic. The fourth to thirteenth pairs were each
+    // read once after the method of their time was fixed (bench/RESULTS.md);
+    // this holds the figure from falling.
     const std::string dir = SLUICE_ROUTER_HELDOUT, fresh = SLUICE_ROUTER_FRESH;
     auto with = load_for_test(k_router + groups_toml(dir, true, true));
     auto without = load_for_test(k_router + groups_toml(dir, false));
     size_t right_with = 0, right_without = 0, total = 0;
-    for (char a = 'a'; a <= 'x'; ++a) {
+    for (char a = 'a'; a <= 'z'; ++a) {
       const std::string path = fresh + "/author_" + a + ".tsv";
       size_t n = 0, m = 0;
       right_with += routed_right(*with, path, n);
@@ -364,47 +365,77 @@ TEST_SUITE("route::semantic topics") {
       total += n;
     }
     MESSAGE("fresh authors: ", right_with, "/", total, " with topics, ", right_without, " without");
-    CHECK(total == 2400);
-    CHECK(right_with * 1000 >= total * 895);
+    CHECK(total == 2600);
+    CHECK(right_with * 1000 >= total * 905);
     CHECK(right_without < right_with);
   }
 
-  TEST_CASE("below min_confidence a pick its topic backs is kept; one on the examples alone falls to the default") {
-    // Every fresh author's prompt through the held-out setting with topics:
-    // a classifier decision under min_confidence (0.5) has its group's
-    // topic matched in the prompt, and a prompt left to the default had
-    // its top group's topic unmatched (or under no topic at all).
+  TEST_CASE("a pick its topic backs stands; one on the examples alone needs min_confidence (code 0.75), else yields to a backed pick or the default") {
+    // Every fresh author's prompt through the held-out setting with topics,
+    // each decision against the classifier's own output: the top label
+    // stands when its group's topic matched a term (any probability) or
+    // its probability reaches max(min_confidence 0.5, unbacked_confidence:
+    // code 0.75, the others 0); otherwise the most probable label whose
+    // topic matched is the pick, and with none the default group.
     const std::string dir = SLUICE_ROUTER_HELDOUT, fresh = SLUICE_ROUTER_FRESH;
     auto c = load_for_test(k_router + groups_toml(dir, true, true));
     group_table t(*c);
     semantic_classifier sc(c->router.model, c->router.semantic_bytes);
-    size_t kept = 0, fell = 0, sure = 0;
-    for (char a = 'a'; a <= 'x'; ++a) {
+    const auto& labels = c->router.model->labels;
+    size_t backed_low = 0, sure = 0, yielded = 0, fell = 0, code_mid = 0;
+    size_t yielded_right = 0, replaced_right = 0;
+    for (char a = 'a'; a <= 'z'; ++a) {
       for (const std::string& line : read_lines(fresh + "/author_" + a + ".tsv")) {
+        const std::string label = line.substr(0, line.find('\t'));
         const std::string text = line.substr(line.find('\t') + 1);
         sluice::openai::request_fields f;
         f.model = "auto";
         f.last_user_message = f.first_user_message = text;
         f.message_count = 1;
         const decision d = t.decide(f, 0, false);
-        REQUIRE(d.label >= 0);
-        REQUIRE(sc.classify("", text) == d.label);
+        const int32_t top = sc.classify("", text);
+        REQUIRE(top >= 0);
         CAPTURE(text);
-        if (d.how == decision_how::classifier && d.confidence < 0.5f) {
-          CHECK(sc.label_topic_hits(d.label) > 0);
-          ++kept;
-        } else if (d.how == decision_how::default_group) {
-          CHECK(d.confidence < 0.5f);
-          CHECK(sc.label_topic_hits(d.label) == 0);
-          ++fell;
-        } else {
+        const float p = sc.probabilities()[static_cast<size_t>(top)];
+        const bool code = labels[static_cast<size_t>(top)] == "code";
+        const double need = code ? 0.75 : 0.5;
+        if (sc.label_topic_hits(top) > 0 || static_cast<double>(p) >= need) {
           CHECK(d.how == decision_how::classifier);
-          ++sure;
+          CHECK(d.label == top);
+          CHECK(d.confidence == p);
+          ++(p < 0.5f ? backed_low : sure);
+          continue;
+        }
+        if (code && p >= 0.5f) ++code_mid;
+        int32_t backed = -1;
+        for (size_t l = 0; l < labels.size(); ++l) {
+          if (sc.label_topic_hits(static_cast<int32_t>(l)) > 0 &&
+              (backed < 0 || sc.probabilities()[l] > sc.probabilities()[static_cast<size_t>(backed)])) {
+            backed = static_cast<int32_t>(l);
+          }
+        }
+        if (backed >= 0) {
+          CHECK(d.how == decision_how::classifier);
+          CHECK(d.label == backed);
+          CHECK(d.label != top);
+          CHECK(d.confidence == sc.probabilities()[static_cast<size_t>(backed)]);
+          ++yielded;
+          yielded_right += labels[static_cast<size_t>(backed)] == label;
+          replaced_right += labels[static_cast<size_t>(top)] == label;
+        } else {
+          CHECK(d.how == decision_how::default_group);
+          CHECK(d.label == top);
+          ++fell;
         }
       }
     }
-    MESSAGE("under 0.5 kept by a topic: ", kept, ", to the default: ", fell, ", at 0.5 or more: ", sure);
-    CHECK(kept >= 20);
+    MESSAGE("backed under 0.5: ", backed_low, ", sure: ", sure, ", yielded to a backed pick: ", yielded, " (", yielded_right,
+            " right, the top pick ", replaced_right, "), to the default: ", fell, ", code unbacked in [0.5, 0.75): ", code_mid);
+    CHECK(backed_low >= 20);
+    CHECK(yielded >= 20);
     CHECK(fell >= 20);
+    CHECK(code_mid >= 20);
+    // A yield is right more often than the pick it replaced.
+    CHECK(yielded_right > replaced_right);
   }
 }
