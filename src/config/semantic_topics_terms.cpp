@@ -133,7 +133,8 @@ absolute reference, #n/a, #value!, #ref!, #div/0!, #name?, csv export, csv impor
 shopify liquid, liquid template, woocommerce plugin, wordpress theme, booking plugin, custom css,
 blank screen, blank page, white screen, embed code,
 单元格, 单元格引用, 表格公式, excel公式, 公式报错, 下拉公式, 条件格式, 数据透视表, 透视表, 数据有效性, 录制宏, 宏代码,
-excel宏, wps表格, 谷歌表格, 多维表格, 群机器人, 微信机器人, 钉钉机器人, 自动回复机器人, 批量重命名, 白屏,
+excel宏, wps表格, 谷歌表格, 多维表格, excel, wps, google sheets, spreadsheet, spreadsheets, 拆成两列, 分成两列, 合并成一列,
+合并到一列, 这一列, 整列, 列里, 群机器人, 微信机器人, 钉钉机器人, 自动回复机器人, 批量重命名, 白屏,
 programming, programmer, programmers, python script, exception handling, callback function, react component,
 react hook, react hooks, react app, node server, npm start, 计算机, 计算机程序, coding, coder, code, codes, coded, scripting,
 software engineering, software development, developer, developers, dev environment, localhost:3000, build system,
@@ -217,6 +218,8 @@ multiply, multiplication, subtraction, sum, product of, difference of,
 充分必要条件, 充要条件, 子集, 并集, 交集, 补集, 空集, 映射, 定义域, 值域, 反函数, 复合函数, 函数, 一次函数, 二次函数, 反比例函数,
 计算, 算一下, 算算, 等于多少, 加法, 减法, 乘法, 除法, 乘以, 除以, 加上, 减去, 乘积, 之和, 之差, 几何题, 应用题, 数学题,
 鸡兔同笼, 多少种, 几种方法, 概率是, 求值, 取值范围, 解析式, 函数值, 象限, 对称轴,
+换算, 单位换算, 摄氏度, 华氏度, 英尺, 英寸, 盎司, 加仑, 英亩, 折上折, 打几折, 总折扣, unit conversion, convert units,
+total discount, percent off, percentage off,
 )";
 
 // Translation: asking for one, and the languages.
@@ -313,6 +316,11 @@ wedding speech, toast for, toast at, eulogy, lyrics, song lyrics, rap, blog post
 slogan, birthday message, birthday wish, greeting card, invitation,
 作文, 写一篇, 写一首, 写一封, 一封信, 写邮件, 一封邮件, 诗歌, 古诗, 诗词, 现代诗, 藏头诗, 对联, 春联, 演讲, 演讲稿, 发言稿,
 祝福语, 生日祝福, 文案, 朋友圈文案, 故事, 讲个故事, 童话, 小说, 散文, 读后感, 观后感, 心得体会, 情书, 自我介绍,
+写个 email, 写封 email, 写一封 email, 封邮件, 写个邮件, 回复邮件, 邮件回复, 语气, 话术, 措辞, 致辞, 致词, 主持词, 开场白,
+年会, 团建, 年终总结, 工作总结, 述职, 述职报告, 周报, 月报, 写一份通知, 写一个通知, 写个通知, 一份通知, 邀请函, 感谢信,
+道歉信, 请假条, 个人简介, 差评, 好评, okr, okrs, self review, self-review, job description, proofread, proofreading,
+rewrite this, reword this, rephrase this, polish this, sound more professional, more professional, more polite,
+more formal, less formal,
 movie, movies, film, cinema, tv show, tv series, netflix, hbo, disney, marvel, anime, manga, cartoon, documentary,
 sitcom, actor, actress, director of, oscars, book, books, novel, author of, reading list, audiobook, bestseller,
 harry potter, music, song, album, band, concert, playlist, singer, guitar, piano lessons, spotify, podcast,
@@ -359,6 +367,18 @@ constexpr std::string_view k_languages[] = {
     "slovak", "hungarian", "romanian", "bulgarian", "ukrainian", "serbian", "croatian", "swahili", "esperanto",
     "simplified chinese", "traditional chinese"};
 constexpr std::string_view k_language_before[] = {"into", "to", "from"};
+
+// Units: asked for as "to / into / in UNIT" ("72 kg to pounds", "5 cups of
+// flour in grams"), a conversion; a unit named alone is as often a chat's
+// ("a 5 km run"), and so are the ones that are everyday words ("bar",
+// "stone", "cups", "g").
+constexpr std::string_view k_units[] = {
+    "celsius", "fahrenheit", "kelvin", "kg", "kgs", "kilograms", "kilos", "grams", "pounds", "lbs", "lb", "ounces",
+    "oz", "km", "kilometers", "kilometres", "miles", "meters", "metres", "feet", "ft", "inches", "cm", "centimeters",
+    "centimetres", "mm", "millimeters", "yards", "liters", "litres", "gallons", "ml", "milliliters", "quarts", "pints",
+    "fluid ounces", "psi", "kpa", "pascals", "mph", "km/h", "kph", "knots", "acres", "hectares", "square feet",
+    "square meters", "sq ft", "btu", "joules", "kwh", "watts", "horsepower", "nautical miles", "light years"};
+constexpr std::string_view k_unit_before[] = {"into", "to", "in"};
 constexpr std::string_view k_language_after[] = {"translation", "version", "equivalent", "word", "words", "phrase",
                                                  "sentence", "text", "subtitles"};
 
@@ -370,7 +390,11 @@ std::array<std::string, k_topics> builtin_topic_terms() {
     for (std::string_view b : k_language_before) translation.append(b).append(" ").append(l).append(",");
     for (std::string_view a : k_language_after) translation.append(l).append(" ").append(a).append(",");
   }
-  return {std::string(k_code), std::string(k_math), std::move(translation), std::string(k_chat)};
+  std::string math(k_math);
+  for (std::string_view u : k_units) {
+    for (std::string_view b : k_unit_before) math.append(b).append(" ").append(u).append(",");
+  }
+  return {std::string(k_code), std::move(math), std::move(translation), std::string(k_chat)};
 }
 
 }  // namespace sluice::config

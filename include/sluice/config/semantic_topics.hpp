@@ -7,8 +7,9 @@
 // A compiled-in list of terms per topic, written from general knowledge
 // (never from an evaluation set): for code, programming languages,
 // libraries and frameworks, build tools, CLIs, package managers, error and
-// exception names, DevOps, cloud and database terms; for math, its
-// vocabulary, and an everyday quantity question (quantity_question(), two
+// exception names, DevOps, cloud and database terms, spreadsheets; for
+// math, its vocabulary, a unit asked for as "to / into / in UNIT" (a
+// conversion), and an everyday quantity question (quantity_question(), two
 // hits); for translation, the verbs and phrases that ask for one and
 // "in / into / to LANGUAGE"; for chat, everyday life: food and cooking,
 // travel, health and fitness, shopping and consumer products, money in
