@@ -53,6 +53,12 @@ size_t match_class(std::string_view pattern, size_t p, char c, bool& hit) noexce
   return i + 1;
 }
 
+// The probability `label`'s pick needs to stand when no term of its
+// topic is in the prompt (decide(); --explain-route's note).
+double unbacked_floor(const semantic_classifier& c, double min_confidence, int32_t label) noexcept {
+  return std::max(min_confidence, config::unbacked_confidence(c.label_topic(label)));
+}
+
 }  // namespace
 
 bool glob_match(std::string_view pattern, std::string_view text) noexcept {
@@ -257,8 +263,7 @@ decision group_table::decide(const openai::request_fields& f, uint32_t key_index
       // else yields to the most probable pick a topic backs, if any.
       bool stands = true;
       if (_classifier->label_topic_hits(d.label) == 0 &&
-          static_cast<double>(d.confidence) <
-              std::max(_min_confidence, config::unbacked_confidence(_classifier->label_topic(d.label)))) {
+          static_cast<double>(d.confidence) < unbacked_floor(*_classifier, _min_confidence, d.label)) {
         const int32_t backed = _classifier->best_backed_label();
         stands = backed >= 0;
         if (stands) {
@@ -394,6 +399,27 @@ std::string explain_route(const config::config& cfg, std::string_view prompt, bo
         out += std::to_string(c->topic_hits()[static_cast<size_t>(m.label_topic[l]) - 1]);
       }
       out += '\n';
+      // Why a pick on the examples alone did not stand (decide()).
+      size_t top = 0;
+      for (size_t l = 1; l < p.size(); ++l) top = p[l] > p[top] ? l : top;
+      const auto tl = static_cast<int32_t>(top);
+      const double need = unbacked_floor(*c, cfg.router.min_confidence, tl);
+      if (c->label_topic_hits(tl) == 0 && static_cast<double>(p[top]) < need) {
+        out += "note: ";
+        out += m.labels[top];
+        out += ' ';
+        put_p(out, p[top]);
+        out += " has no term of its topic and is under ";
+        put_p(out, static_cast<float>(need));
+        const int32_t backed = c->best_backed_label();
+        if (backed >= 0) {
+          out += ": the most probable group a topic backs takes it (";
+          out += m.labels[static_cast<size_t>(backed)];
+          out += ")\n";
+        } else {
+          out += ", and no group's topic matched: the rules, then default_group\n";
+        }
+      }
     }
   }
   return out;

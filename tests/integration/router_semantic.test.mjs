@@ -109,6 +109,16 @@ describe('semantic router', () => {
     const lines = execFileSync(program('sluice'), ['--config', toml, '--explain-route', '-'],
       { encoding: 'utf8', input: '求解方程 x^2 = 4\n\n' });
     assert.match(lines, /^math\tclassifier\t(0|1)\.\d{3}\nchat\tdefault\t-\n$/);
+    // A pick on the examples alone under its threshold: it yields to the
+    // most probable group a topic backs, or (none matched) to the default;
+    // a note says which (the held-out setting: 25 examples a group).
+    const heldout = path.join(repo_root, 'tests', 'data', 'router-heldout', 'router.toml');
+    const yielded = execFileSync(program('sluice'), ['--config', heldout, '--explain-route', '标准差怎么算'], { encoding: 'utf8' });
+    assert.match(yielded, /^group: math\nhow: classifier\n[^]*\nclassifier [^\n]*: chat 0\.\d{3} math /);
+    assert.match(yielded, /\nnote: chat 0\.\d{3} has no term of its topic and is under 0\.500: the most probable group a topic backs takes it \(math\)\n$/);
+    const fell = execFileSync(program('sluice'), ['--config', heldout, '--explain-route', "what's the difference between an NDA and a non-compete"], { encoding: 'utf8' });
+    assert.match(fell, /^group: chat\nhow: default\n/);
+    assert.match(fell, /\nnote: code 0\.(5|6|7)\d{2} has no term of its topic and is under 0\.750, and no group's topic matched: the rules, then default_group\n$/);
   });
 
   it('a has_images rule with priority "before" decides ahead of the classifier', async () => {
