@@ -323,17 +323,20 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
     // test below reads the payload before them.
     SLUICE_ASSERT(sink.skip_ok == nullptr || tail_n >= 2);
     // The same test as vector compares, for the payloads long enough for
-    // its loads (nearly all of them): prepared once per call.
-    detail::skip_pattern pattern;
-    const bool by_pattern =
-        sink.skip_ok != nullptr && detail::make_skip_pattern(sink.skip_head, sink.skip_tail, pattern);
+    // its loads (nearly all of them): the sink's, or prepared for this call.
+    detail::skip_pattern made;
+    const detail::skip_pattern* pattern = sink.skip_pattern;
+    if (pattern == nullptr && sink.skip_ok != nullptr && detail::make_skip_pattern(sink.skip_head, sink.skip_tail, made)) {
+      pattern = &made;
+    }
+    const bool by_pattern = sink.skip_ok != nullptr && pattern != nullptr;
     const detail::skip_fn skip = detail::skip_impl();
     // Runs of such chunks in one call (AVX2): the walk hands on only what
     // the run stops at.
     const detail::skip_run_fn skip_run = by_pattern ? detail::skip_run_impl() : nullptr;
     const auto run = [&](size_t i, uint64_t& body_left, uint64_t& framing_left) noexcept {
       if (skip_run == nullptr || !*sink.skip_ok) return i;
-      const size_t end = skip_run(pattern, data, len, i, body_left, framing_left, skipped);
+      const size_t end = skip_run(*pattern, data, len, i, body_left, framing_left, skipped);
       if (end != i) skipped_end = end;
       return end;
     };
@@ -350,7 +353,7 @@ body_status response_parser::feed_body(const char* data, size_t len, const body_
         [&](size_t at, size_t n, size_t end) noexcept {
           if (sink.skip_ok != nullptr && *sink.skip_ok &&
               (by_pattern && n >= detail::k_skip_pattern_min
-                   ? skip(pattern, data + at, n)
+                   ? skip(*pattern, data + at, n)
                    : n >= head_n + tail_n && same_bytes(data + at, sink.skip_head.data(), head_n) &&
                          same_bytes(data + at + n - tail_n, sink.skip_tail.data(), tail_n) &&
                          !line_end(data + at + head_n, n - head_n - 2))) {

@@ -7,7 +7,6 @@
 
 #include "sluice/http/chunked.hpp"
 
-#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -163,22 +162,15 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
 }
 
 using detail::line_end_fn;
-line_end_fn pick_line_end() noexcept {
-  __builtin_cpu_init();  // may run before main (a static initializer)
-  return __builtin_cpu_supports("avx2") ? &line_end_avx2 : &line_end_sse2;
+// Picked at the first call (it may run before main, from a static
+// initialiser: __builtin_cpu_init first), as skip_run_impl() is.
+line_end_fn line_end_now() noexcept {
+  static const line_end_fn f = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? &line_end_avx2 : &line_end_sse2;
+  }();
+  return f;
 }
-// Constant-initialised to a first call that picks: valid before any static
-// initialiser runs (a pointer set by one would be null to another TU's that
-// ran first). Shards may race to store the same pointer: atomic, relaxed
-// (a plain load and store on x86).
-bool line_end_first(const char* p, size_t n) noexcept;
-std::atomic<line_end_fn> k_line_end{&line_end_first};
-bool line_end_first(const char* p, size_t n) noexcept {
-  const line_end_fn f = pick_line_end();
-  k_line_end.store(f, std::memory_order_relaxed);
-  return f(p, n);
-}
-inline line_end_fn line_end_now() noexcept { return k_line_end.load(std::memory_order_relaxed); }
 #else
 constexpr detail::line_end_fn line_end_now() noexcept { return &line_end_sse2; }
 #endif

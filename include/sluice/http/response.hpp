@@ -38,6 +38,10 @@ struct response_head {
   header_fields fields() const noexcept { return header_fields(field_lines, field_refs); }
 };
 
+namespace detail {
+struct skip_pattern;  // sse.hpp
+}
+
 // Receives the de-chunked body payload, piece by piece, in order.
 struct body_sink {
   void (*on_data)(void* ctx, const char* data, size_t len) = nullptr;
@@ -59,6 +63,10 @@ struct body_sink {
   const bool* skip_ok = nullptr;
   std::string_view skip_head, skip_tail;
   void (*on_skipped)(void* ctx, uint32_t chunks, const char* end) = nullptr;
+  // skip_head and skip_tail as detail::make_skip_pattern() prepares them,
+  // made once by the caller (its head and tail are constants); null: made
+  // per call, or none (a pattern it cannot hold).
+  const detail::skip_pattern* skip_pattern = nullptr;
 };
 
 struct body_status {

@@ -11,6 +11,7 @@
 
 #include "same_walks.hpp"
 #include "sluice/http/response.hpp"
+#include "sluice/http/sse.hpp"
 
 using namespace std::literals;
 using sluice::errc;
@@ -781,14 +782,19 @@ TEST_SUITE("http::response_parser") {
       std::vector<size_t> cuts{0, body.size()};
       for (int k = 0; k < 3; ++k) cuts.push_back(rnd(body.size() + 1));
       std::sort(cuts.begin(), cuts.end());
-      std::vector<std::string> logs[2];
-      for (int which = 0; which < 2; ++which) {
+      // 0: the run, its pattern made per call; 1: chunk by chunk (a head
+      // no pattern holds); 2: the run with the caller's pattern, made once.
+      std::vector<std::string> logs[3];
+      sluice::http::detail::skip_pattern prepared;
+      REQUIRE(sluice::http::detail::make_skip_pattern("data: {", tail, prepared));
+      for (int which = 0; which < 3; ++which) {
         struct toggling : skip_log {
           const char* body0 = nullptr;
         } log;
         body_sink sk = log.sink();
-        sk.skip_head = which == 0 ? std::string_view("data: {") : std::string_view(long_head);
+        sk.skip_head = which != 1 ? std::string_view("data: {") : std::string_view(long_head);
         sk.skip_tail = tail;
+        if (which == 2) sk.skip_pattern = &prepared;
         sk.on_chunk = [](void* ctx, const char* d, size_t n, const char*) {
           auto* self = static_cast<skip_log*>(ctx);
           const std::string p(d, n);
@@ -820,6 +826,7 @@ TEST_SUITE("http::response_parser") {
       }
       CAPTURE(round);
       CHECK(logs[0] == logs[1]);
+      CHECK(logs[2] == logs[0]);
       for (const std::string& c : logs[0]) runs_seen += c.rfind("skip:", 0) == 0 && c[5] != '1' ? 1 : 0;
     }
     CHECK(runs_seen > 100);  // runs of several chunks were taken
