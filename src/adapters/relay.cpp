@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -128,31 +127,27 @@ void openai_http::relay(exchange& x, uint32_t parse_from, bool with_head) noexce
   http::body_sink sink{&openai_http::on_body_data, &x, sse_chunked ? &openai_http::on_chunk_end : nullptr,
                        sse_chunked ? &openai_http::on_sse_chunk : nullptr};
   if (r.skip_allowed) {  // an event stream, chunked (on_response_head)
-    // A natively spoken stream: its one-line text deltas, by their event
-    // name (the usage is in other events, which are scanned).
-    static constexpr std::string_view k_messages_head = "event: content_block_delta\ndata: {";
-    static constexpr std::string_view k_responses_head = "event: response.output_text.delta\ndata: {";
-    static constexpr std::string_view k_native_tail = "}\n\n";
-    // Each one's vector pattern, prepared once (not per read).
-    struct kind {
-      std::string_view head, tail;
-      http::detail::skip_pattern pattern;
-      bool ok;
-    };
-    static const std::array<kind, 3> k_kinds = [] {
-      std::array<kind, 3> k{kind{k_plain_head, k_plain_chunk_tail, {}, false},
-                            kind{k_messages_head, k_native_tail, {}, false},
-                            kind{k_responses_head, k_native_tail, {}, false}};
-      for (kind& e : k) e.ok = http::detail::make_skip_pattern(e.head, e.tail, e.pattern);
-      return k;
-    }();
-    const kind& k = !x.req.native                                      ? k_kinds[0]
-                    : x.req.speaks == dialect::client_dialect::messages ? k_kinds[1]
-                                                                        : k_kinds[2];
     sink.skip_ok = &r.skip_ok;
-    sink.skip_head = k.head;
-    sink.skip_tail = k.tail;
-    sink.skip_pattern = k.ok ? &k.pattern : nullptr;
+    sink.skip_head = k_plain_head;
+    sink.skip_tail = k_plain_chunk_tail;
+    // Its vector pattern, made once (not per read).
+    static const http::detail::skip_pattern k_plain_pattern = [] {
+      http::detail::skip_pattern pat;
+      [[maybe_unused]] const bool ok = http::detail::make_skip_pattern(k_plain_head, k_plain_chunk_tail, pat);
+      SLUICE_ASSERT(ok);
+      return pat;
+    }();
+    sink.skip_pattern = &k_plain_pattern;
+    if (x.req.native) {
+      // A natively spoken stream: its one-line text deltas, by their event
+      // name (the usage is in other events, which are scanned). Heads longer
+      // than a pattern holds: tested byte by byte.
+      static constexpr std::string_view k_messages_head = "event: content_block_delta\ndata: {";
+      static constexpr std::string_view k_responses_head = "event: response.output_text.delta\ndata: {";
+      sink.skip_head = x.req.speaks == dialect::client_dialect::messages ? k_messages_head : k_responses_head;
+      sink.skip_tail = "}\n\n";
+      sink.skip_pattern = nullptr;
+    }
     sink.on_skipped = &openai_http::on_skipped_chunks;
   }
   http::body_status bs{};

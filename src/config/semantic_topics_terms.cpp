@@ -133,8 +133,9 @@ absolute reference, #n/a, #value!, #ref!, #div/0!, #name?, csv export, csv impor
 shopify liquid, liquid template, woocommerce plugin, wordpress theme, booking plugin, custom css,
 blank screen, blank page, white screen, embed code,
 单元格, 单元格引用, 表格公式, excel公式, 公式报错, 下拉公式, 条件格式, 数据透视表, 透视表, 数据有效性, 录制宏, 宏代码,
-excel宏, wps表格, 谷歌表格, 多维表格, excel, wps, google sheets, spreadsheet, spreadsheets, 拆成两列, 分成两列, 合并成一列,
-合并到一列, 这一列, 整列, 列里, 群机器人, 微信机器人, 钉钉机器人, 自动回复机器人, 批量重命名, 白屏,
+excel宏, wps表格, 谷歌表格, 多维表格, wps, google sheets, spreadsheet, spreadsheets, in excel, excel 里, excel 中,
+excel 怎么, excel 表, excel sheet, excel sheets, excel file, excel files, excel workbook, excel column, excel columns,
+excel rows, excel thing, 拆成两列, 分成两列, 合并成一列, 合并到一列, 群机器人, 微信机器人, 钉钉机器人, 自动回复机器人, 批量重命名, 白屏,
 programming, programmer, programmers, python script, exception handling, callback function, react component,
 react hook, react hooks, react app, node server, npm start, 计算机, 计算机程序, coding, coder, code, codes, coded, scripting,
 software engineering, software development, developer, developers, dev environment, localhost:3000, build system,
@@ -370,13 +371,14 @@ constexpr std::string_view k_language_before[] = {"into", "to", "from"};
 
 // Units: asked for as "to / into / in UNIT" ("72 kg to pounds", "5 cups of
 // flour in grams"), a conversion; a unit named alone is as often a chat's
-// ("a 5 km run"), and so are the ones that are everyday words ("bar",
-// "stone", "cups", "g").
+// ("a 5 km run"), and so are the ones that are everyday words or other
+// things' names ("bar", "stone", "cups", "g", "knots"; "ml" is machine
+// learning, "oz" Australia).
 constexpr std::string_view k_units[] = {
     "celsius", "fahrenheit", "kelvin", "kg", "kgs", "kilograms", "kilos", "grams", "pounds", "lbs", "lb", "ounces",
-    "oz", "km", "kilometers", "kilometres", "miles", "meters", "metres", "feet", "ft", "inches", "cm", "centimeters",
-    "centimetres", "mm", "millimeters", "yards", "liters", "litres", "gallons", "ml", "milliliters", "quarts", "pints",
-    "fluid ounces", "psi", "kpa", "pascals", "mph", "km/h", "kph", "knots", "acres", "hectares", "square feet",
+    "km", "kilometers", "kilometres", "miles", "meters", "metres", "feet", "ft", "inches", "cm", "centimeters",
+    "centimetres", "mm", "millimeters", "yards", "liters", "litres", "gallons", "milliliters", "quarts", "pints",
+    "fluid ounces", "psi", "kpa", "pascals", "mph", "km/h", "kph", "acres", "hectares", "square feet",
     "square meters", "sq ft", "btu", "joules", "kwh", "watts", "horsepower", "nautical miles", "light years"};
 constexpr std::string_view k_unit_before[] = {"into", "to", "in"};
 constexpr std::string_view k_language_after[] = {"translation", "version", "equivalent", "word", "words", "phrase",

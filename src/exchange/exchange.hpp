@@ -335,7 +335,7 @@ struct exchange {
   int32_t key_index = -1;
   uint32_t group = metrics::none;  // index into cfg().groups once the model matched
   route::decision_how route_how = route::decision_how::name;  // how the auto model's group was picked
-  float route_confidence = -1;     // the classifier's top probability; -1 = it did not run
+  float route_confidence = -1;     // the decided label's probability (route::decision); -1 = none
   route::route_key_result route_key;
   uint64_t tried_mask = 0;         // ring positions already tried (retries)
   uint32_t route_position = 0;

@@ -53,12 +53,6 @@ size_t match_class(std::string_view pattern, size_t p, char c, bool& hit) noexce
   return i + 1;
 }
 
-// The probability `label`'s pick needs to stand when no term of its
-// topic is in the prompt (decide(); --explain-route's note).
-double unbacked_floor(const semantic_classifier& c, double min_confidence, int32_t label) noexcept {
-  return std::max(min_confidence, config::unbacked_confidence(c.label_topic(label)));
-}
-
 }  // namespace
 
 bool glob_match(std::string_view pattern, std::string_view text) noexcept {
@@ -260,11 +254,13 @@ decision group_table::decide(const openai::request_fields& f, uint32_t key_index
       // A pick its topic backs (a term of its group's topic in the prompt)
       // stands at any probability; one on the examples alone needs
       // min_confidence (code's more: config::unbacked_confidence), and
-      // else yields to the most probable pick a topic backs, if any.
-      bool stands = true;
-      if (_classifier->label_topic_hits(d.label) == 0 &&
-          static_cast<double>(d.confidence) < unbacked_floor(*_classifier, _min_confidence, d.label)) {
-        const int32_t backed = _classifier->best_backed_label();
+      // else yields to the most probable pick a topic backs that the key
+      // may reach, if any. A group without a topic: min_confidence, else
+      // the rules (a has_images rule after the classifier, say).
+      bool stands = _classifier->label_topic(d.label) != config::semantic_topic::none ||
+                    static_cast<double>(d.confidence) >= _min_confidence;
+      if (unbacked_under_floor(d.label, d.confidence)) {
+        const int32_t backed = backed_pick(key_index);
         stands = backed >= 0;
         if (stands) {
           d.label = backed;
@@ -319,6 +315,26 @@ decision group_table::resolve_decision(const openai::request_fields& f, uint32_t
   d.group = find(f.model);
   if (d.group != k_none && !key_allows(key_index, d.group)) d.group = k_none;
   return d;
+}
+
+bool group_table::unbacked_under_floor(int32_t label, float p) const noexcept {
+  const semantic_classifier& c = *_classifier;
+  const config::semantic_topic t = c.label_topic(label);
+  if (t == config::semantic_topic::none || c.label_topic_hits(label) > 0) return false;
+  return !(static_cast<double>(p) >= std::max(_min_confidence, config::unbacked_confidence(t)));
+}
+
+int32_t group_table::backed_pick(uint32_t key_index) const noexcept {
+  const semantic_classifier& c = *_classifier;
+  const auto p = c.probabilities();
+  int32_t best = -1;
+  for (size_t l = 0; l < p.size(); ++l) {
+    const auto label = static_cast<int32_t>(l);
+    const uint32_t g = label_group(label);
+    if (c.label_topic_hits(label) == 0 || g == k_none || !key_allows(key_index, g)) continue;
+    if (best < 0 || p[l] > p[static_cast<size_t>(best)]) best = label;
+  }
+  return best;
 }
 
 std::string explain_route(const config::config& cfg, std::string_view prompt, bool one_line) {
@@ -399,19 +415,20 @@ std::string explain_route(const config::config& cfg, std::string_view prompt, bo
         out += std::to_string(c->topic_hits()[static_cast<size_t>(m.label_topic[l]) - 1]);
       }
       out += '\n';
-      // Why a pick on the examples alone did not stand (decide()).
+      // Why a pick on the examples alone did not stand (decide()): only
+      // where the classifier decided, or left it to the rules and default.
       size_t top = 0;
       for (size_t l = 1; l < p.size(); ++l) top = p[l] > p[top] ? l : top;
       const auto tl = static_cast<int32_t>(top);
-      const double need = unbacked_floor(*c, cfg.router.min_confidence, tl);
-      if (c->label_topic_hits(tl) == 0 && static_cast<double>(p[top]) < need) {
+      const bool judged = d.label >= 0 && (d.how == decision_how::classifier || d.how == decision_how::default_group);
+      if (judged && t.unbacked_under_floor(tl, p[top])) {
         out += "note: ";
         out += m.labels[top];
         out += ' ';
         put_p(out, p[top]);
         out += " has no term of its topic and is under ";
-        put_p(out, static_cast<float>(need));
-        const int32_t backed = c->best_backed_label();
+        put_p(out, static_cast<float>(std::max(cfg.router.min_confidence, config::unbacked_confidence(c->label_topic(tl)))));
+        const int32_t backed = t.backed_pick(k_none);
         if (backed >= 0) {
           out += ": the most probable group a topic backs takes it (";
           out += m.labels[static_cast<size_t>(backed)];

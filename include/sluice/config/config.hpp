@@ -178,7 +178,10 @@ struct router_config {
   // examples: naive Bayes + nearest examples over the groups' examples;
   // fasttext: fastText's supervised model (always with model_file).
   classifier_method classifier = classifier_method::examples;
-  double min_confidence = 0.5;               // the classifier's top probability below this: not its decision
+  // The classifier's top probability below this: not its decision, unless
+  // its group's topic matched a term (a code pick with none needs at least
+  // 0.75 whatever this says: unbacked_confidence in semantic_topics.hpp).
+  double min_confidence = 0.5;
   std::string model_file;                    // a fastText supervised model (.bin); "" = train from examples
   uint32_t semantic_bytes = 2048;            // leading bytes of the text the classifier reads (cut at UTF-8)
   bool include_system = false;               // the system prompt is read too (before the user message)

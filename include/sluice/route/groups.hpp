@@ -55,8 +55,11 @@ std::string_view to_string(decision_how h) noexcept;
 struct decision {
   uint32_t group = k_none;
   decision_how how = decision_how::name;
-  float confidence = -1;   // the classifier's top probability; -1 = it did not run
-  int32_t label = -1;      // the classifier's top label (its group may be another)
+  // The classifier's label: its top one, or the one a topic backs that it
+  // yielded to (decide()); its group may be another (rules, the default).
+  // `confidence` is that label's probability; -1 = it did not run.
+  float confidence = -1;
+  int32_t label = -1;
   // Embeddings mode: no decision yet -- the prompt (group_table::embed_input())
   // is to be embedded, then embedding_decision() decides; or, when that
   // cannot be, decide(..., false) without the embeddings.
@@ -132,6 +135,16 @@ class group_table {
 
   // The classifier ([router] semantic = "classifier"), or null.
   semantic_classifier* classifier() noexcept { return _classifier.get(); }
+  // After a classify: whether `label`'s pick, at probability `p`, is one
+  // on the examples alone that does not stand -- its group names a topic,
+  // no term of it is in the prompt, and p is under min_confidence (code's:
+  // config::unbacked_confidence). A group without a topic is judged by
+  // min_confidence alone, as before (not here).
+  bool unbacked_under_floor(int32_t label, float p) const noexcept;
+  // After a classify: the most probable label whose group's topic matched
+  // a term of the prompt and whose group `key_index` may reach; -1 when
+  // none.
+  int32_t backed_pick(uint32_t key_index) const noexcept;
   // The group of a classifier label; k_none when that group is gone.
   uint32_t label_group(int32_t label) const noexcept {
     return label >= 0 && static_cast<size_t>(label) < _label_group.size() ? _label_group[static_cast<size_t>(label)]

@@ -68,17 +68,6 @@ class semantic_classifier {
     if (label < 0 || static_cast<size_t>(label) >= _model->label_topic.size()) return config::semantic_topic::none;
     return _model->label_topic[static_cast<size_t>(label)];
   }
-  // The most probable label whose topic matched in the last classified
-  // text; -1 when none did.
-  int32_t best_backed_label() const noexcept {
-    int32_t best = -1;
-    for (size_t l = 0; l < _output.size(); ++l) {
-      if (label_topic_hits(static_cast<int32_t>(l)) > 0 && (best < 0 || _output[l] > _output[static_cast<size_t>(best)])) {
-        best = static_cast<int32_t>(l);
-      }
-    }
-    return best;
-  }
   // Tokens found in / added to the token cache since construction.
   uint64_t token_hits() const noexcept { return _token_hits; }
   uint64_t token_misses() const noexcept { return _token_misses; }

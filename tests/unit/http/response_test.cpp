@@ -732,6 +732,38 @@ TEST_SUITE("http::response_parser") {
     }
   }
 
+  TEST_CASE("skip: a pattern the sink brings is the one the run and the chunk test use") {
+    // Ten plain chunks of 48 bytes or more (the pattern's size) and one
+    // under it. The sink's head and tail say "skip"; a pattern it brings,
+    // made for another head, says "hand on": the pattern decides every
+    // chunk it can hold, the bytes the one it cannot.
+    const std::string tail = "\"finish_reason\":null}]}\n\n";
+    std::string body;
+    for (int i = 0; i < 10; ++i) body += chunk("data: {\"choices\":[{\"delta\":{\"content\":\"token " + std::to_string(i) + "\"}," + tail);
+    body += chunk("data: {" + tail);  // 32 bytes
+    body += "0\r\n\r\n";
+    const auto skipped = [](const std::vector<std::string>& calls) {
+      size_t n = 0;
+      for (const std::string& c : calls) n += c.rfind("skip:", 0) == 0 ? std::stoul(c.substr(5)) : 0;
+      return n;
+    };
+    sluice::http::detail::skip_pattern other, same;
+    REQUIRE(sluice::http::detail::make_skip_pattern("data: [", tail, other));
+    REQUIRE(sluice::http::detail::make_skip_pattern("data: {", tail, same));
+    for (int which = 0; which < 3; ++which) {
+      skip_log log;
+      body_sink sk = log.sink();
+      sk.skip_tail = tail;
+      if (which == 1) sk.skip_pattern = &same;
+      if (which == 2) sk.skip_pattern = &other;
+      CAPTURE(which);
+      CHECK(log.run(body, sk).complete);
+      CHECK(skipped(log.calls) == (which == 2 ? 1 : 11));
+      CHECK(std::count_if(log.calls.begin(), log.calls.end(), [](const std::string& c) { return c.rfind("chunk:", 0) == 0; }) ==
+            (which == 2 ? 10 : 0));
+    }
+  }
+
   TEST_CASE("skip: the run of plain chunks gives the calls the chunk-by-chunk test gives, for mixed chunks at every few splits") {
     // The same bodies through two sinks whose tests agree on every chunk
     // below: a 7-byte head (a pattern: the run, where the CPU has AVX2)
