@@ -321,7 +321,11 @@ bool group_table::unbacked_under_floor(int32_t label, float p) const noexcept {
   const semantic_classifier& c = *_classifier;
   const config::semantic_topic t = c.label_topic(label);
   if (t == config::semantic_topic::none || c.label_topic_hits(label) > 0) return false;
-  return !(static_cast<double>(p) >= std::max(_min_confidence, config::unbacked_confidence(t)));
+  return !(static_cast<double>(p) >= unbacked_floor(label));
+}
+
+double group_table::unbacked_floor(int32_t label) const noexcept {
+  return std::max(_min_confidence, config::unbacked_confidence(_classifier->label_topic(label)));
 }
 
 int32_t group_table::backed_pick(uint32_t key_index) const noexcept {
@@ -427,7 +431,7 @@ std::string explain_route(const config::config& cfg, std::string_view prompt, bo
         out += ' ';
         put_p(out, p[top]);
         out += " has no term of its topic and is under ";
-        put_p(out, static_cast<float>(std::max(cfg.router.min_confidence, config::unbacked_confidence(c->label_topic(tl)))));
+        put_p(out, static_cast<float>(t.unbacked_floor(tl)));
         const int32_t backed = t.backed_pick(k_none);
         if (backed >= 0) {
           out += ": the most probable group a topic backs takes it (";

@@ -141,6 +141,9 @@ class group_table {
   // config::unbacked_confidence). A group without a topic is judged by
   // min_confidence alone, as before (not here).
   bool unbacked_under_floor(int32_t label, float p) const noexcept;
+  // The probability `label`'s pick needs when no term of its topic is in
+  // the prompt: min_confidence, or code's more.
+  double unbacked_floor(int32_t label) const noexcept;
   // After a classify: the most probable label whose group's topic matched
   // a term of the prompt and whose group `key_index` may reach; -1 when
   // none.
