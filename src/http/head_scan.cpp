@@ -281,6 +281,16 @@ static __m128i in_range(__m128i v, char lo, char hi) noexcept {
   const __m128i off = _mm_sub_epi8(v, _mm_set1_epi8(lo));
   return _mm_cmpeq_epi8(_mm_subs_epu8(off, _mm_set1_epi8(static_cast<char>(hi - lo))), _mm_setzero_si128());
 }
+
+// The bytes of v that are letters, digits, '-', '_' or '.', as bits.
+static unsigned plain_name_bytes(__m128i v) noexcept {
+  const __m128i letter = in_range(_mm_or_si128(v, _mm_set1_epi8(0x20)), 'a', 'z');
+  const __m128i punct = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('-')),
+                                                  _mm_cmpeq_epi8(v, _mm_set1_epi8('_'))),
+                                     _mm_cmpeq_epi8(v, _mm_set1_epi8('.')));
+  const __m128i ok = _mm_or_si128(_mm_or_si128(letter, in_range(v, '0', '9')), punct);
+  return static_cast<unsigned>(_mm_movemask_epi8(ok));
+}
 #endif
 
 // The same. `room`: the bytes readable from p (the rest of the line, n <=
@@ -295,12 +305,7 @@ static bool all_tchar(const char* p, size_t n, size_t room) noexcept {
       // that it ends within the line.
       const size_t at = i + 16 <= room ? i : room - 16;
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + at));
-      const __m128i letter = in_range(_mm_or_si128(v, _mm_set1_epi8(0x20)), 'a', 'z');
-      const __m128i punct = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('-')),
-                                                      _mm_cmpeq_epi8(v, _mm_set1_epi8('_'))),
-                                         _mm_cmpeq_epi8(v, _mm_set1_epi8('.')));
-      const __m128i ok = _mm_or_si128(_mm_or_si128(letter, in_range(v, '0', '9')), punct);
-      const auto got = static_cast<unsigned>(_mm_movemask_epi8(ok));
+      const unsigned got = plain_name_bytes(v);
       const size_t from = i - at, to = std::min(n, i + 16) - at;  // the name's bytes in this block
       const unsigned want = ((1u << to) - 1) & ~((1u << from) - 1);
       if ((got & want) != want) return all_tchar_walk(p, n);
@@ -351,6 +356,45 @@ static void index_field(field_index& idx, const head_scan_state& s, const char* 
                               static_cast<uint16_t>(ve - first), static_cast<uint16_t>(cr - first)};
 }
 
+#if defined(__SSE2__)
+// A field line's first bytes classified sixteen at a time (bit i: byte i of
+// the line): LF, ':', and a byte has_ctl() refuses in a value (a CTL other
+// than HTAB, or DEL).
+struct line_masks {
+  uint64_t lf = 0, colon = 0, ctl = 0;
+};
+
+static void classify16(const char* q, unsigned shift, line_masks& m) noexcept {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const auto bits = [shift](__m128i x) noexcept {
+    return static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(x))) << shift;
+  };
+  const __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+  const __m128i ctl = _mm_or_si128(_mm_andnot_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\t')), low),
+                                   _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f)));
+  m.lf |= bits(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')));
+  m.colon |= bits(_mm_cmpeq_epi8(v, _mm_set1_epi8(':')));
+  m.ctl |= bits(ctl);
+}
+
+// Whether the name [p, p + n) is all letters, digits, '-', '_' and '.' (the
+// bytes all_tchar()'s vector test takes), sixteen at a time; the blocks it
+// reads are ones classify16() read.
+static bool plain_name(const char* p, size_t n) noexcept {
+  for (size_t i = 0; i < n; i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    const unsigned want = n - i >= 16 ? 0xffffu : (1u << (n - i)) - 1;
+    if ((plain_name_bytes(v) & want) != want) return false;
+  }
+  return true;
+}
+
+// The longest line the masks judge (its LF within the first 64 bytes);
+// a longer one, or one the read has not brought whole, goes the
+// line-by-line way below.
+inline constexpr size_t k_masked_line_max = 64;
+#endif
+
 scan_state scan_head(head_scan_state& s, const char* data, size_t len, const scan_limits& l, field_index* idx) noexcept {
   const auto fail = [&s](scan_error e) noexcept {
     s.error = static_cast<uint8_t>(e);
@@ -361,6 +405,50 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
   // A complete head ends within head_bytes_max: never look further.
   const size_t limit = std::min<size_t>(len, l.head_bytes_max);
   for (;;) {
+#if defined(__SSE2__)
+    // A field line whose LF is within its first 64 bytes and within what
+    // may be read: the same checks, in the same order, as the way below,
+    // read from one classification of its bytes (the way below costs a
+    // memchr for the LF, a pass for CTLs, a memchr for the colon and one
+    // for the name's bytes: most lines are 20-50 bytes, where each call
+    // costs more than its bytes).
+    if (s.have_start_line && limit - s.line_begin >= 16) {
+      const char* p = data + s.line_begin;
+      const size_t room = std::min<size_t>(limit - s.line_begin, k_masked_line_max);
+      line_masks m;
+      unsigned seen = 0;
+      do {
+        classify16(p + seen, seen, m);
+        seen += 16;
+      } while (m.lf == 0 && seen + 16 <= room);
+      if (m.lf != 0) {
+        const auto e = static_cast<unsigned>(__builtin_ctzll(m.lf));  // the LF, < seen <= room
+        if (e > size_t{l.field_line_bytes_max} + 1) return fail(scan_error::field_line_too_long);
+        if (e == 0 || p[e - 1] != '\r') return fail(scan_error::bare_lf);
+        const size_t n = e - 1;
+        if (n == 0) {
+          s.head_bytes = s.line_begin + e + 1;
+          return scan_state::complete;
+        }
+        if (++s.fields > l.fields_max) return fail(scan_error::too_many_fields);
+        if (p[0] == ' ' || p[0] == '\t') return fail(scan_error::obs_fold);
+        const uint64_t line = (uint64_t{1} << n) - 1;  // n <= 62
+        if ((m.ctl & line) != 0) return fail(first_ctl(p, n, true, scan_error::ctl_in_value));
+        const uint64_t colons = m.colon & line;
+        if (colons == 0) return fail(scan_error::missing_colon);
+        const auto c = static_cast<unsigned>(__builtin_ctzll(colons));
+        if (c == 0) return fail(scan_error::empty_name);
+        if (!plain_name(p, c) && !all_tchar_walk(p, c)) {
+          if (has_ws(p, c)) return fail(scan_error::space_before_colon);
+          s.name_not_token = true;
+        }
+        if (idx != nullptr) index_field(*idx, s, data, p + c, p + n);
+        s.line_begin = s.pos = s.line_begin + e + 1;
+        continue;
+      }
+      s.pos = std::max<uint32_t>(s.pos, s.line_begin + seen);  // no LF in what the masks read
+    }
+#endif
     const void* hit = s.pos < limit ? std::memchr(data + s.pos, '\n', limit - s.pos) : nullptr;
     if (hit == nullptr) {
       s.pos = static_cast<uint32_t>(limit);
@@ -392,6 +480,14 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
       const scan_error e = check_method(data + s.line_begin, end + 1 - s.line_begin, l.method_bytes_max);
       if (e != scan_error::none) return fail(e);
     }
+    // The length before the line's end: the open line's check above, so a
+    // line too long with a bare LF is too long however the reads cut it.
+    if (!s.have_start_line && end - s.line_begin > size_t{l.start_line_bytes_max} + 1) {
+      return fail(scan_error::start_line_too_long);
+    }
+    if (s.have_start_line && end - s.line_begin > size_t{l.field_line_bytes_max} + 1) {
+      return fail(scan_error::field_line_too_long);
+    }
     if (end == s.line_begin || data[end - 1] != '\r') return fail(scan_error::bare_lf);
     const char* p = data + s.line_begin;
     const size_t n = end - 1 - s.line_begin;
@@ -399,7 +495,6 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
       // Empty lines before the start line are skipped (RFC 9112 §2.2: a
       // client may send a CRLF after a POST body).
       if (n != 0) {
-        if (n > l.start_line_bytes_max) return fail(scan_error::start_line_too_long);
         if (has_ctl(p, n, l.start_line_htab)) {
           return fail(first_ctl(p, n, l.start_line_htab, scan_error::ctl_in_start_line));
         }
@@ -411,7 +506,6 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
       s.head_bytes = end + 1;
       return scan_state::complete;
     } else {
-      if (n > l.field_line_bytes_max) return fail(scan_error::field_line_too_long);
       if (++s.fields > l.fields_max) return fail(scan_error::too_many_fields);
       const char* colon = nullptr;
       const scan_error e = check_field_line(p, n, s.name_not_token, colon);

@@ -2,11 +2,18 @@
 // §3.2.2-3), one row per value. A new edge case is a new row.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "head_scan.hpp"
 
 using sluice::http::detail::valid_host;
+namespace hd = sluice::http::detail;
 
 namespace {
 
@@ -102,9 +109,177 @@ constexpr host_case k_hosts[] = {
     {"[v1.a b]", false},
 };
 
+// What scan_head() must answer for a head, read from the rules line by
+// line with plain loops: the state, the error, and the index of the field
+// lines. `open`: the bytes scanned (the head may end before them).
+struct scan_answer {
+  hd::scan_state state = hd::scan_state::need_more;
+  hd::scan_error error = hd::scan_error::none;
+  uint32_t head_bytes = 0;
+  uint16_t fields = 0;
+  bool name_not_token = false;
+  std::vector<sluice::http::field_ref> index;
+};
+
+scan_answer by_the_rules(std::string_view h, size_t start_len, const hd::scan_limits& l) {
+  scan_answer a;
+  const auto fail = [&a](hd::scan_error e) {
+    a.state = hd::scan_state::failed;
+    a.error = e;
+    return a;
+  };
+  size_t b = start_len;  // the first field line
+  for (;;) {
+    const size_t lf = h.find('\n', b);
+    if (lf == std::string_view::npos) {
+      if (h.size() - b > size_t{l.field_line_bytes_max} + 1) return fail(hd::scan_error::field_line_too_long);
+      return a;
+    }
+    // Too long (its CR counted) before a bare LF: what a read cut before
+    // the LF must say.
+    if (lf - b > size_t{l.field_line_bytes_max} + 1) return fail(hd::scan_error::field_line_too_long);
+    if (lf == b || h[lf - 1] != '\r') return fail(hd::scan_error::bare_lf);
+    const size_t n = lf - 1 - b;
+    if (n == 0) {
+      a.state = hd::scan_state::complete;
+      a.head_bytes = static_cast<uint32_t>(lf + 1);
+      return a;
+    }
+    if (++a.fields > l.fields_max) return fail(hd::scan_error::too_many_fields);
+    const std::string_view line = h.substr(b, n);
+    if (line[0] == ' ' || line[0] == '\t') return fail(hd::scan_error::obs_fold);
+    for (char ch : line) {
+      const auto c = static_cast<unsigned char>(ch);
+      if ((c < 0x20 && c != '\t') || c == 0x7f) {
+        return fail(c == '\r' ? hd::scan_error::bare_cr : c == 0 ? hd::scan_error::nul : hd::scan_error::ctl_in_value);
+      }
+    }
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return fail(hd::scan_error::missing_colon);
+    if (colon == 0) return fail(hd::scan_error::empty_name);
+    bool token = true, ws = false;
+    for (size_t i = 0; i < colon; ++i) {
+      token &= hd::is_tchar(static_cast<unsigned char>(line[i]));
+      ws |= line[i] == ' ' || line[i] == '\t';
+    }
+    if (!token && ws) return fail(hd::scan_error::space_before_colon);
+    a.name_not_token |= !token;
+    size_t vb = colon + 1, ve = n;
+    while (vb < ve && (line[vb] == ' ' || line[vb] == '\t')) ++vb;
+    while (ve > vb && (line[ve - 1] == ' ' || line[ve - 1] == '\t')) --ve;
+    if (a.index.size() < sluice::http::k_indexed_fields) {
+      const size_t off = b - start_len;
+      a.index.push_back({static_cast<uint16_t>(off + colon), static_cast<uint16_t>(off + vb),
+                         static_cast<uint16_t>(off + ve), static_cast<uint16_t>(off + n)});
+    }
+    b = lf + 1;
+  }
+}
+
+// A random head: a request line, then lines of a name, a separator and a
+// value, each byte now and then one a head may not hold where it stands.
+std::string random_head(std::mt19937& rng) {
+  const auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
+  constexpr std::string_view name_bytes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.";
+  constexpr std::string_view odd_bytes = " \t\r\n\x00\x7f\x01\x1f:@\"(!#~|\x80\xff";
+  std::string h = "GET / HTTP/1.1\r\n";
+  const size_t lines = pick(14);
+  for (size_t i = 0; i < lines; ++i) {
+    const auto byte = [&](std::string_view common, unsigned odd_in_1000) {
+      if (pick(1000) < odd_in_1000) return odd_bytes[pick(odd_bytes.size())];
+      return common[pick(common.size())];
+    };
+    const size_t name_n = pick(8) == 0 ? pick(70) : pick(28);
+    for (size_t k = 0; k < name_n; ++k) h += byte(name_bytes, 15);
+    constexpr std::string_view seps[] = {": ", ":", ":  ", ":\t", " :", "", ": \t "};
+    h += seps[pick(10) < 7 ? 0 : pick(std::size(seps))];
+    const size_t value_n = pick(6) == 0 ? pick(160) : pick(50);
+    for (size_t k = 0; k < value_n; ++k) h += byte("abcdefghij klmnopqrstuvwxyz0123456789/;=,.:\t-", 8);
+    if (pick(3) == 0) h += " ";
+    h += pick(40) == 0 ? "\n" : "\r\n";
+  }
+  if (pick(10) != 0) h += "\r\n";
+  return h;
+}
+
+// scan_head() over the first `len` bytes of `h`, from a buffer of exactly
+// that size (ASan sees a read past it), after `cuts` earlier calls on
+// shorter prefixes.
+scan_answer scan(const std::string& h, std::initializer_list<size_t> cuts, const hd::scan_limits& l) {
+  hd::head_scan_state s;
+  sluice::http::field_index idx;
+  hd::scan_state st = hd::scan_state::need_more;
+  std::vector<size_t> lens(cuts);
+  lens.push_back(h.size());
+  for (size_t len : lens) {
+    len = std::min(len, h.size());
+    auto buf = std::make_unique<char[]>(len == 0 ? 1 : len);
+    std::memcpy(buf.get(), h.data(), len);
+    st = hd::scan_head(s, buf.get(), len, l, &idx);
+    if (st != hd::scan_state::need_more) break;
+  }
+  scan_answer a;
+  a.state = st;
+  a.error = hd::error_of(s);
+  a.head_bytes = s.head_bytes;
+  a.fields = s.fields;
+  a.name_not_token = s.name_not_token;
+  if (st == hd::scan_state::complete) a.index.assign(idx.at, idx.at + idx.n);
+  return a;
+}
+
+void same(const scan_answer& got, const scan_answer& want) {
+  REQUIRE(static_cast<int>(got.state) == static_cast<int>(want.state));
+  if (want.state == hd::scan_state::need_more) return;
+  CHECK(hd::scan_message(got.error) == hd::scan_message(want.error));
+  if (want.state != hd::scan_state::complete) return;
+  CHECK(got.head_bytes == want.head_bytes);
+  CHECK(got.fields == want.fields);
+  CHECK(got.name_not_token == want.name_not_token);
+  REQUIRE(got.index.size() == want.index.size());
+  for (size_t i = 0; i < want.index.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got.index[i].colon == want.index[i].colon);
+    CHECK(got.index[i].value_begin == want.index[i].value_begin);
+    CHECK(got.index[i].value_end == want.index[i].value_end);
+    CHECK(got.index[i].cr == want.index[i].cr);
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("http::head_scan") {
+  // The field lines are judged two ways in scan_head(): from one
+  // classification of a line's bytes when its LF is within its first 64
+  // and the read (most lines), and line by line with memchr otherwise.
+  // Both must give the rules' answer, in the rules' order, at every line
+  // length and wherever the reads cut the head.
+  TEST_CASE("field lines of every length get the rules' answer however the head is cut") {
+    const hd::scan_limits limits{16384, 8192, 100, 12, false, hd::k_method_bytes_max};
+    std::mt19937 rng(41);
+    size_t complete = 0, failed = 0, fast_lengths = 0;
+    for (int round = 0; round < 20000; ++round) {
+      const std::string h = random_head(rng);
+      CAPTURE(h);
+      const scan_answer want = by_the_rules(h, 16, limits);
+      complete += want.state == hd::scan_state::complete;
+      failed += want.state == hd::scan_state::failed;
+      for (size_t i = 0; i < want.index.size(); ++i) {
+        const size_t line_begin = i == 0 ? 0 : want.index[i - 1].cr + 2u;
+        fast_lengths += want.index[i].cr - line_begin < 62;
+      }
+      same(scan(h, {}, limits), want);
+      const size_t cut = 16 + rng() % (h.size() - 15);
+      const size_t cut2 = cut + rng() % (h.size() - cut + 1);
+      same(scan(h, {cut, cut2}, limits), want);
+      same(scan(h, {16, 17, 18, cut}, limits), want);
+    }
+    // The draw reaches both answers and both ways, often.
+    CHECK(complete > 2000);
+    CHECK(failed > 3000);
+    CHECK(fast_lengths > 10000);
+  }
+
   TEST_CASE("valid_host accepts host[:port] and nothing else") {
     for (const host_case& c : k_hosts) {
       CAPTURE(c.value);
