@@ -99,8 +99,7 @@ class_masks masks_of(const unsigned char* p, size_t n) noexcept {  // n <= 64
     const __m128i d = _mm_sub_epi8(v, _mm_set1_epi8(lo));
     return _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(static_cast<char>(hi - lo))), d);
   };
-  for (; j + 16 <= n; j += 16) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
+  const auto classify = [&](__m128i v) noexcept {
     const __m128i lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
     const auto bits = [](__m128i x) noexcept {
       return static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(x)));
@@ -109,6 +108,15 @@ class_masks masks_of(const unsigned char* p, size_t n) noexcept {  // n <= 64
     m.digit |= bits(in_range(v, '0', '9')) << j;
     m.space |= bits(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t')))) << j;
     m.newline |= bits(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r')))) << j;
+  };
+  for (; j + 16 <= n; j += 16) classify(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j)));
+  if (j < n) {
+    // The last 1-15 bytes, NUL-padded: a NUL is no letter, digit or space,
+    // and its bits are outside `valid`, so it counts as nothing.
+    alignas(16) unsigned char rest[16] = {};
+    std::memcpy(rest, p + j, n - j);
+    classify(_mm_load_si128(reinterpret_cast<const __m128i*>(rest)));
+    j = n;
   }
 #endif
   for (; j < n; ++j) {
@@ -200,6 +208,12 @@ bool is_ascii(const unsigned char* p, size_t n) noexcept {
     uint64_t w;
     std::memcpy(&w, p + i, 8);
     acc |= w;
+  }
+  if (i < n && n >= 8) {
+    uint64_t w;  // the last eight, overlapping the words before
+    std::memcpy(&w, p + n - 8, 8);
+    acc |= w;
+    i = n;
   }
   for (; i < n; ++i) acc |= p[i];
   return (acc & 0x8080808080808080ull) == 0;
