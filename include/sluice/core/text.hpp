@@ -16,9 +16,43 @@
 
 namespace sluice {
 
+namespace detail {
+// The eight bytes of w with those in 'A'-'Z' made lower case (0x20 set),
+// every other byte as it is: each byte's low seven bits plus a constant
+// carry into its high bit (never into the next byte) where it is >= 'A',
+// and where it is > 'Z'.
+inline uint64_t ascii_lower8(uint64_t w) noexcept {
+  constexpr uint64_t high = 0x8080808080808080ull, ones = 0x0101010101010101ull;
+  const uint64_t seven = w & ~high;
+  const uint64_t from_a = seven + ones * (0x80 - 'A');
+  const uint64_t past_z = seven + ones * (0x80 - 'Z' - 1);
+  return w | ((from_a & ~past_z & ~w & high) >> 2);
+}
+
+inline uint64_t load8(const char* p) noexcept {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+}  // namespace detail
+
 // ASCII case-insensitive equality: bytes outside A-Z compare as they are.
+// From eight bytes on, eight at a time (the last eight read again,
+// overlapping), after the first byte: field names are compared this way
+// after a switch on their length, and most that share a length differ
+// there.
 inline bool iequals(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;
+  if (a.size() >= 8) {
+    if (((static_cast<unsigned char>(a[0]) ^ static_cast<unsigned char>(b[0])) & ~0x20u) != 0) return false;
+    const size_t n = a.size();
+    for (size_t i = 0; i + 8 < n; i += 8) {
+      if (detail::ascii_lower8(detail::load8(a.data() + i)) != detail::ascii_lower8(detail::load8(b.data() + i))) {
+        return false;
+      }
+    }
+    return detail::ascii_lower8(detail::load8(a.data() + n - 8)) == detail::ascii_lower8(detail::load8(b.data() + n - 8));
+  }
   for (size_t i = 0; i < a.size(); ++i) {
     auto x = static_cast<unsigned char>(a[i]);
     auto y = static_cast<unsigned char>(b[i]);

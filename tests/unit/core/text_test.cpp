@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <string>
 #include <string_view>
 
 #include "sluice/core/text.hpp"
@@ -41,6 +42,39 @@ TEST_SUITE("core::text_writer") {
       CHECK(out.find('\0') == std::string_view::npos);
       CHECK(w.ok == (16 + id_len + 19 <= sizeof buf));
     }
+  }
+
+  TEST_CASE("iequals: every pair of bytes at every place of strings of 1-24 bytes, as the plain rule says") {
+    const auto lower = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? static_cast<unsigned char>(c | 0x20) : c; };
+    size_t equal = 0;
+    for (size_t n = 1; n <= 24; ++n) {
+      std::string a(n, 'k'), b(n, 'K');
+      REQUIRE(sluice::iequals(a, b));
+      for (size_t at = 0; at < n; ++at) {
+        for (unsigned x = 0; x < 256; ++x) {
+          for (unsigned y = 0; y < 256; ++y) {
+            a[at] = static_cast<char>(x);
+            b[at] = static_cast<char>(y);
+            const bool want = lower(static_cast<unsigned char>(x)) == lower(static_cast<unsigned char>(y));
+            if (sluice::iequals(a, b) != want) {
+              CAPTURE(n);
+              CAPTURE(at);
+              CAPTURE(x);
+              CAPTURE(y);
+              REQUIRE(sluice::iequals(a, b) == want);
+            }
+            equal += want;
+          }
+        }
+        a[at] = 'k';
+        b[at] = 'K';
+      }
+    }
+    CHECK(equal == 300 * (256 + 52));  // each place: 256 equal pairs and 52 of a letter in two cases
+    CHECK_FALSE(sluice::iequals("content-type", "content-typ"));
+    CHECK(sluice::iequals("Content-Type", "content-type"));
+    CHECK_FALSE(sluice::iequals("content-type", "content_type"));
+    CHECK_FALSE(sluice::iequals("x-request-id", "x\rrequest-id"));  // CR is not '-' in another case
   }
 
   TEST_CASE("hex digits: the one table, both cases, every other byte refused") {
