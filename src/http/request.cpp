@@ -137,24 +137,8 @@ void request_head::rebase(const char* old_base, const char* new_base) noexcept {
   move(field_lines);
 }
 
-bool header_fields::next(header& out) noexcept {
-  std::string_view line;
-  return next(out, line);
-}
-
-bool header_fields::next(header& out, std::string_view& whole) noexcept {
-  if (_rest.empty()) return false;
+bool header_fields::next_walked(header& out, std::string_view& whole) noexcept {
   const char* p = _rest.data();
-  if (_i < _n) {
-    // The pre-scan's index: the line's parts without looking at its bytes.
-    const field_ref r = _refs[_i++];
-    SLUICE_ASSERT(_base + r.colon >= p && size_t{r.cr} + 2 <= static_cast<size_t>(p - _base) + _rest.size());
-    out.name = std::string_view(p, static_cast<size_t>(_base + r.colon - p));
-    out.value = std::string_view(_base + r.value_begin, size_t{r.value_end} - r.value_begin);
-    whole = std::string_view(p, static_cast<size_t>(_base + r.cr + 2 - p));
-    _rest.remove_prefix(whole.size());
-    return true;
-  }
   const auto* lf = static_cast<const char*>(std::memchr(p, '\n', _rest.size()));
   if (lf == nullptr || lf == p) return false;  // not a parsed head: cannot happen
   const size_t line = static_cast<size_t>(lf - p) - 1;  // without the CR
