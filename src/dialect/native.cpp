@@ -2,6 +2,7 @@
 #include "sluice/dialect/native.hpp"
 
 #include "chat_read.hpp"
+#include "sluice/core/text.hpp"
 
 #include <simdjson.h>
 
@@ -202,9 +203,9 @@ native_usage native_body_usage(client_dialect d, std::string_view body) noexcept
   // The last "usage" key: outside a string its quotes cannot be escaped.
   size_t at = std::string_view::npos;
   for (size_t from = 0;;) {
-    const void* hit = ::memmem(body.data() + from, body.size() - from, k_key.data(), k_key.size());
+    const char* hit = find_bytes(body.data() + from, body.size() - from, k_key);
     if (hit == nullptr) break;
-    at = static_cast<size_t>(static_cast<const char*>(hit) - body.data());
+    at = static_cast<size_t>(hit - body.data());
     from = at + k_key.size();
   }
   if (at == std::string_view::npos) return u;

@@ -68,12 +68,13 @@ void shard_server::end_request(exchange& x) noexcept {
     if (u.completion_tokens > 0) completion = static_cast<uint64_t>(u.completion_tokens);
     // The first choice's finish_reason. The key followed by `":"` cannot
     // match inside a JSON string, where its quotes would be escaped.
-    // memmem, not string_view::find: the latter calls memchr once per '"'
-    // before the key (bench/RESULTS.md, "Figures behind choices in the code").
+    // find_bytes, not string_view::find: the latter calls memchr once per
+    // '"' before the key (bench/RESULTS.md, "Figures behind choices in the
+    // code").
     constexpr std::string_view k_finish = "\"finish_reason\":\"";
-    const void* hit = ::memmem(body.data(), body.size(), k_finish.data(), k_finish.size());
+    const char* hit = find_bytes(body.data(), body.size(), k_finish);
     if (hit != nullptr) {
-      const size_t from = static_cast<size_t>(static_cast<const char*>(hit) - body.data()) + k_finish.size();
+      const size_t from = static_cast<size_t>(hit - body.data()) + k_finish.size();
       const size_t to = body.find('"', from);
       if (to != std::string_view::npos && to - from <= sizeof x.rsp.facts.finish_reason) {
         std::memcpy(x.rsp.facts.finish_reason, body.data() + from, to - from);

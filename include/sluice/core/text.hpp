@@ -14,6 +14,10 @@
 #include <cstring>
 #include <string_view>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace sluice {
 
 namespace detail {
@@ -61,6 +65,37 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept {
     if (x != y) return false;
   }
   return true;
+}
+
+// The first place of `needle` in [h, h + n), or null: memmem's answer.
+// Sixteen places a turn where two of the needle's bytes (its second and its
+// next to last, from four bytes on) are where they must be, and a compare
+// only there: glibc's memmem is a generic two-way search, ~600
+// instructions to find a 17-byte key in a 450-byte JSON body.
+inline const char* find_bytes(const char* h, size_t n, std::string_view needle) noexcept {
+  const size_t k = needle.size();
+  if (k == 0) return h;
+  if (n < k) return nullptr;
+  size_t i = 0;
+#if defined(__SSE2__)
+  if (k >= 2) {
+    const size_t p1 = k >= 4 ? 1 : 0, p2 = k >= 4 ? k - 2 : k - 1;
+    const __m128i b1 = _mm_set1_epi8(needle[p1]), b2 = _mm_set1_epi8(needle[p2]);
+    for (; i + p2 + 16 <= n; i += 16) {
+      const __m128i at1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + p1));
+      const __m128i at2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + p2));
+      auto m = static_cast<unsigned>(_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(at1, b1), _mm_cmpeq_epi8(at2, b2))));
+      for (; m != 0; m &= m - 1) {
+        const size_t at = i + static_cast<size_t>(__builtin_ctz(m));
+        if (at + k <= n && std::memcmp(h + at, needle.data(), k) == 0) return h + at;
+      }
+    }
+  }
+#endif
+  for (; i + k <= n; ++i) {
+    if (h[i] == needle[0] && std::memcmp(h + i, needle.data(), k) == 0) return h + i;
+  }
+  return nullptr;
 }
 
 // Hex digit values by byte (0-9, a-f, A-F); 0xFF for any other byte.

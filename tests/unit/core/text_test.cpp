@@ -1,6 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -75,6 +78,39 @@ TEST_SUITE("core::text_writer") {
     CHECK(sluice::iequals("Content-Type", "content-type"));
     CHECK_FALSE(sluice::iequals("content-type", "content_type"));
     CHECK_FALSE(sluice::iequals("x-request-id", "x\rrequest-id"));  // CR is not '-' in another case
+  }
+
+  TEST_CASE("find_bytes: memmem's answer for needles of 1-24 bytes in haystacks of 0-100, found or not") {
+    std::mt19937 rng(7);
+    const auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
+    constexpr std::string_view bytes = "ab\"f_:";
+    size_t found = 0;
+    for (int round = 0; round < 200000; ++round) {
+      std::string h(pick(101), ' ');
+      for (char& c : h) c = bytes[pick(pick(2) == 0 ? 2 : bytes.size())];
+      std::string needle;
+      if (!h.empty() && pick(2) == 0) {
+        const size_t at = pick(h.size());
+        needle = h.substr(at, 1 + pick(std::min<size_t>(24, h.size() - at)));
+        if (pick(3) == 0) needle.back() = bytes[pick(bytes.size())];
+      } else {
+        needle.assign(1 + pick(24), ' ');
+        for (char& c : needle) c = bytes[pick(2)];
+      }
+      // Exactly the haystack's bytes, so a read past it is ASan's to see.
+      const auto buf = std::make_unique<char[]>(h.size());
+      std::memcpy(buf.get(), h.data(), h.size());
+      const void* want = ::memmem(buf.get(), h.size(), needle.data(), needle.size());
+      const char* got = sluice::find_bytes(buf.get(), h.size(), needle);
+      if (got != want) {
+        CAPTURE(h);
+        CAPTURE(needle);
+        REQUIRE(got == want);
+      }
+      found += want != nullptr;
+    }
+    CHECK(found > 50000);
+    CHECK(found < 150000);
   }
 
   TEST_CASE("hex digits: the one table, both cases, every other byte refused") {
