@@ -14,6 +14,10 @@
 #include <cstring>
 #include <memory>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "sluice/openai/request.hpp"
 
 namespace sluice::openai {
@@ -394,6 +398,29 @@ tail_read read_usage_object(std::string_view b, size_t at, usage& u) noexcept {
   return tail_read::found;
 }
 
+// The last byte before `i` that is '"' or a bracket, or npos: the walk
+// below looks at nothing else. Sixteen bytes a turn, back from i: between
+// a body's last members its bytes are numbers, nulls, commas and colons.
+size_t prev_structural(std::string_view b, size_t i) noexcept {
+#if defined(__SSE2__)
+  while (i >= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.data() + i - 16));
+    const __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));  // '[' -> '{', ']' -> '}'
+    const __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                     _mm_or_si128(_mm_cmpeq_epi8(folded, _mm_set1_epi8('{')),
+                                                  _mm_cmpeq_epi8(folded, _mm_set1_epi8('}'))));
+    const auto m = static_cast<unsigned>(_mm_movemask_epi8(hit));
+    if (m != 0) return i - 16 + static_cast<size_t>(31 - __builtin_clz(m));
+    i -= 16;
+  }
+#endif
+  while (i > 0) {
+    const char c = b[--i];
+    if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']') return i;
+  }
+  return std::string_view::npos;
+}
+
 tail_read read_usage_from_end(std::string_view b, usage& u) noexcept {
   size_t end = b.size();
   while (end > 0 && is_ws(b[end - 1])) --end;
@@ -401,7 +428,7 @@ tail_read read_usage_from_end(std::string_view b, usage& u) noexcept {
   // Walk back from the last byte inside the top-level object; `depth` counts
   // the brackets closed since (1: a member of the top level).
   size_t depth = 1;
-  for (size_t i = end - 1; i-- > 0;) {
+  for (size_t i = end - 1; (i = prev_structural(b, i)) != std::string_view::npos;) {
     const char c = b[i];
     if (c == '"') {
       const size_t open = string_open(b, i);
