@@ -126,11 +126,39 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
   const size_t first = i;
   uint64_t payload = 0;
   uint32_t c = 0;
-  size_t at;
-  uint64_t size;
-  while (whole_chunk_at(data, len, i, at, size) && size >= detail::k_skip_pattern_min) {
+  const auto crlf = detail::is_crlf;
+  const auto hex = [data](size_t k) noexcept { return k_hex_value[static_cast<unsigned char>(data[k])]; };
+  while (true) {
+    // The size line. An event's chunk of 48 to 4095 bytes has two or three
+    // digits: "<hex><hex>CRLF" or "<hex><hex><hex>CRLF", told apart by where
+    // the CRLF is (read as two bytes at i + 2, then at i + 3); either is
+    // whole_chunk_at's answer for those bytes. A non-digit among them is no
+    // such chunk for it either (a digit's place holds no CR). Anything else
+    // (more digits, leading zeros past three, an extension) is read by
+    // whole_chunk_at itself. A whole chunk of 48 bytes or more needs 54
+    // left: under 8, none starts here.
+    if (len - i < 8) break;
+    size_t at;
+    size_t n;
+    if (crlf(data + i + 2)) {
+      const unsigned d0 = hex(i), d1 = hex(i + 1);
+      if ((d0 | d1) >= 16) break;
+      n = d0 << 4 | d1;
+      at = i + 4;
+    } else if (crlf(data + i + 3)) {
+      const unsigned d0 = hex(i), d1 = hex(i + 1), d2 = hex(i + 2);
+      if ((d0 | d1 | d2) >= 16) break;
+      n = d0 << 8 | d1 << 4 | d2;
+      at = i + 5;
+    } else {
+      uint64_t size;
+      if (!whole_chunk_at(data, len, i, at, size)) break;
+      n = static_cast<size_t>(size);  // at most len: whole_chunk_at compared it
+    }
+    // len - at >= 3 here: the size is compared with what follows, never
+    // added to a place.
+    if (n < detail::k_skip_pattern_min || n > len - at - 2 || !crlf(data + at + n)) break;
     const char* q = data + at;
-    const auto n = static_cast<size_t>(size);
     const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), head)));
     const auto tm = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(load32(q + n - 32), tail)));
     if (((hm & head_bits) ^ head_bits) | ((tm & tail_bits) ^ tail_bits)) break;
@@ -151,7 +179,7 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
       m = _mm256_min_epu8(m, m2);
       if (any_low(m) && flagged_span_has_line_end(q + from, static_cast<size_t>(b - q) - from)) break;
     }
-    payload += size;
+    payload += n;
     i = at + n + 2;
     ++c;
   }

@@ -84,6 +84,17 @@ struct whole_chunks {
 // line). Returns: their payload and where they end.
 whole_chunks scan_whole_chunks(const char* p, size_t n) noexcept;
 
+namespace detail {
+// Whether p[0, 2) is CR LF, as one 16-bit load (little-endian or not: the
+// same bytes).
+inline bool is_crlf(const char* p) noexcept {
+  uint16_t v, want;
+  std::memcpy(&v, p, 2);
+  std::memcpy(&want, "\r\n", 2);
+  return v == want;
+}
+}  // namespace detail
+
 // One whole chunk at data[i, len), read as the walker reads an event
 // stream's: "<hex>CRLF<data>CRLF", 1 to 16 hex digits, a size above 0, all
 // of it before `len` (compared as `size > len - at - 2`, never wrapping).
@@ -91,13 +102,7 @@ whole_chunks scan_whole_chunks(const char* p, size_t n) noexcept;
 // is not one. Returns: false, or the data's offset `at` and its `size` (the
 // chunk ends at at + size + 2). The limits are the caller's.
 inline bool whole_chunk_at(const char* data, size_t len, size_t i, size_t& at, uint64_t& size) noexcept {
-  // CR LF as one 16-bit load (little-endian or not: the same bytes).
-  const auto crlf = [](const char* p) noexcept {
-    uint16_t v, want;
-    std::memcpy(&v, p, 2);
-    std::memcpy(&want, "\r\n", 2);
-    return v == want;
-  };
+  const auto crlf = detail::is_crlf;
   const auto hex = [data](size_t k) noexcept { return k_hex_value[static_cast<unsigned char>(data[k])]; };
   size_t j = i;
   uint64_t n = 0;

@@ -863,4 +863,84 @@ TEST_SUITE("http::response_parser") {
     }
     CHECK(runs_seen > 100);  // runs of several chunks were taken
   }
+
+  TEST_CASE("skip: the run reads a size line as the walker does -- two or three digits, or not, or broken -- with the same calls and the same error") {
+    // Plain chunks of 48-4095 bytes, then one whose size line is one of
+    // the forms the run reads itself (two or three digits and CRLF) or
+    // hands to whole_chunk_at, broken or not: each byte of a two- or
+    // three-digit line set to a non-digit, a CR, an LF; a one-digit line
+    // followed by what looks like a later CRLF; leading zeros; an
+    // extension; a size one off its payload. Fed whole, and cut at each
+    // byte of the last size line: the run (a 7-byte head) and the chunk
+    // test (a 25-byte head: no pattern) must agree on every call, on the
+    // end and on the error.
+    const std::string long_head = "data: {\"id\":\"chatcmpl-1\",\"";
+    const std::string tail = "\"finish_reason\":null}]}\n\n";
+    const auto plain = [&](size_t extra) { return long_head + std::string(extra, 'x') + tail; };
+    const auto hex = [](size_t n) {
+      char b[24];
+      return std::string(b, static_cast<size_t>(std::snprintf(b, sizeof b, "%zx", n)));
+    };
+    std::vector<std::string> lasts;  // the last chunk, whole: its size line, payload and CRLF
+    // `ff`: a payload of 255 bytes ("ff"), the size a broken digit
+    // would read as where the check of the digits were missing ("fg",
+    // "0fg": 0xf0 | 0xff, 0x0f0 | 0xff).
+    const size_t ff = 255 - long_head.size() - tail.size();
+    for (const size_t extra : {size_t{0}, size_t{3}, size_t{150}, ff, size_t{210}, size_t{300}, size_t{3000}}) {
+      const std::string p = plain(extra);
+      for (const std::string& h : {hex(p.size()), "0" + hex(p.size())}) {
+      lasts.push_back(h + "\r\n" + p + "\r\n");
+      lasts.push_back("0" + h + "\r\n" + p + "\r\n");
+      lasts.push_back("00" + h + "\r\n" + p + "\r\n");
+      lasts.push_back(h + ";a=b\r\n" + p + "\r\n");
+      lasts.push_back(h + "\r\n" + p + "x\r\n");                         // one longer than its size
+      lasts.push_back(h + "\r\n" + p.substr(0, p.size() - 1) + "\r\n");  // one shorter
+      for (size_t k = 0; k < h.size() + 2; ++k) {
+        for (const char c : {'g', '\r', '\n', ' ', ';', '0', 'F'}) {
+          std::string l = h + "\r\n";
+          l[k] = c;
+          lasts.push_back(l + p + "\r\n");
+        }
+      }
+      }
+    }
+    lasts.push_back("5\r\n\r\n\r\nxx\r\n");  // one digit, a CRLF where a third digit's would be
+    lasts.push_back("5\r\nab\r\n\r\n");
+    lasts.push_back("35\r\r\n" + plain(0) + "\r\n");
+    const std::string lead = chunk(plain(20)) + chunk(plain(60));
+    size_t errors = 0;
+    for (const std::string& last : lasts) {
+      const std::string body = lead + last + chunk(plain(10)) + "0\r\n\r\n";
+      for (size_t cut = lead.size(); cut <= lead.size() + 6; ++cut) {
+        std::vector<std::string> logs[2];
+        errc errs[2];
+        for (int which = 0; which < 2; ++which) {
+          skip_log log;
+          body_sink sk = log.sink();
+          sk.skip_head = which == 0 ? std::string_view("data: {") : std::string_view(long_head);
+          sk.skip_tail = tail;
+          const std::string msg = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + body;
+          response_parser p;
+          response_head h;
+          REQUIRE(p.parse_head(msg.data(), msg.size(), h).ok());
+          log.base = msg.data() + h.head_bytes;
+          body_status st = p.feed_body(log.base, cut, sk);
+          size_t at = st.consumed;
+          if (st.error == errc::ok && !st.complete) {
+            st = p.feed_body(log.base + at, body.size() - at, sk);
+            at += st.consumed;
+          }
+          log.calls.push_back("end@" + std::to_string(at));
+          logs[which] = log.calls;
+          errs[which] = st.error;
+        }
+        CAPTURE(last);
+        CAPTURE(cut);
+        CHECK(logs[0] == logs[1]);
+        CHECK(errs[0] == errs[1]);
+        errors += errs[0] != errc::ok ? 1 : 0;
+      }
+    }
+    CHECK(errors > 100);  // the broken lines were read as broken
+  }
 }
