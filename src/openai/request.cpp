@@ -247,21 +247,34 @@ bool request_reader::fail_fmt(request_error& err, std::string_view param, const 
 // Depth and duplicate keys, everywhere in the document. The DOM's keys are
 // already unescaped, so {"a":1,"\u0061":2} compares equal here.
 bool request_reader::validate(const element& e, uint32_t depth, request_error& err) noexcept {
+  // Only containers are walked: a scalar member or element costs no call.
+  const auto container = [](const element& v) noexcept {
+    const element_type t = v.type();
+    return t == element_type::ARRAY || t == element_type::OBJECT;
+  };
   switch (e.type()) {
     case element_type::ARRAY: {
       if (depth > depth_max) break;
       for (element child : simdjson::dom::array(e)) {
-        if (!validate(child, depth + 1, err)) return false;
+        if (container(child) && !validate(child, depth + 1, err)) return false;
       }
       return true;
     }
     case element_type::OBJECT: {
       if (depth > depth_max) break;
-      simdjson::dom::object obj(e);
-      // _keys is used as a stack: this object's keys are checked and popped
-      // before the children push theirs.
+      // _keys is a stack: this object's keys go on as one pass over its
+      // members meets them, a child object's above them (popped before
+      // the child returns); then this object's are compared and popped.
+      // A child's refusal (depth, a duplicate below) is the one reported
+      // when both it and this object have one.
       const size_t base = _keys.size();
-      for (auto kv : obj) _keys.push_back(kv.key);
+      for (auto kv : simdjson::dom::object(e)) {
+        _keys.push_back(kv.key);
+        if (container(kv.value) && !validate(kv.value, depth + 1, err)) {
+          _keys.resize(base);
+          return false;
+        }
+      }
       const size_t n = _keys.size() - base;
       std::string_view* keys = _keys.data() + base;
       std::string_view duplicate;
@@ -290,9 +303,6 @@ bool request_reader::validate(const element& e, uint32_t depth, request_error& e
                         "Duplicate key '{}' in a JSON object: the request is ambiguous, so it "
                         "is refused.",
                         duplicate);
-      }
-      for (auto kv : obj) {
-        if (!validate(kv.value, depth + 1, err)) return false;
       }
       return true;
     }

@@ -162,6 +162,13 @@ TEST_SUITE("openai::request_reader") {
          "Duplicate key 'p'", ""},
         {"duplicate key in a large object", endpoint::chat_completions,
          large_object_with_duplicate(), "Duplicate key 'k17'", ""},
+        {"duplicate key on either side of child objects", endpoint::chat_completions,
+         chat(R"("meta":{"a":{"b":1,"c":{"a":2}},"c":[{"a":1},{"b":[{"c":3}]}],"a":2})"),
+         "Duplicate key 'a'", ""},
+        {"duplicate key in a large object among child objects", endpoint::chat_completions,
+         chat(R"("meta":{"k0":{"k1":1},"k1":{"k0":{"k2":2}},"k2":3,"k3":4,"k4":5,"k5":6,"k6":7,"k7":8,)"
+              R"("k8":9,"k9":10,"k10":11,"k11":12,"k12":13,"k13":14,"k14":15,"k15":16,"k16":{"k1":0},"k1":0})"),
+         "Duplicate key 'k1'", ""},
         {"model missing", endpoint::chat_completions,
          R"({"messages":[{"role":"user","content":"x"}]})", "you must provide a model parameter",
          "model"},
@@ -536,6 +543,20 @@ TEST_SUITE("openai::request_reader") {
     SUBCASE("a valid surrogate pair and trailing whitespace") {
       outcome o = read_body(reader, endpoint::chat_completions,
                             chat(R"("user":"\ud83d\ude00")") + " \r\n");
+      CHECK_MESSAGE(o.ok, o.message);
+    }
+    SUBCASE("a parent's keys and its children's, equal but apart, in a small and a large object") {
+      outcome o = read_body(reader, endpoint::chat_completions,
+                            chat(R"("meta":{"a":{"a":1,"b":{"a":2}},"b":[{"a":1,"b":2}],"c":{"c":{"c":3}}})"));
+      CHECK_MESSAGE(o.ok, o.message);
+      std::string large = R"("meta":{)";
+      for (int i = 0; i < 20; ++i) large += "\"k" + std::to_string(i) + "\":{\"k" + std::to_string(i + 1) + "\":{\"k0\":1}},";
+      large += R"("z":0})";
+      o = read_body(reader, endpoint::chat_completions, chat(large));
+      CHECK_MESSAGE(o.ok, o.message);
+      // After a refusal deep in a child, the next body starts from no keys.
+      CHECK_FALSE(read_body(reader, endpoint::chat_completions, chat(R"("meta":{"x":{"y":{"z":1,"z":2}}})")).ok);
+      o = read_body(reader, endpoint::chat_completions, chat(R"("meta":{"x":1,"y":{"z":1}})"));
       CHECK_MESSAGE(o.ok, o.message);
     }
     SUBCASE("keys that differ only after a NUL") {
