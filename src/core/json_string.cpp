@@ -6,6 +6,7 @@
 #endif
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 namespace sluice {
@@ -23,6 +24,63 @@ constexpr std::array<bool, 256> k_plain = [] {
 }();
 
 bool is_cont(unsigned char c) noexcept { return (c & 0xC0) == 0x80; }
+
+#if defined(__SSE2__)
+// The bytes of p[0, 16) that are not plain, as a bit mask: below 0x20 or
+// from 0x80 (negative, signed), '"' and '\\'.
+inline unsigned not_plain16(const unsigned char* p) noexcept {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i odd = _mm_or_si128(_mm_cmpgt_epi8(_mm_set1_epi8(0x20), v),
+                                   _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
+  return static_cast<unsigned>(_mm_movemask_epi8(odd));
+}
+#endif
+
+// Whether all eight bytes of w are plain (k_plain): none below 0x20, none
+// from 0x80, no '"' or '\\'. Each test below is exact for "some byte is":
+// a borrow starts only at a byte that meets it.
+constexpr uint64_t k_ones = 0x0101010101010101ull, k_highs = 0x8080808080808080ull;
+inline bool plain8(uint64_t w) noexcept {
+  const auto zero_byte = [](uint64_t x) noexcept { return (x - k_ones) & ~x & k_highs; };
+  const uint64_t below_space = (w - 0x20 * k_ones) & ~w & k_highs;
+  return ((w & k_highs) | below_space | zero_byte(w ^ ('"' * k_ones)) | zero_byte(w ^ ('\\' * k_ones))) == 0;
+}
+
+inline uint64_t load8(const unsigned char* p) noexcept {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+inline uint32_t load4(const unsigned char* p) noexcept {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+
+// Whether p[0, n), 4 <= n <= 16, is all plain: two loads that overlap
+// where n is not 8 or 16, no loop.
+inline bool plain_upto16(const unsigned char* p, size_t n) noexcept {
+  if (n >= 8) return plain8(load8(p)) && plain8(load8(p + n - 8));
+  return plain8(load4(p) | uint64_t{load4(p + n - 4)} << 32);
+}
+
+// Copies p[0, n), 4 <= n <= 16, as two fixed-size moves that overlap
+// where n is not 8 or 16 (no call).
+inline void copy_upto16(char* out, const char* p, size_t n) noexcept {
+  if (n >= 8) {
+    uint64_t a, b;
+    std::memcpy(&a, p, 8);
+    std::memcpy(&b, p + n - 8, 8);
+    std::memcpy(out, &a, 8);
+    std::memcpy(out + n - 8, &b, 8);
+  } else {
+    uint32_t a, b;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + n - 4, 4);
+    std::memcpy(out, &a, 4);
+    std::memcpy(out + n - 4, &b, 4);
+  }
+}
 
 // The escape of ASCII byte c (not plain) into esc; returns its length.
 size_t ascii_escape(unsigned char c, char esc[6]) noexcept {
@@ -76,6 +134,13 @@ int utf8_sequence(const unsigned char* s, size_t n) noexcept {
 
 size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) noexcept {
   const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  // A short plain string with room for it -- most of an audit line's
+  // fields, a token's text -- checked and copied without a loop or a call.
+  if (const size_t n = s.size(); n >= 4 && n <= 16 && n <= cap && plain_upto16(u, n)) {
+    copy_upto16(out, s.data(), n);
+    consumed = n;
+    return n;
+  }
   size_t len = 0;
   size_t i = 0;
   while (i < s.size()) {
@@ -90,16 +155,18 @@ size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) 
     // Sixteen bytes a turn while all are plain: 0x20..0x7F (signed, above
     // 0x1F) but '"' and '\\'.
     while (stop - run >= 16) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u + run));
-      const __m128i odd = _mm_or_si128(_mm_cmpgt_epi8(_mm_set1_epi8(0x20), v),  // below 0x20, or 0x80.. (negative)
-                                       _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                                                    _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
-      const int m = _mm_movemask_epi8(odd);
+      const unsigned m = not_plain16(u + run);
       if (m != 0) {
         run += static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(m)));
         break;
       }
       run += 16;
+    }
+    // Under sixteen left of a run of at least sixteen: the last sixteen
+    // bytes before `stop`, the ones already passed masked off.
+    if (stop - run < 16 && run < stop && stop >= 16) {
+      const unsigned m = not_plain16(u + stop - 16) >> (run - (stop - 16));
+      run = m == 0 ? stop : run + static_cast<size_t>(__builtin_ctz(m));
     }
 #endif
     while (run < stop && k_plain[u[run]]) ++run;
