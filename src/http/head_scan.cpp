@@ -318,22 +318,27 @@ static bool all_tchar(const char* p, size_t n, size_t room) noexcept {
   return all_tchar_walk(p, n);
 }
 
-static scan_error check_field_line(const char* p, size_t n, bool& name_not_token, const char*& colon_at) noexcept {
+// The checks of a field line p[0, n) (its CR LF off), in their one order,
+// from what either way of reading it found: `ctl`, whether it holds a
+// byte has_ctl() refuses in a value; `colon`, its first ':' (null: none);
+// `name_plain(k)`, whether the name's k bytes are all tchars.
+template <class NamePlain>
+__attribute__((always_inline)) inline static scan_error check_field_line(const char* p, size_t n, bool ctl,
+                                                                         const char* colon, NamePlain&& name_plain,
+                                                                         bool& name_not_token) noexcept {
   // obs-fold (RFC 9112 §5.2): a line starting with whitespace continues the
   // previous field. Other hops may join it differently: reject.
   if (p[0] == ' ' || p[0] == '\t') return scan_error::obs_fold;
-  // One pass over the whole line for CTLs (HTAB aside); the name's HTAB and
-  // SP are caught below.
-  if (has_ctl(p, n, true)) return first_ctl(p, n, true, scan_error::ctl_in_value);
-  const auto* colon = static_cast<const char*>(std::memchr(p, ':', n));
+  // CTLs over the whole line (HTAB aside); the name's HTAB and SP are
+  // caught below.
+  if (ctl) return first_ctl(p, n, true, scan_error::ctl_in_value);
   if (colon == nullptr) return scan_error::missing_colon;
   if (colon == p) return scan_error::empty_name;
-  colon_at = colon;
   // "Name : value" (RFC 9112 §5.1: MUST be rejected with 400). Any other
   // byte outside the token set is llhttp's to reject (strict mode checks
   // it): the head is flagged so its parser asks llhttp.
   const auto name_n = static_cast<size_t>(colon - p);
-  if (!all_tchar(p, name_n, n)) {
+  if (!name_plain(name_n)) {
     if (has_ws(p, name_n)) return scan_error::space_before_colon;
     name_not_token = true;
   }
@@ -407,8 +412,8 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
   for (;;) {
 #if defined(__SSE2__)
     // A field line whose LF is within its first 64 bytes and within what
-    // may be read: the same checks, in the same order, as the way below,
-    // read from one classification of its bytes (the way below costs a
+    // may be read: check_field_line's checks, as the way below makes
+    // them, from one classification of its bytes (the way below costs a
     // memchr for the LF, a pass for CTLs, a memchr for the colon and one
     // for the name's bytes: most lines are 20-50 bytes, where each call
     // costs more than its bytes).
@@ -431,18 +436,14 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
           return scan_state::complete;
         }
         if (++s.fields > l.fields_max) return fail(scan_error::too_many_fields);
-        if (p[0] == ' ' || p[0] == '\t') return fail(scan_error::obs_fold);
         const uint64_t line = (uint64_t{1} << n) - 1;  // n <= 62
-        if ((m.ctl & line) != 0) return fail(first_ctl(p, n, true, scan_error::ctl_in_value));
         const uint64_t colons = m.colon & line;
-        if (colons == 0) return fail(scan_error::missing_colon);
-        const auto c = static_cast<unsigned>(__builtin_ctzll(colons));
-        if (c == 0) return fail(scan_error::empty_name);
-        if (!plain_name(p, c) && !all_tchar_walk(p, c)) {
-          if (has_ws(p, c)) return fail(scan_error::space_before_colon);
-          s.name_not_token = true;
-        }
-        if (idx != nullptr) index_field(*idx, s, data, p + c, p + n);
+        const char* colon = colons == 0 ? nullptr : p + __builtin_ctzll(colons);
+        // The name's blocks are ones classify16() read.
+        const auto name_plain = [p](size_t k) noexcept { return plain_name(p, k) || all_tchar_walk(p, k); };
+        const scan_error fe = check_field_line(p, n, (m.ctl & line) != 0, colon, name_plain, s.name_not_token);
+        if (fe != scan_error::none) return fail(fe);
+        if (idx != nullptr) index_field(*idx, s, data, colon, p + n);
         s.line_begin = s.pos = s.line_begin + e + 1;
         continue;
       }
@@ -507,8 +508,9 @@ scan_state scan_head(head_scan_state& s, const char* data, size_t len, const sca
       return scan_state::complete;
     } else {
       if (++s.fields > l.fields_max) return fail(scan_error::too_many_fields);
-      const char* colon = nullptr;
-      const scan_error e = check_field_line(p, n, s.name_not_token, colon);
+      const auto* colon = static_cast<const char*>(std::memchr(p, ':', n));
+      const auto name_plain = [p, n](size_t k) noexcept { return all_tchar(p, k, n); };
+      const scan_error e = check_field_line(p, n, has_ctl(p, n, true), colon, name_plain, s.name_not_token);
       if (e != scan_error::none) return fail(e);
       if (idx != nullptr) index_field(*idx, s, data, colon, p + n);
     }
