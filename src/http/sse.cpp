@@ -121,7 +121,8 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
   if (body_left < len || framing_left < len) return i;
   const __m128i head = _mm_load_si128(reinterpret_cast<const __m128i*>(s.head));
   const __m256i tail = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.tail));
-  const uint32_t head_bits = s.head_bits, tail_bits = s.tail_bits;
+  const __m128i head_mask = _mm_load_si128(reinterpret_cast<const __m128i*>(s.head_mask));
+  const __m256i tail_mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.tail_mask));
   const size_t from = s.head_n, cut = s.scan_cut;
   const size_t first = i;
   uint64_t payload = 0;
@@ -159,9 +160,11 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
     // added to a place.
     if (n < detail::k_skip_pattern_min || n > len - at - 2 || !crlf(data + at + n)) break;
     const char* q = data + at;
-    const auto hm = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), head)));
-    const auto tm = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(load32(q + n - 32), tail)));
-    if (((hm & head_bits) ^ head_bits) | ((tm & tail_bits) ^ tail_bits)) break;
+    // Head and tail: the bytes that differ from the pattern's, under its
+    // mask, are none (one PTEST each).
+    const __m128i hx = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), head);
+    const __m256i tx = _mm256_xor_si256(load32(q + n - 32), tail);
+    if (!_mm_testz_si128(hx, head_mask) || !_mm256_testz_si256(tx, tail_mask)) break;
     // No CR or LF in [from, n - cut): the minimum of its bytes (the last 32
     // read first, overlapping), then one compare.
     const char* a = q + from;
@@ -169,9 +172,10 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
     if (b - a < 32) {
       if (line_end_sse2(a, static_cast<size_t>(b - a))) break;
     } else {
-      // Two minimums, 64 bytes a turn, then the last 32 or fewer.
-      __m256i m = load32(b - 32), m2 = m;
-      for (; b - a > 64; a += 64) {
+      // Two minimums: the last 32 bytes and the first 32, then 64 bytes a
+      // turn, then the last 32 or fewer.
+      __m256i m = load32(b - 32), m2 = load32(a);
+      for (a += 32; b - a > 64; a += 64) {
         m = _mm256_min_epu8(m, load32(a));
         m2 = _mm256_min_epu8(m2, load32(a + 32));
       }
@@ -224,6 +228,8 @@ bool detail::make_skip_pattern(std::string_view head, std::string_view tail, ski
   std::memcpy(out.tail + sizeof out.tail - tail.size(), tail.data(), tail.size());
   out.head_bits = head.empty() ? 0 : static_cast<uint32_t>((uint64_t{1} << head.size()) - 1);
   out.tail_bits = static_cast<uint32_t>(~((uint64_t{1} << (sizeof out.tail - tail.size())) - 1));
+  std::memset(out.head_mask, 0xff, head.size());
+  std::memset(out.tail_mask + sizeof out.tail - tail.size(), 0xff, tail.size());
   out.head_n = static_cast<uint8_t>(head.size());
   out.tail_n = static_cast<uint8_t>(tail.size());
   // The tail matched, its bytes before the last two need no scan when they
