@@ -162,8 +162,9 @@ size_t json_escape(char* out, size_t cap, std::string_view s, size_t& consumed) 
       }
       run += 16;
     }
-    // Under sixteen left of a run of at least sixteen: the last sixteen
-    // bytes before `stop`, the ones already passed masked off.
+    // Under sixteen left, where `stop` (an index into s) is at least 16:
+    // the sixteen bytes before `stop` as one vector, all inside s; those
+    // before `run` (passed, or before i) shifted off.
     if (stop - run < 16 && run < stop && stop >= 16) {
       const unsigned m = not_plain16(u + stop - 16) >> (run - (stop - 16));
       run = m == 0 ? stop : run + static_cast<size_t>(__builtin_ctz(m));

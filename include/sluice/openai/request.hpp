@@ -142,6 +142,10 @@ class request_reader {
   bool read(endpoint ep, const char* body, size_t len, int64_t max_tokens_cap,
             request_fields& out, request_error& err) noexcept;
 
+  // The keys on the duplicate check's stack: none between reads, whatever
+  // the last one found (for the tests).
+  size_t keys_held() const noexcept { return _keys.size(); }
+
  private:
   bool validate(const simdjson::dom::element& e, uint32_t depth, request_error& err) noexcept;
   bool fail_fmt(request_error& err, std::string_view param, const char* what,
@@ -151,8 +155,9 @@ class request_reader {
   simdjson::dom::parser _parser;
   request_text _text;
   simdjson::dom::document _doc;    // the tape and strings the views point into
-  // Object keys of the object being checked for duplicates; grows to the
-  // largest object seen and stays (no allocation once warm).
+  // The keys of the objects on the path being checked for duplicates, a
+  // stack; grows to the most keys one path has held and stays (no
+  // allocation once warm).
   std::vector<std::string_view> _keys;
   char _scratch[512];
 };

@@ -3,7 +3,9 @@
 // output that is valid UTF-8 with no raw control byte, sized as predicted.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,17 @@ std::string escaped(std::string_view s) {
 }
 
 constexpr std::string_view fffd = "\xEF\xBF\xBD";
+
+// A fixed-seed xorshift64: the same draws on every run.
+struct xorshift {
+  uint64_t state;
+  uint64_t operator()() noexcept {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+};
 
 }  // namespace
 
@@ -84,13 +97,7 @@ TEST_SUITE("core::json_string") {
   }
 
   TEST_CASE("any bytes: valid UTF-8 out, no raw control byte, at most 6 bytes a byte, sized as predicted") {
-    uint64_t state = 0x9E3779B97F4A7C15ull;
-    auto next = [&] {
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      return state;
-    };
+    xorshift next{0x9E3779B97F4A7C15ull};
     for (int round = 0; round < 20000; ++round) {
       std::string s(next() % 24, '\0');
       for (char& c : s) {
@@ -114,6 +121,61 @@ TEST_SUITE("core::json_string") {
         }
         REQUIRE(u[i] != '"');
         i += static_cast<size_t>(k);
+      }
+    }
+  }
+
+  TEST_CASE("any room: the output and `consumed` are a plain piece-by-piece reading's, special bytes near the room's end") {
+    // The model: each character in turn -- a plain byte as itself, another
+    // ASCII byte as its escape, a UTF-8 sequence as its bytes, an
+    // ill-formed subpart as U+FFFD -- while the whole piece fits.
+    const auto model = [](std::string_view s, size_t cap, size_t& consumed) {
+      std::string out;
+      size_t i = 0;
+      while (i < s.size()) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        std::string piece;
+        size_t took = 1;
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+          piece = std::string(1, static_cast<char>(c));
+        } else if (c < 0x80) {
+          piece = escaped(std::string_view(s.data() + i, 1));
+        } else {
+          const int k = sluice::utf8_sequence(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i);
+          piece = k > 0 ? std::string(s.substr(i, static_cast<size_t>(k))) : std::string(fffd);
+          took = static_cast<size_t>(k > 0 ? k : -k);
+        }
+        if (out.size() + piece.size() > cap) break;
+        out += piece;
+        i += took;
+      }
+      consumed = i;
+      return out;
+    };
+    xorshift next{0x243F6A8885A308D3ull};
+    static constexpr unsigned char specials[] = {0x00, 0x01, 0x1f, '"', '\\', '\n', 0x7f, 0x80, 0xc3, 0xa9, 0xe2, 0xff};
+    for (int round = 0; round < 6000; ++round) {
+      std::string s(next() % 61, '\0');
+      for (size_t k = 0; k < s.size(); ++k) s[k] = static_cast<char>(' ' + next() % 95);
+      // None, one or two special bytes, often in the last sixteen.
+      for (uint64_t k = next() % 3; k > 0 && !s.empty(); --k) {
+        const size_t at = next() % 2 == 0 && s.size() > 16 ? s.size() - 1 - next() % 16 : next() % s.size();
+        s[at] = static_cast<char>(specials[next() % sizeof specials]);
+      }
+      const size_t full = sluice::json_escaped_size(s);
+      for (size_t cap = 0; cap <= full + 1; ++cap) {
+        // From a heap block of exactly the string's bytes, into one of
+        // exactly `cap`: a read or write past either fails under ASan.
+        const std::unique_ptr<char[]> in(new char[s.empty() ? 1 : s.size()]);
+        std::copy_n(s.data(), s.size(), in.get());
+        const std::unique_ptr<char[]> out(new char[cap == 0 ? 1 : cap]);
+        size_t consumed = 0, want_consumed = 0;
+        const size_t n = sluice::json_escape(out.get(), cap, std::string_view(in.get(), s.size()), consumed);
+        const std::string want = model(s, cap, want_consumed);
+        CAPTURE(s);
+        CAPTURE(cap);
+        REQUIRE(std::string(out.get(), n) == want);
+        REQUIRE(consumed == want_consumed);
       }
     }
   }

@@ -335,7 +335,10 @@ TEST_SUITE("http::sse_scanner between_events") {
       REQUIRE(d::make_skip_pattern(pr.head, pr.tail, pat));
       for (size_t n = d::k_skip_pattern_min; n <= 300; n += (n < 80 ? 1 : 37)) {
         std::string base(pr.head);
-        while (base.size() + pr.tail.size() < n) base.push_back("{\"content\":\" tok\u00e9x\"},"[base.size() % 26]);
+        // (The filler's own length: an index past it read whatever the
+        // binary held after the literal.)
+        constexpr std::string_view filler = "{\"content\":\" tok\u00e9x\"},";
+        while (base.size() + pr.tail.size() < n) base.push_back(filler[base.size() % filler.size()]);
         base += pr.tail;
         REQUIRE(base.size() == n);
         const std::unique_ptr<char[]> b(new char[n]);
@@ -431,6 +434,58 @@ TEST_SUITE("http::sse_scanner between_events") {
       chunks = 0;
       CAPTURE(bad);
       CHECK(run(pat, b2.data(), b2.size(), 0, bl, fl, chunks) == plain.size());
+      CHECK(chunks == 1);
+    }
+  }
+
+  TEST_CASE("the skip's run reads nothing past `len` however a read ends, and takes no chunk under k_skip_pattern_min bytes") {
+    namespace d = sluice::http::detail;
+    const d::skip_run_fn run = d::skip_run_impl();
+    if (run == nullptr) return;  // no AVX2: the walk tests chunk by chunk (response_test)
+    const std::string head = "data: {", tail = "\"finish_reason\":null}]}\n\n";
+    d::skip_pattern pat;
+    REQUIRE(d::make_skip_pattern(head, tail, pat));
+    const auto chunk = [](const std::string& p) {
+      char hex[20];
+      const int n = std::snprintf(hex, sizeof hex, "%zx", p.size());
+      return std::string(hex, static_cast<size_t>(n)) + "\r\n" + p + "\r\n";
+    };
+    // Runs the skip over bytes[0, len) copied into a heap block of exactly
+    // len bytes: a read past it fails under ASan.
+    const auto take = [&](const std::string& bytes, size_t len, uint32_t& chunks) {
+      const std::unique_ptr<char[]> b(new char[len == 0 ? 1 : len]);
+      std::copy_n(bytes.data(), len, b.get());
+      uint64_t bl = UINT64_MAX, fl = UINT64_MAX;
+      chunks = 0;
+      return run(pat, b.get(), len, 0, bl, fl, chunks);
+    };
+    // Payloads of 48 bytes (size line "30"), 49 and 200: cut at every byte
+    // of the third chunk and just past it.
+    for (const size_t n : {size_t{48}, size_t{49}, size_t{200}}) {
+      const std::string payload = head + std::string(n - head.size() - tail.size(), 'x') + tail;
+      const std::string one = chunk(payload);
+      const std::string body = one + one + one;
+      for (size_t cut = 2 * one.size(); cut <= body.size(); ++cut) {
+        uint32_t chunks = 0;
+        CAPTURE(n);
+        CAPTURE(cut);
+        const size_t want = cut == body.size() ? body.size() : 2 * one.size();
+        CHECK(take(body, cut, chunks) == want);
+        CHECK(chunks == want / one.size());
+      }
+    }
+    // Chunks of 1-47 bytes, those from 32 on with the pattern's head and
+    // tail: never taken by the run (the walk's chunk test has them), and
+    // the run stops before each.
+    const std::string big = chunk(head + std::string(150, 'x') + tail);
+    static_assert(d::k_skip_pattern_min == 48, "the sizes below are drawn for the run's minimum of 48");
+    for (size_t n = 1; n < 48; ++n) {
+      const std::string payload =
+          n >= head.size() + tail.size() ? head + std::string(n - head.size() - tail.size(), 'x') + tail : std::string(n, 'x');
+      const std::string body = big + chunk(payload) + big;
+      uint32_t chunks = 0;
+      CAPTURE(n);
+      CHECK(take(body, body.size(), chunks) == big.size());
       CHECK(chunks == 1);
     }
   }

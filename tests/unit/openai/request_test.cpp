@@ -162,6 +162,8 @@ TEST_SUITE("openai::request_reader") {
          "Duplicate key 'p'", ""},
         {"duplicate key in a large object", endpoint::chat_completions,
          large_object_with_duplicate(), "Duplicate key 'k17'", ""},
+        {"a child's duplicate reported before its parent's", endpoint::chat_completions,
+         chat(R"("a":1,"a":{"b":1,"b":2})"), "Duplicate key 'b'", ""},
         {"duplicate key on either side of child objects", endpoint::chat_completions,
          chat(R"("meta":{"a":{"b":1,"c":{"a":2}},"c":[{"a":1},{"b":[{"c":3}]}],"a":2})"),
          "Duplicate key 'a'", ""},
@@ -554,10 +556,15 @@ TEST_SUITE("openai::request_reader") {
       large += R"("z":0})";
       o = read_body(reader, endpoint::chat_completions, chat(large));
       CHECK_MESSAGE(o.ok, o.message);
-      // After a refusal deep in a child, the next body starts from no keys.
+      CHECK(reader.keys_held() == 0);
+      // A refusal deep in a child leaves no keys behind.
       CHECK_FALSE(read_body(reader, endpoint::chat_completions, chat(R"("meta":{"x":{"y":{"z":1,"z":2}}})")).ok);
+      CHECK(reader.keys_held() == 0);
+      CHECK_FALSE(read_body(reader, endpoint::chat_completions, chat(R"("meta":{"p":1,"q":[{"r":1},{"s":1,"s":2}],"t":2})")).ok);
+      CHECK(reader.keys_held() == 0);
       o = read_body(reader, endpoint::chat_completions, chat(R"("meta":{"x":1,"y":{"z":1}})"));
       CHECK_MESSAGE(o.ok, o.message);
+      CHECK(reader.keys_held() == 0);
     }
     SUBCASE("keys that differ only after a NUL") {
       outcome o = read_body(reader, endpoint::chat_completions, chat(R"("x":{"a":1,"a\u0000":2})"));
