@@ -226,8 +226,6 @@ bool detail::make_skip_pattern(std::string_view head, std::string_view tail, ski
   out = skip_pattern{};
   std::memcpy(out.head, head.data(), head.size());
   std::memcpy(out.tail + sizeof out.tail - tail.size(), tail.data(), tail.size());
-  out.head_bits = head.empty() ? 0 : static_cast<uint32_t>((uint64_t{1} << head.size()) - 1);
-  out.tail_bits = static_cast<uint32_t>(~((uint64_t{1} << (sizeof out.tail - tail.size())) - 1));
   std::memset(out.head_mask, 0xff, head.size());
   std::memset(out.tail_mask + sizeof out.tail - tail.size(), 0xff, tail.size());
   out.head_n = static_cast<uint8_t>(head.size());
@@ -242,12 +240,15 @@ bool detail::make_skip_pattern(std::string_view head, std::string_view tail, ski
 bool detail::skip_sse2(const skip_pattern& s, const char* p, size_t n) noexcept {
 #if defined(__SSE2__)
   const auto load = [](const char* q) noexcept { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); };
-  const auto eq = [&](const char* q, const char* pat) noexcept {
-    return static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(load(q), _mm_load_si128(reinterpret_cast<const __m128i*>(pat)))));
+  // A byte of the pattern's mask that differs: 0xff in andnot(equal, mask).
+  const auto differs = [&](const char* q, const char* pat, const unsigned char* mask) noexcept {
+    const __m128i m = _mm_load_si128(reinterpret_cast<const __m128i*>(mask));
+    return _mm_movemask_epi8(_mm_andnot_si128(_mm_cmpeq_epi8(load(q), _mm_load_si128(reinterpret_cast<const __m128i*>(pat))), m));
   };
-  const uint32_t hm = eq(p, s.head);
-  const uint32_t tm = eq(p + n - 32, s.tail) | eq(p + n - 16, s.tail + 16) << 16;
-  if ((hm & s.head_bits) != s.head_bits || (tm & s.tail_bits) != s.tail_bits) return false;
+  if ((differs(p, s.head, s.head_mask) | differs(p + n - 32, s.tail, s.tail_mask) |
+       differs(p + n - 16, s.tail + 16, s.tail_mask + 16)) != 0) {
+    return false;
+  }
   const size_t from = s.head_n, to = n - s.scan_cut;
   return !sluice::http::line_end_sse2(p + from, to - from);
 #else

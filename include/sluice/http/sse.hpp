@@ -34,8 +34,6 @@ struct skip_pattern {
   alignas(32) char tail[32] = {};  // the tail, right-aligned
   alignas(16) unsigned char head_mask[16] = {};  // 0xff at the bytes of head[] compared
   alignas(32) unsigned char tail_mask[32] = {};  // of tail[]
-  uint32_t head_bits = 0;          // the same as a movemask
-  uint32_t tail_bits = 0;
   uint8_t head_n = 0, tail_n = 0;
   uint8_t scan_cut = 2;            // payload bytes at the end the CR/LF pass skips (the tail's, when
                                    // only its last two are line ends)
