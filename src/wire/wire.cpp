@@ -3,6 +3,7 @@
 
 #include "sluice/openai/error.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -77,19 +78,26 @@ bool find_usage_chunk(const char* p, size_t n, size_t from, size_t& begin, size_
     const char* hit = find_bytes(p + at, n - at, k_usage);
     return hit == nullptr ? std::string_view::npos : static_cast<size_t>(hit - p);
   };
+  // rfind_bytes and find_bytes, not string_view's rfind and find: those
+  // compare at every place (a call each) or call memchr per '"'.
+  constexpr std::string_view k_data = "data:";
   for (size_t u = next(from); u != std::string_view::npos; u = next(u + 1)) {
-    const size_t ev = all.rfind("data:", u);
-    if (ev == std::string_view::npos || ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
+    const char* ev_at = rfind_bytes(p, std::min(u + k_data.size(), n), k_data);  // the last one starting at or before u
+    if (ev_at == nullptr) continue;
+    const auto ev = static_cast<size_t>(ev_at - p);
+    if (ev < 2 || all[ev - 1] != '\n' || all[ev - 2] != '\r') continue;
     size_t h = ev - 2;  // the size line ends here: at most 16 digits before it
     while (h > 0 && ev - 2 - h < 17 && std::isxdigit(static_cast<unsigned char>(all[h - 1])) != 0) --h;
     if (h == ev - 2 || (h != 0 && all[h - 1] != '\n')) continue;
-    const size_t ev_end = all.find("\n\n", u);
-    if (ev_end == std::string_view::npos || ev_end + 4 > n || all.substr(ev_end + 2, 2) != "\r\n") continue;
+    const char* ev_end_at = find_bytes(p + u, n - u, "\n\n");
+    if (ev_end_at == nullptr) continue;
+    const auto ev_end = static_cast<size_t>(ev_end_at - p);
+    if (ev_end + 4 > n || all.substr(ev_end + 2, 2) != "\r\n") continue;
     const size_t payload = ev_end + 2 - ev;
     size_t line = h;
     uint64_t size = 0;
     if (!http::read_chunk_size_line(p, n, line, size) || line != ev || size != payload) continue;
-    if (all.substr(ev, ev_end - ev).find("\"choices\":[]") == std::string_view::npos) continue;
+    if (find_bytes(p + ev, ev_end - ev, "\"choices\":[]") == nullptr) continue;
     begin = h;
     end = ev_end + 4;
     return true;

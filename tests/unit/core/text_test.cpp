@@ -80,11 +80,11 @@ TEST_SUITE("core::text_writer") {
     CHECK_FALSE(sluice::iequals("x-request-id", "x\rrequest-id"));  // CR is not '-' in another case
   }
 
-  TEST_CASE("find_bytes: memmem's answer for needles of 1-24 bytes in haystacks of 0-100, found or not") {
+  TEST_CASE("find_bytes and rfind_bytes: memmem's and string_view::rfind's answers for needles of 1-24 bytes in haystacks of 0-100, found or not") {
     std::mt19937 rng(7);
     const auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
     constexpr std::string_view bytes = "ab\"f_:";
-    size_t found = 0;
+    size_t found = 0, found_twice = 0;
     for (int round = 0; round < 200000; ++round) {
       std::string h(pick(101), ' ');
       for (char& c : h) c = bytes[pick(pick(2) == 0 ? 2 : bytes.size())];
@@ -102,15 +102,21 @@ TEST_SUITE("core::text_writer") {
       std::memcpy(buf.get(), h.data(), h.size());
       const void* want = ::memmem(buf.get(), h.size(), needle.data(), needle.size());
       const char* got = sluice::find_bytes(buf.get(), h.size(), needle);
-      if (got != want) {
+      const size_t last = h.rfind(needle);
+      const char* want_last = last == std::string::npos ? nullptr : buf.get() + last;
+      const char* got_last = sluice::rfind_bytes(buf.get(), h.size(), needle);
+      if (got != want || got_last != want_last) {
         CAPTURE(h);
         CAPTURE(needle);
         REQUIRE(got == want);
+        REQUIRE(got_last == want_last);
       }
       found += want != nullptr;
+      found_twice += want != nullptr && last != static_cast<size_t>(static_cast<const char*>(want) - buf.get());
     }
     CHECK(found > 50000);
     CHECK(found < 150000);
+    CHECK(found_twice > 20000);  // the last place is not the first: rfind's own answer is asked
   }
 
   TEST_CASE("hex digits: the one table, both cases, every other byte refused") {
