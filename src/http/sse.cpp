@@ -74,6 +74,9 @@ bool line_end_sse2(const char* p, size_t n) noexcept {
 __attribute__((target("avx2"), always_inline)) inline __m256i load32(const char* p) noexcept {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
+__attribute__((target("avx2"), always_inline)) inline __m256i min32(__m256i x, __m256i y) noexcept {
+  return _mm256_min_epu8(x, y);
+}
 // Whether the minimum m holds a byte below 14 (a CR or an LF among them).
 __attribute__((target("avx2"), always_inline)) inline bool any_low(__m256i m) noexcept {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(m, _mm256_set1_epi8(13)), m)) != 0;
@@ -165,23 +168,36 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
     const __m128i hx = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), head);
     const __m256i tx = _mm256_xor_si256(load32(q + n - 32), tail);
     if (!_mm_testz_si128(hx, head_mask) || !_mm256_testz_si256(tx, tail_mask)) break;
-    // No CR or LF in [from, n - cut): the minimum of its bytes (the last 32
-    // read first, overlapping), then one compare.
+    // No CR or LF in [from, n - cut): the minimum of its bytes, then one
+    // compare. Up to 256 bytes (an event's usual size) without a loop: the
+    // first and the last 32, 64 or 128 bytes, overlapping where they meet.
     const char* a = q + from;
     const char* const b = q + n - cut;
-    if (b - a < 32) {
-      if (line_end_sse2(a, static_cast<size_t>(b - a))) break;
+    const auto span = static_cast<size_t>(b - a);
+    if (span < 32) {
+      if (line_end_sse2(a, span)) break;
     } else {
-      // Two minimums: the last 32 bytes and the first 32, then 64 bytes a
-      // turn, then the last 32 or fewer.
-      __m256i m = load32(b - 32), m2 = load32(a);
-      for (a += 32; b - a > 64; a += 64) {
-        m = _mm256_min_epu8(m, load32(a));
-        m2 = _mm256_min_epu8(m2, load32(a + 32));
+      __m256i m;
+      if (span <= 64) {
+        m = min32(load32(a), load32(b - 32));
+      } else if (span <= 128) {
+        m = min32(min32(load32(a), load32(a + 32)), min32(load32(b - 64), load32(b - 32)));
+      } else if (span <= 256) {
+        m = min32(min32(min32(load32(a), load32(a + 32)), min32(load32(a + 64), load32(a + 96))),
+                min32(min32(load32(b - 128), load32(b - 96)), min32(load32(b - 64), load32(b - 32))));
+      } else {
+        // Two minimums: the last 32 bytes and the first 32, then 64 bytes
+        // a turn, then the last 32 or fewer.
+        __m256i m2 = load32(a);
+        m = load32(b - 32);
+        for (a += 32; b - a > 64; a += 64) {
+          m = min32(m, load32(a));
+          m2 = min32(m2, load32(a + 32));
+        }
+        if (b - a > 32) m = min32(m, load32(a));
+        m = min32(m, m2);
       }
-      if (b - a > 32) m = _mm256_min_epu8(m, load32(a));
-      m = _mm256_min_epu8(m, m2);
-      if (any_low(m) && flagged_span_has_line_end(q + from, static_cast<size_t>(b - q) - from)) break;
+      if (any_low(m) && flagged_span_has_line_end(q + from, span)) break;
     }
     payload += n;
     i = at + n + 2;

@@ -333,7 +333,15 @@ TEST_SUITE("http::sse_scanner between_events") {
     for (const pair& pr : pairs) {
       d::skip_pattern pat;
       REQUIRE(d::make_skip_pattern(pr.head, pr.tail, pat));
-      for (size_t n = d::k_skip_pattern_min; n <= 300; n += (n < 80 ? 1 : 37)) {
+      // Sizes: every one to 80, then every 37th, and where the bytes the
+      // minimum covers (n less the head and the tail's cut) are one side
+      // or the other of a way of reading them (32, 64, 128, 256 bytes).
+      std::vector<size_t> sizes;
+      for (size_t n = d::k_skip_pattern_min; n <= 300; n += (n < 80 ? 1 : 37)) sizes.push_back(n);
+      for (const size_t edge : {64u, 128u, 256u}) {
+        for (size_t span = edge - 1; span <= edge + 1; ++span) sizes.push_back(span + pat.head_n + pat.scan_cut);
+      }
+      for (const size_t n : sizes) {
         std::string base(pr.head);
         // (The filler's own length: an index past it read whatever the
         // binary held after the literal.)
@@ -361,7 +369,7 @@ TEST_SUITE("http::sse_scanner between_events") {
         CHECK(d::skip_sse2(pat, b.get(), n) == whole);
       }
     }
-    CHECK(checked > 70000);  // 73,608 payloads and changes
+    CHECK(checked > 110000);  // 110,292 payloads and changes
     CHECK(passed > 1000);  // both answers were seen
   }
 
