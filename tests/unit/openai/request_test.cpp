@@ -2,6 +2,7 @@
 // the 400 (message and param) out. A new edge case is a new row.
 #include <doctest/doctest.h>
 
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -317,6 +318,65 @@ TEST_SUITE("openai::request_reader") {
     CHECK(o.fields.model == "outer");
     CHECK(token_text(body, o.fields.model_token_begin, o.fields.model_token_end) == "\"outer\"");
     CHECK(o.fields.has_tools);
+  }
+
+  TEST_CASE("the span scanner skips any nested value before the model: quotes, escapes and brackets in strings, at every offset") {
+    // Top-level members of random nested values (strings holding brackets,
+    // escaped quotes and backslash runs, at lengths around sixteen) before
+    // "model": its span must be exactly its token, however the walk's
+    // sixteen-byte steps fall.
+    std::mt19937 rng(43);
+    const auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
+    const auto string_of = [&](std::string& out) {
+      constexpr std::string_view pieces[] = {"a", "{", "}", "[", "]", "\\\"", "\\\\", "\\\\\\\"", ",", ":", " ", "model", "\\u0022"};
+      out += '"';
+      for (size_t n = pick(40); n > 0; --n) out += pieces[pick(std::size(pieces))];
+      out += '"';
+    };
+    const auto value_of = [&](auto& self, std::string& out, int depth) -> void {
+      const size_t kind = depth > 4 ? pick(3) : pick(5);
+      if (kind == 0) {
+        string_of(out);
+      } else if (kind == 1) {
+        out += std::to_string(pick(100000));
+      } else if (kind == 2) {
+        out += pick(2) == 0 ? "true" : "null";
+      } else if (kind == 3) {
+        out += '[';
+        for (size_t n = pick(4); n > 0; --n) {
+          self(self, out, depth + 1);
+          if (n > 1) out += pick(2) == 0 ? "," : " , ";
+        }
+        out += ']';
+      } else {
+        out += '{';
+        for (size_t n = pick(4), k = 0; n > 0; --n, ++k) {
+          out += "\"k" + std::to_string(k) + "\":";
+          self(self, out, depth + 1);
+          if (n > 1) out += ',';
+        }
+        out += '}';
+      }
+    };
+    request_reader reader(max_body_bytes);
+    size_t nested = 0;
+    for (int round = 0; round < 3000; ++round) {
+      std::string body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+      for (size_t n = pick(3), k = 0; n > 0; --n, ++k) {
+        body += ",\"x" + std::to_string(k) + "\":";
+        const size_t before = body.size();
+        value_of(value_of, body, 1);
+        nested += body[before] == '{' || body[before] == '[';
+      }
+      const std::string model = "m-" + std::to_string(round);
+      body += std::string(pick(3), ' ') + ",\"model\":\"" + model + "\"}";
+      CAPTURE(body);
+      outcome o = read_body(reader, endpoint::chat_completions, body);
+      REQUIRE_MESSAGE(o.ok, o.message);
+      CHECK(o.fields.model == model);
+      REQUIRE(token_text(body, o.fields.model_token_begin, o.fields.model_token_end) == "\"" + model + "\"");
+    }
+    CHECK(nested > 800);  // rounds with an object or array before the model
   }
 
   TEST_CASE("a model key spelled with escapes is found by the span scanner") {
