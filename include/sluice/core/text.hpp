@@ -67,6 +67,29 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept {
   return true;
 }
 
+#if defined(__SSE2__)
+namespace detail {
+// find_bytes's and rfind_bytes's test of sixteen places at once: two of
+// the needle's bytes (its second and its next to last, from four bytes
+// on; its first and last below that) where they must be. k >= 2.
+struct needle_probe {
+  size_t p1, p2;
+  __m128i b1, b2;
+  explicit needle_probe(std::string_view needle) noexcept
+      : p1(needle.size() >= 4 ? 1 : 0),
+        p2(needle.size() >= 4 ? needle.size() - 2 : needle.size() - 1),
+        b1(_mm_set1_epi8(needle[p1])),
+        b2(_mm_set1_epi8(needle[p2])) {}
+  // Bit j: place at + j may hold the needle. Reads [at + p1, at + p2 + 16).
+  unsigned places(const char* at) const noexcept {
+    const __m128i at1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + p1));
+    const __m128i at2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + p2));
+    return static_cast<unsigned>(_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(at1, b1), _mm_cmpeq_epi8(at2, b2))));
+  }
+};
+}  // namespace detail
+#endif
+
 // The first place of `needle` in [h, h + n), or null: memmem's answer.
 // Sixteen places a turn where two of the needle's bytes (its second and its
 // next to last, from four bytes on) are where they must be, and a compare
@@ -79,13 +102,9 @@ inline const char* find_bytes(const char* h, size_t n, std::string_view needle) 
   size_t i = 0;
 #if defined(__SSE2__)
   if (k >= 2) {
-    const size_t p1 = k >= 4 ? 1 : 0, p2 = k >= 4 ? k - 2 : k - 1;
-    const __m128i b1 = _mm_set1_epi8(needle[p1]), b2 = _mm_set1_epi8(needle[p2]);
-    for (; i + p2 + 16 <= n; i += 16) {
-      const __m128i at1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + p1));
-      const __m128i at2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + p2));
-      auto m = static_cast<unsigned>(_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(at1, b1), _mm_cmpeq_epi8(at2, b2))));
-      for (; m != 0; m &= m - 1) {
+    const detail::needle_probe probe(needle);
+    for (; i + probe.p2 + 16 <= n; i += 16) {
+      for (unsigned m = probe.places(h + i); m != 0; m &= m - 1) {
         const size_t at = i + static_cast<size_t>(__builtin_ctz(m));
         if (at + k <= n && std::memcmp(h + at, needle.data(), k) == 0) return h + at;
       }
@@ -108,14 +127,11 @@ inline const char* rfind_bytes(const char* h, size_t n, std::string_view needle)
   size_t end = n - k + 1;  // the places left: [0, end)
 #if defined(__SSE2__)
   if (k >= 2) {
-    const size_t p1 = k >= 4 ? 1 : 0, p2 = k >= 4 ? k - 2 : k - 1;
-    const __m128i b1 = _mm_set1_epi8(needle[p1]), b2 = _mm_set1_epi8(needle[p2]);
+    const detail::needle_probe probe(needle);
     // Places [end - 16, end): the loads end at end - 1 + p2 < n.
     for (; end >= 16; end -= 16) {
       const size_t i = end - 16;
-      const __m128i at1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + p1));
-      const __m128i at2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + p2));
-      auto m = static_cast<unsigned>(_mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(at1, b1), _mm_cmpeq_epi8(at2, b2))));
+      unsigned m = probe.places(h + i);
       while (m != 0) {
         const auto bit = static_cast<unsigned>(31 - __builtin_clz(m));
         if (std::memcmp(h + i + bit, needle.data(), k) == 0) return h + i + bit;
