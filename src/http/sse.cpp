@@ -174,7 +174,12 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
     const char* a = q + from;
     const char* const b = q + n - cut;
     const auto span = static_cast<size_t>(b - a);
-    if (span < 32) {
+    // The class of a content event (129-256: one compare) first.
+    if (span - 129 < 128) {
+      const __m256i m = min32(min32(min32(load32(a), load32(a + 32)), min32(load32(a + 64), load32(a + 96))),
+                              min32(min32(load32(b - 128), load32(b - 96)), min32(load32(b - 64), load32(b - 32))));
+      if (any_low(m) && flagged_span_has_line_end(q + from, span)) break;
+    } else if (span < 32) {
       if (line_end_sse2(a, span)) break;
     } else {
       __m256i m;
@@ -182,9 +187,6 @@ __attribute__((target("avx2"))) size_t skip_run_avx2(const detail::skip_pattern&
         m = min32(load32(a), load32(b - 32));
       } else if (span <= 128) {
         m = min32(min32(load32(a), load32(a + 32)), min32(load32(b - 64), load32(b - 32)));
-      } else if (span <= 256) {
-        m = min32(min32(min32(load32(a), load32(a + 32)), min32(load32(a + 64), load32(a + 96))),
-                min32(min32(load32(b - 128), load32(b - 96)), min32(load32(b - 64), load32(b - 32))));
       } else {
         // Two minimums: the last 32 bytes and the first 32, then 64 bytes
         // a turn, then the last 32 or fewer.
