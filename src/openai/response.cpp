@@ -1,15 +1,17 @@
 // openai: the cheap scans of backend responses that billing and framing need
 // (usage, finish_reason, content, [DONE]).
 //
-// Stream events use simdjson's DOM parser: it lives in the shared library,
-// which picks the CPU's fastest kernel at run time, while On-Demand is
-// header-only and compiled for the build's -march (the scalar fallback
-// without one), and on a vLLM chunk the DOM's parse and walk measured
-// cheaper than On-Demand, with or without -march=native (bench/RESULTS.md,
-// "Figures behind choices in the code"). The DOM also validates
-// the whole event, so `malformed` is exact. A non-stream body may be large
-// (embeddings: megabytes of floats); there On-Demand wins because it skips
-// "data" without converting a single number, so scan_response_usage uses it.
+// Stream events are read by a walk over the JSON vLLM writes where it can
+// vouch for its answer (event_walk below), and otherwise by simdjson's DOM
+// parser: the DOM lives in the shared library, which picks the CPU's
+// fastest kernel at run time, while On-Demand is header-only and compiled
+// for the build's -march (the scalar fallback without one), and on a vLLM
+// chunk the DOM's parse and walk measured cheaper than On-Demand, with or
+// without -march=native (bench/RESULTS.md, "Figures behind choices in the
+// code"). The DOM also validates the whole event, so `malformed` is exact.
+// A non-stream body may be large (embeddings: megabytes of floats); there
+// On-Demand wins because it skips "data" without converting a single
+// number, so scan_response_usage uses it.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -131,9 +133,242 @@ void read_usage(simdjson::dom::object u, int64_t& prompt_tokens,
   }
 }
 
+// One pass over an event in the JSON vLLM writes, reading the facts the
+// parse below reads, in its order: printable ASCII strings without
+// escapes, integers of at most 18 digits, true, false and null, objects
+// and arrays under k_depth_max deep, whitespace where JSON allows it.
+// Anything else -- an escape, a byte past 0x7F or below 0x20 in a string,
+// a fraction, an exponent, -0 or a longer integer, any syntax error -- it
+// does not vouch for, and the event is parsed instead: every answer is the
+// parse's. A parse costs ~2,400 instructions on a vLLM finish or usage
+// event (most of it the parser's fixed cost), this walk a fraction of that.
+class event_walk {
+ public:
+  explicit event_walk(std::string_view payload) noexcept
+      : _p(payload.data()), _end(payload.data() + payload.size()), _payload(payload) {}
+
+  // Returns: false where it does not vouch (`info` is then partial).
+  bool run(stream_event_info& info) noexcept {
+    ws();
+    if (!at('{')) return false;
+    bool empty_choices = false;
+    const bool ok = object(1, [&](std::string_view key) {
+      if (key == "choices") {
+        if (!at('[')) return value(1);
+        size_t n = 0;
+        const bool r = array(2, [&] {
+          ++n;
+          return at('{') ? choice(3, info) : value(2);
+        });
+        empty_choices = n == 0;
+        return r;
+      }
+      if (key == "usage") {
+        if (!at('{')) return value(1);  // "usage": null on plain chunks
+        info.has_usage = true;
+        return object(2, [&](std::string_view name) {
+          int64_t n = 0;
+          if (!at_integer()) return value(2);
+          if (!integer(n)) return false;
+          if (name == "prompt_tokens") {
+            info.prompt_tokens = n;
+          } else if (name == "completion_tokens") {
+            info.completion_tokens = n;
+          }
+          return true;
+        });
+      }
+      if (key == "error") {
+        info.error = true;
+        return value(1);
+      }
+      if (key == "object" && at('"')) {
+        // Some vLLM versions send the ErrorResponse itself: {"object":"error",...}.
+        std::string_view v;
+        if (!string(v)) return false;
+        if (v == "error") info.error = true;
+        return true;
+      }
+      return value(1);
+    });
+    if (!ok) return false;
+    ws();
+    if (_p != _end) return false;
+    info.usage_only = empty_choices && info.has_usage;
+    return true;
+  }
+
+ private:
+  static constexpr unsigned k_depth_max = 64;
+
+  bool at(char c) const noexcept { return _p < _end && *_p == c; }
+  bool at_integer() const noexcept { return _p < _end && (*_p == '-' || (*_p >= '0' && *_p <= '9')); }
+  void ws() noexcept {
+    while (_p < _end && (*_p == ' ' || *_p == '\t' || *_p == '\n' || *_p == '\r')) ++_p;
+  }
+
+  // At '"': the string's bytes, _p past its closing quote.
+  bool string(std::string_view& out) noexcept {
+    const char* const b = ++_p;
+#if defined(__SSE2__)
+    // Sixteen bytes a turn to the first that is '"', '\\', below 0x20 or
+    // past 0x7F (signed, below 0x20).
+    while (_end - _p >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(_p));
+      const int m = _mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                                                   _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                                _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')))));
+      if (m != 0) {
+        _p += __builtin_ctz(static_cast<unsigned>(m));
+        break;
+      }
+      _p += 16;
+    }
+#endif
+    while (_p < _end) {
+      const auto c = static_cast<unsigned char>(*_p);
+      if (c == '"' || c == '\\' || c < 0x20 || c > 0x7f) break;
+      ++_p;
+    }
+    if (!at('"')) return false;  // an escape, a byte to validate, or the end
+    out = std::string_view(b, static_cast<size_t>(_p - b));
+    ++_p;
+    return true;
+  }
+
+  // At '-' or a digit: -?(0|[1-9][0-9]{0,17}), and no fraction or exponent.
+  bool integer(int64_t& out) noexcept {
+    const bool negative = *_p == '-';
+    if (negative) ++_p;
+    const char* const b = _p;
+    int64_t v = 0;
+    while (_p < _end && *_p >= '0' && *_p <= '9' && _p - b < 18) v = v * 10 + (*_p++ - '0');
+    const auto digits = _p - b;
+    if (digits == 0 || (digits > 1 && *b == '0') || (negative && v == 0)) return false;
+    // A 19th digit, a fraction or an exponent: the parse's to read.
+    if (_p < _end && (*_p == '.' || *_p == 'e' || *_p == 'E' || (*_p >= '0' && *_p <= '9'))) return false;
+    out = negative ? -v : v;
+    return true;
+  }
+
+  bool literal(std::string_view word) noexcept {
+    if (static_cast<size_t>(_end - _p) < word.size() || std::memcmp(_p, word.data(), word.size()) != 0) return false;
+    _p += word.size();
+    return true;
+  }
+
+  // Any value at _p, at `depth` (its containers' members one deeper).
+  bool value(unsigned depth) noexcept {
+    if (_p == _end) return false;
+    switch (*_p) {
+      case '{': return object(depth + 1, [this, depth](std::string_view) { return value(depth + 1); });
+      case '[': return array(depth + 1, [this, depth] { return value(depth + 1); });
+      case '"': {
+        std::string_view v;
+        return string(v);
+      }
+      case 't': return literal("true");
+      case 'f': return literal("false");
+      case 'n': return literal("null");
+      default: {
+        int64_t n = 0;
+        return at_integer() && integer(n);
+      }
+    }
+  }
+
+  // At '{' (an object: each member's key to `item`, which reads its
+  // value) or '[' (an array: `item` reads each element), to the close.
+  template <bool object_, class Item>
+  bool container(unsigned depth, Item&& item) noexcept {
+    constexpr char close = object_ ? '}' : ']';
+    if (depth > k_depth_max) return false;
+    ++_p;
+    ws();
+    if (at(close)) {
+      ++_p;
+      return true;
+    }
+    for (;;) {
+      if constexpr (object_) {
+        std::string_view key;
+        if (!at('"') || !string(key)) return false;
+        ws();
+        if (!at(':')) return false;
+        ++_p;
+        ws();
+        if (!item(key)) return false;
+      } else {
+        if (!item()) return false;
+      }
+      ws();
+      if (!at(',')) break;
+      ++_p;
+      ws();
+    }
+    if (!at(close)) return false;
+    ++_p;
+    return true;
+  }
+  template <class Member>
+  bool object(unsigned depth, Member&& member) noexcept {
+    return container<true>(depth, member);
+  }
+  template <class Element>
+  bool array(unsigned depth, Element&& element) noexcept {
+    return container<false>(depth, element);
+  }
+
+  // At a choice's '{': read_choice's facts.
+  bool choice(unsigned depth, stream_event_info& info) noexcept {
+    return object(depth, [&](std::string_view key) {
+      if (key == "delta") {
+        if (!at('{')) return value(depth);
+        return object(depth + 1, [&](std::string_view name) {
+          if ((name == "content" || name == "reasoning_content") && at('"')) {
+            std::string_view v;
+            if (!string(v)) return false;
+            if (!v.empty()) info.has_content = true;
+            return true;
+          }
+          if (name == "tool_calls" && at('[')) {
+            const char* q = _p + 1;
+            while (q < _end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) ++q;
+            if (q < _end && *q != ']') info.has_content = true;  // an element (or no JSON: not vouched)
+          }
+          return value(depth + 1);
+        });
+      }
+      if (key == "text" && at('"')) {  // text_completion chunks
+        std::string_view v;
+        if (!string(v)) return false;
+        if (!v.empty()) info.has_content = true;
+        return true;
+      }
+      if (key == "finish_reason" && at('"')) {
+        std::string_view v;
+        if (!string(v)) return false;
+        if (info.finish_reason.empty()) info.finish_reason = stable_finish_reason(v, _payload);
+        return true;
+      }
+      return value(depth);
+    });
+  }
+
+  const char* _p;
+  const char* const _end;
+  const std::string_view _payload;
+};
+
 }  // namespace
 
-stream_event_info scan_stream_event(std::string_view payload) noexcept {
+namespace detail {
+
+bool walk_stream_event(std::string_view payload, stream_event_info& info) noexcept {
+  return event_walk(trim(payload)).run(info);
+}
+
+stream_event_info scan_stream_event_parsed(std::string_view payload) noexcept {
   stream_event_info info;
   payload = trim(payload);
   if (payload == "[DONE]") {
@@ -175,6 +410,15 @@ stream_event_info scan_stream_event(std::string_view payload) noexcept {
   }
   info.usage_only = empty_choices && info.has_usage;
   return info;
+}
+
+}  // namespace detail
+
+stream_event_info scan_stream_event(std::string_view payload) noexcept {
+  // [DONE] and anything but an object the walk leaves to the parse too.
+  stream_event_info info;
+  if (detail::walk_stream_event(payload, info)) return info;
+  return detail::scan_stream_event_parsed(payload);
 }
 
 namespace {

@@ -194,6 +194,13 @@ struct usage {
 usage scan_response_usage(std::string_view body) noexcept;
 
 namespace detail {
+// scan_stream_event's two ways: the parse (simdjson's DOM; [DONE] and
+// malformed events are its answers), and the walk tried first over the
+// JSON vLLM writes. The walk returns false where it does not vouch for its
+// answer (`info` is then partial); where it returns true, `info` is the
+// parse's answer. Tests compare the two.
+stream_event_info scan_stream_event_parsed(std::string_view payload) noexcept;
+bool walk_stream_event(std::string_view payload, stream_event_info& info) noexcept;
 // The same facts from a full parse (simdjson On-Demand): the fallback of
 // scan_response_usage, and the reference its tests compare it with.
 usage scan_response_usage_parsed(std::string_view body) noexcept;

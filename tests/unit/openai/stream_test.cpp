@@ -2,11 +2,13 @@
 // OpenAI server writes it) in, what billing and framing see out.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/openai/request.hpp"
 
@@ -146,6 +148,142 @@ TEST_SUITE("openai::scan_stream_event") {
     // A later scan does not disturb it.
     (void)scan_stream_event(R"({"choices":[{"finish_reason":"stop"}]})");
     CHECK(i.finish_reason == "custom_reason");
+  }
+
+  // The walk (tried first) against the parse (the reference), on random
+  // events: vLLM's layout with other members, orders, whitespace, escapes,
+  // UTF-8 good and bad, numbers of every form and length, nesting, and
+  // bytes cut, added or dropped. Where the walk vouches, every fact is the
+  // parse's; scan_stream_event is the parse's answer everywhere.
+  TEST_CASE("the walk's answer is the parse's wherever it vouches") {
+    std::mt19937 rng(4117);
+    const auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
+    const auto ws = [&]() -> std::string {
+      if (pick(6) != 0) return "";
+      static constexpr const char* k_ws[] = {" ", "\t", "\n", "\r\n", "  "};
+      return k_ws[pick(5)];
+    };
+    const auto str = [&]() -> std::string {
+      static constexpr const char* k_pieces[] = {
+          "stop", "length", "tool_calls", "custom", "", " word", "error", "Hello, world",
+          "x y z 0123456789 ~!@#$%^&*()", "choices", "usage", "finish_reason",
+          // Escapes and bytes the walk leaves to the parse.
+          "{\\\"usage\\\":1}", "\\n", "\\\\", "\\u0065", "\xc3\xa9", "\xff", "\x01", "\x7f"};
+      std::string v = "\"";
+      for (size_t k = pick(3); k-- > 0;) v += k_pieces[pick(pick(6) == 0 ? 20 : 12)];
+      return v + "\"";
+    };
+    const auto number = [&]() -> std::string {
+      static constexpr const char* k_numbers[] = {
+          "0", "7", "41", "220", "-3", "1718000000", "123456789012345678", "-123456789012345678",
+          "1234567890123456789", "9223372036854775807", "18446744073709551616", "-0", "01", "1.5", "2e3",
+          "-2.0E-1", "1e400", "1.", "-", "+1"};
+      return k_numbers[pick(pick(3) == 0 ? 20 : 8)];
+    };
+    static constexpr const char* k_keys[] = {"choices", "usage", "error", "object", "delta", "content",
+                                             "reasoning_content", "tool_calls", "text", "finish_reason",
+                                             "prompt_tokens", "completion_tokens", "index", "logprobs",
+                                             "id", "model", "x", "", "choic\\u0065s", "stop_reason"};
+    std::function<std::string(int)> value = [&](int depth) -> std::string {
+      const size_t kind = depth > 5 ? 2 + pick(4) : pick(7);
+      switch (kind) {
+        case 0: {
+          std::string o = "{" + ws();
+          for (size_t k = pick(5), i = 0; i < k; ++i) {
+            if (i > 0) o += "," + ws();
+            o += std::string("\"") + k_keys[pick(20)] + "\"" + ws() + ":" + ws() + value(depth + 1) + ws();
+          }
+          return o + "}";
+        }
+        case 1: {
+          std::string a = "[" + ws();
+          for (size_t k = pick(4), i = 0; i < k; ++i) a += (i > 0 ? "," + ws() : "") + value(depth + 1) + ws();
+          return a + "]";
+        }
+        case 2: return str();
+        case 3: return number();
+        case 4: {
+          static constexpr const char* k_literals[] = {"true", "false", "null", "nul", "tru"};
+          return k_literals[pick(pick(5) == 0 ? 5 : 3)];
+        }
+        default: return pick(2) == 0 ? str() : "null";
+      }
+    };
+    // An event: vLLM's members in some order, each value now and then
+    // another, and other members among them.
+    const auto event = [&]() -> std::string {
+      std::vector<std::string> members = {"\"id\":\"chatcmpl-1\"", "\"object\":" + (pick(8) == 0 ? std::string("\"error\"") : str()),
+                                          "\"created\":" + number(), "\"model\":\"m\""};
+      std::string choices = "[";
+      for (size_t k = pick(4) == 0 ? 0 : 1 + pick(3), i = 0; i < k; ++i) {
+        std::string c = "{\"index\":" + number() + ",\"delta\":";
+        c += pick(5) == 0 ? value(3) : "{\"content\":" + (pick(4) == 0 ? value(4) : str()) +
+                                            (pick(4) == 0 ? ",\"tool_calls\":" + value(4) : std::string()) + "}";
+        if (pick(4) == 0) c += ",\"text\":" + str();
+        c += ",\"logprobs\":null,\"finish_reason\":" + (pick(2) == 0 ? std::string("null") : pick(4) == 0 ? value(4) : str());
+        choices += (i > 0 ? "," : "") + c + "}";
+      }
+      members.push_back("\"choices\":" + (pick(10) == 0 ? value(1) : choices + "]"));
+      if (pick(2) == 0) {
+        members.push_back("\"usage\":" + (pick(5) == 0 ? value(1)
+                                                       : "{\"prompt_tokens\":" + number() + ",\"total_tokens\":" + number() +
+                                                             ",\"completion_tokens\":" + number() + "}"));
+      }
+      if (pick(10) == 0) members.push_back("\"error\":" + value(1));
+      if (pick(4) == 0) members.push_back(std::string("\"") + k_keys[pick(20)] + "\":" + value(1));
+      std::shuffle(members.begin(), members.end(), rng);
+      std::string e = ws() + "{";
+      for (size_t i = 0; i < members.size(); ++i) e += (i > 0 ? "," + ws() : ws()) + members[i];
+      e += "}" + ws();
+      // Now and then a byte cut, added or dropped, or a whole other value.
+      switch (pick(12)) {
+        case 0: e.resize(pick(e.size() + 1)); break;
+        case 1: e.insert(pick(e.size() + 1), 1, "{}[],:\"\\ x0-.e\x80"[pick(15)]); break;
+        case 2:
+          if (!e.empty()) e.erase(pick(e.size()), 1);
+          break;
+        case 3: e = value(0); break;
+        default: break;
+      }
+      return e;
+    };
+    size_t vouched = 0, malformed = 0, usage_only = 0, finished = 0, content = 0, errors = 0, counted = 0;
+    for (int round = 0; round < 40000; ++round) {
+      const std::string e = event();
+      CAPTURE(e);
+      // Compared field by field: finish_reason by its bytes (the parse
+      // may return a static string, the walk a view of the same bytes).
+      const stream_event_info want = sluice::openai::detail::scan_stream_event_parsed(e);
+      const auto same = [&](const stream_event_info& got) {
+        CHECK(got.done == want.done);
+        CHECK(got.error == want.error);
+        CHECK(got.has_usage == want.has_usage);
+        CHECK(got.usage_only == want.usage_only);
+        CHECK(got.has_content == want.has_content);
+        CHECK(got.prompt_tokens == want.prompt_tokens);
+        CHECK(got.completion_tokens == want.completion_tokens);
+        CHECK(got.malformed == want.malformed);
+        CHECK(got.finish_reason == want.finish_reason);
+      };
+      stream_event_info walked;
+      if (sluice::openai::detail::walk_stream_event(e, walked)) {
+        ++vouched;
+        same(walked);
+        usage_only += walked.usage_only;
+        finished += !walked.finish_reason.empty();
+        content += walked.has_content;
+        errors += walked.error;
+        counted += walked.prompt_tokens >= 0;
+      }
+      malformed += want.malformed;
+      same(scan_stream_event(e));
+    }
+    // What the draw reached (not the walk's doing): both ways taken, and
+    // each fact vouched for both ways in many events.
+    CHECK(vouched > 8000);
+    CHECK(40000 - vouched > 8000);
+    CHECK(malformed > 3000);
+    for (size_t n : {usage_only, finished, content, errors, counted}) CHECK(n > 300);
   }
 
   TEST_CASE("a payload larger than the scratch buffer is read") {
