@@ -136,7 +136,7 @@ void read_usage(simdjson::dom::object u, int64_t& prompt_tokens,
 // One pass over an event in the JSON vLLM writes, reading the facts the
 // parse below reads, in its order: printable ASCII strings without
 // escapes, integers of at most 18 digits, true, false and null, objects
-// and arrays under k_depth_max deep, whitespace where JSON allows it.
+// and arrays at most k_depth_max deep, whitespace where JSON allows it.
 // Anything else -- an escape, a byte past 0x7F or below 0x20 in a string,
 // a fraction, an exponent, -0 or a longer integer, any syntax error -- it
 // does not vouch for, and the event is parsed instead: every answer is the

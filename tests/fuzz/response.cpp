@@ -7,7 +7,8 @@
 // on the raw input against a plain reference of the WHATWG event-stream
 // rules, and an event stream is fed again with the skip of plain chunks on
 // (body_sink::skip_ok): what it skips and what it still reports must add up
-// to the full scan's events. A non-stream body's usage read from its end
+// to the full scan's events. A stream event's walk, where it vouches, must
+// read what its parse reads; a non-stream body's usage read from its end
 // must match a full parse of it.
 #include <cctype>
 #include <memory>
@@ -43,6 +44,15 @@ void check_event_info(std::string_view payload) {
   SLUICE_FUZZ_CHECK(a.completion_tokens == b.completion_tokens);
   SLUICE_FUZZ_CHECK(a.malformed == b.malformed && a.finish_reason == b.finish_reason);
   SLUICE_FUZZ_CHECK(!(a.usage_only && !a.has_usage));
+  // Where the walk vouches, its answer is the parse's.
+  openai::stream_event_info w;
+  if (openai::detail::walk_stream_event(payload, w)) {
+    const openai::stream_event_info p = openai::detail::scan_stream_event_parsed(payload);
+    SLUICE_FUZZ_CHECK(w.done == p.done && w.error == p.error && w.has_usage == p.has_usage);
+    SLUICE_FUZZ_CHECK(w.usage_only == p.usage_only && w.has_content == p.has_content);
+    SLUICE_FUZZ_CHECK(w.prompt_tokens == p.prompt_tokens && w.completion_tokens == p.completion_tokens);
+    SLUICE_FUZZ_CHECK(w.malformed == p.malformed && w.finish_reason == p.finish_reason);
+  }
 }
 
 // A non-stream body's usage, read walking back from its end, is what a full

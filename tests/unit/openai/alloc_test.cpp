@@ -62,12 +62,16 @@ TEST_SUITE("openai::allocation") {
                             std::string(simdjson::SIMDJSON_PADDING, '\0');
     const std::string chunk =
         R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}})";
+    // An escape: the walk leaves it to the parse, whose scratch is warm too.
+    const std::string parsed_chunk =
+        R"({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"\n"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}})";
 
     request_reader reader(1 << 20);
     request_fields f;
     request_error e;
     REQUIRE(reader.read(endpoint::chat_completions, body.data(), len, 100, f, e));
     (void)scan_stream_event(chunk);
+    (void)scan_stream_event(parsed_chunk);
     (void)scan_response_usage(chunk);
 
     const size_t before = sluice::test::allocations();
@@ -75,6 +79,9 @@ TEST_SUITE("openai::allocation") {
       CHECK(reader.read(endpoint::chat_completions, body.data(), len, 100, f, e));
       CHECK_FALSE(reader.read(endpoint::chat_completions, bad.data(), 25, 100, f, e));
       CHECK(scan_stream_event(chunk).has_usage);
+      stream_event_info walked;
+      CHECK_FALSE(sluice::openai::detail::walk_stream_event(parsed_chunk, walked));
+      CHECK(scan_stream_event(parsed_chunk).completion_tokens == 2);
       CHECK(scan_response_usage(chunk).completion_tokens == 2);
       char out[256];
       CHECK(write_error_body(out, sizeof(out), default_error_for_status(400, e.message)) > 0);

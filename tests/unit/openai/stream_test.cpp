@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 
 #include <string>
@@ -166,11 +168,11 @@ TEST_SUITE("openai::scan_stream_event") {
     const auto str = [&]() -> std::string {
       static constexpr const char* k_pieces[] = {
           "stop", "length", "tool_calls", "custom", "", " word", "error", "Hello, world",
-          "x y z 0123456789 ~!@#$%^&*()", "choices", "usage", "finish_reason",
+          "x y z 0123456789 ~!@#$%^&*()", "choices", "usage", "finish_reason", "{}[]:,", "\x7f",
           // Escapes and bytes the walk leaves to the parse.
-          "{\\\"usage\\\":1}", "\\n", "\\\\", "\\u0065", "\xc3\xa9", "\xff", "\x01", "\x7f"};
+          "{\\\"usage\\\":1}", "\\n", "\\\\", "\\u0065", "\xc3\xa9", "\xff", "\x01", "\t", "\n", "\r", "\x1f"};
       std::string v = "\"";
-      for (size_t k = pick(3); k-- > 0;) v += k_pieces[pick(pick(6) == 0 ? 20 : 12)];
+      for (size_t k = pick(3); k-- > 0;) v += k_pieces[pick(pick(6) == 0 ? 25 : 14)];
       return v + "\"";
     };
     const auto number = [&]() -> std::string {
@@ -221,6 +223,7 @@ TEST_SUITE("openai::scan_stream_event") {
                                             (pick(4) == 0 ? ",\"tool_calls\":" + value(4) : std::string()) + "}";
         if (pick(4) == 0) c += ",\"text\":" + str();
         c += ",\"logprobs\":null,\"finish_reason\":" + (pick(2) == 0 ? std::string("null") : pick(4) == 0 ? value(4) : str());
+        if (pick(8) == 0) c += ",\"finish_reason\":" + str();  // a second one: the first non-empty counts
         choices += (i > 0 ? "," : "") + c + "}";
       }
       members.push_back("\"choices\":" + (pick(10) == 0 ? value(1) : choices + "]"));
@@ -238,7 +241,7 @@ TEST_SUITE("openai::scan_stream_event") {
       // Now and then a byte cut, added or dropped, or a whole other value.
       switch (pick(12)) {
         case 0: e.resize(pick(e.size() + 1)); break;
-        case 1: e.insert(pick(e.size() + 1), 1, "{}[],:\"\\ x0-.e\x80"[pick(15)]); break;
+        case 1: e.insert(pick(e.size() + 1), 1, "{}[],:\"\\ x0-.e\x80\f\v\t"[pick(18)]); break;
         case 2:
           if (!e.empty()) e.erase(pick(e.size()), 1);
           break;
@@ -249,8 +252,12 @@ TEST_SUITE("openai::scan_stream_event") {
     };
     size_t vouched = 0, malformed = 0, usage_only = 0, finished = 0, content = 0, errors = 0, counted = 0;
     for (int round = 0; round < 40000; ++round) {
-      const std::string e = event();
-      CAPTURE(e);
+      const std::string drawn = event();
+      CAPTURE(drawn);
+      // From a block of exactly its size: ASan sees a read past it.
+      const auto block = std::make_unique<char[]>(drawn.size());
+      std::memcpy(block.get(), drawn.data(), drawn.size());
+      const std::string_view e(block.get(), drawn.size());
       // Compared field by field: finish_reason by its bytes (the parse
       // may return a static string, the walk a view of the same bytes).
       const stream_event_info want = sluice::openai::detail::scan_stream_event_parsed(e);
@@ -284,6 +291,30 @@ TEST_SUITE("openai::scan_stream_event") {
     CHECK(40000 - vouched > 8000);
     CHECK(malformed > 3000);
     for (size_t n : {usage_only, finished, content, errors, counted}) CHECK(n > 300);
+  }
+
+  // The walk vouches to 64 levels (the event's object the first) and
+  // leaves deeper ones to the parse -- at once, not by recursing down a
+  // hostile event's whole depth.
+  TEST_CASE("the walk leaves nesting past 64 levels to the parse") {
+    for (const size_t arrays : {size_t{62}, size_t{63}, size_t{64}, size_t{2000}, size_t{100000}}) {
+      CAPTURE(arrays);
+      const std::string e = R"({"usage":{"prompt_tokens":5},"x":)" + std::string(arrays, '[') +
+                            std::string(arrays, ']') + R"(,"choices":[]})";
+      stream_event_info walked;
+      const bool vouched = sluice::openai::detail::walk_stream_event(e, walked);
+      CHECK(vouched == (arrays <= 63));
+      const stream_event_info got = scan_stream_event(e);
+      CHECK(got.malformed == (arrays > 1000));  // the parse's own limit: 1024 levels
+      if (vouched) {
+        CHECK(walked.usage_only);
+        CHECK(walked.prompt_tokens == 5);
+      }
+      if (!got.malformed) {
+        CHECK(got.usage_only);
+        CHECK(got.prompt_tokens == 5);
+      }
+    }
   }
 
   TEST_CASE("a payload larger than the scratch buffer is read") {
