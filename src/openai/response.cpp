@@ -204,7 +204,7 @@ class event_walk {
   bool at(char c) const noexcept { return _p < _end && *_p == c; }
   bool at_integer() const noexcept { return _p < _end && (*_p == '-' || (*_p >= '0' && *_p <= '9')); }
   void ws() noexcept {
-    while (_p < _end && (*_p == ' ' || *_p == '\t' || *_p == '\n' || *_p == '\r')) ++_p;
+    while (_p < _end && is_ws(*_p)) ++_p;
   }
 
   // At '"': the string's bytes, _p past its closing quote.
@@ -333,7 +333,7 @@ class event_walk {
           }
           if (name == "tool_calls" && at('[')) {
             const char* q = _p + 1;
-            while (q < _end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')) ++q;
+            while (q < _end && is_ws(*q)) ++q;
             if (q < _end && *q != ']') info.has_content = true;  // an element (or no JSON: not vouched)
           }
           return value(depth + 1);
