@@ -283,9 +283,10 @@ int main(int argc, char** argv) {
       // before a service manager starts the process.
       std::vector<int> cpus = choose_cpus(f, *cfg);
       std::string placement = cpus.size() == 1 && cpus[0] < 0 ? "1 shard, unpinned"
-                                                             : fmt::format("{} shard{} on cpus {}", cpus.size(),
+                                                             : fmt::format("{} shard{} on cpus {}{}", cpus.size(),
                                                                            cpus.size() == 1 ? "" : "s",
-                                                                           shard::format_cpu_list(cpus));
+                                                                           shard::format_cpu_list(cpus),
+                                                                           cfg->server.pin_shards ? "" : ", not pinned");
       std::printf("%s: ok (%zu groups, %zu backends, %zu keys; %s)\n", cfg->source.c_str(), cfg->groups.size(),
                   cfg->backends.size(), cfg->keys.size(), placement.c_str());
       return 0;

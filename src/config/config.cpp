@@ -38,7 +38,7 @@ const names k_responses_keys = {"store", "store_ttl_s", "store_max_bytes"};
 const names k_cluster_keys = {"redis", "password_env", "key_prefix", "expected_instances", "timeout_ms",
                               "fallback_share", "lease_window_ms", "lease_ttl_ms"};
 const names k_server_keys = {
-    "listen", "admin", "admin_token_env", "cpus", "reuseport_steering", "max_body_bytes", "max_head_bytes", "max_line_bytes",
+    "listen", "admin", "admin_token_env", "cpus", "pin_shards", "reuseport_steering", "max_body_bytes", "max_head_bytes", "max_line_bytes",
     "max_header_count", "header_timeout_ms", "body_timeout_ms", "body_min_rate_bytes_per_s",
     "idle_timeout_ms", "drain_timeout_ms", "connections_max", "inflight_max", "memory_max_bytes", "splice",
     "upstream_buffers", "idle_poll_us", "batch_wait_us", "ping_interval_ms", "h2c", "listen_tls", "tls_cert", "tls_key", "tls_min_version", "tls_h2",
@@ -238,6 +238,12 @@ void read_server(const reader& r, const toml::table& t, server_config& s) {
   r.read_uint(t, "server", "memory_max_bytes", s.memory_max_bytes, 0, 1ull << 40, " (0 = no cap, else up to 1 TiB)");
   r.read_bool(t, "server", "splice", s.splice);
   r.read_bool(t, "server", "reuseport_steering", s.reuseport_steering);
+  r.read_bool(t, "server", "pin_shards", s.pin_shards);
+  if (s.reuseport_steering && !s.pin_shards) {
+    // Steering sends a connection to the shard of the CPU that received it:
+    // a shard that moves among CPUs has none.
+    r.fail(*t.get("reuseport_steering"), "server.reuseport_steering = true needs pinned shards (pin_shards = true)");
+  }
   r.read_uint(t, "server", "upstream_buffers", s.upstream_buffers, 1, 4096, " (a power of two)");
   if ((s.upstream_buffers & (s.upstream_buffers - 1)) != 0) {
     r.fail(*t.get("upstream_buffers"),

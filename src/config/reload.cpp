@@ -15,7 +15,7 @@ namespace {
 
 bool same_server(const server_config& a, const server_config& b) {
   return a.listen.text == b.listen.text && a.admin.text == b.admin.text && a.cpus == b.cpus &&
-         a.reuseport_steering == b.reuseport_steering &&
+         a.reuseport_steering == b.reuseport_steering && a.pin_shards == b.pin_shards &&
          a.max_body_bytes == b.max_body_bytes && a.max_head_bytes == b.max_head_bytes &&
          a.max_line_bytes == b.max_line_bytes && a.max_header_count == b.max_header_count &&
          a.header_timeout_ms == b.header_timeout_ms && a.body_timeout_ms == b.body_timeout_ms &&

@@ -295,25 +295,31 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
     }
   }
   const bool steering = cfg->server.reuseport_steering;
-  const bool shared = steering && !cpus.empty() && held_elsewhere(cfg->server.listen);
+  // Shards pinned one to a CPU of `cpus` ([server] pin_shards, the default),
+  // or run on all of them as a set (`pinned` empty).
+  const std::vector<int> pinned = cfg->server.pin_shards ? cpus : std::vector<int>{};
+  const bool shared = steering && !pinned.empty() && held_elsewhere(cfg->server.listen);
   const std::vector<int> fds = bind_listeners(cfg->server.listen, n, g->_port, inherited, "listen");
-  steer(fds, cpus, cfg->server.listen, shared, steering);
+  steer(fds, pinned, cfg->server.listen, shared, steering);
   std::vector<int> tls_fds(n, -1);
   if (g->_tls) {
-    const bool tls_shared = steering && !cpus.empty() && held_elsewhere(cfg->server.listen_tls);
+    const bool tls_shared = steering && !pinned.empty() && held_elsewhere(cfg->server.listen_tls);
     try {
       tls_fds = bind_listeners(cfg->server.listen_tls, n, g->_tls_port, inherited, "listen_tls");
     } catch (...) {
       for (int f : fds) ::close(f);
       throw;
     }
-    steer(tls_fds, cpus, cfg->server.listen_tls, tls_shared, steering);
+    steer(tls_fds, pinned, cfg->server.listen_tls, tls_shared, steering);
   }
   g->_listen_fds = fds;
   if (g->_tls) g->_tls_listen_fds = tls_fds;
   g->_mesh = std::make_unique<mesh_storage>(n, cap.keys, cfg->cluster.enabled());
   g->_mesh->budgets = budgets;
-  for (size_t i = 0; i < n; ++i) g->add_shard(cfg, cpus.empty() ? -1 : cpus[i], fds[i], tls_fds[i]);
+  for (size_t i = 0; i < n; ++i) {
+    g->add_shard(cfg, pinned.empty() ? -1 : pinned[i], fds[i], tls_fds[i]);
+    if (pinned.empty()) g->_shards.back()->link.cpus_allowed = cpus;
+  }
   g->launch();
   return g;
 }

@@ -22,6 +22,9 @@ void name_and_pin(const shard_link& link) noexcept {
   if (link.cpu >= 0 && !shard::pin_current_thread(link.cpu)) {
     log::warn("shard {}: could not pin to cpu {}", link.index, link.cpu);
   }
+  if (link.cpu < 0 && !link.cpus_allowed.empty() && !shard::allow_current_thread(link.cpus_allowed)) {
+    log::warn("shard {}: could not run on cpus {}", link.index, shard::format_cpu_list(link.cpus_allowed));
+  }
 }
 
 // The start failed: the control thread, waiting on `ready`, sees `failed`

@@ -90,6 +90,15 @@ bool pin_current_thread(int cpu) noexcept {
   return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
 }
 
+bool allow_current_thread(const std::vector<int>& cpus) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  }
+  return CPU_COUNT(&set) > 0 && pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
 void name_current_thread(std::string_view name) noexcept {
   // 16 bytes including the terminator; longer names make the call fail
   // with ERANGE, so truncate instead.

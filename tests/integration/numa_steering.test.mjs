@@ -1,4 +1,7 @@
-// Shard placement (issue 19 §3): --numa-node on this machine's node 0
+// Shard placement (issue 19 §3): each shard pinned to its CPU of the list
+// (the default), or, with [server] pin_shards = false, free to run on any
+// CPU of the list (for cores shared with other busy processes), read back
+// from the shard threads' own affinity. --numa-node on this machine's node 0
 // starts and serves as without it (one node: the memory policy is left as
 // it is, and said so), and SO_REUSEPORT steering sends a connection to the
 // shard pinned to the CPU that received it when [server] reuseport_steering
@@ -46,6 +49,54 @@ before(async () => {
   cpus = (await affinity_cpus()).slice(0, 2);
 });
 after(async () => { await backend?.stop(); });
+
+// The CPUs of a kernel cpu list ("0-2,5" -> [0, 1, 2, 5]).
+function cpu_list(list) {
+  return list.split(',').flatMap((part) => {
+    const [a, b = a] = part.split('-').map(Number);
+    return Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  });
+}
+
+// The CPUs each shard thread of `pid` may run on, by shard index
+// ("sluice-shard1" -> index 1), from /proc/PID/task/*/status.
+function shard_affinity(pid) {
+  const out = [];
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    const status = fs.readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+    const name = status.match(/^Name:\s*(\S+)/m)[1];
+    const index = name.match(/^sluice-shard(\d+)$/)?.[1];
+    if (index === undefined) continue;
+    out[Number(index)] = cpu_list(status.match(/^Cpus_allowed_list:\s*(\S+)/m)[1]);
+  }
+  return out;
+}
+
+describe('pin_shards', () => {
+  it('pins each shard to its own cpu of the list by default, and lets each run on the whole list when false', async (t) => {
+    if (cpus.length < 2) {
+      t.skip('fewer than 2 cpus in this process\'s affinity mask');
+      return;
+    }
+    const list = cpus.join(',');
+    const pinned = cpus.map((c) => [c]);
+    for (const [pin_shards, want] of [[undefined, pinned], [true, pinned], [false, [cpus, cpus]]]) {
+      const server = { cpus: list, ...(pin_shards === undefined ? {} : { pin_shards }) };
+      const sluice = await start_sluice({ config: sluice_config({ backends: [backend.url], server }) });
+      try {
+        // Each shard has set its affinity before its listener serves.
+        assert.deepEqual(shard_affinity(sluice.proc.child.pid), want, `pin_shards = ${pin_shards}`);
+        for (const cpu of cpus) {
+          const r = await request_from(cpu, sluice.url);
+          assert.equal(r.status, 200);
+          assert.ok(r.shard === 0 || r.shard === 1, `shard ${r.shard}`);
+        }
+      } finally {
+        await sluice.stop();
+      }
+    }
+  });
+});
 
 describe('--numa-node', () => {
   it('on node 0 of this machine starts, logs what it did with memory, and serves', async (t) => {

@@ -60,6 +60,12 @@ struct server_config {
   // CPUs, and it puts every connection of a client on this host (loopback)
   // on the shard of that client's CPU.
   bool reuseport_steering = false;
+  // Each shard pinned to its own CPU of the list above (the default: cores
+  // the gateway owns). false: the shards run on those CPUs as a set and the
+  // scheduler moves them, for cores shared with other busy processes (a
+  // pinned shard cannot leave a CPU its neighbours crowd; bench/RESULTS.md,
+  // docs/operations.md). Steering needs pinned shards.
+  bool pin_shards = true;
   uint64_t max_body_bytes = 8u << 20;
   uint32_t max_head_bytes = 32u << 10;   // 431 beyond
   uint32_t max_line_bytes = 8u << 10;    // 431 (414 for the request line)

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "sluice/config/config.hpp"
 #include "sluice/tls/tls.hpp"
@@ -124,7 +125,10 @@ using control_queue = shard::spsc_queue<control_message, 64>;
 struct shard_link {
   // Set by the control thread before the thread starts; read-only after.
   uint32_t index = 0;
-  int cpu = -1;  // -1: not pinned
+  int cpu = -1;  // the CPU it is pinned to; -1: not pinned
+  // Not pinned ([server] pin_shards = false): the CPUs it may run on, the
+  // shards' whole list (empty: the process's affinity mask, inherited).
+  std::vector<int> cpus_allowed;
   std::shared_ptr<const config::config> cfg;  // the start-up snapshot
   metrics::shard_metrics* metrics = nullptr;  // this shard's block (single writer: the shard)
   shard_mesh mesh;

@@ -49,6 +49,12 @@ numa_policy prefer_numa_node(int node) noexcept;
 // Returns: false when the CPU is out of range or not allowed to the process.
 bool pin_current_thread(int cpu) noexcept;
 
+// Lets the calling thread run on any CPU of `cpus` (pthread_setaffinity_np):
+// a shard that is not pinned ([server] pin_shards = false) stays within the
+// shards' CPUs and the scheduler moves it among them.
+// Returns: false when none of them is in range or allowed to the process.
+bool allow_current_thread(const std::vector<int>& cpus) noexcept;
+
 // Names the calling thread for top/perf/gdb; truncated to the kernel's 15
 // characters.
 void name_current_thread(std::string_view name) noexcept;

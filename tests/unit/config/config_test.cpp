@@ -62,6 +62,7 @@ TEST_SUITE("config::load") {
     CHECK(c->server.admin.port() == 9090);
     CHECK(c->server.cpus.empty());
     CHECK_FALSE(c->server.reuseport_steering);
+    CHECK(c->server.pin_shards);
     CHECK(c->server.max_body_bytes == 8u << 20);
     CHECK_FALSE(c->server.splice);  // the copy path wins the trickle workload (bench/RESULTS.md)
     CHECK(c->server.upstream_buffers == 64);
@@ -292,6 +293,17 @@ key = "x"
     CHECK(c->backends[0].host_header == "127.0.0.1:8001");
     CHECK(c->backends[1].transport == cfg::backend_transport::http1);
     CHECK(cfg::to_string(cfg::backend_protocol::anthropic) == "anthropic");
+  }
+
+  TEST_CASE("server.pin_shards: true by default, false read, and refused beside steering, which needs pinned shards") {
+    const std::string tail = "[[group]]\nname = \"g\"\nbackends = [\"http://127.0.0.1:1\"]\n[[key]]\nid = \"k\"\nkey = \"x\"\n";
+    CHECK(load("[server]\ncpus = \"0\"\n" + tail)->server.pin_shards);
+    CHECK_FALSE(load("[server]\npin_shards = false\n" + tail)->server.pin_shards);
+    CHECK(load("[server]\npin_shards = true\nreuseport_steering = true\n" + tail)->server.reuseport_steering);
+    CHECK(error_of("[server]\npin_shards = \"no\"\n" + tail).find("server.pin_shards must be true or false") != std::string::npos);
+    const std::string e = error_of("[server]\npin_shards = false\nreuseport_steering = true\n" + tail);
+    CHECK(e.find("test.toml:3") != std::string::npos);
+    CHECK(e.find("server.reuseport_steering = true needs pinned shards (pin_shards = true)") != std::string::npos);
   }
 
   TEST_CASE("upstream.sse_scan takes \"boundaries\" (the default) or \"full\", and says so for anything else") {

@@ -3,9 +3,11 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "sluice/shard/cpuset.hpp"
 
@@ -64,6 +66,38 @@ TEST_SUITE("shard::cpuset") {
       if (!last_cpu_exists) CHECK_FALSE(shard::pin_current_thread(CPU_SETSIZE - 1));
     });
     t.join();
+  }
+
+  TEST_CASE("a thread allowed a set of cpus may run on each of them and no other") {
+    const std::vector<int> allowed = shard::affinity_cpus();
+    REQUIRE(!allowed.empty());
+    // The first two CPUs of this process's mask (or its one), and the set
+    // of one: the thread's mask is exactly the set asked for.
+    for (const std::vector<int>& want : {std::vector<int>(allowed.begin(), allowed.begin() + std::min<size_t>(allowed.size(), 2)),
+                                         std::vector<int>{allowed.back()}}) {
+      bool ok = false;
+      std::vector<int> seen;
+      std::thread t([&] {
+        ok = shard::allow_current_thread(want);
+        seen = shard::affinity_cpus();  // sched_getaffinity(0): this thread's mask
+      });
+      t.join();
+      CHECK(ok);
+      CHECK(seen == want);
+    }
+  }
+
+  TEST_CASE("a set of no usable cpu is refused, and the thread keeps its mask") {
+    std::vector<int> before, after;
+    bool ok = true;
+    std::thread t([&] {
+      before = shard::affinity_cpus();
+      ok = shard::allow_current_thread({-1, CPU_SETSIZE}) || shard::allow_current_thread({});
+      after = shard::affinity_cpus();
+    });
+    t.join();
+    CHECK_FALSE(ok);
+    CHECK(after == before);
   }
 
   TEST_CASE("thread names are set and truncated to 15 characters") {
