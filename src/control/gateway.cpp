@@ -316,10 +316,7 @@ std::unique_ptr<gateway> gateway::start(std::shared_ptr<const config::config> cf
   if (g->_tls) g->_tls_listen_fds = tls_fds;
   g->_mesh = std::make_unique<mesh_storage>(n, cap.keys, cfg->cluster.enabled());
   g->_mesh->budgets = budgets;
-  for (size_t i = 0; i < n; ++i) {
-    g->add_shard(cfg, pinned.empty() ? -1 : pinned[i], fds[i], tls_fds[i]);
-    if (pinned.empty()) g->_shards.back()->link.cpus_allowed = cpus;
-  }
+  for (size_t i = 0; i < n; ++i) g->add_shard(cfg, pinned.empty() ? -1 : pinned[i], cpus, fds[i], tls_fds[i]);
   g->launch();
   return g;
 }
@@ -336,11 +333,13 @@ int64_t gateway::quota_level(uint32_t key, int r) const noexcept {
   return total;
 }
 
-void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd, int tls_listen_fd) {
+void gateway::add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, const std::vector<int>& cpus,
+                        int listen_fd, int tls_listen_fd) {
   auto s = std::make_unique<shard_slot>();
   shard_link& l = s->link;
   l.index = static_cast<uint32_t>(_shards.size());
   l.cpu = cpu;
+  if (cpu < 0) l.cpus_allowed = cpus;
   l.listen_fd = listen_fd;
   l.tls_listen_fd = tls_listen_fd;
   l.tls = _tls;

@@ -3,6 +3,7 @@
 // drains between completions and the flags and counters it publishes.
 #include <atomic>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "shard_server.hpp"
@@ -106,7 +107,8 @@ void run_shard(shard_link& link) noexcept {
     report_failed_start(link);
     return;
   }
-  log::debug("shard {} on cpu {}: io_uring {}, {} registered-file slots", link.index, link.cpu, rx.setup_mode(),
+  log::debug("shard {} on cpu{} {}: io_uring {}, {} registered-file slots", link.index, link.cpu >= 0 ? "" : "s",
+             link.cpu >= 0 ? std::to_string(link.cpu) : shard::format_cpu_list(link.cpus_allowed), rx.setup_mode(),
              rx.file_slots());
   link.reactor = &rx;
   publish_reactor(link, &rx);

@@ -91,12 +91,23 @@ bool pin_current_thread(int cpu) noexcept {
 }
 
 bool allow_current_thread(const std::vector<int>& cpus) noexcept {
-  cpu_set_t set;
-  CPU_ZERO(&set);
+  // Sized to the largest CPU named (affinity_cpus reads masks this wide).
+  constexpr int k_cpus_max = 1 << 16;
+  int top = -1;
   for (int cpu : cpus) {
-    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+    if (cpu >= 0 && cpu < k_cpus_max) top = std::max(top, cpu);
   }
-  return CPU_COUNT(&set) > 0 && pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+  if (top < 0) return false;
+  cpu_set_t* set = CPU_ALLOC(top + 1);
+  if (set == nullptr) return false;
+  const size_t bytes = CPU_ALLOC_SIZE(top + 1);
+  CPU_ZERO_S(bytes, set);
+  for (int cpu : cpus) {
+    if (cpu >= 0 && cpu <= top) CPU_SET_S(cpu, bytes, set);
+  }
+  const bool ok = pthread_setaffinity_np(pthread_self(), bytes, set) == 0;
+  CPU_FREE(set);
+  return ok;
 }
 
 void name_current_thread(std::string_view name) noexcept {

@@ -1,6 +1,7 @@
 #pragma once
 // control: the shard set, seen from the control thread. Starts one shard per
-// CPU (a pinned thread running proxy::run_shard: its own reactor, listener
+// CPU (a thread pinned to it, or free on the list with [server] pin_shards =
+// false, running proxy::run_shard: its own reactor, listener
 // (SO_REUSEPORT), buffer ring, pools and counters), posts control messages to
 // them (drain, reload, health, audit reopen), tells when they have taken
 // them, and joins them. It reaches a shard only through its proxy::shard_link:
@@ -145,7 +146,10 @@ class gateway {
  private:
   gateway() = default;
   // start(): the next shard's link, on its listener, before any thread runs.
-  void add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, int listen_fd, int tls_listen_fd);
+  // `cpu`: the CPU the shard is pinned to, or -1; then it runs on `cpus`
+  // (empty: the process's affinity mask).
+  void add_shard(const std::shared_ptr<const config::config>& cfg, int cpu, const std::vector<int>& cpus,
+                 int listen_fd, int tls_listen_fd);
   // start(): one thread per shard, then waits until each is ready. Throws
   // (after stopping the others) when one failed to start.
   void launch();

@@ -52,7 +52,8 @@ bool pin_current_thread(int cpu) noexcept;
 // Lets the calling thread run on any CPU of `cpus` (pthread_setaffinity_np):
 // a shard that is not pinned ([server] pin_shards = false) stays within the
 // shards' CPUs and the scheduler moves it among them.
-// Returns: false when none of them is in range or allowed to the process.
+// Returns: false when none of them exists or is allowed to the process (a
+// cgroup's cpuset narrows the mask to those it allows, silently).
 bool allow_current_thread(const std::vector<int>& cpus) noexcept;
 
 // Names the calling thread for top/perf/gdb; truncated to the kernel's 15

@@ -300,8 +300,10 @@ export const test_key = 'test-key';
 
 // Starts sluice in a fresh temp dir (its cwd: the audit file lands there).
 // `config` is TOML text written to sluice.toml there; without it sluice runs
-// on its embedded default plus --backend.
-export async function start_sluice({ backends = [], config, extra_args = [], env } = {}) {
+// on its embedded default plus --backend. `launcher`: a command that execs
+// sluice in its own process, e.g. ['taskset', '-c', '0'] (the pid stays
+// sluice's).
+export async function start_sluice({ backends = [], config, extra_args = [], env, launcher = [] } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-it-'));
   const args = ['--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
   for (const b of backends) args.push('--backend', b);
@@ -310,7 +312,9 @@ export async function start_sluice({ backends = [], config, extra_args = [], env
     args.push('--config', path.join(dir, 'sluice.toml'));
   }
   args.push(...extra_args);
-  const proc = new managed_process('sluice', program('sluice'), args, { cwd: dir, env });
+  const proc = launcher.length === 0
+    ? new managed_process('sluice', program('sluice'), args, { cwd: dir, env })
+    : new managed_process('sluice', launcher[0], [...launcher.slice(1), program('sluice'), ...args], { cwd: dir, env });
   let listen, admin;
   try {
     listen = await proc.wait_for_line(/sluice listening on (http:\/\/127\.0\.0\.1:(\d+))/, { timeout_ms: bound_ms(10000) });
