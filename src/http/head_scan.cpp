@@ -348,15 +348,23 @@ __attribute__((always_inline)) inline static scan_error check_field_line(const c
 // Notes the field line that ends at `cr`, with its colon, in `idx`, offsets from the first
 // field line: only while every line before it is there, and only while
 // they fit the index's 16 bits.
-static void index_field(field_index& idx, const head_scan_state& s, const char* data, const char* colon,
-                        const char* cr) noexcept {
-  if (idx.n + 1u != s.fields || idx.n == k_indexed_fields) return;
+// Inlined in both ways of reading a line (a call per line cost a fifth of
+// a request head's scan): the usual value, one SP after the colon and no
+// whitespace at its end, takes one compare at each end.
+__attribute__((always_inline)) inline static void index_field(field_index& idx, const head_scan_state& s,
+                                                              const char* data, const char* colon,
+                                                              const char* cr) noexcept {
+  if (idx.n + 1u != s.fields || idx.n == k_indexed_fields) [[unlikely]] return;
   const char* first = data + s.start_end + 2;
-  if (static_cast<size_t>(cr - first) > 0xffff) return;
+  if (static_cast<size_t>(cr - first) > 0xffff) [[unlikely]] return;
   const char* vb = colon + 1;
   const char* ve = cr;
-  while (vb < ve && (*vb == ' ' || *vb == '\t')) ++vb;
-  while (ve > vb && (ve[-1] == ' ' || ve[-1] == '\t')) --ve;
+  const auto ows = [](char c) noexcept { return c == ' ' || c == '\t'; };
+  if (vb < ve && *vb == ' ') ++vb;
+  if (vb < ve && (ows(*vb) || ows(ve[-1]))) [[unlikely]] {
+    while (vb < ve && ows(*vb)) ++vb;
+    while (ve > vb && ows(ve[-1])) --ve;
+  }
   idx.at[idx.n++] = field_ref{static_cast<uint16_t>(colon - first), static_cast<uint16_t>(vb - first),
                               static_cast<uint16_t>(ve - first), static_cast<uint16_t>(cr - first)};
 }
