@@ -317,6 +317,44 @@ TEST_SUITE("http::head_scan") {
     CHECK(byte_errors > 1000);
   }
 
+  TEST_CASE("the index trims a value's SP and HTAB at both ends, short lines and lines past 64 bytes alike") {
+    const std::string pad(70, 'b');
+    // {the bytes after "X:", the value the index must give}
+    const std::pair<std::string, std::string> cases[] = {
+        {"", ""},
+        {" ", ""},
+        {"\t", ""},
+        {"  \t ", ""},
+        {"a", "a"},
+        {" a", "a"},
+        {"a\t", "a"},
+        {"\ta", "a"},
+        {" a ", "a"},
+        {" \t a b \t ", "a b"},
+        {"\t" + pad + " \t", pad},
+        {" " + pad, pad},
+        {pad + " ", pad},
+        {std::string(70, ' '), ""},
+        {" \t" + std::string(66, ' ') + "a", "a"},
+    };
+    for (const auto& [after, want] : cases) {
+      CAPTURE(after);
+      const std::string h = "GET / HTTP/1.1\r\nHost: h\r\nX:" + after + "\r\nZ: z\r\n\r\n";
+      const hd::scan_limits limits{16384, 8192, 100, 12, false, hd::k_method_bytes_max};
+      const scan_answer got = scan(h, {}, limits);
+      REQUIRE(static_cast<int>(got.state) == static_cast<int>(hd::scan_state::complete));
+      REQUIRE(got.index.size() == 3);
+      const size_t first = h.find("\r\n") + 2;
+      const auto value = [&](size_t i) {
+        return h.substr(first + got.index[i].value_begin, size_t{got.index[i].value_end} - got.index[i].value_begin);
+      };
+      CHECK(value(0) == "h");
+      CHECK(value(1) == want);
+      CHECK(value(2) == "z");
+      CHECK(h.substr(first + got.index[1].cr, 2) == "\r\n");
+    }
+  }
+
   TEST_CASE("valid_host accepts host[:port] and nothing else") {
     for (const host_case& c : k_hosts) {
       CAPTURE(c.value);
